@@ -1,0 +1,3 @@
+from kernbench_cli.cli.app import main
+
+main()

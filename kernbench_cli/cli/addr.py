@@ -1,0 +1,97 @@
+"""`kernbench decode` and `kernbench encode`: PhysAddr for people.
+
+Both stay light: no numpy, no simpy, no Rich tables (the decode benchmark
+holds them to the start-up time of a bare Typer command).
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from kernbench_cli.cli.common import JsonOpt, TopologyOpt, load_address_map, parse_int
+from kernbench_cli.errors import AddressError
+
+
+class Component(StrEnum):
+    hbm = "hbm"
+    tcm = "tcm"
+    ipcq = "ipcq"
+    scratchpad = "scratchpad"
+    regfile = "regfile"
+    status = "status"
+    sram = "sram"
+    mcpu = "mcpu"
+
+
+class Direction(StrEnum):
+    E = "E"
+    W = "W"
+    N = "N"
+    S = "S"
+
+
+def decode(
+    addr: Annotated[str, typer.Argument(help="Address: hex (0x…, _ allowed) or decimal.")],
+    topology: TopologyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Decode a 51-bit PhysAddr into its fields and the component it names."""
+    from kernbench_cli.address import layout as L
+
+    value = parse_int(addr, "address")
+    decoded = load_address_map(topology).decode(value)
+    if as_json:
+        print(json.dumps(decoded.to_dict(), indent=2))
+        return
+    print(decoded.text)
+    fields = L.HBM_LAYOUT if decoded.kind == "hbm" else L.RESOURCE_LAYOUT
+    print(f"  {'addr':<11}{value:#x}")
+    for f in fields:
+        bits = f"[{f.hi}:{f.lo}]" if f.width > 1 else f"[{f.hi}]"
+        shown = f.get(value)
+        note = ""
+        if f is L.WINDOW:
+            note = " HBM" if shown == L.HBM_WINDOW else " PE resource"
+        elif f is L.UNIT_TYPE:
+            note = f" {decoded.unit_type}"
+        text = f"{shown:#x}" if f.width > 8 else str(shown)
+        print(f"  {f.name:<11}{text + note:<16}{bits}")
+    if decoded.component not in ("hbm",):
+        print(f"  {'component':<11}{decoded.component} +{decoded.component_offset:#x}")
+
+
+def encode(
+    component: Annotated[Component, typer.Argument(help="What the address names.")],
+    rack: Annotated[str, typer.Option(help="Rack index.")] = "0",
+    sip: Annotated[str, typer.Option(help="SIP index in the rack.")] = "0",
+    cube: Annotated[str, typer.Option(help="Cube index in the SIP.")] = "0",
+    pe: Annotated[str, typer.Option(help="PE index in the cube (0 for sram, mcpu).")] = "0",
+    offset: Annotated[str, typer.Option(help="Byte offset in the component (in the slot "
+                                               "with --dir/--slot).")] = "0",
+    direction: Annotated[Direction | None, typer.Option("--dir", help="IPCQ ring direction.")]
+    = None,
+    slot: Annotated[str | None, typer.Option(help="IPCQ ring slot.")] = None,
+    topology: TopologyOpt = None,
+) -> None:
+    """Build a PhysAddr from its parts (the inverse of decode) and print it in hex."""
+    from kernbench_cli.address import PeCoord
+
+    amap = load_address_map(topology)
+    coord = PeCoord(*(parse_int(v, n) for v, n in ((rack, "--rack"), (sip, "--sip"),
+                                                    (cube, "--cube"), (pe, "--pe"))))
+    off = parse_int(offset, "--offset")
+    if (direction is None) != (slot is None):
+        raise AddressError("--dir and --slot go together (an IPCQ ring slot)")
+    if direction is not None:
+        if component is not Component.ipcq:
+            raise AddressError(f"--dir and --slot apply to ipcq, not {component.value}")
+        value = amap.pe_ipcq_slot_addr(*coord, direction.value, parse_int(slot, "--slot"), off)
+    else:
+        if component in (Component.sram, Component.mcpu) and coord.pe != 0:
+            raise AddressError(f"{component.value} is one per cube: use --pe 0")
+        value = amap.component_addr(component.value, coord, off)
+    print(f"{value:#x}")

@@ -1,0 +1,50 @@
+"""The `kernbench` command: registers the commands and turns errors into exit codes.
+
+Command modules import their heavy dependencies (numpy, simpy, rich tables)
+inside the command function, so `kernbench decode` starts as fast as a bare
+Typer program.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from typer.core import TyperGroup
+
+from kernbench_cli.cli import addr, topology
+from kernbench_cli.errors import KernbenchError
+
+
+class KernbenchGroup(TyperGroup):
+    """Catches `KernbenchError` once, for every command and sub-command.
+
+    The user sees ``error: <message>`` per problem on stderr and the error's
+    exit code; a real bug keeps its traceback.
+    """
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KernbenchError as exc:
+            for line in exc.lines():
+                typer.echo(f"error: {line}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+
+
+app = typer.Typer(
+    name="kernbench",
+    cls=KernbenchGroup,
+    help="Benchmark Triton-like kernels on a model of an HBM near-memory accelerator.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("decode")(addr.decode)
+app.command("encode")(addr.encode)
+app.add_typer(topology.app, name="topology")
+
+
+def main() -> None:
+    """Console entry point."""
+    sys.exit(app())

@@ -1,0 +1,42 @@
+"""Option types and parsing shared by the commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kernbench_cli.errors import AddressError
+
+TopologyOpt = Annotated[
+    str | None,
+    typer.Option("--topology", "-t", help="Topology name (default, sip, rack) or TOML path.",
+                 show_default="default"),
+]
+CostsOpt = Annotated[
+    Path | None,
+    typer.Option("--costs", help="Cost-table TOML; overrides the one the topology names."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
+
+
+def parse_int(text: str, what: str) -> int:
+    """Hex (``0x…``, ``_`` allowed) or decimal; AddressError names `what` and the text."""
+    clean = text.strip().replace("_", "")
+    try:
+        value = int(clean, 16) if clean.lower().startswith("0x") else int(clean, 10)
+    except ValueError:
+        raise AddressError(f"{what} {text!r} is not a number (hex 0x…, or decimal)") from None
+    if value < 0:
+        raise AddressError(f"{what} {text!r} is negative")
+    return value
+
+
+def load_address_map(topology: str | None, costs: Path | None = None):
+    """Resolve, load and compile a topology (the data-flow steps 1 and 2)."""
+    from kernbench_cli.address import AddressMap
+    from kernbench_cli.config import load_topology
+    from kernbench_cli.resources import resolve_topology
+
+    return AddressMap.compile(load_topology(resolve_topology(topology), costs))

@@ -1,0 +1,43 @@
+"""`kernbench topology show` and `kernbench topology validate`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kernbench_cli.cli.common import CostsOpt, load_address_map
+
+app = typer.Typer(help="Inspect and check topology files.", no_args_is_help=True)
+
+TopologyArg = Annotated[
+    str | None,
+    typer.Argument(help="Topology name (default, sip, rack) or TOML path.", show_default="default"),
+]
+
+
+@app.command()
+def show(topology: TopologyArg = None, costs: CostsOpt = None) -> None:
+    """Print the system tree and the compiled PE resource map."""
+    from rich.console import Console
+
+    from kernbench_cli.report.topology import resource_table, system_tree
+
+    amap = load_address_map(topology, costs)
+    console = Console()
+    console.print(system_tree(amap))
+    console.print(resource_table(amap))
+
+
+@app.command()
+def validate(
+    topology: Annotated[Path, typer.Argument(help="Topology TOML file.")],
+    costs: CostsOpt = None,
+) -> None:
+    """Check a topology (and its cost table): exit 0, or list every problem and exit 2."""
+    amap = load_address_map(str(topology), costs)
+    topo = amap.topology
+    s = topo.system
+    print(f"{topology}: ok: {s.racks} rack x {s.sips_per_rack} SIP x {s.cubes_per_sip} cubes x "
+          f"{s.pes_per_cube} PEs = {topo.num_pes} PEs; costs {topo.cost_table.source}")

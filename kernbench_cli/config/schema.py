@@ -1,0 +1,346 @@
+"""What the hardware IS: the topology and cost-table schema.
+
+Each section of a TOML file is a frozen dataclass below; each key is a field
+declared with `key()`, which records its kind (and so its unit), its default,
+what it means and where the default comes from. The loader
+(`config.loader`) walks these declarations, and `config.reference` renders
+them into docs/configuration.md, so the code, the validation and the
+documentation cannot drift apart.
+
+Keys without a default (the `[system]` shape) are required. Everything
+else may be omitted and takes the documented default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import FrozenInstanceError, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from kernbench_cli.config import units
+
+REQUIRED = object()
+
+
+class Frozen:
+    """Base of the config classes: write-once fields, equality and repr by field.
+
+    Not ``@dataclass(frozen=True)``: creating the ~25 classes of this module
+    that way costs ~30 ms at import, a tenth of `kernbench decode`'s start-up
+    (benchmarks/decode_startup.py); plain dataclasses on this base cost a
+    quarter of that and behave the same: assigning a set field raises
+    FrozenInstanceError, ``dataclasses.replace`` makes a changed copy.
+    """
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self.__dict__:
+            raise FrozenInstanceError(f"cannot assign to field {name!r}")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
+        return f"{type(self).__name__}({inner})"
+
+
+config = dataclass(repr=False, eq=False)
+
+# kind -> (parser of a TOML value, what the documentation calls its unit)
+# Parsers raise ValueError with a message that says what was expected.
+
+
+def _count(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"expected a positive integer, got {value!r}")
+    return value
+
+
+def _offset(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"expected a non-negative integer (hex allowed: 0x10_0000), got {value!r}")
+    return value
+
+
+def _string(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    return value
+
+
+def _mesh(value: object) -> tuple[int, int]:
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
+    ):
+        raise ValueError(f"expected [columns, rows], two positive integers, got {value!r}")
+    return (value[0], value[1])
+
+
+def _positive(parse):
+    def check(value: object) -> int:
+        parsed = parse(value)
+        if parsed <= 0:
+            raise ValueError(f"must be greater than zero, got {value!r}")
+        return parsed
+
+    return check
+
+
+KINDS: dict[str, tuple[Any, str]] = {
+    "count": (_count, "integer >= 1"),
+    "offset": (_offset, "byte offset (integer, hex allowed)"),
+    "string": (_string, "string"),
+    "path": (_string, "path, relative to this file"),
+    "mesh": (_mesh, "[columns, rows]"),
+    "size": (_positive(units.parse_size), "size: B, KiB, MiB, GiB (or KB, MB, GB)"),
+    "time": (units.parse_time_ps, "time: ps, ns, us, ms, s"),
+    "frequency": (_positive(units.parse_frequency), "frequency: Hz, kHz, MHz, GHz"),
+    "bandwidth": (_positive(units.parse_bandwidth), "bandwidth: B/s … TB/s, KiB/s … TiB/s"),
+}
+
+
+def key(kind: str, default: Any = REQUIRED, doc: str = "", source: str = "") -> Any:
+    """Declare one TOML key: `default` is written as in the TOML file."""
+    parse = KINDS[kind][0]
+    meta = {"kind": kind, "default": default, "doc": doc, "source": source}
+    if default is REQUIRED:
+        return field(default=None, metadata=meta)
+    value = parse(default)
+    return field(default=value, metadata=meta)
+
+
+def section(cls: type, doc: str) -> Any:
+    """Declare a sub-table whose keys are the fields of `cls`."""
+    return field(default_factory=cls, metadata={"section": cls, "doc": doc})
+
+
+# ---------------------------------------------------------------------------
+# Topology
+
+
+@config
+class SystemConfig(Frozen):
+    racks: int = key("count", doc="Racks in the system.")
+    sips_per_rack: int = key("count", doc="SIPs (system-in-package) per rack.")
+    cubes_per_sip: int = key("count", doc="HBM cubes per SIP.")
+    cube_mesh: tuple[int, int] = key(
+        "mesh", doc="Cubes of a SIP as a 2D mesh [columns, rows]; UCIe links join neighbours.")
+    pes_per_cube: int = key("count", doc="Processing elements per cube.")
+    pe_mesh: tuple[int, int] = key(
+        "mesh", doc="PEs of a cube as a 2D mesh [columns, rows]; NoC links join neighbours.")
+
+
+@config
+class SchedulerConfig(Frozen):
+    queue_depth: int = key(
+        "count", 8, "Commands the PE_SCHEDULER queue holds; a full queue stalls PE_CPU.",
+        "A small in-order command FIFO, as in DMA/accelerator command queues.")
+
+
+@config
+class DmaConfig(Frozen):
+    setup: int = key(
+        "time", "20ns", "Fixed cost of one DMA transfer before its first byte moves.",
+        "About 20 cycles of descriptor fetch and address translation at 1 GHz.")
+
+
+@config
+class GemmConfig(Frozen):
+    rows: int = key("count", 16, "Systolic array rows (R).",
+                    "A 16x16 bf16 array: 256 MAC/cycle, 0.5 TFLOP/s per PE at 1 GHz.")
+    cols: int = key("count", 16, "Systolic array columns (C).", "As rows.")
+
+
+@config
+class MathOpCycles(Frozen):
+    """Cycles one lane spends per element, by operation class."""
+
+    add: int = key("count", 1, "add, sub, neg.", "One-cycle FP adder.")
+    mul: int = key("count", 1, "mul.", "One-cycle pipelined FP multiplier.")
+    div: int = key("count", 4, "div, reciprocal.", "Iterative divider, about 4x a multiply.")
+    cmp: int = key("count", 1, "maximum, minimum, where.", "One-cycle comparator.")
+    exp: int = key("count", 4, "exp.", "Special-function unit, about 4x a multiply.")
+    log: int = key("count", 4, "log.", "Special-function unit.")
+    sqrt: int = key("count", 4, "sqrt, rsqrt.", "Special-function unit.")
+    reduce: int = key("count", 1, "max and sum reductions, per input element.",
+                      "A reduction tree consumes one element per lane per cycle.")
+    cast: int = key("count", 1, "dtype conversion.", "One-cycle converter.")
+
+
+@config
+class MathConfig(Frozen):
+    lanes: int = key("count", 32, "Vector lanes of PE_MATH (elements per cycle).",
+                     "A 32-lane FP32 vector unit (1 KiB/cycle of operands).")
+    op_cycles: MathOpCycles = section(MathOpCycles, "Cycles per element per lane, by op class.")
+
+
+@config
+class TcmConfig(Frozen):
+    size: int = key("size", "2MiB", "Tightly coupled memory of one PE (GEMM tiles live here).",
+                    "A few MiB of SRAM on the HBM base die per PE.")
+
+
+@config
+class IpcqConfig(Frozen):
+    slots: int = key("count", 4, "Ring slots per direction (E, W, N, S); also the credits.",
+                     "Small rings: enough to pipeline a tree reduction.")
+    slot_size: int = key("size", "4KiB", "Bytes per slot; a larger message uses several slots.",
+                         "One 4 KiB page per slot.")
+
+
+@config
+class RangeSpec(Frozen):
+    """One PE component's address range inside the PE resource window."""
+
+    start: int = key("offset", 0, "Offset of the range in the PE's 1 GiB resource window.")
+    size: int = key("size", "4KiB", "Bytes in the range.")
+
+
+def _range(start: int, size: str, doc: str) -> Any:
+    spec = RangeSpec(start=start, size=units.parse_size(size))
+    meta = {"section": RangeSpec, "doc": doc, "default": {"start": start, "size": size}}
+    return field(default=spec, metadata=meta)
+
+
+@config
+class ResourcesConfig(Frozen):
+    """ADR-0031 D2: the PE component ranges, answered by configuration.
+
+    Offsets are within one PE's resource window (the 30 bits ext:sub_offset
+    of a PE-unit address). Gaps between ranges are reserved.
+    """
+
+    tcm: RangeSpec = _range(0x0000_0000, "16MiB", "TCM; starts at 0 so pe_tcm_addr keeps its "
+                            "pre-ADR-0031 encoding (D4). Must hold pe.tcm.size.")
+    ipcq: RangeSpec = _range(0x0100_0000, "16MiB", "IPCQ rings: 4 directions x slots x "
+                             "slot_size. Must hold them.")
+    scratchpad: RangeSpec = _range(0x0200_0000, "1MiB", "PE scratchpad.")
+    regfile: RangeSpec = _range(0x0300_0000, "64KiB", "Register file, memory-mapped.")
+    status: RangeSpec = _range(0x0301_0000, "4KiB", "Status and sideband registers.")
+
+
+@config
+class PeConfig(Frozen):
+    clock: int = key("frequency", "1GHz", "Clock of every PE engine.",
+                     "Logic on an HBM base die runs near 1 GHz.")
+    scheduler: SchedulerConfig = section(SchedulerConfig, "PE_SCHEDULER.")
+    dma: DmaConfig = section(DmaConfig, "PE_DMA.")
+    gemm: GemmConfig = section(GemmConfig, "PE_GEMM, an output-stationary systolic array.")
+    math: MathConfig = section(MathConfig, "PE_MATH, the vector unit.")
+    tcm: TcmConfig = section(TcmConfig, "Tightly coupled memory.")
+    ipcq: IpcqConfig = section(IpcqConfig, "Inter-PE command queues (rings).")
+    resources: ResourcesConfig = section(ResourcesConfig, "PE resource ranges (ADR-0031).")
+
+
+@config
+class HbmConfig(Frozen):
+    slice_size: int = key(
+        "size", "1GiB", "HBM bytes owned by one PE (its slice of the cube).",
+        "A 16 GiB HBM3 stack shared by 16 PEs.")
+    bandwidth: int = key(
+        "bandwidth", "51.2GB/s", "Peak bandwidth of one PE's slice.",
+        "One HBM3 channel: 64 bits x 6.4 Gb/s = 51.2 GB/s (JESD238; 16 per stack = 819 GB/s).")
+    latency: int = key("time", "100ns", "Access latency of an HBM read or write.",
+                       "Typical loaded HBM access latency, about 100 ns.")
+
+
+@config
+class SramConfig(Frozen):
+    size: int = key("size", "8MiB", "Cube-shared SRAM (unit_type SRAM).",
+                    "A few MiB of shared buffer on the base die.")
+
+
+@config
+class LinkConfig(Frozen):
+    bandwidth: int = key("bandwidth", "64GB/s", "Bandwidth of one link, each direction.")
+    latency: int = key("time", "2ns", "Latency of one traversal (per hop on a mesh).")
+
+
+def _link(bandwidth: str, latency: str, doc: str, source: str) -> Any:
+    spec = LinkConfig(bandwidth=units.parse_bandwidth(bandwidth),
+                      latency=units.parse_time_ps(latency))
+    meta = {"section": LinkConfig, "doc": doc, "source": source,
+            "default": {"bandwidth": bandwidth, "latency": latency}}
+    return field(default=spec, metadata=meta)
+
+
+# ---------------------------------------------------------------------------
+# Cost table (ADR-0064)
+
+
+@config
+class IssueCosts(Frozen):
+    """PE_CPU time to construct a command and push it to the scheduler (ADR-0064 D1)."""
+
+    composite: int = key("time", "40ns", "tl.composite: build a GEMM descriptor and push it.",
+                         "ADR-0064 Q1 estimate.")
+    load: int = key("time", "4ns", "tl.load: a DMA descriptor.", "ADR-0064 D1: a few ns.")
+    store: int = key("time", "4ns", "tl.store: a DMA descriptor.", "ADR-0064 D1.")
+    dot: int = key("time", "4ns", "tl.dot: one GEMM command.", "ADR-0064 D1.")
+    math: int = key("time", "4ns", "One PE_MATH command (exp, max, sum, +, …).", "ADR-0064 D1.")
+    send: int = key("time", "4ns", "tl.send: one IPCQ message.", "ADR-0064 D1.")
+    recv: int = key("time", "4ns", "tl.recv: one IPCQ receive.", "ADR-0064 D1.")
+    wait: int = key("time", "4ns", "tl.wait: a completion check.", "ADR-0064 D1.")
+
+
+@config
+class SchedulerCosts(Frozen):
+    plan: int = key("time", "0ns", "PE_SCHEDULER time to plan one composite's tiles.",
+                    "ADR-0064 D3: zero until a workload shows it matters.")
+
+
+@config
+class CostTable(Frozen):
+    name: str = key("string", "", "Name shown in reports; defaults to the file name.")
+    issue: IssueCosts = section(IssueCosts, "PE_CPU issue cost per op kind.")
+    scheduler: SchedulerCosts = section(SchedulerCosts, "PE_SCHEDULER costs.")
+    source: Path | None = field(default=None, metadata={"internal": True})
+
+
+@config
+class Topology(Frozen):
+    """A whole system: its shape, its engines, its links and its cost table."""
+
+    name: str = key("string", "", "Name shown in reports; defaults to the file name.")
+    description: str = key("string", "", "One line about this configuration.")
+    costs: str = key("path", "", "Cost table (ADR-0064 issue costs); empty means the shipped "
+                     "topologies/costs/default.toml. `--costs` overrides.")
+    system: SystemConfig = section(SystemConfig, "Shape of the system (all keys required).")
+    pe: PeConfig = section(PeConfig, "One processing element.")
+    hbm: HbmConfig = section(HbmConfig, "HBM, per PE slice.")
+    sram: SramConfig = section(SramConfig, "Cube-shared SRAM.")
+    noc: LinkConfig = _link("64GB/s", "2ns", "Intra-cube NoC, one mesh link between neighbour PEs.",
+                            "64 B/cycle at 1 GHz; 2 cycles per hop.")
+    ucie: LinkConfig = _link("256GB/s", "10ns", "UCIe link between neighbour cubes of a SIP.",
+                             "UCIe 1.0 advanced package, x64 at 32 GT/s = 256 GB/s.")
+    sip_link: LinkConfig = _link("100GB/s", "500ns", "Link from a SIP to its rack's switch.",
+                                 "A scale-up serdes link of 800 Gb/s.")
+    rack_link: LinkConfig = _link("50GB/s", "2us", "Link from a rack to the system network.",
+                                  "One 400 Gb/s Ethernet port.")
+    # Filled by the loader, not read from TOML:
+    source: Path | None = field(default=None, metadata={"internal": True})
+    cost_table: CostTable = field(default_factory=CostTable, metadata={"internal": True})
+
+    @property
+    def num_pes(self) -> int:
+        s = self.system
+        return s.racks * s.sips_per_rack * s.cubes_per_sip * s.pes_per_cube
+
+    @property
+    def num_cubes(self) -> int:
+        s = self.system
+        return s.racks * s.sips_per_rack * s.cubes_per_sip

@@ -1,0 +1,111 @@
+"""Unit strings, parsed in one place.
+
+Every physical quantity in a topology or cost table is a string with a unit,
+so a file never leaves the reader guessing whether ``30`` meant ns or cycles:
+
+==========  ==============================================  ==================
+kind        accepted units                                  stored as (int)
+==========  ==============================================  ==================
+size        B, KB, MB, GB, TB (10^3) and KiB, MiB, GiB, TiB  bytes
+time        ps, ns, us (or µs), ms, s                       picoseconds
+frequency   Hz, kHz, MHz, GHz                               hertz
+bandwidth   B/s, KB/s, MB/s, GB/s, TB/s, KiB/s … TiB/s      bytes per second
+==========  ==============================================  ==================
+
+Numbers may be decimals (``"1.5GHz"``, ``"51.2GB/s"``); the result must be a
+whole number of the stored unit (``"0.5ps"`` and ``"1.5B"`` are errors), which
+keeps simulated time exact: it is integer picoseconds everywhere.
+Parsing raises `UnitError`; the config loader adds file and key to it.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+_SIZE = {
+    "B": 1,
+    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+    "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
+}
+_TIME_PS = {"ps": 1, "ns": 10**3, "us": 10**6, "µs": 10**6, "ms": 10**9, "s": 10**12}
+_FREQ = {"Hz": 1, "kHz": 10**3, "MHz": 10**6, "GHz": 10**9}
+_BANDWIDTH = {f"{unit}/s": scale for unit, scale in _SIZE.items()}
+
+_QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*([A-Za-zµ/]+)\s*$")
+
+
+class UnitError(ValueError):
+    """A quantity string that does not parse; the message says what was expected."""
+
+
+def _parse(text: object, units: dict[str, int], what: str, example: str, base: str) -> int:
+    if not isinstance(text, str):
+        raise UnitError(f"expected {what} such as {example!r}, got {text!r}")
+    match = _QUANTITY.match(text)
+    if match is None or match.group(2) not in units:
+        names = ", ".join(units)
+        raise UnitError(f"expected {what} such as {example!r} (units: {names}), got {text!r}")
+    try:
+        value = Decimal(match.group(1)) * units[match.group(2)]
+    except InvalidOperation:  # pragma: no cover - the regex admits only valid decimals
+        raise UnitError(f"expected {what} such as {example!r}, got {text!r}") from None
+    if value != value.to_integral_value():
+        raise UnitError(f"{text!r} is not a whole number of {base}")
+    return int(value)
+
+
+def parse_size(text: object) -> int:
+    """``"64KiB"`` -> 65536 (bytes)."""
+    return _parse(text, _SIZE, "a size", "64KiB", "bytes")
+
+
+def parse_time_ps(text: object) -> int:
+    """``"30ns"`` -> 30000 (picoseconds)."""
+    return _parse(text, _TIME_PS, "a time", "30ns", "picoseconds")
+
+
+def parse_frequency(text: object) -> int:
+    """``"1.5GHz"`` -> 1500000000 (hertz)."""
+    return _parse(text, _FREQ, "a frequency", "1GHz", "hertz")
+
+
+def parse_bandwidth(text: object) -> int:
+    """``"51.2GB/s"`` -> 51200000000 (bytes per second)."""
+    return _parse(text, _BANDWIDTH, "a bandwidth", "64GB/s", "bytes per second")
+
+
+def format_size(nbytes: int) -> str:
+    """Bytes as the largest binary unit that divides them exactly (``"16MiB"``)."""
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        if nbytes and nbytes % _SIZE[unit] == 0:
+            return f"{nbytes // _SIZE[unit]}{unit}"
+    return f"{nbytes}B"
+
+
+def format_time_ps(ps: int) -> str:
+    """Picoseconds for people: ``"40ns"``, ``"1.25us"``, ``"800ps"``, ``"0ns"``."""
+    if ps == 0:
+        return "0ns"
+    for unit, scale in (("s", 10**12), ("ms", 10**9), ("us", 10**6), ("ns", 10**3)):
+        if ps >= scale:
+            return f"{_trim(Decimal(ps) / scale)}{unit}"
+    return f"{ps}ps"
+
+
+def format_frequency(hz: int) -> str:
+    for unit in ("GHz", "MHz", "kHz"):
+        if hz >= _FREQ[unit]:
+            return f"{_trim(Decimal(hz) / _FREQ[unit])}{unit}"
+    return f"{hz}Hz"
+
+
+def format_bandwidth(bytes_per_s: int) -> str:
+    for unit in ("TB", "GB", "MB", "KB"):
+        if bytes_per_s >= _SIZE[unit]:
+            return f"{_trim(Decimal(bytes_per_s) / _SIZE[unit])}{unit}/s"
+    return f"{bytes_per_s}B/s"
+
+
+def _trim(value: Decimal) -> str:
+    return f"{value:.3f}".rstrip("0").rstrip(".")

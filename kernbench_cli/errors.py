@@ -1,0 +1,69 @@
+"""The one exception tree of kernbench.
+
+Everything a user can cause (a bad TOML value, an address outside the
+topology, a kernel that raises or deadlocks) raises a subclass of
+`KernbenchError`. The CLI catches that root once and prints one line per
+problem; anything else is a bug in kernbench and keeps its traceback.
+
+`exit_code` is 2 for bad input (configuration, addresses, usage) and 1 for a
+run that went wrong (kernel error, deadlock, failed verification, golden
+drift).
+"""
+
+from __future__ import annotations
+
+
+class KernbenchError(Exception):
+    """Root of every error a user can cause."""
+
+    exit_code = 2
+
+    def lines(self) -> list[str]:
+        """The message as the CLI prints it, one problem per line."""
+        return [str(self)]
+
+
+class ConfigError(KernbenchError):
+    """A topology or cost-table file is unreadable or invalid.
+
+    Holds every problem found in one file, each already phrased as
+    ``FILE: key.path: what is wrong``. `str()` gives the first, with a count of
+    the rest, so a single-line report stays a single line.
+    """
+
+    def __init__(self, problems: list[str]):
+        if not problems:
+            raise ValueError("ConfigError needs at least one problem")
+        self.problems = list(problems)
+        more = len(self.problems) - 1
+        text = self.problems[0]
+        if more:
+            text += f" (and {more} more problem{'s' if more > 1 else ''})"
+        super().__init__(text)
+
+    def lines(self) -> list[str]:
+        return list(self.problems)
+
+
+class AddressError(KernbenchError):
+    """An address or address field that the layout or topology does not allow."""
+
+
+class KernelError(KernbenchError):
+    """A kernel, its parameters or its launch is wrong."""
+
+    exit_code = 1
+
+
+class DeadlockError(KernelError):
+    """Every live PE is blocked and no event is pending."""
+
+
+class VerificationError(KernelError):
+    """A kernel's outputs disagree with its numpy reference."""
+
+
+class GoldenMismatch(KernbenchError):
+    """A result differs from its stored golden."""
+
+    exit_code = 1

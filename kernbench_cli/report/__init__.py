@@ -1,0 +1,1 @@
+"""Results -> Rich tables, JSON and traces; pure functions of their inputs."""

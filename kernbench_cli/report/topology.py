@@ -1,0 +1,52 @@
+"""Rich views of a compiled topology: the system tree and the resource map."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.tree import Tree
+
+from kernbench_cli.address import AddressMap
+from kernbench_cli.config.units import format_bandwidth, format_frequency, format_size
+from kernbench_cli.config.units import format_time_ps as t
+
+
+def _link(cfg) -> str:
+    return f"{format_bandwidth(cfg.bandwidth)}, {t(cfg.latency)}"
+
+
+def system_tree(amap: AddressMap) -> Tree:
+    topo = amap.topology
+    s, pe, costs = topo.system, topo.pe, topo.cost_table
+    tree = Tree(f"[bold]{topo.name}[/bold]: {topo.num_pes} PEs  {topo.description}".rstrip())
+    racks = tree.add(f"rack x{s.racks}  (rack_link {_link(topo.rack_link)})")
+    sips = racks.add(f"SIP x{s.sips_per_rack}  (sip_link {_link(topo.sip_link)})")
+    cubes = sips.add(f"cube x{s.cubes_per_sip}, mesh {s.cube_mesh[0]}x{s.cube_mesh[1]}  "
+                     f"(UCIe {_link(topo.ucie)}; SRAM {format_size(topo.sram.size)})")
+    pes = cubes.add(f"PE x{s.pes_per_cube}, mesh {s.pe_mesh[0]}x{s.pe_mesh[1]}  "
+                    f"(NoC {_link(topo.noc)} per hop; clock {format_frequency(pe.clock)})")
+    issue = costs.issue
+    pes.add(f"cpu        issue: composite {t(issue.composite)}, load {t(issue.load)}, "
+            f"store {t(issue.store)}, dot {t(issue.dot)}, math {t(issue.math)}, "
+            f"send {t(issue.send)}, recv {t(issue.recv)}, wait {t(issue.wait)}  "
+            f"[dim](costs: {costs.name})[/dim]")
+    pes.add(f"scheduler  queue {pe.scheduler.queue_depth}, plan {t(costs.scheduler.plan)}")
+    pes.add(f"dma        setup {t(pe.dma.setup)}")
+    pes.add(f"gemm       {pe.gemm.rows}x{pe.gemm.cols} output-stationary systolic array")
+    pes.add(f"math       {pe.math.lanes} lanes")
+    pes.add(f"tcm        {format_size(pe.tcm.size)}")
+    pes.add(f"ipcq       4 directions x {pe.ipcq.slots} slots x {format_size(pe.ipcq.slot_size)}")
+    pes.add(f"hbm        slice {format_size(topo.hbm.slice_size)}, "
+            f"{format_bandwidth(topo.hbm.bandwidth)}, {t(topo.hbm.latency)}")
+    return tree
+
+
+def resource_table(amap: AddressMap) -> Table:
+    table = Table(title="PE resource window (ADR-0031), offsets within pe_offset [29:0]")
+    for column, justify in (("component", "left"), ("start", "right"), ("end", "right"),
+                            ("size", "right"), ("in use", "right")):
+        table.add_column(column, justify=justify)
+    for name, start, end, used in amap.resources.layout():
+        style = "dim" if name == "reserved" else None
+        table.add_row(name, f"{start:#011x}", f"{end:#011x}", format_size(end - start),
+                      format_size(used) if used else "-", style=style)
+    return table

@@ -1,0 +1,38 @@
+"""Where the shipped kernels, topologies and goldens are.
+
+From a source checkout (or an editable install) they sit at the top of the
+repository; a wheel carries copies under ``kernbench_cli/_data/`` (see
+pyproject.toml). Names resolve against whichever exists, the wheel's first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kernbench_cli.errors import ConfigError
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def data_dir(kind: str) -> Path:
+    """The directory of shipped `kind` files: "kernels", "topologies" or "goldens"."""
+    installed = _PACKAGE / "_data" / kind
+    return installed if installed.is_dir() else _PACKAGE.parent / kind
+
+
+def shipped_topologies() -> list[str]:
+    return sorted(p.stem for p in data_dir("topologies").glob("*.toml"))
+
+
+def resolve_topology(spec: str | None) -> Path:
+    """A topology path from a name (``sip``), a path, or None for the default."""
+    if spec is None:
+        spec = "default"
+    path = Path(spec)
+    if path.suffix == ".toml" or path.exists() or len(path.parts) > 1:
+        return path
+    shipped = data_dir("topologies") / f"{spec}.toml"
+    if shipped.is_file():
+        return shipped
+    raise ConfigError([f"no topology named {spec!r} (shipped: {', '.join(shipped_topologies())}; "
+                       "or give a path to a .toml file)"])

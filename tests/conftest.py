@@ -1,0 +1,67 @@
+"""Shared fixtures: shipped topologies compiled once, and a CLI runner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kernbench_cli.address import AddressMap
+from kernbench_cli.config import load_topology
+from kernbench_cli.resources import data_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def shipped(name: str) -> Path:
+    return data_dir("topologies") / f"{name}.toml"
+
+
+@pytest.fixture(scope="session")
+def amaps() -> dict[str, AddressMap]:
+    return {n: AddressMap.compile(load_topology(shipped(n))) for n in ("default", "sip", "rack")}
+
+
+@pytest.fixture(scope="session")
+def amap(amaps) -> AddressMap:
+    return amaps["default"]
+
+
+@pytest.fixture
+def cli():
+    """Run `kernbench ARGS…`; returns (exit code, stdout, stderr)."""
+    from kernbench_cli.cli.app import app
+
+    runner = CliRunner()
+
+    def run(*args: str) -> tuple[int, str, str]:
+        result = runner.invoke(app, list(args))
+        if result.exception and not isinstance(result.exception, SystemExit):
+            raise result.exception
+        return result.exit_code, result.stdout, result.stderr
+
+    return run
+
+
+SYSTEM = """
+[system]
+racks = 1
+sips_per_rack = 1
+cubes_per_sip = 2
+cube_mesh = [2, 1]
+pes_per_cube = 8
+pe_mesh = [4, 2]
+"""
+
+
+@pytest.fixture
+def write_topology(tmp_path):
+    """Write a topology TOML (the [system] table of default.toml plus `extra`)."""
+
+    def write(extra: str = "", name: str = "t.toml", system: str = SYSTEM) -> Path:
+        path = tmp_path / name
+        path.write_text(system + extra)
+        return path
+
+    return write
