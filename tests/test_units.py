@@ -50,3 +50,9 @@ def test_formatting_round_trips_through_parsing():
     assert units.format_time_ps(1_250_000) == "1.25us"
     assert units.format_bandwidth(51_200_000_000) == "51.2GB/s"
     assert units.format_frequency(1_500_000_000) == "1.5GHz"
+
+
+def test_approximate_sizes_for_tables():
+    assert units.format_size_approx(16 * 2**20) == "16MiB"
+    assert units.format_size_approx(2**30 - 0x3011000) == "975.93MiB"
+    assert units.format_size_approx(3 * 2**10 + 1) == "3073B"

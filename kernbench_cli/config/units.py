@@ -83,6 +83,17 @@ def format_size(nbytes: int) -> str:
     return f"{nbytes}B"
 
 
+def format_size_approx(nbytes: int) -> str:
+    """Bytes for a table: exact when a unit divides them, else 3 significant-ish digits."""
+    exact = format_size(nbytes)
+    if not exact.endswith("KiB") or nbytes < _SIZE["MiB"]:
+        return exact
+    for unit in ("TiB", "GiB", "MiB"):
+        if nbytes >= _SIZE[unit]:
+            return f"{_trim(Decimal(nbytes) / _SIZE[unit])[:6].rstrip('.')}{unit}"
+    return exact  # pragma: no cover - nbytes >= 1 MiB always meets a unit
+
+
 def format_time_ps(ps: int) -> str:
     """Picoseconds for people: ``"40ns"``, ``"1.25us"``, ``"800ps"``, ``"0ns"``."""
     if ps == 0:

@@ -6,7 +6,12 @@ from rich.table import Table
 from rich.tree import Tree
 
 from kernbench_cli.address import AddressMap
-from kernbench_cli.config.units import format_bandwidth, format_frequency, format_size
+from kernbench_cli.config.units import (
+    format_bandwidth,
+    format_frequency,
+    format_size,
+    format_size_approx,
+)
 from kernbench_cli.config.units import format_time_ps as t
 
 
@@ -47,6 +52,6 @@ def resource_table(amap: AddressMap) -> Table:
         table.add_column(column, justify=justify)
     for name, start, end, used in amap.resources.layout():
         style = "dim" if name == "reserved" else None
-        table.add_row(name, f"{start:#011x}", f"{end:#011x}", format_size(end - start),
+        table.add_row(name, f"{start:#011x}", f"{end:#011x}", format_size_approx(end - start),
                       format_size(used) if used else "-", style=style)
     return table
