@@ -66,12 +66,87 @@ class Pool:
         self._starts.append(start)
         return start
 
+    def alloc_at(self, addr: int, nbytes: int, what: str = "buffer") -> int:
+        """Allocate `nbytes` exactly at `addr` (>= the next free byte): symmetric layouts."""
+        if addr < self._next:
+            raise AddressError(f"{self.name}: {addr:#x} is already in use")
+        if addr + nbytes > self.base + self.size:
+            raise AddressError(
+                f"{self.name} is full: {what} needs {format_size(nbytes)} ({nbytes} B) at "
+                f"offset {addr - self.base:#x}, {self.base + self.size - addr} B of "
+                f"{format_size(self.size)} left")
+        self._next = addr + nbytes
+        self._allocs.append(Allocation(what, addr, nbytes))
+        self._starts.append(addr)
+        return addr
+
     def find(self, addr: int) -> Allocation | None:
         """The allocation holding `addr`, or None."""
         i = bisect.bisect_right(self._starts, addr) - 1
         if i >= 0 and addr < self._allocs[i].end:
             return self._allocs[i]
         return None
+
+
+class FreeListPool:
+    """First-fit allocation with free, over ``[base, base + size)`` (a PE's TCM).
+
+    Kernel tensors come and go; a block is freed when its tensor is dropped.
+    """
+
+    def __init__(self, name: str, base: int, size: int):
+        self.name = name
+        self.base = base
+        self.size = size
+        self._free: list[list[int]] = [[base, size]]  # [start, size], by address
+        self._sizes: dict[int, int] = {}
+        self.used = 0
+
+    def largest_free(self) -> int:
+        return max((size for _, size in self._free), default=0)
+
+    def alloc(self, nbytes: int, what: str, align: int = DEFAULT_ALIGN) -> int:
+        nbytes = max(nbytes, 1)
+        for i, (start, size) in enumerate(self._free):
+            addr = -(-start // align) * align
+            if addr + nbytes <= start + size:
+                head, tail = addr - start, start + size - (addr + nbytes)
+                pieces = ([[start, head]] if head else []) + (
+                    [[addr + nbytes, tail]] if tail else [])
+                self._free[i:i + 1] = pieces
+                self._sizes[addr] = nbytes
+                self.used += nbytes
+                return addr
+        raise AddressError(
+            f"{self.name} is full: {what} needs {format_size(nbytes)} ({nbytes} B); "
+            f"{self.size - self.used} B of {format_size(self.size)} free, the largest free "
+            f"block is {self.largest_free()} B")
+
+    def free(self, addr: int) -> None:
+        nbytes = self._sizes.pop(addr)
+        self.used -= nbytes
+        i = bisect.bisect_left(self._free, [addr, 0])
+        self._free.insert(i, [addr, nbytes])
+        # coalesce with the neighbours
+        if i + 1 < len(self._free) and addr + nbytes == self._free[i + 1][0]:
+            self._free[i][1] += self._free.pop(i + 1)[1]
+        if i > 0 and self._free[i - 1][0] + self._free[i - 1][1] == addr:
+            self._free[i - 1][1] += self._free.pop(i)[1]
+
+
+@dataclass(frozen=True)
+class Sharded:
+    """A symmetric allocation: `shape` of `dtype` at `offset` in every PE's HBM slice.
+
+    Kernels turn it into an address with ``tl.shard(x)`` (this PE's copy) or
+    ``tl.shard(x, pid=k)`` (PE k's copy).
+    """
+
+    name: str
+    offset: int
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
 
 
 class SystemAllocator:

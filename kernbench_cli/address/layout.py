@@ -32,17 +32,18 @@ class BitField:
     hi: int
     lo: int
 
-    @property
-    def width(self) -> int:
-        return self.hi - self.lo + 1
+    def __post_init__(self) -> None:
+        # precomputed: `get` runs for every DMA the simulator routes
+        object.__setattr__(self, "width", self.hi - self.lo + 1)
+        object.__setattr__(self, "limit", 1 << self.width)
+        object.__setattr__(self, "mask", self.limit - 1)
 
-    @property
-    def limit(self) -> int:
-        """One past the largest value the field holds."""
-        return 1 << self.width
+    width: int = 0
+    limit: int = 0  # one past the largest value the field holds
+    mask: int = 0
 
     def get(self, addr: int) -> int:
-        return (addr >> self.lo) & (self.limit - 1)
+        return (addr >> self.lo) & self.mask
 
     def put(self, value: int) -> int:
         """`value` shifted into place; AddressError if it does not fit."""

@@ -229,6 +229,18 @@ class AddressMap:
         self._within(component, offset, r.used, USED_BY.get(component, f"pe.resources.{component}"))
         return base | L.UNIT_TYPE.put(L.UnitType.PE) | (r.start + offset)
 
+    def locate(self, addr: int) -> tuple[PeCoord, bool]:
+        """(PE whose memory holds `addr`, whether it is HBM): the DMA's routing question.
+
+        HBM belongs to the PE whose slice holds it; a PE resource to that PE;
+        the cube's SRAM and MCPU are reached at PE 0 of the cube. Assumes
+        `addr` is valid (allocated memory); `decode` is the checking path.
+        """
+        rack, sip, cube = L.RACK.get(addr), L.SIP.get(addr), L.CUBE.get(addr)
+        if L.WINDOW.get(addr) == L.HBM_WINDOW:
+            return PeCoord(rack, sip, cube, L.HBM_OFFSET.get(addr) // self.slice_bytes), True
+        return PeCoord(rack, sip, cube, L.PE.get(addr)), False
+
     # ----------------------------------------------------------------- decode
 
     def decode(self, addr: int) -> Decoded:

@@ -12,7 +12,7 @@ import sys
 import typer
 from typer.core import TyperGroup
 
-from kernbench_cli.cli import addr, topology
+from kernbench_cli.cli import addr, run, topology
 from kernbench_cli.errors import KernbenchError
 
 
@@ -40,6 +40,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.command("run")(run.run)
 app.command("decode")(addr.decode)
 app.command("encode")(addr.encode)
 app.add_typer(topology.app, name="topology")

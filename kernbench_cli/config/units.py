@@ -104,6 +104,18 @@ def format_time_ps(ps: int) -> str:
     return f"{ps}ps"
 
 
+def format_time_short(ps: int) -> str:
+    """Picoseconds in at most 4 significant digits, for table cells: ``"35.79us"``."""
+    if ps == 0:
+        return "0ns"
+    for unit, scale in (("s", 10**12), ("ms", 10**9), ("us", 10**6), ("ns", 10**3)):
+        if ps >= scale:
+            value = ps / scale
+            digits = max(0, 3 - len(str(int(value))))
+            return f"{value:.{digits}f}{unit}"
+    return f"{ps}ps"
+
+
 def format_frequency(hz: int) -> str:
     for unit in ("GHz", "MHz", "kHz"):
         if hz >= _FREQ[unit]:

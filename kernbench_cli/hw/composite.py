@@ -1,0 +1,144 @@
+"""How PE_SCHEDULER runs a composite GEMM: a tile plan, streamed.
+
+`plan_gemm` picks tile sizes Mt x Kt x Nt whose buffers fit the TCM left
+free: two buffers each for the A and B tiles that must be streamed from
+memory (operands already in TCM are used in place) and two f32 accumulators,
+so loads of the next tiles and the store of the last output tile overlap the
+GEMM of the current one. Among the plans that fit, it takes the one with the
+smallest estimated time: ``max(GEMM cycles, DMA cycles)`` in steady state,
+plus what the pipeline cannot hide (loading the first tile, storing the
+last), where DMA cycles count a setup per transfer and bytes at the HBM
+bandwidth. Ties go to larger tiles.
+
+`run_gemm` times the plan: tiles in m, n, k order; operands of tile i+2
+load when tile i's buffers free (prefetch distance two), each output tile is
+stored once its last k-tile finishes; the DMA and GEMM engines are the PE's
+in-order engines, so the plan competes with the kernel's own commands.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kernbench_cli.hw.gemm import os_gemm_cycles
+
+ACC_BYTES = 4  # f32 accumulators
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A GEMM operand: in TCM already (`resident`) or `rows` x `cols` at `addr`."""
+
+    rows: int
+    cols: int
+    itemsize: int
+    resident: bool
+    addr: int = 0
+    row_stride: int = 0  # elements between rows in memory
+
+
+@dataclass(frozen=True)
+class GemmTiling:
+    mt: int
+    kt: int
+    nt: int
+    tcm_bytes: int
+
+
+def _sizes(total: int, unit: int) -> list[int]:
+    """Candidate tile sizes: `unit` x powers of two, and `total` itself."""
+    sizes, size = {total}, unit
+    while size < total:
+        sizes.add(size)
+        size *= 2
+    return sorted(sizes, reverse=True)
+
+
+def _k_sizes(k: int) -> list[int]:
+    sizes, size = [k], k
+    while size > 16:
+        size = -(-size // 2)
+        sizes.append(size)
+    return sizes
+
+
+@functools.lru_cache(maxsize=1024)
+def plan_gemm(m: int, k: int, n: int, a_bytes: int, b_bytes: int, out_bytes: int,
+              a_resident: bool, b_resident: bool, rows: int, cols: int, tcm_free: int,
+              hbm_bytes_per_cycle: float, setup_cycles: float) -> GemmTiling | None:
+    """The best tiling that fits `tcm_free` bytes, or None when none does."""
+    best, best_key = None, None
+    bw = hbm_bytes_per_cycle
+    for kt in _k_sizes(k):
+        for mt in _sizes(m, rows):
+            for nt in _sizes(n, cols):
+                need = 2 * mt * nt * ACC_BYTES
+                need += 0 if a_resident else 2 * mt * kt * a_bytes
+                need += 0 if b_resident else 2 * kt * nt * b_bytes
+                if need > tcm_free:
+                    continue
+                tm, tn, tk = -(-m // mt), -(-n // nt), -(-k // kt)
+                cycles = tm * tn * tk * (os_gemm_cycles(mt, kt, nt, rows, cols) + 1)
+                a_count = 0 if a_resident else (tm if tk == 1 else tm * tn * tk)
+                b_count = 0 if b_resident else tm * tn * tk
+                moved = (a_count * mt * kt * a_bytes + b_count * kt * nt * b_bytes
+                         + m * n * out_bytes)
+                transfers = a_count + b_count + tm * tn
+                dma = transfers * setup_cycles + moved / bw
+                first = ((0 if a_resident else mt * kt * a_bytes)
+                         + (0 if b_resident else kt * nt * b_bytes)) / bw
+                exposed = first + 2 * setup_cycles + mt * nt * out_bytes / bw
+                key = (max(cycles, dma) + exposed, -mt * nt, -kt)
+                if best_key is None or key < best_key:
+                    best, best_key = GemmTiling(mt, kt, nt, need), key
+    return best
+
+
+@dataclass
+class Stream:
+    """What `run_gemm` needs of the PE: engines and a way to move a tile."""
+
+    gemm_run: Callable[[int, int, int, int], tuple[int, int]]
+    load: Callable[[int, Operand, int, int, int, int], tuple[int, int]]
+    store: Callable[[int, int, int], tuple[int, int]]  # (ready, addr, nbytes)
+
+
+def run_gemm(t0: int, tiling: GemmTiling, a: Operand, b: Operand, n: int,
+             trans_b: bool, out_addr: int | None, out_itemsize: int, out_row_stride: int,
+             stream: Stream) -> int:
+    """Time a composite GEMM dispatched at `t0`; returns when its last tile is done."""
+    m, k = a.rows, a.cols
+    mt, kt, nt = tiling.mt, tiling.kt, tiling.nt
+    tiles = [(m0, n0, k0) for m0 in range(0, m, mt) for n0 in range(0, n, nt)
+             for k0 in range(0, k, kt)]
+    a_reused = kt >= k  # one A row-tile serves every n tile of its row
+    loaded: list[int] = []  # when tile i's operands are in TCM
+    gemm_end: list[int] = []
+
+    def load(i: int, ready: int) -> None:
+        m0, n0, k0 = tiles[i]
+        mr, kr, nr = min(mt, m - m0), min(kt, k - k0), min(nt, n - n0)
+        done = ready
+        if not a.resident and not (a_reused and i > 0 and tiles[i - 1][0] == m0):
+            done = max(done, stream.load(ready, a, m0, k0, mr, kr)[1])
+        if not b.resident:
+            coords = (n0, k0, nr, kr) if trans_b else (k0, n0, kr, nr)
+            done = max(done, stream.load(ready, b, *coords)[1])
+        loaded.append(done)
+
+    end = t0
+    for i in range(min(2, len(tiles))):
+        load(i, t0)
+    for i, (m0, n0, k0) in enumerate(tiles):
+        mr, kr, nr = min(mt, m - m0), min(kt, k - k0), min(nt, n - n0)
+        _, done = stream.gemm_run(max(loaded[i], t0), mr, kr, nr)
+        gemm_end.append(done)
+        end = max(end, done)
+        if i + 2 < len(tiles):
+            load(i + 2, done)
+        if k0 + kt >= k and out_addr is not None:
+            addr = out_addr + (m0 * out_row_stride + n0) * out_itemsize
+            end = max(end, stream.store(done, addr, mr * nr * out_itemsize)[1])
+    return end

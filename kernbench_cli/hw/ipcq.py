@@ -1,0 +1,63 @@
+"""IPCQ rings (ADR-0023/0030): per PE, one inbound ring per mesh direction.
+
+A ring has `slots` slots of `slot_size` bytes, which are also the sender's
+credits. A message is split into slot-sized chunks; each chunk needs a free
+slot before the sender's DMA may move it, and frees its slot when the
+receiver has taken it (its `recv` posted and the chunk arrived). The ring
+keeps only timing and the chunks in flight; blocking is the kernel
+runtime's business.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+DIRECTIONS = ("E", "W", "N", "S")
+OPPOSITE = {"E": "W", "W": "E", "N": "S", "S": "N"}
+
+
+@dataclass
+class Chunk:
+    sender: int  # global pid
+    message: int  # sender's message number
+    index: int  # chunk number in the message
+    count: int  # chunks in the message
+    nbytes: int  # bytes of the whole message
+    slot: int
+    arrival: int
+    value: Any = None  # the message's value, on its last chunk
+
+
+@dataclass
+class Ring:
+    """One inbound ring: `credits` are the times at which its free slots free up."""
+
+    slots: int
+    slot_bytes: int
+    credits: list[tuple[int, int]] = field(default_factory=list)  # heap of (free time, slot)
+    chunks: deque[Chunk] = field(default_factory=deque)
+    sender_waiting: list = field(default_factory=list)  # senders out of credits
+    receiver_waiting: Any = None  # runtime's wake-up for a receiver with nothing to take
+
+    def __post_init__(self) -> None:
+        self.credits = [(0, s) for s in range(self.slots)]
+
+    def chunks_for(self, nbytes: int) -> int:
+        return max(1, -(-nbytes // self.slot_bytes))
+
+    def take_credit(self) -> tuple[int, int] | None:
+        """(time the slot is free, slot) of the earliest free slot, or None."""
+        return heapq.heappop(self.credits) if self.credits else None
+
+    def give_credit(self, t: int, slot: int) -> None:
+        heapq.heappush(self.credits, (t, slot))
+
+    def first_from(self, sender: int | None) -> Chunk | None:
+        """The oldest chunk (from `sender`, if given) in the ring."""
+        for chunk in self.chunks:
+            if sender is None or chunk.sender == sender:
+                return chunk
+        return None

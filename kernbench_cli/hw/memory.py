@@ -1,0 +1,89 @@
+"""The contents of memory: what loads read and stores write.
+
+Values exist only where something was allocated (by host setup through the
+allocators, or by the TCM of a kernel's tensors). An access outside every
+allocation, or running past the end of one, is an AddressError naming the
+address. With ``backed=False`` (timing-only runs) nothing is stored and
+every read returns zeros of the right shape without touching memory.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+
+import numpy as np
+
+from kernbench_cli.errors import AddressError
+
+
+class Memory:
+    """Byte arrays per allocation, found by address."""
+
+    def __init__(self, backed: bool = True):
+        self.backed = backed
+        self._bases: list[int] = []
+        self._blocks: list[tuple[int, str, np.ndarray | None]] = []  # (size, name, bytes)
+
+    def add(self, addr: int, nbytes: int, name: str) -> None:
+        """Register an allocation of `nbytes` at `addr` (zero-filled when backed)."""
+        i = bisect.bisect_left(self._bases, addr)
+        data = np.zeros(nbytes, dtype=np.uint8) if self.backed else None
+        self._bases.insert(i, addr)
+        self._blocks.insert(i, (nbytes, name, data))
+
+    def check(self, addr: int, nbytes: int, what: str) -> str:
+        """The name of the allocation holding [addr, addr + nbytes); AddressError if none."""
+        return self._find(addr, nbytes, what)[1]
+
+    def _find(self, addr: int, nbytes: int, what: str) -> tuple[int, str, np.ndarray | None, int]:
+        i = bisect.bisect_right(self._bases, addr) - 1
+        if i < 0 or addr >= self._bases[i] + self._blocks[i][0]:
+            raise AddressError(f"{what} at {addr:#x}: no allocation holds this address")
+        size, name, data = self._blocks[i]
+        offset = addr - self._bases[i]
+        if offset + nbytes > size:
+            raise AddressError(f"{what} of {nbytes} B at {addr:#x} runs past the end of "
+                               f"{name!r} ({size} B at {self._bases[i]:#x}) by "
+                               f"{offset + nbytes - size} B")
+        return size, name, data, offset
+
+    def read(self, addr: int, shape: tuple[int, ...], dtype: np.dtype, what: str = "read",
+             row_stride: int | None = None) -> np.ndarray:
+        """A copy of the array at `addr` (rows `row_stride` elements apart if given)."""
+        count = math.prod(shape)
+        itemsize = np.dtype(dtype).itemsize
+        span = _span(shape, count, row_stride)
+        _, _, data, offset = self._find(addr, span * itemsize, what)
+        if data is None:
+            return np.zeros(shape, dtype)
+        flat = data[offset:offset + span * itemsize].view(dtype)
+        if row_stride is None:
+            return flat.reshape(shape).copy()
+        rows, cols = shape
+        return np.lib.stride_tricks.as_strided(
+            flat, (rows, cols), (row_stride * itemsize, itemsize)).copy()
+
+    def write(self, addr: int, value: np.ndarray, what: str = "write",
+              row_stride: int | None = None) -> None:
+        """Store `value` at `addr` (rows `row_stride` elements apart if given)."""
+        itemsize = value.dtype.itemsize
+        span = _span(value.shape, value.size, row_stride)
+        _, _, data, offset = self._find(addr, span * itemsize, what)
+        if data is None:
+            return
+        flat = data[offset:offset + span * itemsize].view(value.dtype)
+        if row_stride is None:
+            flat[:] = value.reshape(-1)
+            return
+        rows, cols = value.shape
+        np.lib.stride_tricks.as_strided(flat, (rows, cols), (row_stride * itemsize, itemsize))[
+            :] = value
+
+
+def _span(shape: tuple[int, ...], count: int, row_stride: int | None) -> int:
+    """Elements from the first to one past the last of a (strided) 2D block."""
+    if row_stride is None:
+        return count
+    rows, cols = shape
+    return (rows - 1) * row_stride + cols if rows else 0

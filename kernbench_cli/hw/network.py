@@ -1,0 +1,212 @@
+"""Shared blocks: HBM slices and links, each a reservation calendar.
+
+Arbitration model. A transfer reserves, on every resource of its path, the
+earliest interval at or after its request time that is free on all of them
+(earliest fit, gaps included). Reservations are made in simulated-time
+order of the requests' *issue* (the kernel runtime synchronises a PE with
+global time before it books; ties go to the lower PE index), so a result
+never depends on the order in which PEs' Python code runs. Two transfers
+over one link therefore take twice as long as one; transfers on disjoint
+links do not interact.
+
+Each resource is held for ``bytes / its own bandwidth`` from the common
+start (a fluid approximation of cut-through streaming): a link faster than
+the path's bottleneck is only partly occupied and others may use the rest.
+
+Routes. PEs of a cube form a mesh joined by NoC links; cubes of a SIP form a
+mesh joined by UCIe links; both route X first, then Y, over directed links
+(each direction is its own resource). A SIP reaches the others of its rack
+through one link to a rack switch (`sip_link`, up and down), racks through
+`rack_link`. A cross-cube transfer is charged its UCIe hops only: the model
+attaches every PE to its cube's UCIe ports and does not add NoC hops to
+reach them.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from kernbench_cli.address.physaddr import PeCoord
+from kernbench_cli.config.schema import LinkConfig, Topology
+
+PS_PER_S = 10**12
+
+
+def transfer_ps(nbytes: int, bandwidth: int) -> int:
+    """Picoseconds to move `nbytes` at `bandwidth` bytes/s, rounded up."""
+    return -(-nbytes * PS_PER_S // bandwidth)
+
+
+class Calendar:
+    """Busy intervals of one shared resource, sorted and non-overlapping.
+
+    `level` is the engine-table row it counts towards ("hbm", "noc", "ucie",
+    "sip_link", "rack_link").
+    """
+
+    __slots__ = ("bandwidth", "busy_ps", "bytes", "ends", "latency_ps", "level", "name", "ops",
+                 "starts")
+
+    def __init__(self, level: str, name: str, bandwidth: int, latency_ps: int):
+        self.level = level
+        self.name = name
+        self.bandwidth = bandwidth
+        self.latency_ps = latency_ps
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.busy_ps = 0
+        self.bytes = 0
+        self.ops = 0
+
+    def fit(self, t: int, duration: int) -> int:
+        """Earliest start >= t of a free interval of `duration`."""
+        ends, starts = self.ends, self.starts
+        i = bisect.bisect_right(ends, t)
+        end = t + duration
+        while i < len(starts) and starts[i] < end:
+            t = ends[i]
+            end = t + duration
+            i += 1
+        return t
+
+    def reserve(self, t: int, duration: int) -> None:
+        """Book [t, t + duration), which `fit` found free; touching intervals merge."""
+        self.busy_ps += duration
+        self.ops += 1
+        if duration == 0:
+            return
+        starts, ends = self.starts, self.ends
+        end = t + duration
+        i = bisect.bisect_left(starts, t)
+        joins_left = i > 0 and ends[i - 1] == t
+        joins_right = i < len(starts) and starts[i] == end
+        if joins_left and joins_right:
+            ends[i - 1] = ends[i]
+            del starts[i], ends[i]
+        elif joins_left:
+            ends[i - 1] = end
+        elif joins_right:
+            starts[i] = t
+        else:
+            starts.insert(i, t)
+            ends.insert(i, end)
+
+    def forget_before(self, horizon: int) -> None:
+        """Drop intervals that end at or before `horizon` (no request can reach them)."""
+        i = bisect.bisect_right(self.ends, horizon)
+        if i:
+            del self.starts[:i], self.ends[:i]
+
+
+def book(resources: tuple[Calendar, ...], durations: tuple[int, ...], t: int) -> int:
+    """Reserve each resource for its duration from one common start >= t; return it."""
+    if not resources:
+        return t
+    while True:
+        start = t
+        for cal, d in zip(resources, durations, strict=True):
+            t = cal.fit(t, d)
+        if t == start:
+            break
+    for cal, d in zip(resources, durations, strict=True):
+        cal.reserve(t, d)
+    return t
+
+
+@dataclass(frozen=True)
+class Route:
+    """The shared resources between two endpoints and the latency to cross them."""
+
+    resources: tuple[Calendar, ...]
+    latency_ps: int
+    hops: dict[str, int]
+
+    def durations(self, nbytes: int) -> tuple[int, ...]:
+        return tuple(transfer_ps(nbytes, c.bandwidth) for c in self.resources)
+
+
+class Network:
+    """Every shared resource of a system, made on first use, and the routes over them."""
+
+    def __init__(self, topology: Topology):
+        self.topology = topology
+        s = topology.system
+        self._pe_cols = s.pe_mesh[0]
+        self._cube_cols = s.cube_mesh[0]
+        self._calendars: dict[tuple, Calendar] = {}
+        self._routes: dict[tuple, Route] = {}
+
+    def calendars(self) -> list[Calendar]:
+        """Every resource used so far, in a fixed order."""
+        return [self._calendars[k] for k in sorted(self._calendars)]
+
+    def _calendar(self, key: tuple, level: str, cfg: LinkConfig) -> Calendar:
+        cal = self._calendars.get(key)
+        if cal is None:
+            name = " ".join(str(part) for part in key[1:])
+            cal = self._calendars[key] = Calendar(level, name, cfg.bandwidth, cfg.latency)
+        return cal
+
+    def hbm(self, coord: PeCoord) -> Calendar:
+        """The HBM slice owned by PE `coord`."""
+        key = ("hbm", *coord)
+        cal = self._calendars.get(key)
+        if cal is None:
+            hbm = self.topology.hbm
+            name = f"rack={coord.rack} sip={coord.sip} cube={coord.cube} pe={coord.pe}"
+            cal = self._calendars[key] = Calendar("hbm", name, hbm.bandwidth, hbm.latency)
+        return cal
+
+    def route(self, src: PeCoord, dst: PeCoord) -> Route:
+        """Links from PE `src` to PE `dst` (cached)."""
+        key = (src, dst)
+        route = self._routes.get(key)
+        if route is None:
+            route = self._routes[key] = self._make_route(src, dst)
+        return route
+
+    def _make_route(self, src: PeCoord, dst: PeCoord) -> Route:
+        t = self.topology
+        links: list[Calendar] = []
+        hops = {"noc": 0, "ucie": 0, "sip_link": 0, "rack_link": 0}
+        if src[:3] == dst[:3]:
+            for a, b in _xy_path(src.pe, dst.pe, self._pe_cols):
+                links.append(self._calendar(("noc", *src[:3], f"pe{a}->pe{b}"), "noc", t.noc))
+            hops["noc"] = len(links)
+        elif src[:2] == dst[:2]:
+            for a, b in _xy_path(src.cube, dst.cube, self._cube_cols):
+                links.append(self._calendar(("ucie", *src[:2], f"cube{a}->cube{b}"), "ucie",
+                                            t.ucie))
+            hops["ucie"] = len(links)
+        else:
+            links.append(self._calendar(("sip_link", *src[:2], "up"), "sip_link", t.sip_link))
+            if src.rack != dst.rack:
+                links.append(self._calendar(("rack_link", src.rack, "up"), "rack_link",
+                                            t.rack_link))
+                links.append(self._calendar(("rack_link", dst.rack, "down"), "rack_link",
+                                            t.rack_link))
+                hops["rack_link"] = 2
+            links.append(self._calendar(("sip_link", *dst[:2], "down"), "sip_link", t.sip_link))
+            hops["sip_link"] = 2
+        latency = sum(c.latency_ps for c in links)
+        return Route(tuple(links), latency, hops)
+
+
+def mesh_xy(index: int, cols: int) -> tuple[int, int]:
+    return index % cols, index // cols
+
+
+def _xy_path(a: int, b: int, cols: int) -> list[tuple[int, int]]:
+    """Directed hops from node a to node b of a mesh with `cols` columns, X first."""
+    (x, y), (bx, by) = mesh_xy(a, cols), mesh_xy(b, cols)
+    path = []
+    while x != bx:
+        nx = x + (1 if bx > x else -1)
+        path.append((y * cols + x, y * cols + nx))
+        x = nx
+    while y != by:
+        ny = y + (1 if by > y else -1)
+        path.append((y * cols + x, ny * cols + x))
+        y = ny
+    return path

@@ -1,0 +1,48 @@
+"""PE_SCHEDULER: the bounded command queue between PE_CPU and the engines."""
+
+from __future__ import annotations
+
+import heapq
+
+from kernbench_cli.config.schema import SchedulerConfig
+
+
+class Scheduler:
+    """Dispatches commands in order to the engines' in-order queues.
+
+    A command takes a queue slot when PE_CPU has issued it and holds it until
+    its engine starts it (a composite: until it is planned, ADR-0064 Q2: the
+    dispatch is non-blocking). With every slot held, PE_CPU stalls until the
+    first one frees: back-pressure. A composite costs `plan_ps` of scheduler
+    time (the cost table's `scheduler.plan`, ADR-0064 D3).
+    """
+
+    __slots__ = ("_held", "busy_ps", "depth", "free_at", "ops")
+
+    def __init__(self, config: SchedulerConfig):
+        self.depth = config.queue_depth
+        self.free_at = 0
+        self.busy_ps = 0
+        self.ops = 0
+        self._held: list[int] = []  # min-heap: when each held slot frees
+
+    def admit(self, t: int) -> int:
+        """Earliest time >= t at which a slot is free for a new command."""
+        held = self._held
+        while held and held[0] <= t:
+            heapq.heappop(held)
+        if len(held) >= self.depth:
+            t = heapq.heappop(held)
+        return t
+
+    def dispatch(self, t: int, plan_ps: int = 0) -> int:
+        """Dispatch (in order) a command that entered the queue at `t`; returns when."""
+        start = t if t > self.free_at else self.free_at
+        self.free_at = start + plan_ps
+        self.busy_ps += plan_ps
+        self.ops += 1
+        return self.free_at
+
+    def hold(self, until: int) -> None:
+        """The slot of the command just dispatched frees at `until`."""
+        heapq.heappush(self._held, until)

@@ -1,0 +1,1 @@
+"""The `tl` kernel language: API (`tl.TL`), tensors, dtypes, and the one greenlet bridge."""

@@ -1,0 +1,47 @@
+"""Kernel dtypes: f16, bf16 (ml_dtypes) and f32, and their tolerances.
+
+Arithmetic runs in float32 and rounds to the result dtype (numpy's native
+float16 matmul is ~180x slower than float32, and bf16 has no native
+arithmetic at all).
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from kernbench_cli.errors import KernelError
+
+DTYPES: dict[str, np.dtype] = {
+    "f16": np.dtype(np.float16),
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+    "f32": np.dtype(np.float32),
+}
+NAMES = {dt: name for name, dt in DTYPES.items()}
+
+#: Verification tolerance per output dtype: |out - ref| <= atol + rtol * |ref|.
+#: About 4 ulps of the format at 1.0, since results are rounded once or twice.
+TOLERANCE: dict[str, tuple[float, float]] = {
+    "f32": (1e-5, 1e-5),
+    "f16": (4e-3, 4e-3),
+    "bf16": (3e-2, 3e-2),
+}
+
+
+def dtype(name: object) -> np.dtype:
+    """The numpy dtype of a kernel dtype name (or of a numpy dtype kernbench knows)."""
+    if isinstance(name, str) and name in DTYPES:
+        return DTYPES[name]
+    try:
+        dt = np.dtype(name)  # type: ignore[call-overload]
+    except TypeError:
+        dt = None
+    if dt is None or dt not in NAMES:
+        raise KernelError(f"unknown dtype {name!r} (known: {', '.join(DTYPES)})")
+    return dt
+
+
+def promote(*dtypes: np.dtype) -> np.dtype:
+    """Result dtype of an operation: the common one, else f32."""
+    first = dtypes[0]
+    return first if all(d == first for d in dtypes) else DTYPES["f32"]

@@ -1,0 +1,648 @@
+"""`tl`: the kernel language a PE's kernel is written in.
+
+Every PE runs the kernel with its own `TL` object. A call becomes a command:
+PE_CPU pays its issue cost (the cost table, ADR-0064), the command takes a
+slot of PE_SCHEDULER's bounded queue, and its engine times it; results are
+futures (`Tensor.ready`), so the CPU runs ahead until the kernel reads a
+value, waits on a composite, receives on an IPCQ ring, or finds the queue
+full. Values are computed with numpy in program order (float32, rounded to
+the result dtype); with ``timing_only`` no value is computed at all.
+
+Semantics kept simple on purpose, and documented in the README:
+- Memory is coherent within a PE in program order; between PEs only through
+  IPCQ messages (the kernels here never read what another PE stores).
+- A composite's tile buffers are taken from the TCM free at dispatch.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import simpy
+
+from kernbench_cli.address.allocator import FreeListPool, Sharded
+from kernbench_cli.address.physaddr import AddressMap, PeCoord
+from kernbench_cli.config.schema import IssueCosts
+from kernbench_cli.errors import AddressError, KernelError
+from kernbench_cli.hw.composite import Operand, Stream, plan_gemm, run_gemm
+from kernbench_cli.hw.engine import cycles_to_ps
+from kernbench_cli.hw.ipcq import Chunk
+from kernbench_cli.hw.memory import Memory
+from kernbench_cli.hw.pe import Pe
+from kernbench_cli.lang.bridge import PeThread
+from kernbench_cli.lang.dtypes import DTYPES, dtype, promote
+from kernbench_cli.lang.tensor import Handle, Ref, Tensor
+
+if TYPE_CHECKING:
+    from kernbench_cli.hw.system import System
+
+F32 = DTYPES["f32"]
+
+#: Fields of one op-log record (a tuple, for speed).
+OP_FIELDS = ("seq", "pid", "engine", "kind", "issue_ps", "start_ps", "end_ps", "bytes", "flops",
+             "src", "dst")
+
+
+class Launch:
+    """What every PE of one run shares: the system, memory, costs and the op log."""
+
+    def __init__(self, system: System, memory: Memory, costs: IssueCosts, plan_ps: int,
+                 env: simpy.Environment, timing_only: bool, kernel_file: str):
+        self.system = system
+        self.memory = memory
+        self.costs = {name: getattr(costs, name) for name in
+                      ("composite", "load", "store", "dot", "math", "send", "recv", "wait")}
+        self.plan_ps = plan_ps
+        self.env = env
+        self.timing_only = timing_only
+        self.kernel_file = kernel_file
+        self.oplog: list[tuple] = []
+        self.commands = 0
+        self.seq = 0
+
+
+class TL:
+    """The `tl` object of one PE. See the README for the full list of calls."""
+
+    f16, bf16, f32 = "f16", "bf16", "f32"
+
+    def __init__(self, launch: Launch, pe: Pe, thread: PeThread):
+        self._launch = launch
+        self._pe = pe
+        self._thread = thread
+        self._cpu = pe.cpu
+        self._sched = pe.scheduler
+        system = launch.system
+        self._amap: AddressMap = system.amap
+        self._net = system.network
+        self._costs = launch.costs
+        self._values = not launch.timing_only
+        topo = system.topology
+        self._clock = topo.pe.clock
+        tcm_base = self._amap.pe_tcm_addr(*pe.coord, 0)
+        self._tcm = FreeListPool(f"TCM of PE ({pe.coord})", tcm_base, topo.pe.tcm.size)
+        self._hbm_bytes_per_cycle = topo.hbm.bandwidth / topo.pe.clock
+        self._setup_cycles = topo.pe.dma.setup * topo.pe.clock / 10**12
+        self._msg_seq: dict[int, int] = {}
+        self.last_end = 0
+
+    # ------------------------------------------------------------ grid (ADR-0022)
+
+    def program_id(self, axis: int = 0) -> int:
+        """axis 0: PE in its cube; 1: cube in its SIP; 2: SIP in the system."""
+        c, s = self._pe.coord, self._launch.system.topology.system
+        return (c.pe, c.cube, c.rack * s.sips_per_rack + c.sip)[self._axis(axis)]
+
+    def num_programs(self, axis: int = 0) -> int:
+        s = self._launch.system.topology.system
+        return (s.pes_per_cube, s.cubes_per_sip, s.racks * s.sips_per_rack)[self._axis(axis)]
+
+    @staticmethod
+    def _axis(axis: int) -> int:
+        if axis not in (0, 1, 2):
+            raise KernelError(f"axis must be 0 (PE in cube), 1 (cube in SIP) or 2 (SIP); "
+                              f"got {axis!r}")
+        return axis
+
+    @property
+    def pid(self) -> int:
+        """Global PE index: PEs of a cube fastest, then cubes, then SIPs."""
+        return self._pe.pid
+
+    @staticmethod
+    def itemsize(dtype: str) -> int:
+        """Bytes per element of `dtype` (for pointer arithmetic)."""
+        return _dtype(dtype).itemsize
+
+    @property
+    def num_pes(self) -> int:
+        return len(self._launch.system.pes)
+
+    def shard(self, allocation: Sharded, pid: int | None = None) -> int:
+        """Address of PE `pid`'s copy (this PE's by default) of a symmetric allocation."""
+        if not isinstance(allocation, Sharded):
+            raise KernelError(f"tl.shard expects a sharded allocation, got {allocation!r}")
+        coord = self._coord_of(self._pe.pid if pid is None else pid)
+        return self._amap.pe_hbm_addr(*coord, allocation.offset)
+
+    # ------------------------------------------------------------ memory
+
+    def load(self, ptr: int, shape: Sequence[int], dtype: str, stride: int | None = None) -> Tensor:
+        """Start moving `shape` of `dtype` at `ptr` into TCM (rows `stride` apart); lazy."""
+        shape_t, dt = _shape(shape), _dtype(dtype)
+        nbytes = _nbytes(shape_t, dt)
+        self._launch.memory.check(ptr, _span_bytes(shape_t, dt, stride), "tl.load")
+        t = self._issue("load")
+        dispatched = self._sched.dispatch(t)
+        route, hbm = self._route_from(ptr)
+        self._thread.sync(t)
+        start, end = self._pe.dma.transfer(dispatched, nbytes, route, hbm)
+        self._sched.hold(start)
+        value = self._launch.memory.read(ptr, shape_t, dt, "tl.load", stride) \
+            if self._values else None
+        out = self._tensor(shape_t, dt, value, end, "tl.load")
+        self._log("dma", "load", t, start, end, nbytes, 0, ptr, out.tcm)
+        return out
+
+    def ref(self, ptr: int, shape: Sequence[int], dtype: str, stride: int | None = None) -> Ref:
+        """Name `shape` of `dtype` at `ptr` without moving it (a composite operand)."""
+        shape_t, dt = _shape(shape), _dtype(dtype)
+        if len(shape_t) != 2:
+            raise KernelError(f"tl.ref: shape must be 2D, got {list(shape_t)}")
+        self._launch.memory.check(ptr, _span_bytes(shape_t, dt, stride), "tl.ref")
+        return Ref(ptr, shape_t, dt, shape_t[1] if stride is None else stride)
+
+    def store(self, ptr: int, tensor: Tensor, stride: int | None = None) -> None:
+        """Write `tensor` to memory at `ptr` (rows `stride` apart)."""
+        tensor = self._own(tensor, "tl.store")
+        nbytes = tensor.nbytes
+        self._launch.memory.check(ptr, _span_bytes(tensor.shape, tensor.dtype, stride),
+                                  "tl.store")
+        t = self._issue("store")
+        dispatched = self._sched.dispatch(t)
+        route, hbm = self._route_to(ptr)
+        self._thread.sync(t)
+        start, end = self._pe.dma.transfer(max(dispatched, tensor.ready), nbytes, route, hbm)
+        self._sched.hold(start)
+        if self._values:
+            self._launch.memory.write(ptr, tensor.value, "tl.store", stride)
+        self._log("dma", "store", t, start, end, nbytes, 0, tensor.tcm, ptr)
+
+    # ------------------------------------------------------------ GEMM
+
+    def dot(self, a: Tensor, b: Tensor, trans_b: bool = False, out_dtype: str = "f32") -> Tensor:
+        """a @ b (or a @ b.T) on PE_GEMM; both operands in TCM."""
+        a, b = self._own(a, "tl.dot"), self._own(b, "tl.dot")
+        m, k, n = _gemm_shape("tl.dot", a.shape, b.shape, trans_b)
+        out_dt = _dtype(out_dtype)
+        t = self._issue("dot")
+        dispatched = self._sched.dispatch(t)
+        start, end = self._pe.gemm.run(max(dispatched, a.ready, b.ready), m, k, n)
+        self._sched.hold(start)
+        value = _matmul(a.value, b.value, trans_b, out_dt) if self._values else None
+        out = self._tensor((m, n), out_dt, value, end, "tl.dot")
+        self._log("gemm", "dot", t, start, end, 0, 2 * m * k * n, a.tcm, out.tcm)
+        return out
+
+    def composite(self, op: str = "gemm", *, a: Tensor | Ref, b: Tensor | Ref,
+                  out_ptr: int | None = None, trans_b: bool = False, out_dtype: str | None = None,
+                  out_stride: int | None = None) -> Handle:
+        """Hand a whole GEMM to PE_SCHEDULER, which tiles it and streams operands (non-blocking).
+
+        Operands are tensors in TCM or `tl.ref`s in memory. With `out_ptr` the
+        result is stored there; without, it stays in TCM as ``wait(h)``'s value.
+        """
+        if op != "gemm":
+            raise KernelError(f"tl.composite: op {op!r} is not supported (supported: 'gemm')")
+        for name, x in (("a", a), ("b", b)):
+            if not isinstance(x, Tensor | Ref):
+                raise KernelError(f"tl.composite: {name} must be a tensor or a tl.ref, got {x!r}")
+            if isinstance(x, Tensor):
+                self._own(x, "tl.composite")
+        m, k, n = _gemm_shape("tl.composite", a.shape, b.shape, trans_b)
+        out_dt = a.dtype if out_dtype is None else _dtype(out_dtype)
+        if out_ptr is not None:
+            stride = n if out_stride is None else out_stride
+            self._launch.memory.check(out_ptr, _span_bytes((m, n), out_dt, stride),
+                                      "tl.composite out_ptr")
+        t = self._issue("composite")
+        dispatched = self._sched.dispatch(t, self._launch.plan_ps)
+        self._sched.hold(dispatched)
+        value = _matmul(_value_of(a, self), _value_of(b, self), trans_b, out_dt) \
+            if self._values else None
+        out = None
+        if out_ptr is None:
+            out = self._tensor((m, n), out_dt, value, 0, "tl.composite result")
+        opa, opb = self._operand(a), self._operand(b)
+        tiling = plan_gemm(m, k, n, a.dtype.itemsize, b.dtype.itemsize, out_dt.itemsize,
+                           opa.resident, opb.resident, self._pe.gemm.rows, self._pe.gemm.cols,
+                           self._tcm.largest_free(), self._hbm_bytes_per_cycle,
+                           self._setup_cycles)
+        if tiling is None:
+            raise KernelError(f"tl.composite: no tile plan for a {m}x{k}x{n} GEMM fits the "
+                              f"{self._tcm.largest_free()} B of free TCM")
+        ready = max(dispatched, *(x.ready for x in (a, b) if isinstance(x, Tensor)))
+        self._thread.sync(t)
+        seq = self._launch.seq
+        end = run_gemm(ready, tiling, opa, opb, n, trans_b, out_ptr, out_dt.itemsize,
+                       n if out_stride is None else out_stride, self._stream())
+        if out is not None:
+            out.ready = end
+        elif self._values:
+            self._launch.memory.write(out_ptr, value, "tl.composite", out_stride)
+        moved = (0 if opa.resident else a.nbytes) + (0 if opb.resident else b.nbytes)
+        self._log("scheduler", "composite", t, dispatched, end, moved, 2 * m * k * n,
+                  opa.addr, out_ptr if out_ptr is not None else out.tcm)
+        return Handle(end, out, seq)
+
+    def wait(self, handle: Handle) -> Tensor | None:
+        """Stall PE_CPU until a composite is done; returns its TCM result (if any)."""
+        if not isinstance(handle, Handle):
+            raise KernelError(f"tl.wait expects a composite handle, got {handle!r}")
+        t = self._cpu.issue(self._costs["wait"])
+        self._launch.commands += 1
+        self._cpu.wait_until(handle.end)
+        self._log("cpu", "wait", t, t, self._cpu.time, 0, 0, None, None)
+        return handle.out
+
+    # ------------------------------------------------------------ PE_MATH
+
+    def exp(self, x: Tensor) -> Tensor:
+        return self._unary("exp", np.exp, x)
+
+    def log(self, x: Tensor) -> Tensor:
+        return self._unary("log", np.log, x)
+
+    def sqrt(self, x: Tensor) -> Tensor:
+        return self._unary("sqrt", np.sqrt, x)
+
+    def maximum(self, x: Tensor | float, y: Tensor | float) -> Tensor:
+        return self._binary("cmp", np.maximum, x, y)
+
+    def minimum(self, x: Tensor | float, y: Tensor | float) -> Tensor:
+        return self._binary("cmp", np.minimum, x, y)
+
+    def max(self, x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
+        return self._reduce(np.max, x, axis, keepdims)
+
+    def sum(self, x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
+        return self._reduce(np.sum, x, axis, keepdims)
+
+    def zeros(self, shape: Sequence[int], dtype: str = "f32") -> Tensor:
+        return self.full(shape, 0.0, dtype)
+
+    def full(self, shape: Sequence[int], value: float, dtype: str = "f32") -> Tensor:
+        shape_t, dt = _shape(shape), _dtype(dtype)
+        return self._math("add", "fill", [], lambda: np.full(shape_t, value, F32), shape_t, dt)
+
+    # ------------------------------------------------------------ IPCQ
+
+    def send(self, tensor: Tensor, to: str | int) -> None:
+        """Send `tensor` to a neighbour ("E", "W", "N", "S") or PE `to` (global index).
+
+        The bytes go by this PE's DMA into the receiver's ring for the side
+        they arrive from, one slot per chunk; with no free slot the CPU waits.
+        """
+        tensor = self._own(tensor, "tl.send")
+        system = self._launch.system
+        me, dst = self._pe.coord, self._peer(to, "tl.send")
+        ring_dir = system.arrival_direction(me, dst)
+        ring = system.pes[system.pid_of[dst]].rings[ring_dir]
+        t = self._issue("send")
+        dispatched = self._sched.dispatch(t)
+        self._thread.sync(t)
+        route = self._net.route(me, dst)
+        msg = self._msg_seq.get(system.pid_of[dst], 0)
+        self._msg_seq[system.pid_of[dst]] = msg + 1
+        count = ring.chunks_for(tensor.nbytes)
+        ready = max(dispatched, tensor.ready)
+        first = None
+        for index in range(count):
+            credit = ring.take_credit()
+            while credit is None:
+                event = self._launch.env.event()
+                ring.sender_waiting.append((event, self._thread))
+                self._thread.block(event, f"send to PE ({dst}): its {ring_dir} ring is full")
+                self._cpu.wait_until(self._launch.env.now)
+                credit = ring.take_credit()
+            free_at, slot = credit
+            nbytes = min(ring.slot_bytes, tensor.nbytes - index * ring.slot_bytes)
+            start, end = self._pe.dma.transfer(max(ready, free_at), nbytes, route, None)
+            first = start if first is None else first
+            value = tensor.value if index == count - 1 else None
+            ring.chunks.append(Chunk(self._pe.pid, msg, index, count, tensor.nbytes, slot, end,
+                                     value))
+            self._log("dma", "send", t, start, end, nbytes, 0, tensor.tcm,
+                      self._amap.pe_ipcq_slot_addr(*dst, ring_dir, slot))
+            if ring.receiver_waiting is not None:
+                event, thread = ring.receiver_waiting
+                ring.receiver_waiting = None
+                thread.wake_at(self._launch.env.now, event)
+        self._sched.hold(first)
+
+    def recv(self, frm: str | int, shape: Sequence[int], dtype: str) -> Tensor:
+        """Take the next message from a neighbour ("E", …) or PE `frm`; waits for it."""
+        shape_t, dt = _shape(shape), _dtype(dtype)
+        system = self._launch.system
+        me, src = self._pe.coord, self._peer(frm, "tl.recv")
+        src_pid = system.pid_of[src]
+        ring_dir = system.arrival_direction(src, me)
+        ring = self._pe.rings[ring_dir]
+        nbytes = _nbytes(shape_t, dt)
+        t = self._cpu.issue(self._costs["recv"])
+        self._launch.commands += 1
+        self._thread.sync(t)
+        done, value = t, None
+        for _ in range(ring.chunks_for(nbytes)):
+            chunk = ring.first_from(src_pid)
+            while chunk is None:
+                event = self._launch.env.event()
+                ring.receiver_waiting = (event, self._thread)
+                self._thread.block(event, f"recv from PE ({src}) on its {ring_dir} ring")
+                self._cpu.wait_until(self._launch.env.now)
+                chunk = ring.first_from(src_pid)
+            if chunk.nbytes != nbytes:
+                raise KernelError(f"tl.recv expects {nbytes} B from PE ({src}) but its message "
+                                  f"is {chunk.nbytes} B")
+            ring.chunks.remove(chunk)
+            taken = max(self._cpu.time, chunk.arrival)
+            done = max(done, taken)
+            ring.give_credit(taken, chunk.slot)
+            for event, thread in ring.sender_waiting:
+                thread.wake_at(taken, event)
+            ring.sender_waiting.clear()
+            value = chunk.value if chunk.index == chunk.count - 1 else value
+        self._cpu.wait_until(done)
+        if self._values:
+            value = np.ascontiguousarray(value).view(dt).reshape(shape_t)
+        out = self._tensor(shape_t, dt, value, done, "tl.recv")
+        self._log("cpu", "recv", t, t, done, nbytes, 0,
+                  self._amap.pe_ipcq_slot_addr(*me, ring_dir, 0), out.tcm)
+        return out
+
+    # ------------------------------------------------------------ CPU
+
+    def cycles(self, n: int) -> None:
+        """Spend `n` PE_CPU cycles (explicit CPU time)."""
+        if not isinstance(n, int) or n < 0:
+            raise KernelError(f"tl.cycles expects a non-negative integer, got {n!r}")
+        start = self._cpu.time
+        self._cpu.issue(cycles_to_ps(n, self._clock))
+        self._launch.commands += 1
+        self._log("cpu", "cycles", start, start, self._cpu.time, 0, 0, None, None)
+
+    # ------------------------------------------------------------ internals
+
+    def _issue(self, kind: str) -> int:
+        """PE_CPU pays the issue cost; the command waits for a scheduler slot."""
+        cpu = self._cpu
+        t = cpu.issue(self._costs[kind])
+        admitted = self._sched.admit(t)
+        if admitted > t:
+            cpu.wait_until(admitted)
+        self._launch.commands += 1
+        return admitted
+
+    def _log(self, engine: str, kind: str, issue: int, start: int, end: int, nbytes: int,
+             flops: int, src: int | None, dst: int | None) -> None:
+        launch = self._launch
+        launch.oplog.append((launch.seq, self._pe.pid, engine, kind, issue, start, end, nbytes,
+                             flops, src, dst))
+        launch.seq += 1
+        if end > self.last_end:
+            self.last_end = end
+
+    def _stream(self) -> Stream:
+        pe, log = self._pe, self._log
+
+        def gemm_run(ready: int, m: int, k: int, n: int) -> tuple[int, int]:
+            start, end = pe.gemm.run(ready, m, k, n)
+            log("gemm", "gemm_tile", ready, start, end, 0, 2 * m * k * n, None, None)
+            return start, end
+
+        def load(ready: int, op: Operand, r0: int, c0: int, nr: int, nc: int) -> tuple[int, int]:
+            addr = op.addr + (r0 * op.row_stride + c0) * op.itemsize
+            nbytes = nr * nc * op.itemsize
+            route, hbm = self._route_from(addr)
+            start, end = pe.dma.transfer(ready, nbytes, route, hbm)
+            log("dma", "load_tile", ready, start, end, nbytes, 0, addr, None)
+            return start, end
+
+        def store(ready: int, addr: int, nbytes: int) -> tuple[int, int]:
+            route, hbm = self._route_to(addr)
+            start, end = pe.dma.transfer(ready, nbytes, route, hbm)
+            log("dma", "store_tile", ready, start, end, nbytes, 0, None, addr)
+            return start, end
+
+        return Stream(gemm_run, load, store)
+
+    def _operand(self, x: Tensor | Ref) -> Operand:
+        if isinstance(x, Tensor):
+            return Operand(x.shape[0], x.shape[1], x.dtype.itemsize, True, x.tcm or 0)
+        return Operand(x.shape[0], x.shape[1], x.dtype.itemsize, False, x.addr, x.row_stride)
+
+    def _route_from(self, addr: int):
+        owner, is_hbm = self._amap.locate(addr)
+        return self._net.route(owner, self._pe.coord), self._net.hbm(owner) if is_hbm else None
+
+    def _route_to(self, addr: int):
+        owner, is_hbm = self._amap.locate(addr)
+        return self._net.route(self._pe.coord, owner), self._net.hbm(owner) if is_hbm else None
+
+    def _tensor(self, shape: tuple[int, ...], dt: np.dtype, value: np.ndarray | None, ready: int,
+                what: str) -> Tensor:
+        try:
+            addr = self._tcm.alloc(_nbytes(shape, dt), what)
+        except AddressError as exc:
+            raise KernelError(f"tensors overflow TCM: {exc}") from None
+        return Tensor(self, shape, dt, value, ready, addr)
+
+    def _free_tcm(self, addr: int) -> None:
+        self._tcm.free(addr)
+
+    def _own(self, x: Any, what: str) -> Tensor:
+        if not isinstance(x, Tensor):
+            raise KernelError(f"{what} expects a tensor, got {type(x).__name__}")
+        if x._tl is not self:
+            raise KernelError(f"{what}: the tensor belongs to another PE")
+        return x
+
+    def _coord_of(self, pid: int) -> PeCoord:
+        coords = self._launch.system.coords
+        if not isinstance(pid, int) or not 0 <= pid < len(coords):
+            raise KernelError(f"PE index {pid!r} does not exist (0..{len(coords) - 1})")
+        return coords[pid]
+
+    def _peer(self, who: str | int, what: str) -> PeCoord:
+        if isinstance(who, str):
+            if who not in ("E", "W", "N", "S"):
+                raise KernelError(f"{what}: direction {who!r} is not one of E, W, N, S")
+            peer = self._launch.system.neighbour(self._pe.coord, who)
+            if peer is None:
+                raise KernelError(f"{what}: PE ({self._pe.coord}) has no neighbour to the {who}")
+            return peer
+        peer = self._coord_of(who)
+        if peer == self._pe.coord:
+            raise KernelError(f"{what}: PE ({peer}) cannot message itself")
+        return peer
+
+    def _read(self, x: Tensor) -> np.ndarray:
+        if not self._values:
+            raise KernelError("the kernel reads a tensor value, which --timing-only does not "
+                              "compute")
+        self._cpu.wait_until(x.ready)
+        return x.value
+
+    # -- math helpers ---------------------------------------------------------
+
+    def _math(self, kind: str, name: str, inputs: list[Tensor], fn: Callable[..., np.ndarray],
+              shape: tuple[int, ...], dt: np.dtype, elements: int | None = None) -> Tensor:
+        t = self._issue("math")
+        dispatched = self._sched.dispatch(t)
+        ready = dispatched
+        for x in inputs:
+            if x.ready > ready:
+                ready = x.ready
+        count = elements if elements is not None else math.prod(shape)
+        start, end = self._pe.math.run(ready, kind, count)
+        self._sched.hold(start)
+        value = fn().astype(dt) if self._values else None
+        out = self._tensor(shape, dt, value, end, f"tl.{name}")
+        self._log("math", name, t, start, end, 0, count, None, out.tcm)
+        return out
+
+    def _unary(self, kind: str, fn: Callable, x: Tensor) -> Tensor:
+        x = self._own(x, f"tl.{kind}")
+        return self._math(kind, fn.__name__, [x], lambda: fn(_f32(x.value)), x.shape, x.dtype)
+
+    def _binary(self, kind: str, fn: Callable, x: Any, y: Any) -> Tensor:
+        tensors = [v for v in (x, y) if isinstance(v, Tensor)]
+        for v in (x, y):
+            if not isinstance(v, Tensor | int | float):
+                raise KernelError(f"tl.{fn.__name__}: operands must be tensors or numbers, "
+                                  f"got {type(v).__name__}")
+            if isinstance(v, Tensor):
+                self._own(v, f"tl.{fn.__name__}")
+        try:
+            shape = np.broadcast_shapes(*(v.shape for v in tensors))
+        except ValueError:
+            raise KernelError(f"tl.{fn.__name__}: shapes "
+                              f"{' and '.join(str(list(v.shape)) for v in tensors)} do not "
+                              "broadcast") from None
+        dt = promote(*(v.dtype for v in tensors))
+
+        def compute() -> np.ndarray:
+            return fn(*(_f32(v.value) if isinstance(v, Tensor) else v for v in (x, y)))
+
+        return self._math(kind, fn.__name__, tensors, compute, shape, dt)
+
+    def _reduce(self, fn: Callable, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
+        x = self._own(x, f"tl.{fn.__name__}")
+        if axis is not None and not -x.ndim <= axis < x.ndim:
+            raise KernelError(f"tl.{fn.__name__}: axis {axis} is out of range for shape "
+                              f"{list(x.shape)}")
+        shape = _reduced_shape(x.shape, axis, keepdims)
+        return self._math("reduce", fn.__name__, [x],
+                          lambda: fn(_f32(x.value), axis=axis, keepdims=keepdims), shape,
+                          x.dtype, elements=x.numel)
+
+    def _cast(self, x: Tensor, name: str) -> Tensor:
+        x = self._own(x, "Tensor.to")
+        return self._math("cast", "cast", [x], lambda: _f32(x.value), x.shape, _dtype(name))
+
+    # -- views (free) ----------------------------------------------------------
+
+    def _view(self, x: Tensor, index: Any) -> Tensor:
+        try:
+            shape = np.broadcast_to(np.empty((), bool), x.shape)[index].shape
+        except (IndexError, TypeError, ValueError) as exc:
+            raise KernelError(f"tensor index {index!r} on shape {list(x.shape)}: {exc}") from None
+        value = x.value[index] if x.value is not None else None
+        return Tensor(self, shape, x.dtype, value, x.ready, None, base=x)
+
+    def _transpose(self, x: Tensor) -> Tensor:
+        if x.ndim != 2:
+            raise KernelError(f"Tensor.T needs a 2D tensor, got shape {list(x.shape)}")
+        value = x.value.T if x.value is not None else None
+        return Tensor(self, (x.shape[1], x.shape[0]), x.dtype, value, x.ready, None, base=x)
+
+    def _reshape(self, x: Tensor, shape: tuple[int, ...]) -> Tensor:
+        shape_t = _shape(shape)
+        if math.prod(shape_t) != x.numel:
+            raise KernelError(f"cannot reshape {list(x.shape)} to {list(shape_t)}")
+        value = x.value.reshape(shape_t) if x.value is not None else None
+        return Tensor(self, shape_t, x.dtype, value, x.ready, None, base=x)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _shape(shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, int):
+        shape = (shape,)
+    try:
+        out = tuple(int(n) for n in shape)
+    except (TypeError, ValueError):
+        raise KernelError(f"shape must be a sequence of integers, got {shape!r}") from None
+    if not out or any(n <= 0 for n in out):
+        raise KernelError(f"shape must be non-empty with positive sizes, got {list(out)}")
+    return out
+
+
+def _dtype(name: Any) -> np.dtype:
+    return dtype(name)
+
+
+def _nbytes(shape: tuple[int, ...], dt: np.dtype) -> int:
+    return math.prod(shape) * dt.itemsize
+
+
+def _span_bytes(shape: tuple[int, ...], dt: np.dtype, stride: int | None) -> int:
+    if stride is None:
+        return _nbytes(shape, dt)
+    if len(shape) != 2:
+        raise KernelError(f"a row stride needs a 2D shape, got {list(shape)}")
+    if stride < shape[1]:
+        raise KernelError(f"row stride {stride} is less than the row length {shape[1]}")
+    return ((shape[0] - 1) * stride + shape[1]) * dt.itemsize
+
+
+def _gemm_shape(what: str, a: tuple[int, ...], b: tuple[int, ...],
+                trans_b: bool) -> tuple[int, int, int]:
+    if len(a) != 2 or len(b) != 2:
+        raise KernelError(f"{what}: operands must be 2D, got {list(a)} and {list(b)}")
+    kb, n = (b[1], b[0]) if trans_b else b
+    if a[1] != kb:
+        shown = f"{list(b)} (transposed)" if trans_b else str(list(b))
+        raise KernelError(f"{what}: shapes {list(a)} and {shown} do not match "
+                          f"({a[1]} != {kb})")
+    return a[0], a[1], n
+
+
+def _f32(value: np.ndarray) -> np.ndarray:
+    return value.astype(F32, copy=False)
+
+
+def _matmul(a: np.ndarray, b: np.ndarray, trans_b: bool, out: np.ndarray) -> np.ndarray:
+    """In float32 (numpy's f16 matmul is ~180x slower), rounded to the result dtype."""
+    b32 = _f32(b)
+    return (_f32(a) @ (b32.T if trans_b else b32)).astype(out)
+
+
+def _value_of(x: Tensor | Ref, tl: TL) -> np.ndarray:
+    if isinstance(x, Tensor):
+        return x.value
+    return tl._launch.memory.read(x.addr, x.shape, x.dtype, "tl.ref", x.row_stride
+                                  if x.row_stride != x.shape[1] else None)
+
+
+def _reduced_shape(shape: tuple[int, ...], axis: int | None,
+                   keepdims: bool) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(1 for _ in shape) if keepdims else (1,)
+    axis %= len(shape)
+    if keepdims:
+        return tuple(1 if i == axis else n for i, n in enumerate(shape))
+    out = tuple(n for i, n in enumerate(shape) if i != axis)
+    return out or (1,)
+
+
+def kernel_line(kernel_file: str, tb=None) -> int | None:
+    """The line of the innermost frame in `kernel_file` (of a traceback, or the stack)."""
+    line = None
+    if tb is not None:
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == kernel_file:
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        return line
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename == kernel_file:
+            return frame.f_lineno
+        frame = frame.f_back
+    return None

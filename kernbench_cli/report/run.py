@@ -1,0 +1,194 @@
+"""A `RunResult` for people (Rich tables) and for machines (versioned JSON).
+
+Engine rows, table names and JSON keys share one spelling: the TOML section
+(`dma`, `gemm`, …, and `hbm`, `noc`, `ucie`, `sip_link`, `rack_link` for the
+shared blocks). Per-PE engines have one instance per PE; a shared level
+counts only the links or slices the run used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+
+from kernbench_cli.config.units import format_time_ps
+from kernbench_cli.config.units import format_time_short as short
+from kernbench_cli.sim.result import EngineStats, RunResult
+
+SCHEMA_VERSION = 1
+
+TITLES = {"cpu": "CPU", "scheduler": "SCHED", "dma": "DMA", "gemm": "GEMM", "math": "MATH",
+          "hbm": "HBM", "noc": "NoC", "ucie": "UCIe", "sip_link": "SIP link",
+          "rack_link": "rack link"}
+
+#: Below this busy fraction no single engine is said to bound a kernel.
+BOUND_THRESHOLD = 0.6
+
+
+def _util(busy: int, latency: int) -> float:
+    return busy / latency if latency else 0.0
+
+
+def bound(result: RunResult) -> tuple[str | None, float]:
+    """(engine, busy fraction) of the busiest instance of any engine; engine None if < 60%."""
+    best, best_u = None, 0.0
+    for name, stats in result.engines.items():
+        if name == "scheduler" or not stats.instances:
+            continue
+        u = _util(max(stats.busy_ps), result.latency_ps)
+        if u > best_u:
+            best, best_u = name, u
+    return (best if best_u >= BOUND_THRESHOLD else None), best_u
+
+
+def bound_text(result: RunResult) -> str:
+    name, u = bound(result)
+    if name is None:
+        return (f"latency: no engine is busy {BOUND_THRESHOLD:.0%} of the time (busiest "
+                f"{u:.0%}); dependencies and transfer latencies set the pace")
+    return f"{TITLES[name]}: its busiest instance is busy {u:.1%} of the run"
+
+
+def gemm_efficiency(result: RunResult) -> float:
+    """Fraction of the peak MAC throughput of every PE over the run."""
+    peak = result.peak_flops_per_ps * result.latency_ps * result.num_pes
+    return result.flops / peak if peak else 0.0
+
+
+def hbm_bandwidth(result: RunResult) -> tuple[float, float]:
+    """(achieved, peak) HBM bandwidth over the run, in GB/s."""
+    achieved = result.hbm_bytes / result.latency_ps * 1000 if result.latency_ps else 0.0
+    return achieved, result.hbm_peak_bytes_per_ps * 1000
+
+
+def verification_text(result: RunResult) -> str:
+    if result.timing_only:
+        return "not verified: timing only"
+    parts = []
+    for c in result.checks:
+        verdict = "PASS" if c.passed else "FAIL"
+        parts.append(f"{verdict} {c.name}: max |err| {c.max_abs_err:.3g} "
+                     f"(tolerance {c.dtype}: atol {c.atol:g} + rtol {c.rtol:g} x |ref|)")
+    return "; ".join(parts) if parts else "no outputs to check"
+
+
+def summary(result: RunResult) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    params = " ".join(f"{k}={v}" for k, v in sorted(result.params.items()))
+    achieved, peak = hbm_bandwidth(result)
+    rate = result.commands / result.wall_s if result.wall_s else 0.0
+    rows = [
+        ("kernel", f"{result.kernel}  ({params})"),
+        ("topology", f"{result.topology}: {result.num_pes} PEs; costs {result.costs}"),
+        ("latency", format_time_ps(result.latency_ps)),
+        ("verification", verification_text(result)),
+        ("bound by", bound_text(result)),
+        ("GEMM", f"{gemm_efficiency(result):.1%} of peak MAC throughput"),
+        ("HBM", f"{achieved:.1f} GB/s of {peak:.1f} GB/s peak"),
+        ("simulated", f"{result.commands:,} commands in {result.wall_s:.2f} s wall "
+                      f"({rate:,.0f} commands/s)"),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    return table
+
+
+def engine_table(result: RunResult) -> Table:
+    table = Table(title="Engines: busy and idle time (mean and max over the units)")
+    for col in ("engine", "units", "busy", "busy max", "idle", "util", "util max", "ops"):
+        table.add_column(col, justify="left" if col == "engine" else "right")
+    for name, stats in result.engines.items():
+        row = _engine_numbers(stats, result.latency_ps)
+        table.add_row(TITLES[name], str(stats.instances), short(row["busy_ps"]),
+                      short(row["busy_max_ps"]), short(row["idle_ps"]),
+                      f"{row['utilization']:.1%}", f"{row['utilization_max']:.1%}",
+                      f"{row['ops']:,}")
+    return table
+
+
+def per_pe_table(result: RunResult) -> Table:
+    table = Table(title="Per PE: busy time")
+    table.add_column("PE r.s.c.p")
+    names = [n for n in ("cpu", "scheduler", "dma", "gemm", "math") if n in result.engines]
+    for name in names:
+        table.add_column(TITLES[name], justify="right")
+    table.add_column("CPU stall", justify="right")
+    for i, label in enumerate(result.pe_labels):
+        cells = [short(result.engines[n].busy_ps[i]) for n in names]
+        label = ".".join(part.split("=")[1] for part in label.split())
+        table.add_row(label, *cells, short(result.cpu_stall_ps[i]))
+    return table
+
+
+def render(result: RunResult, per_pe: bool = False) -> Group:
+    parts = [summary(result), engine_table(result)]
+    if per_pe:
+        parts.append(per_pe_table(result))
+    return Group(*parts)
+
+
+def _engine_numbers(stats: EngineStats, latency: int) -> dict[str, Any]:
+    busy = stats.busy_ps
+    mean = sum(busy) // len(busy) if busy else 0
+    return {
+        "instances": stats.instances,
+        "busy_ps": mean,
+        "busy_min_ps": min(busy, default=0),
+        "busy_max_ps": max(busy, default=0),
+        "idle_ps": latency - mean,
+        "utilization": _util(mean, latency),
+        "utilization_max": _util(max(busy, default=0), latency),
+        "ops": sum(stats.ops),
+    }
+
+
+def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
+    """The machine-readable result (schema_version 1).
+
+    Times are integer picoseconds (``*_ps``) with ``*_ns`` beside them for
+    convenience; engine busy/idle are means over instances. Wall-clock time is
+    left out so that equal inputs give byte-identical JSON.
+    """
+    engines = {}
+    for name, stats in result.engines.items():
+        row = _engine_numbers(stats, result.latency_ps)
+        row["busy_ns"] = row["busy_ps"] / 1000
+        row["idle_ns"] = row["idle_ps"] / 1000
+        row["utilization"] = round(row["utilization"], 6)
+        row["utilization_max"] = round(row["utilization_max"], 6)
+        engines[name] = row
+    name, u = bound(result)
+    achieved, peak = hbm_bandwidth(result)
+    out: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "kernel": result.kernel,
+        "topology": result.topology,
+        "costs": result.costs,
+        "pes": result.num_pes,
+        "params": result.params,
+        "seed": result.seed,
+        "timing_only": result.timing_only,
+        "latency_ps": result.latency_ps,
+        "latency_ns": result.latency_ps / 1000,
+        "verified": result.verified,
+        "max_abs_err": result.max_abs_err,
+        "checks": [{"name": c.name, "dtype": c.dtype, "max_abs_err": c.max_abs_err,
+                    "atol": c.atol, "rtol": c.rtol, "passed": c.passed} for c in result.checks],
+        "commands": result.commands,
+        "engines": engines,
+        "bound": {"engine": name, "utilization": round(u, 6)},
+        "gemm_mac_utilization": round(gemm_efficiency(result), 6),
+        "hbm_gbps": round(achieved, 6),
+        "hbm_peak_gbps": round(peak, 6),
+    }
+    if per_pe:
+        out["per_pe"] = [
+            {"pe": label, "cpu_stall_ps": result.cpu_stall_ps[i],
+             **{f"{n}_busy_ps": result.engines[n].busy_ps[i]
+                for n in ("cpu", "scheduler", "dma", "gemm", "math")}}
+            for i, label in enumerate(result.pe_labels)]
+    return out

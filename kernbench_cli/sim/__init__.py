@@ -1,0 +1,1 @@
+"""Build a system from config, launch a kernel, collect a result."""

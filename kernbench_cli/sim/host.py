@@ -1,0 +1,120 @@
+"""The host side of a launch: what a kernel's `setup` allocates and fills.
+
+Inputs are drawn from a generator seeded by ``--seed``, so a run is
+reproducible. With ``timing_only`` no value is drawn or stored: arrays are
+zero-sized stand-ins of the right shape and dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from kernbench_cli.address.allocator import DEFAULT_ALIGN, Sharded, SystemAllocator
+from kernbench_cli.address.physaddr import PeCoord
+from kernbench_cli.errors import AddressError, KernelError
+from kernbench_cli.hw.memory import Memory
+from kernbench_cli.hw.system import System
+from kernbench_cli.lang.dtypes import NAMES, dtype
+
+
+class Host:
+    """Allocation and data placement for one launch."""
+
+    def __init__(self, system: System, memory: Memory, seed: int, timing_only: bool):
+        self.system = system
+        self.memory = memory
+        self.topology = system.topology
+        self.grid: list[PeCoord] = system.coords
+        self.num_pes = len(self.grid)
+        self.timing_only = timing_only
+        self.rng = np.random.default_rng(seed)
+        self.inputs: dict[str, np.ndarray] = {}
+        self._alloc = SystemAllocator(system.amap)
+
+    # ---------------------------------------------------------------- values
+
+    def random(self, name: str, shape: tuple[int, ...], dtype_name: str,
+               scale: float = 1.0) -> np.ndarray:
+        """An input named `name`: normal(0, scale), rounded to the dtype; kept for --save."""
+        dt = dtype(dtype_name)
+        if self.timing_only:
+            value = np.broadcast_to(np.zeros((), dt), shape)
+        else:
+            value = (self.rng.standard_normal(shape, dtype=np.float32) * scale).astype(dt)
+        self.inputs[name] = value
+        return value
+
+    # ---------------------------------------------------------------- placement
+
+    def place(self, name: str, array: np.ndarray, pid: int) -> int:
+        """Copy `array` into PE `pid`'s HBM slice; returns its address."""
+        coord = self.grid[pid]
+        addr = self._hbm_alloc(coord, array.nbytes, name)
+        self.memory.add(addr, array.nbytes, name)
+        if not self.timing_only:
+            self.memory.write(addr, np.ascontiguousarray(array), f"placing {name!r}")
+        return addr
+
+    def replicate(self, name: str, array: np.ndarray) -> Sharded:
+        """A copy of `array` in every PE's slice, at one offset."""
+        return self._symmetric(name, array.shape, array.dtype, lambda _pid: array)
+
+    def scatter(self, name: str, array: np.ndarray, axis: int) -> Sharded:
+        """Split `array` evenly along `axis`; PE k's slice holds part k."""
+        size = array.shape[axis]
+        if size % self.num_pes:
+            raise KernelError(f"{name}: {size} along axis {axis} does not divide over the "
+                              f"{self.num_pes} PEs of the grid ({size} % {self.num_pes} = "
+                              f"{size % self.num_pes})")
+        part = size // self.num_pes
+        shape = tuple(part if i == axis else n for i, n in enumerate(array.shape))
+
+        def piece(pid: int) -> np.ndarray:
+            index = [slice(None)] * array.ndim
+            index[axis] = slice(pid * part, (pid + 1) * part)
+            return array[tuple(index)]
+
+        return self._symmetric(name, shape, array.dtype, piece)
+
+    def empty(self, name: str, shape: tuple[int, ...], dtype_name: str) -> Sharded:
+        """Zeroed space of `shape` in every PE's slice (outputs)."""
+        dt = dtype(dtype_name)
+        return self._symmetric(name, shape, dt, None)
+
+    def gather(self, sharded: Sharded, axis: int) -> np.ndarray:
+        """Every PE's part of `sharded`, concatenated along `axis` in PE order."""
+        return np.concatenate([self.read_shard(sharded, pid) for pid in range(self.num_pes)],
+                              axis=axis)
+
+    def read_shard(self, sharded: Sharded, pid: int) -> np.ndarray:
+        addr = self.system.amap.pe_hbm_addr(*self.grid[pid], sharded.offset)
+        return self.memory.read(addr, sharded.shape, dtype(sharded.dtype),
+                                f"reading {sharded.name}")
+
+    def read(self, addr: int, shape: tuple[int, ...], dtype_name: str) -> np.ndarray:
+        return self.memory.read(addr, shape, dtype(dtype_name), "host read")
+
+    # ---------------------------------------------------------------- internals
+
+    def _symmetric(self, name: str, shape: tuple[int, ...], dt: np.dtype, piece: Any) -> Sharded:
+        nbytes = math.prod(shape) * dt.itemsize
+        pools = [self._alloc.pool("hbm", coord) for coord in self.grid]
+        offset = -(-max(p.used for p in pools) // DEFAULT_ALIGN) * DEFAULT_ALIGN
+        for pid, pool in enumerate(pools):
+            try:
+                addr = pool.alloc_at(pool.base + offset, nbytes, name)
+            except AddressError as exc:
+                raise KernelError(f"inputs overflow an HBM slice: {exc}") from None
+            self.memory.add(addr, nbytes, name)
+            if piece is not None and not self.timing_only:
+                self.memory.write(addr, np.ascontiguousarray(piece(pid)), f"placing {name!r}")
+        return Sharded(name, offset, tuple(shape), NAMES[dt], nbytes)
+
+    def _hbm_alloc(self, coord: PeCoord, nbytes: int, name: str) -> int:
+        try:
+            return self._alloc.alloc("hbm", coord, nbytes, name)
+        except AddressError as exc:
+            raise KernelError(f"inputs overflow an HBM slice: {exc}") from None

@@ -1,0 +1,78 @@
+"""What a run produced: plain data for `report/` and `golden/`, no live model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """One engine class (a per-PE engine, or a link level) over its instances.
+
+    `busy_ps[i]` and `ops[i]` belong to `labels[i]` (a PE, or one link).
+    """
+
+    name: str
+    labels: tuple[str, ...]
+    busy_ps: tuple[int, ...]
+    ops: tuple[int, ...]
+
+    @property
+    def instances(self) -> int:
+        return len(self.busy_ps)
+
+
+@dataclass(frozen=True)
+class Check:
+    """Verification of one output against its numpy reference."""
+
+    name: str
+    dtype: str
+    max_abs_err: float
+    atol: float
+    rtol: float
+    passed: bool
+
+
+@dataclass
+class RunResult:
+    kernel: str
+    kernel_file: str
+    topology: str
+    costs: str
+    num_pes: int
+    params: dict[str, Any]
+    seed: int
+    timing_only: bool
+    latency_ps: int
+    commands: int
+    engines: dict[str, EngineStats]
+    pe_labels: tuple[str, ...]
+    cpu_stall_ps: tuple[int, ...]
+    checks: list[Check]
+    oplog: list[tuple]
+    wall_s: float = 0.0
+    switches: int = 0
+    events: int = 0
+    peak_flops_per_ps: float = 0.0
+    flops: int = 0
+    hbm_bytes: int = 0
+    hbm_peak_bytes_per_ps: float = 0.0
+    inputs: dict[str, np.ndarray] = field(default_factory=dict)
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def verified(self) -> bool | None:
+        """True/False after verification; None for a timing-only run."""
+        if self.timing_only:
+            return None
+        return all(c.passed for c in self.checks)
+
+    @property
+    def max_abs_err(self) -> float | None:
+        if self.timing_only or not self.checks:
+            return None
+        return max(c.max_abs_err for c in self.checks)

@@ -1,0 +1,183 @@
+"""Launch a kernel on a system and collect a `RunResult` (DESIGN.md, data flow 4-7)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import simpy
+
+from kernbench_cli.address.physaddr import AddressMap
+from kernbench_cli.errors import DeadlockError, KernbenchError, KernelError
+from kernbench_cli.hw.memory import Memory
+from kernbench_cli.hw.pe import ENGINES
+from kernbench_cli.hw.system import System
+from kernbench_cli.lang import bridge
+from kernbench_cli.lang.dtypes import NAMES, TOLERANCE
+from kernbench_cli.lang.tl import TL, Launch, kernel_line
+from kernbench_cli.sim.host import Host
+from kernbench_cli.sim.kernels import KernelModule
+from kernbench_cli.sim.result import Check, EngineStats, RunResult
+
+LINK_LEVELS = ("hbm", "noc", "ucie", "sip_link", "rack_link")
+
+
+def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], seed: int = 0,
+               timing_only: bool = False) -> RunResult:
+    """Run `kernel` on every PE of `amap`'s topology and verify it (unless timing only)."""
+    wall = time.perf_counter()
+    system = System(amap)
+    memory = Memory(backed=not timing_only)
+    host = Host(system, memory, seed, timing_only)
+    args = _setup(kernel, host, params)
+    env = simpy.Environment()
+    topo = amap.topology
+    launch = Launch(system, memory, topo.cost_table.issue, topo.cost_table.scheduler.plan, env,
+                    timing_only, str(kernel.path))
+    threads = [bridge.PeThread(env, pe.pid) for pe in system.pes]
+    tls = [TL(launch, pe, thread) for pe, thread in zip(system.pes, threads, strict=True)]
+    bridge.run(env, threads, [_body(kernel, tl, args) for tl in tls])
+    _check_deadlock(kernel, system, threads, tls)
+    latency = max(max(tl.last_end, pe.finish) for tl, pe in zip(tls, system.pes, strict=True))
+    outputs, checks = {}, []
+    if not timing_only:
+        outputs = _call(kernel, "outputs", host, args, params)
+        checks = _verify(kernel, host, params, outputs)
+    result = _collect(kernel, system, launch, params, seed, timing_only, latency, checks)
+    result.inputs, result.outputs = host.inputs, outputs
+    result.switches = sum(t.switches for t in threads)
+    result.events = env._eid
+    result.wall_s = time.perf_counter() - wall
+    return result
+
+
+def _setup(kernel: KernelModule, host: Host, params: dict[str, Any]) -> dict[str, Any]:
+    try:
+        args = kernel.fn("setup")(host, dict(params))
+    except KernbenchError:
+        raise
+    except ValueError as exc:
+        raise KernelError(f"{kernel.name}: {exc}") from None
+    except Exception as exc:
+        raise _located(kernel, exc, "setup") from exc
+    if not isinstance(args, dict):
+        raise KernelError(f"{kernel.shown}: setup must return the kernel's arguments as a dict")
+    return args
+
+
+def _call(kernel: KernelModule, name: str, *args: Any) -> Any:
+    try:
+        return kernel.fn(name)(*args)
+    except KernbenchError:
+        raise
+    except Exception as exc:
+        raise _located(kernel, exc, name) from exc
+
+
+def _located(kernel: KernelModule, exc: BaseException, where: str) -> KernelError:
+    line = kernel_line(str(kernel.path), exc.__traceback__)
+    return KernelError(f"{kernel.shown}:{line if line else '?'}: in {where}: "
+                       f"{type(exc).__name__}: {exc}")
+
+
+def _body(kernel: KernelModule, tl: TL, args: dict[str, Any]):
+    fn = kernel.fn("kernel")
+
+    def run() -> None:
+        try:
+            fn(tl, **args)
+        except Exception as exc:
+            raise _kernel_failure(kernel, tl, exc) from exc
+
+    return run
+
+
+def _kernel_failure(kernel: KernelModule, tl: TL, exc: BaseException) -> BaseException:
+    """A kernel's error, with the kernel line, the PE and the simulated time."""
+    line = kernel_line(str(kernel.path), exc.__traceback__)
+    if line is None and not isinstance(exc, KernbenchError):
+        return exc  # not the kernel's doing: a bug in kernbench keeps its traceback
+    pe = tl._pe
+    where = f"{kernel.shown}:{line if line else '?'}: PE ({pe.coord}) at t={_ns(pe.cpu.time)}"
+    if isinstance(exc, KernbenchError):
+        return KernelError(f"{where}: {exc}")
+    return KernelError(f"{where}: {type(exc).__name__}: {exc}")
+
+
+def _ns(ps: int) -> str:
+    return f"{ps / 1000:.3f}ns"
+
+
+def _check_deadlock(kernel: KernelModule, system: System, threads: list, tls: list[TL]) -> None:
+    stuck = [(t, tl) for t, tl in zip(threads, tls, strict=True) if not t.finished]
+    if not stuck:
+        return
+    lines = []
+    for thread, tl in stuck[:8]:
+        frame = thread.glet.gr_frame
+        line = None
+        while frame is not None:
+            if frame.f_code.co_filename == str(kernel.path):
+                line = frame.f_lineno
+                break
+            frame = frame.f_back
+        lines.append(f"PE ({tl._pe.coord}) at {kernel.shown}:{line or '?'} waits: "
+                     f"{thread.blocked_on} (since t={_ns(tl._cpu.time)})")
+    more = f"; and {len(stuck) - 8} more" if len(stuck) > 8 else ""
+    raise DeadlockError(f"deadlock: {len(stuck)} of {len(system.pes)} PEs wait for each other "
+                        f"and nothing is left to run: " + "; ".join(lines) + more)
+
+
+def _verify(kernel: KernelModule, host: Host, params: dict[str, Any],
+            outputs: dict[str, np.ndarray]) -> list[Check]:
+    expected = _call(kernel, "reference", host, params)
+    checks = []
+    for name in sorted(expected):
+        if name not in outputs:
+            raise KernelError(f"{kernel.shown}: outputs() returned no {name!r}")
+        got, want = outputs[name], expected[name]
+        if got.shape != want.shape:
+            raise KernelError(f"{kernel.shown}: output {name!r} has shape {list(got.shape)}, "
+                              f"the reference {list(want.shape)}")
+        dt = NAMES.get(got.dtype, "f32")
+        atol, rtol = TOLERANCE[dt]
+        g, w = got.astype(np.float64), want.astype(np.float64)
+        err = np.abs(g - w)
+        finite = bool(np.all(np.isfinite(g)))
+        passed = finite and bool(np.all(err <= atol + rtol * np.abs(w)))
+        max_err = float(err.max()) if err.size and finite else float("inf")
+        checks.append(Check(name, dt, max_err, atol, rtol, passed))
+    return checks
+
+
+def _collect(kernel: KernelModule, system: System, launch: Launch, params: dict[str, Any],
+             seed: int, timing_only: bool, latency: int, checks: list[Check]) -> RunResult:
+    pes = system.pes
+    labels = tuple(str(pe.coord) for pe in pes)
+    engines: dict[str, EngineStats] = {}
+    for name in ENGINES:
+        parts = [pe.engine(name) for pe in pes]
+        engines[name] = EngineStats(name, labels, tuple(p.busy_ps for p in parts),
+                                    tuple(p.ops for p in parts))
+    calendars = system.network.calendars()
+    for level in LINK_LEVELS:
+        used = [c for c in calendars if c.level == level and c.ops]
+        if used:
+            engines[level] = EngineStats(level, tuple(c.name for c in used),
+                                         tuple(c.busy_ps for c in used),
+                                         tuple(c.ops for c in used))
+    topo = system.topology
+    gemm = topo.pe.gemm
+    flops = sum(r[8] for r in launch.oplog if r[3] in ("dot", "gemm_tile"))
+    hbm_bytes = sum(c.bytes for c in calendars if c.level == "hbm")
+    return RunResult(
+        kernel=kernel.name, kernel_file=kernel.shown, topology=topo.name,
+        costs=topo.cost_table.name, num_pes=len(pes), params=dict(params), seed=seed,
+        timing_only=timing_only, latency_ps=latency, commands=launch.commands, engines=engines,
+        pe_labels=labels, cpu_stall_ps=tuple(pe.cpu.stall_ps for pe in pes), checks=checks,
+        oplog=launch.oplog,
+        peak_flops_per_ps=2 * gemm.rows * gemm.cols * topo.pe.clock / 10**12,
+        flops=flops, hbm_bytes=hbm_bytes,
+        hbm_peak_bytes_per_ps=topo.hbm.bandwidth * len(pes) / 10**12,
+    )

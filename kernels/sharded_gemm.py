@@ -1,0 +1,83 @@
+"""Column-sharded GEMM (ADR-0022): C[M, N] = A[M, K] @ B[K, N] over every PE.
+
+Each PE owns N / PEs columns of B and of C, placed in its own HBM slice;
+A is replicated into every slice. The PE finds its columns from the
+program ids, as ADR-0022's example does (extended by the SIP axis).
+
+mode=composite (default): load A into TCM, then one `tl.composite` GEMM
+with B streamed from HBM by PE_SCHEDULER's tile plan, stored straight to C.
+
+mode=primitive: the same GEMM written by hand in tile_m x tile_n x tile_k
+tiles: load, dot, accumulate on PE_MATH, cast, store, every tile a command
+the CPU issues. It shows what the composite offloads (ADR-0064).
+"""
+
+PARAMS = {
+    "M": 64,
+    "K": 512,
+    "N": 4096,
+    "dtype": "f16",
+    "mode": "composite",
+    "tile_m": 16,
+    "tile_n": 16,
+    "tile_k": 64,
+}
+CHOICES = {"mode": ("composite", "primitive"), "dtype": ("f16", "bf16", "f32")}
+
+
+def setup(host, p):
+    m, k, n_total = p["M"], p["K"], p["N"]
+    for name in ("M", "K", "N", "tile_m", "tile_n", "tile_k"):
+        if p[name] <= 0:
+            raise ValueError(f"{name} must be positive, got {p[name]}")
+    a = host.random("a", (m, k), p["dtype"])
+    b = host.random("b", (k, n_total), p["dtype"])
+    b_cols = host.scatter("b", b, axis=1)
+    n = b_cols.shape[1]
+    if p["mode"] == "primitive":
+        for dim, size, tile in (("M", m, "tile_m"), ("K", k, "tile_k"), ("N / PEs", n, "tile_n")):
+            if size % p[tile]:
+                raise ValueError(f"{dim} = {size} is not a multiple of {tile} = {p[tile]}")
+    return {
+        "a": host.replicate("a", a), "b": b_cols, "out": host.empty("out", (m, n), p["dtype"]),
+        "M": m, "K": k, "n": n, "dtype": p["dtype"], "mode": p["mode"],
+        "tiles": (p["tile_m"], p["tile_n"], p["tile_k"]),
+    }
+
+
+def kernel(tl, a, b, out, M, K, n, dtype, mode, tiles):
+    # ADR-0022: the global program id, PEs of a cube fastest, then cubes, then SIPs.
+    cube = tl.program_id(axis=2) * tl.num_programs(axis=1) + tl.program_id(axis=1)
+    global_pid = cube * tl.num_programs(axis=0) + tl.program_id(axis=0)
+    a_ptr = tl.shard(a, pid=global_pid)
+    b_ptr = tl.shard(b, pid=global_pid)  # this PE's n columns of B, K x n
+    out_ptr = tl.shard(out, pid=global_pid)
+
+    if mode == "composite":
+        a_tile = tl.load(a_ptr, shape=(M, K), dtype=dtype)
+        h = tl.composite(op="gemm", a=a_tile, b=tl.ref(b_ptr, shape=(K, n), dtype=dtype),
+                         out_ptr=out_ptr)
+        tl.wait(h)
+        return
+
+    tm, tn, tk = tiles
+    size = tl.itemsize(dtype)
+    for m0 in range(0, M, tm):
+        for n0 in range(0, n, tn):
+            acc = None
+            for k0 in range(0, K, tk):
+                a_t = tl.load(a_ptr + (m0 * K + k0) * size, shape=(tm, tk), dtype=dtype, stride=K)
+                b_t = tl.load(b_ptr + (k0 * n + n0) * size, shape=(tk, tn), dtype=dtype, stride=n)
+                part = tl.dot(a_t, b_t)
+                acc = part if acc is None else acc + part
+            tl.store(out_ptr + (m0 * n + n0) * size, acc.to(dtype), stride=n)
+
+
+def reference(host, p):
+    a = host.inputs["a"].astype("float32")
+    b = host.inputs["b"].astype("float32")
+    return {"out": (a @ b).astype(host.inputs["a"].dtype)}
+
+
+def outputs(host, args, p):
+    return {"out": host.gather(args["out"], axis=1)}
