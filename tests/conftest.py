@@ -65,3 +65,33 @@ def write_topology(tmp_path):
         return path
 
     return write
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def test_topology(name: str) -> str:
+    """A topology of tests/topologies by name, else a shipped one."""
+    path = TESTS / "topologies" / f"{name}.toml"
+    return str(path) if path.is_file() else name
+
+
+test_topology.__test__ = False  # a helper, not a test
+
+
+@pytest.fixture
+def run():
+    """Run a kernel (tests/kernels/NAME.py, else shipped) and return its RunResult."""
+    from kernbench_cli.cli.common import load_address_map
+    from kernbench_cli.sim.kernels import load_kernel, parse_params
+    from kernbench_cli.sim.run import run_kernel
+
+    def go(kernel: str, topology: str = "one", params: tuple[str, ...] = (),
+           costs: Path | None = None, seed: int = 0, timing_only: bool = False):
+        path = TESTS / "kernels" / f"{kernel}.py"
+        module = load_kernel(str(path) if path.is_file() else kernel)
+        amap = load_address_map(test_topology(topology), costs)
+        return run_kernel(module, amap, parse_params(module, list(params)), seed=seed,
+                          timing_only=timing_only)
+
+    return go

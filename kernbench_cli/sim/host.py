@@ -14,6 +14,7 @@ import numpy as np
 
 from kernbench_cli.address.allocator import DEFAULT_ALIGN, Sharded, SystemAllocator
 from kernbench_cli.address.physaddr import PeCoord
+from kernbench_cli.config.units import format_size
 from kernbench_cli.errors import AddressError, KernelError
 from kernbench_cli.hw.memory import Memory
 from kernbench_cli.hw.system import System
@@ -40,6 +41,11 @@ class Host:
                scale: float = 1.0) -> np.ndarray:
         """An input named `name`: normal(0, scale), rounded to the dtype; kept for --save."""
         dt = dtype(dtype_name)
+        nbytes = math.prod(shape) * dt.itemsize
+        capacity = self.num_pes * self.topology.hbm.slice_size
+        if nbytes > capacity:
+            raise KernelError(f"input {name!r} {list(shape)} {NAMES[dt]} is {format_size(nbytes)}, "
+                              f"more than the {format_size(capacity)} of HBM in the system")
         if self.timing_only:
             value = np.broadcast_to(np.zeros((), dt), shape)
         else:

@@ -81,12 +81,15 @@ def load_kernel(spec: str) -> KernelModule:
     module_name = f"kernbench_kernel_{path.stem}"
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(loader_spec)
+    sys.path.insert(0, str(path.parent))  # a kernel may import helpers beside it
     try:
         loader_spec.loader.exec_module(module)
     except Exception as exc:
         line = _line_in(exc, str(path))
         raise KernelError(f"{shown}:{line}: loading the kernel failed: "
                           f"{type(exc).__name__}: {exc}") from None
+    finally:
+        sys.path.remove(str(path.parent))
     missing = [n for n in REQUIRED_NAMES if not hasattr(module, n)]
     if missing:
         raise KernelError(f"{shown}: a kernel module must define {', '.join(missing)}")

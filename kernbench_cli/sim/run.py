@@ -125,8 +125,8 @@ def _check_deadlock(kernel: KernelModule, system: System, threads: list, tls: li
         lines.append(f"PE ({tl._pe.coord}) at {kernel.shown}:{line or '?'} waits: "
                      f"{thread.blocked_on} (since t={_ns(tl._cpu.time)})")
     more = f"; and {len(stuck) - 8} more" if len(stuck) > 8 else ""
-    raise DeadlockError(f"deadlock: {len(stuck)} of {len(system.pes)} PEs wait for each other "
-                        f"and nothing is left to run: " + "; ".join(lines) + more)
+    raise DeadlockError(f"deadlock: {len(stuck)} of {len(system.pes)} PEs still wait and "
+                        "nothing is left to run: " + "; ".join(lines) + more)
 
 
 def _verify(kernel: KernelModule, host: Host, params: dict[str, Any],

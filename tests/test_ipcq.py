@@ -1,0 +1,48 @@
+"""IPCQ send/recv between neighbours: values, chunking, credits, addresses."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernbench_cli.cli.common import load_address_map
+
+from .conftest import test_topology
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_ping_pong_over_a_one_slot_ring_in_chunks(run, dtype):
+    result = run("ping_pong", "pair", (f"dtype={dtype}",))
+    assert result.verified
+    sends = [r for r in result.oplog if r[3] == "send"]
+    n_bytes = 3000 * (4 if dtype == "f32" else 2)
+    chunks = -(-n_bytes // 4096)
+    assert len(sends) == 2 * chunks  # there and back, one DMA per slot-sized chunk
+    assert sum(r[7] for r in sends) == 2 * n_bytes
+
+
+def test_neighbours_in_different_cubes_talk_over_ucie(run):
+    result = run("ping_pong", "two_cubes")
+    assert result.verified
+    assert result.engines["ucie"].ops == (3, 3)  # one link each way, 12000 B = 3 chunks
+    assert "noc" not in result.engines
+
+
+def test_sends_land_in_the_receivers_ring_slots(run):
+    result = run("ping_pong", "pair", ("n=256",))
+    amap = load_address_map(test_topology("pair"))
+    there, back = (amap.decode(r[10]) for r in result.oplog if r[3] == "send")
+    assert (there.pe, there.component, there.direction, there.slot) == (1, "ipcq", "W", 0)
+    assert (back.pe, back.component, back.direction, back.slot) == (0, "ipcq", "E", 0)
+    assert there.text == "IPCQ ring rack=0 sip=0 cube=0 pe=1 dir=W slot=0 offset=0x0"
+
+
+def test_a_full_ring_makes_the_sender_wait(run):
+    """One slot: each send after the first waits for the receiver's next recv."""
+    tight = run("backpressure", "pair", ("count=4", "gap=1000"))
+    roomy = run("backpressure", "default", ("count=4", "gap=1000"))  # 4 slots
+    # PE 1 takes message k at k x (1000 cycles + 4 ns recv issue) = 1004, 2008, 3012 ns.
+    # PE 0 issues sends 2, 3, 4 at 12, 1008, 2012 ns (4 ns each after a 4 ns load) and each
+    # waits for the one slot to come back.
+    assert tight.cpu_stall_ps[0] == ((1004 - 12) + (2008 - 1008) + (3012 - 2012)) * 1000
+    assert roomy.cpu_stall_ps[0] == 0
+    assert tight.latency_ps == roomy.latency_ps == 4 * 1004_000  # the receiver sets the pace

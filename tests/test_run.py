@@ -1,0 +1,160 @@
+"""`kernbench run`: results, output formats and every bad-input path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from .conftest import test_topology
+
+KERNELS = Path(__file__).parent / "kernels"
+SMALL = ("-p", "M=32", "-p", "K=128", "-p", "N=512")
+
+
+@pytest.mark.parametrize("mode", ["composite", "primitive"])
+def test_sharded_gemm_verifies_on_the_default_topology(cli, mode):
+    code, out, err = cli("run", "sharded_gemm", "-p", f"mode={mode}")
+    assert (code, err) == (0, "")
+    assert "PASS out: max |err|" in out
+    assert "topology      default: 16 PEs; costs default" in out
+
+
+def test_composite_keeps_gemm_busier_than_primitive(cli):
+    util = {}
+    for mode in ("composite", "primitive"):
+        _, out, _ = cli("run", "sharded_gemm", "-p", f"mode={mode}", "--json")
+        util[mode] = json.loads(out)["engines"]["gemm"]["utilization"]
+    assert util["composite"] > 0.9 and util["composite"] > util["primitive"] + 0.1, util
+
+
+def test_json_is_one_object_with_the_documented_keys(cli):
+    code, out, _ = cli("run", "sharded_gemm", *SMALL, "--json")
+    assert code == 0
+    result = json.loads(out)
+    for key in ("schema_version", "kernel", "topology", "params", "latency_ns", "verified",
+                "max_abs_err", "engines", "commands"):
+        assert key in result, key
+    assert set(result["engines"]) == {"cpu", "scheduler", "dma", "gemm", "math", "hbm"}
+    for stats in result["engines"].values():
+        assert {"busy_ns", "idle_ns", "utilization", "ops"} <= set(stats)
+    assert result["verified"] is True
+    assert result["params"] == {"K": 128, "M": 32, "N": 512, "dtype": "f16", "mode": "composite",
+                                "tile_k": 64, "tile_m": 16, "tile_n": 16}
+    assert isinstance(result["latency_ps"], int)
+    assert result["latency_ns"] == result["latency_ps"] / 1000
+
+
+def test_json_is_byte_identical_across_runs(cli):
+    assert cli("run", "sharded_gemm", *SMALL, "--json")[1] == \
+        cli("run", "sharded_gemm", *SMALL, "--json")[1]
+
+
+def test_per_pe_table_and_json(cli):
+    code, out, _ = cli("run", "sharded_gemm", *SMALL, "--per-pe")
+    assert code == 0 and "Per PE: busy time" in out and "0.0.1.7" in out
+    per_pe = json.loads(cli("run", "sharded_gemm", *SMALL, "--per-pe", "--json")[1])["per_pe"]
+    assert len(per_pe) == 16 and per_pe[15]["pe"] == "rack=0 sip=0 cube=1 pe=7"
+
+
+def test_save_writes_inputs_and_outputs(cli, tmp_path):
+    path = tmp_path / "run.npz"
+    code, _, _ = cli("run", "sharded_gemm", *SMALL, "--save", str(path), "--seed", "3")
+    assert code == 0
+    data = np.load(path)
+    assert sorted(data.files) == ["a", "b", "out"]
+    np.testing.assert_allclose(data["out"].astype(np.float32),
+                               (data["a"].astype(np.float32) @ data["b"].astype(np.float32)),
+                               rtol=4e-3, atol=4e-3)
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_seed_changes_the_data_not_the_timing(run):
+    a = run("sharded_gemm", "default", ("M=32", "K=128", "N=512"), seed=1)
+    b = run("sharded_gemm", "default", ("M=32", "K=128", "N=512"), seed=2)
+    assert a.latency_ps == b.latency_ps
+    assert not np.array_equal(a.inputs["a"], b.inputs["a"])
+
+
+def test_timing_only_gives_the_same_time_without_values(cli, run):
+    full = run("sharded_gemm", "default", ("M=32", "K=128", "N=512", "mode=primitive"))
+    fast = run("sharded_gemm", "default", ("M=32", "K=128", "N=512", "mode=primitive"),
+               timing_only=True)
+    assert fast.latency_ps == full.latency_ps and fast.oplog == full.oplog
+    assert fast.verified is None and fast.checks == []
+    _, out, _ = cli("run", "sharded_gemm", *SMALL, "--timing-only")
+    assert "not verified: timing only" in out
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["nope"], "unknown kernel 'nope' (shipped: sharded_gemm; or give a path to a .py file)"),
+    (["sharded_gemm", "-p", "Q=1"], "sharded_gemm has no parameter 'Q' (parameters: M, K, N, "
+                                    "dtype, mode, tile_m, tile_n, tile_k)"),
+    (["sharded_gemm", "-p", "M=big"], "parameter M: expected an integer, got 'big'"),
+    (["sharded_gemm", "-p", "M"], "parameter 'M' is not name=value"),
+    (["sharded_gemm", "-p", "mode=fast"], "parameter mode: 'fast' is not one of composite, "
+                                          "primitive"),
+    (["sharded_gemm", "-p", "N=1000"], "b: 1000 along axis 1 does not divide over the 16 PEs of "
+                                       "the grid (1000 % 16 = 8)"),
+    (["sharded_gemm", "-p", "mode=primitive", "-p", "K=100"],
+     "sharded_gemm: K = 100 is not a multiple of tile_k = 64"),
+    (["sharded_gemm", "-t", test_topology("tiny_hbm"), "-p", "N=1024"],
+     "inputs overflow an HBM slice: hbm of PE (rack=0 sip=0 cube=0 pe=0) is full: a needs "
+     "64KiB (65536 B) at offset 0x100000, 0 B of 1MiB left"),
+    (["sharded_gemm", "-p", "N=67108864"],
+     "input 'b' [512, 67108864] f16 is 64GiB, more than the 32GiB of HBM in the system"),
+    (["sharded_gemm", "--timing-only", "--save", "x.npz"],
+     "--save needs values: it cannot go with --timing-only"),
+])
+def test_bad_input_is_one_line(cli, args, message):
+    code, _, err = cli("run", *args)
+    assert code != 0
+    assert err == f"error: {message}\n"
+
+
+def _kernel_error(cli, name, topology="default"):
+    path = KERNELS / f"{name}.py"
+    code, out, err = cli("run", str(path), "-t", test_topology(topology))
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1
+    return err.removeprefix("error: ").rstrip("\n").replace(str(path), name)
+
+
+def test_kernel_exception_names_line_pe_and_time(cli):
+    assert _kernel_error(cli, "raises") == (
+        "raises:8: PE (rack=0 sip=0 cube=0 pe=1) at t=104.000ns: ZeroDivisionError: division "
+        "by zero")
+
+
+def test_deadlock_names_the_waiting_pe_and_what_it_waits_for(cli):
+    assert _kernel_error(cli, "deadlock") == (
+        "deadlock: 1 of 16 PEs still wait and nothing is left to run: PE (rack=0 sip=0 cube=0 "
+        "pe=0) at deadlock:6 waits: recv from PE (rack=0 sip=0 cube=0 pe=1) on its E ring "
+        "(since t=4.000ns)")
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("out_of_bounds", "out_of_bounds:5: PE (rack=0 sip=0 cube=0 pe=0) at t=0.000ns: tl.load of "
+                      "256 B at 0x20000000e0 runs past the end of 'x' (256 B at 0x2000000000) "
+                      "by 224 B"),
+    ("tcm_overflow", "tcm_overflow:12: PE (rack=0 sip=0 cube=0 pe=0) at t=4.000ns: tensors "
+                     "overflow TCM: TCM of PE (rack=0 sip=0 cube=0 pe=0) is full: tl.load needs "
+                     "4MiB (4194304 B); 2097152 B of 2MiB free, the largest free block is "
+                     "2097152 B"),
+    ("bad_dot", "bad_dot:7: PE (rack=0 sip=0 cube=0 pe=0) at t=8.000ns: tl.dot: shapes [8, 8] "
+                "and [4, 16] do not match (8 != 4)"),
+    ("no_neighbour", "no_neighbour:6: PE (rack=0 sip=0 cube=0 pe=0) at t=4.000ns: tl.send: PE "
+                     "(rack=0 sip=0 cube=0 pe=0) has no neighbour to the N"),
+])
+def test_kernel_mistakes(cli, name, message):
+    assert _kernel_error(cli, name) == message
+
+
+def test_a_missing_save_folder_writes_nothing(cli, tmp_path):
+    target = tmp_path / "no" / "such" / "out.npz"
+    code, _, err = cli("run", "sharded_gemm", *SMALL, "--save", str(target))
+    assert code == 2
+    assert err == f"error: --save {target}: folder '{target.parent}' does not exist\n"
+    assert not (tmp_path / "no").exists()
