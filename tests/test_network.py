@@ -57,7 +57,7 @@ def _dma_pair(amap, src_a, dst_a, src_b, dst_b, nbytes=64 * 1024):
     ends = []
     for src, dst in ((src_a, dst_a), (src_b, dst_b)):
         pe = system.pes[system.pid_of[dst]]
-        ends.append(pe.dma.transfer(0, nbytes, net.route(src, dst), net.hbm(src))[1])
+        ends.append(pe.dma.transfer(0, nbytes, net.path(src, dst, hbm_at=src))[1])
     return ends
 
 

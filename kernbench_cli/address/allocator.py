@@ -92,6 +92,9 @@ class FreeListPool:
     """First-fit allocation with free, over ``[base, base + size)`` (a PE's TCM).
 
     Kernel tensors come and go; a block is freed when its tensor is dropped.
+    Freed blocks wait in a cache by size, since a kernel's loop allocates the
+    same tile sizes again and again; they return to the free list (and
+    coalesce) only when a request finds no room otherwise.
     """
 
     def __init__(self, name: str, base: int, size: int):
@@ -100,13 +103,35 @@ class FreeListPool:
         self.size = size
         self._free: list[list[int]] = [[base, size]]  # [start, size], by address
         self._sizes: dict[int, int] = {}
+        self._cached: dict[int, list[int]] = {}  # size -> freed blocks of that size
         self.used = 0
 
     def largest_free(self) -> int:
+        self._flush()
         return max((size for _, size in self._free), default=0)
 
     def alloc(self, nbytes: int, what: str, align: int = DEFAULT_ALIGN) -> int:
         nbytes = max(nbytes, 1)
+        cached = self._cached.get(nbytes)
+        if cached:
+            addr = cached.pop()
+            self._sizes[addr] = nbytes
+            self.used += nbytes
+            return addr
+        addr = self._first_fit(nbytes, align)
+        if addr is None and self._cached:
+            self._flush()
+            addr = self._first_fit(nbytes, align)
+        if addr is None:
+            raise AddressError(
+                f"{self.name} is full: {what} needs {format_size(nbytes)} ({nbytes} B); "
+                f"{self.size - self.used} B of {format_size(self.size)} free, the largest free "
+                f"block is {self.largest_free()} B")
+        self._sizes[addr] = nbytes
+        self.used += nbytes
+        return addr
+
+    def _first_fit(self, nbytes: int, align: int) -> int | None:
         for i, (start, size) in enumerate(self._free):
             addr = -(-start // align) * align
             if addr + nbytes <= start + size:
@@ -114,17 +139,22 @@ class FreeListPool:
                 pieces = ([[start, head]] if head else []) + (
                     [[addr + nbytes, tail]] if tail else [])
                 self._free[i:i + 1] = pieces
-                self._sizes[addr] = nbytes
-                self.used += nbytes
                 return addr
-        raise AddressError(
-            f"{self.name} is full: {what} needs {format_size(nbytes)} ({nbytes} B); "
-            f"{self.size - self.used} B of {format_size(self.size)} free, the largest free "
-            f"block is {self.largest_free()} B")
+        return None
 
     def free(self, addr: int) -> None:
         nbytes = self._sizes.pop(addr)
         self.used -= nbytes
+        self._cached.setdefault(nbytes, []).append(addr)
+
+    def _flush(self) -> None:
+        """Return every cached block to the free list, by address."""
+        blocks = sorted((addr, size) for size, addrs in self._cached.items() for addr in addrs)
+        self._cached.clear()
+        for addr, size in blocks:
+            self._release(addr, size)
+
+    def _release(self, addr: int, nbytes: int) -> None:
         i = bisect.bisect_left(self._free, [addr, 0])
         self._free.insert(i, [addr, nbytes])
         # coalesce with the neighbours

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kernbench_cli.config.schema import DmaConfig
 from kernbench_cli.hw.engine import InOrderEngine
-from kernbench_cli.hw.network import Calendar, Route, book, transfer_ps
+from kernbench_cli.hw.network import PS_PER_S, Path, book, transfer_ps
 
 
 class DmaEngine(InOrderEngine):
@@ -25,17 +25,22 @@ class DmaEngine(InOrderEngine):
         self.setup_ps = config.setup
         self.local_bandwidth = local_bandwidth
 
-    def transfer(self, ready: int, nbytes: int, route: Route,
-                 hbm: Calendar | None) -> tuple[int, int]:
-        """Move `nbytes` over `route` (plus the HBM slice `hbm` if one end is HBM).
+    def transfer(self, ready: int, nbytes: int, path: Path) -> tuple[int, int]:
+        """Move `nbytes` over `path` (its HBM slice, if any, and links).
 
         Returns (start, end): the engine takes it at `start`; the data is at
         the destination at `end`.
         """
         start = ready if ready > self.free_at else self.free_at
-        resources = route.resources if hbm is None else (hbm, *route.resources)
-        latency = route.latency_ps if hbm is None else route.latency_ps + hbm.latency_ps
-        if resources:
+        resources, latency = path
+        if len(resources) == 1:  # one's own HBM slice: the common case, kept lean
+            cal = resources[0]
+            duration = -(-nbytes * PS_PER_S // cal.bandwidth)
+            stream_at = cal.fit(start + self.setup_ps, duration)
+            cal.reserve(stream_at, duration)
+            cal.bytes += nbytes
+            stream_end = stream_at + duration
+        elif resources:
             durations = tuple(transfer_ps(nbytes, c.bandwidth) for c in resources)
             stream_at = book(resources, durations, start + self.setup_ps)
             for cal in resources:

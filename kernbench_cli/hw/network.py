@@ -101,6 +101,11 @@ class Calendar:
 
 def book(resources: tuple[Calendar, ...], durations: tuple[int, ...], t: int) -> int:
     """Reserve each resource for its duration from one common start >= t; return it."""
+    if len(resources) == 1:  # the common case: one's own HBM slice
+        cal = resources[0]
+        t = cal.fit(t, durations[0])
+        cal.reserve(t, durations[0])
+        return t
     if not resources:
         return t
     while True:
@@ -122,8 +127,10 @@ class Route:
     latency_ps: int
     hops: dict[str, int]
 
-    def durations(self, nbytes: int) -> tuple[int, ...]:
-        return tuple(transfer_ps(nbytes, c.bandwidth) for c in self.resources)
+
+#: What a DMA needs of a transfer's way: every resource on it (the HBM slice first, if
+#: one end is HBM) and the latency to cross them.
+Path = tuple[tuple[Calendar, ...], int]
 
 
 class Network:
@@ -157,6 +164,14 @@ class Network:
             name = f"rack={coord.rack} sip={coord.sip} cube={coord.cube} pe={coord.pe}"
             cal = self._calendars[key] = Calendar("hbm", name, hbm.bandwidth, hbm.latency)
         return cal
+
+    def path(self, src: PeCoord, dst: PeCoord, hbm_at: PeCoord | None) -> Path:
+        """The route from `src` to `dst`, with `hbm_at`'s HBM slice first if given."""
+        route = self.route(src, dst)
+        if hbm_at is None:
+            return route.resources, route.latency_ps
+        hbm = self.hbm(hbm_at)
+        return (hbm, *route.resources), route.latency_ps + hbm.latency_ps
 
     def route(self, src: PeCoord, dst: PeCoord) -> Route:
         """Links from PE `src` to PE `dst` (cached)."""

@@ -23,14 +23,15 @@ from greenlet import greenlet
 class PeThread:
     """The greenlet of one PE and the SimPy process that drives it."""
 
-    __slots__ = ("blocked_on", "env", "glet", "pid", "switches")
+    __slots__ = ("blocked_on", "env", "events", "glet", "pid", "switches")
 
     def __init__(self, env: simpy.Environment, pid: int):
         self.env = env
         self.pid = pid
         self.glet: greenlet | None = None
         self.blocked_on: str | None = None
-        self.switches = 0
+        self.switches = 0  # times the kernel left its greenlet
+        self.events = 1  # SimPy events this PE waited on, its start included
 
     def start(self, target: Callable[[], Any]) -> None:
         """Run `target` (the PE's kernel) in a new greenlet, from simulated time 0."""
@@ -40,6 +41,7 @@ class PeThread:
     def _drive(self) -> Generator[simpy.Event, Any, None]:
         event = self.glet.switch()
         while not self.glet.dead:
+            self.events += 1
             yield event
             event = self.glet.switch()
 

@@ -39,7 +39,7 @@ class Tensor:
 
     def __del__(self) -> None:
         if self.tcm is not None:
-            self._tl._free_tcm(self.tcm)
+            self._tl._tcm.free(self.tcm)
 
     def __repr__(self) -> str:
         return f"Tensor({NAMES[self.dtype]}{list(self.shape)}, ready={self.ready}ps)"

@@ -32,6 +32,7 @@ from kernbench_cli.hw.composite import Operand, Stream, plan_gemm, run_gemm
 from kernbench_cli.hw.engine import cycles_to_ps
 from kernbench_cli.hw.ipcq import Chunk
 from kernbench_cli.hw.memory import Memory
+from kernbench_cli.hw.network import Path
 from kernbench_cli.hw.pe import Pe
 from kernbench_cli.lang.bridge import PeThread
 from kernbench_cli.lang.dtypes import DTYPES, dtype, promote
@@ -88,6 +89,13 @@ class TL:
         self._hbm_bytes_per_cycle = topo.hbm.bandwidth / topo.pe.clock
         self._setup_cycles = topo.pe.dma.setup * topo.pe.clock / 10**12
         self._msg_seq: dict[int, int] = {}
+        # Routes depend only on which PE owns an address: cache them per aligned region
+        # that one PE owns whole (a power-of-two HBM slice, or a PE's 1 GiB window).
+        slice_bytes = topo.hbm.slice_size
+        power_of_two = slice_bytes & (slice_bytes - 1) == 0
+        self._region_shift = min(30, slice_bytes.bit_length() - 1) if power_of_two else 64
+        self._from_cache: dict[int, tuple] = {}
+        self._to_cache: dict[int, tuple] = {}
         self.last_end = 0
 
     # ------------------------------------------------------------ grid (ADR-0022)
@@ -138,9 +146,9 @@ class TL:
         self._launch.memory.check(ptr, _span_bytes(shape_t, dt, stride), "tl.load")
         t = self._issue("load")
         dispatched = self._sched.dispatch(t)
-        route, hbm = self._route_from(ptr)
+        path = self._path_from(ptr)
         self._thread.sync(t)
-        start, end = self._pe.dma.transfer(dispatched, nbytes, route, hbm)
+        start, end = self._pe.dma.transfer(dispatched, nbytes, path)
         self._sched.hold(start)
         value = self._launch.memory.read(ptr, shape_t, dt, "tl.load", stride) \
             if self._values else None
@@ -164,9 +172,9 @@ class TL:
                                   "tl.store")
         t = self._issue("store")
         dispatched = self._sched.dispatch(t)
-        route, hbm = self._route_to(ptr)
+        path = self._path_to(ptr)
         self._thread.sync(t)
-        start, end = self._pe.dma.transfer(max(dispatched, tensor.ready), nbytes, route, hbm)
+        start, end = self._pe.dma.transfer(max(dispatched, tensor.ready), nbytes, path)
         self._sched.hold(start)
         if self._values:
             self._launch.memory.write(ptr, tensor.value, "tl.store", stride)
@@ -295,7 +303,7 @@ class TL:
         t = self._issue("send")
         dispatched = self._sched.dispatch(t)
         self._thread.sync(t)
-        route = self._net.route(me, dst)
+        path = self._net.path(me, dst, None)
         msg = self._msg_seq.get(system.pid_of[dst], 0)
         self._msg_seq[system.pid_of[dst]] = msg + 1
         count = ring.chunks_for(tensor.nbytes)
@@ -311,7 +319,7 @@ class TL:
                 credit = ring.take_credit()
             free_at, slot = credit
             nbytes = min(ring.slot_bytes, tensor.nbytes - index * ring.slot_bytes)
-            start, end = self._pe.dma.transfer(max(ready, free_at), nbytes, route, None)
+            start, end = self._pe.dma.transfer(max(ready, free_at), nbytes, path)
             first = start if first is None else first
             value = tensor.value if index == count - 1 else None
             ring.chunks.append(Chunk(self._pe.pid, msg, index, count, tensor.nbytes, slot, end,
@@ -407,14 +415,12 @@ class TL:
         def load(ready: int, op: Operand, r0: int, c0: int, nr: int, nc: int) -> tuple[int, int]:
             addr = op.addr + (r0 * op.row_stride + c0) * op.itemsize
             nbytes = nr * nc * op.itemsize
-            route, hbm = self._route_from(addr)
-            start, end = pe.dma.transfer(ready, nbytes, route, hbm)
+            start, end = pe.dma.transfer(ready, nbytes, self._path_from(addr))
             log("dma", "load_tile", ready, start, end, nbytes, 0, addr, None)
             return start, end
 
         def store(ready: int, addr: int, nbytes: int) -> tuple[int, int]:
-            route, hbm = self._route_to(addr)
-            start, end = pe.dma.transfer(ready, nbytes, route, hbm)
+            start, end = pe.dma.transfer(ready, nbytes, self._path_to(addr))
             log("dma", "store_tile", ready, start, end, nbytes, 0, None, addr)
             return start, end
 
@@ -425,13 +431,27 @@ class TL:
             return Operand(x.shape[0], x.shape[1], x.dtype.itemsize, True, x.tcm or 0)
         return Operand(x.shape[0], x.shape[1], x.dtype.itemsize, False, x.addr, x.row_stride)
 
-    def _route_from(self, addr: int):
-        owner, is_hbm = self._amap.locate(addr)
-        return self._net.route(owner, self._pe.coord), self._net.hbm(owner) if is_hbm else None
+    def _path_from(self, addr: int) -> Path:
+        """The DMA path of a transfer from `addr` into this PE."""
+        key = addr >> self._region_shift
+        hit = self._from_cache.get(key)
+        if hit is None:
+            owner, is_hbm = self._amap.locate(addr)
+            hit = self._net.path(owner, self._pe.coord, owner if is_hbm else None)
+            if self._region_shift < 64:
+                self._from_cache[key] = hit
+        return hit
 
-    def _route_to(self, addr: int):
-        owner, is_hbm = self._amap.locate(addr)
-        return self._net.route(self._pe.coord, owner), self._net.hbm(owner) if is_hbm else None
+    def _path_to(self, addr: int) -> Path:
+        """The DMA path of a transfer from this PE to `addr`."""
+        key = addr >> self._region_shift
+        hit = self._to_cache.get(key)
+        if hit is None:
+            owner, is_hbm = self._amap.locate(addr)
+            hit = self._net.path(self._pe.coord, owner, owner if is_hbm else None)
+            if self._region_shift < 64:
+                self._to_cache[key] = hit
+        return hit
 
     def _tensor(self, shape: tuple[int, ...], dt: np.dtype, value: np.ndarray | None, ready: int,
                 what: str) -> Tensor:
@@ -440,9 +460,6 @@ class TL:
         except AddressError as exc:
             raise KernelError(f"tensors overflow TCM: {exc}") from None
         return Tensor(self, shape, dt, value, ready, addr)
-
-    def _free_tcm(self, addr: int) -> None:
-        self._tcm.free(addr)
 
     def _own(self, x: Any, what: str) -> Tensor:
         if not isinstance(x, Tensor):
@@ -508,7 +525,10 @@ class TL:
             if isinstance(v, Tensor):
                 self._own(v, f"tl.{fn.__name__}")
         try:
-            shape = np.broadcast_shapes(*(v.shape for v in tensors))
+            if len(tensors) == 1 or tensors[0].shape == tensors[1].shape:
+                shape = tensors[0].shape
+            else:
+                shape = np.broadcast_shapes(*(v.shape for v in tensors))
         except ValueError:
             raise KernelError(f"tl.{fn.__name__}: shapes "
                               f"{' and '.join(str(list(v.shape)) for v in tensors)} do not "
@@ -562,6 +582,9 @@ class TL:
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
+    if shape.__class__ is tuple and shape and all(
+            n.__class__ is int and n > 0 for n in shape):
+        return shape
     if isinstance(shape, int):
         shape = (shape,)
     try:

@@ -47,7 +47,7 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     result = _collect(kernel, system, launch, params, seed, timing_only, latency, checks)
     result.inputs, result.outputs = host.inputs, outputs
     result.switches = sum(t.switches for t in threads)
-    result.events = env._eid
+    result.events = sum(t.events for t in threads)
     result.wall_s = time.perf_counter() - wall
     return result
 
