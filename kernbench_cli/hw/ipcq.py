@@ -3,7 +3,12 @@
 A ring has `slots` slots of `slot_size` bytes, which are also the sender's
 credits. A message is split into slot-sized chunks; each chunk needs a free
 slot before the sender's DMA may move it, and frees its slot when the
-receiver has taken it (its `recv` posted and the chunk arrived). The ring
+receiver has taken it (its `recv` posted and the chunk arrived).
+
+Two senders on the same side of a PE share its ring. A posted `recv` takes
+chunks in arrival order and sets aside those of other senders (the
+"unexpected message" queue of MPI), freeing their slots, so a sender that
+got there first cannot starve the one the receiver waits for. The ring
 keeps only timing and the chunks in flight; blocking is the kernel
 runtime's business.
 """
@@ -55,9 +60,26 @@ class Ring:
     def give_credit(self, t: int, slot: int) -> None:
         heapq.heappush(self.credits, (t, slot))
 
-    def first_from(self, sender: int | None) -> Chunk | None:
-        """The oldest chunk (from `sender`, if given) in the ring."""
-        for chunk in self.chunks:
-            if sender is None or chunk.sender == sender:
+    stash: dict[int, deque[Chunk]] = field(default_factory=dict)  # taken, for a later recv
+    busy_ps: int = 0  # time chunks sat in slots, arrival to taken
+    ops: int = 0  # chunks that passed through
+
+    def take(self, sender: int, now: int) -> Chunk | None:
+        """The next chunk from `sender`: set aside earlier, or the ring's oldest chunks taken
+        until one is from `sender` (each frees its slot at max(now, its arrival)).
+
+        None when the ring holds nothing more from anyone.
+        """
+        waiting = self.stash.get(sender)
+        if waiting:
+            return waiting.popleft()
+        while self.chunks:
+            chunk = self.chunks.popleft()
+            taken = max(now, chunk.arrival)
+            self.give_credit(taken, chunk.slot)
+            self.busy_ps += taken - chunk.arrival
+            self.ops += 1
+            if chunk.sender == sender:
                 return chunk
+            self.stash.setdefault(chunk.sender, deque()).append(chunk)
         return None

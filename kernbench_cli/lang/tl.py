@@ -346,23 +346,21 @@ class TL:
         self._thread.sync(t)
         done, value = t, None
         for _ in range(ring.chunks_for(nbytes)):
-            chunk = ring.first_from(src_pid)
+            credits = len(ring.credits)
+            chunk = ring.take(src_pid, self._cpu.time)
             while chunk is None:
+                self._wake_senders(ring, credits)
                 event = self._launch.env.event()
                 ring.receiver_waiting = (event, self._thread)
                 self._thread.block(event, f"recv from PE ({src}) on its {ring_dir} ring")
                 self._cpu.wait_until(self._launch.env.now)
-                chunk = ring.first_from(src_pid)
+                credits = len(ring.credits)
+                chunk = ring.take(src_pid, self._cpu.time)
+            self._wake_senders(ring, credits)
             if chunk.nbytes != nbytes:
                 raise KernelError(f"tl.recv expects {nbytes} B from PE ({src}) but its message "
                                   f"is {chunk.nbytes} B")
-            ring.chunks.remove(chunk)
-            taken = max(self._cpu.time, chunk.arrival)
-            done = max(done, taken)
-            ring.give_credit(taken, chunk.slot)
-            for event, thread in ring.sender_waiting:
-                thread.wake_at(taken, event)
-            ring.sender_waiting.clear()
+            done = max(done, self._cpu.time, chunk.arrival)
             value = chunk.value if chunk.index == chunk.count - 1 else value
         self._cpu.wait_until(done)
         if self._values:
@@ -371,6 +369,14 @@ class TL:
         self._log("cpu", "recv", t, t, done, nbytes, 0,
                   self._amap.pe_ipcq_slot_addr(*me, ring_dir, 0), out.tcm)
         return out
+
+    def _wake_senders(self, ring, credits_before: int) -> None:
+        """Wake the senders waiting on `ring` if taking chunks gave credits back."""
+        if len(ring.credits) > credits_before and ring.sender_waiting:
+            at = min(free for free, _ in ring.credits)
+            for event, thread in ring.sender_waiting:
+                thread.wake_at(at, event)
+            ring.sender_waiting.clear()
 
     # ------------------------------------------------------------ CPU
 

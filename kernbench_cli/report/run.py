@@ -20,7 +20,7 @@ from kernbench_cli.sim.result import EngineStats, RunResult
 SCHEMA_VERSION = 1
 
 TITLES = {"cpu": "CPU", "scheduler": "SCHED", "dma": "DMA", "gemm": "GEMM", "math": "MATH",
-          "hbm": "HBM", "noc": "NoC", "ucie": "UCIe", "sip_link": "SIP link",
+          "ipcq": "IPCQ", "hbm": "HBM", "noc": "NoC", "ucie": "UCIe", "sip_link": "SIP link",
           "rack_link": "rack link"}
 
 #: Below this busy fraction no single engine is said to bound a kernel.
@@ -92,6 +92,10 @@ def summary(result: RunResult) -> Table:
         ("simulated", f"{result.commands:,} commands in {result.wall_s:.2f} s wall "
                       f"({rate:,.0f} commands/s)"),
     ]
+    for name, (ps, how) in sorted(result.bounds.items()):
+        ratio = result.latency_ps / ps if ps else float("inf")
+        rows.insert(3, (f"{name} bound", f"{format_time_ps(ps)} = {how}; the latency is "
+                                          f"{ratio:.2f}x that"))
     for key, value in rows:
         table.add_row(key, value)
     return table
@@ -184,6 +188,7 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
         "gemm_mac_utilization": round(gemm_efficiency(result), 6),
         "hbm_gbps": round(achieved, 6),
         "hbm_peak_gbps": round(peak, 6),
+        "bounds_ps": {name: ps for name, (ps, _) in sorted(result.bounds.items())},
     }
     if per_pe:
         out["per_pe"] = [

@@ -61,6 +61,7 @@ class RunResult:
     flops: int = 0
     hbm_bytes: int = 0
     hbm_peak_bytes_per_ps: float = 0.0
+    bounds: dict[str, tuple[int, str]] = field(default_factory=dict)  # name: (ps, how)
     inputs: dict[str, np.ndarray] = field(default_factory=dict)
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
 

@@ -46,6 +46,8 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
         checks = _verify(kernel, host, params, outputs)
     result = _collect(kernel, system, launch, params, seed, timing_only, latency, checks)
     result.inputs, result.outputs = host.inputs, outputs
+    if hasattr(kernel.module, "bounds"):
+        result.bounds = _call(kernel, "bounds", topo, params)
     result.switches = sum(t.switches for t in threads)
     result.events = sum(t.events for t in threads)
     result.wall_s = time.perf_counter() - wall
@@ -160,6 +162,12 @@ def _collect(kernel: KernelModule, system: System, launch: Launch, params: dict[
         parts = [pe.engine(name) for pe in pes]
         engines[name] = EngineStats(name, labels, tuple(p.busy_ps for p in parts),
                                     tuple(p.ops for p in parts))
+    rings = [(f"{pe.coord} {d}", ring) for pe in pes for d, ring in pe.rings.items()
+             if ring.ops]
+    if rings:
+        engines["ipcq"] = EngineStats("ipcq", tuple(n for n, _ in rings),
+                                      tuple(r.busy_ps for _, r in rings),
+                                      tuple(r.ops for _, r in rings))
     calendars = system.network.calendars()
     for level in LINK_LEVELS:
         used = [c for c in calendars if c.level == level and c.ops]
