@@ -68,7 +68,16 @@ def test_save_writes_inputs_and_outputs(cli, tmp_path):
     np.testing.assert_allclose(data["out"].astype(np.float32),
                                (data["a"].astype(np.float32) @ data["b"].astype(np.float32)),
                                rtol=4e-3, atol=4e-3)
-    assert not list(tmp_path.glob("*.tmp"))
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*"))
+    assert path.stat().st_mode & 0o777 == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def test_seed_changes_the_data_not_the_timing(run):

@@ -12,7 +12,7 @@ import sys
 import typer
 from typer.core import TyperGroup
 
-from kernbench_cli.cli import addr, run, topology
+from kernbench_cli.cli import addr, golden, run, topology
 from kernbench_cli.errors import KernbenchError
 
 
@@ -41,9 +41,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("run")(run.run)
+app.command("replay")(run.replay)
 app.command("decode")(addr.decode)
 app.command("encode")(addr.encode)
 app.add_typer(topology.app, name="topology")
+app.add_typer(golden.app, name="golden")
 
 
 def main() -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -27,9 +25,10 @@ def run(
     seed: Annotated[int, typer.Option(help="Seed of the input data.")] = 0,
     timing_only: Annotated[bool, typer.Option(
         "--timing-only", help="Skip values and verification (faster; for sweeps).")] = False,
+    record: Annotated[Path | None, typer.Option(
+        help="Write the command trace to this file, for `kernbench replay`.")] = None,
 ) -> None:
     """Run KERNEL on every PE of the topology, verify it, and report the time."""
-    from kernbench_cli.report import run as report
     from kernbench_cli.sim.kernels import load_kernel, parse_params
     from kernbench_cli.sim.run import run_kernel
 
@@ -38,15 +37,15 @@ def run(
     module = load_kernel(kernel)
     params = parse_params(module, param or [])
     amap = load_address_map(topology, costs)
-    result = run_kernel(module, amap, params, seed=seed, timing_only=timing_only)
+    result = run_kernel(module, amap, params, seed=seed, timing_only=timing_only,
+                        record=record is not None)
     if save is not None:
         _save_npz(save, {**result.inputs, **result.outputs})
-    if as_json:
-        typer.echo(json.dumps(report.to_json(result, per_pe), sort_keys=True, indent=2))
-    else:
-        from rich.console import Console
+    if record is not None:
+        from kernbench_cli.sim.trace_file import write_trace
 
-        Console().print(report.render(result, per_pe))
+        write_trace(record, result.trace)
+    show(result, as_json, per_pe)
     if result.verified is False:
         failed = [c for c in result.checks if not c.passed]
         raise VerificationError("verification failed: " + "; ".join(
@@ -54,18 +53,44 @@ def run(
             for c in failed))
 
 
+def replay(
+    trace: Annotated[Path, typer.Argument(help="A trace written by `kernbench run --record`.")],
+    topology: TopologyOpt = None,
+    costs: CostsOpt = None,
+    per_pe: Annotated[bool, typer.Option("--per-pe", help="Also show each PE.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Re-time a recorded run without its kernel code or values (for cost sweeps).
+
+    Without --topology the trace's own topology is used.
+    """
+    from kernbench_cli.sim.run import replay_trace
+    from kernbench_cli.sim.trace_file import read_trace
+
+    data = read_trace(trace)
+    if topology is None:
+        recorded = Path(data.get("topology_file", ""))
+        topology = str(recorded) if recorded.is_file() else data["topology"]
+    result = replay_trace(data, load_address_map(topology, costs), str(trace))
+    show(result, as_json, per_pe)
+
+
+def show(result, as_json: bool, per_pe: bool) -> None:
+    """A result as Rich tables, or as one JSON object with --json."""
+    from kernbench_cli.report import run as report
+
+    if as_json:
+        typer.echo(json.dumps(report.to_json(result, per_pe), sort_keys=True, indent=2))
+    else:
+        from rich.console import Console
+
+        Console().print(report.render(result, per_pe))
+
+
 def _save_npz(path: Path, arrays: dict) -> None:
-    """Write atomically: a whole file or none."""
     import numpy as np
 
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise KernbenchError(f"--save {path}: folder {str(folder)!r} does not exist")
-    handle, tmp = tempfile.mkstemp(dir=folder, suffix=".npz.tmp")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            np.savez(out, **{k: np.asarray(v) for k, v in arrays.items()})
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise KernbenchError(f"--save {path}: {exc.strerror}") from None
+    from kernbench_cli.fileio import atomic_write
+
+    atomic_write(path, lambda out: np.savez(out, **{k: np.asarray(v) for k, v in
+                                                    arrays.items()}), "--save")

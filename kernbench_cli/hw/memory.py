@@ -32,6 +32,11 @@ class Memory:
         self._bases.insert(i, addr)
         self._blocks.insert(i, (nbytes, name, data))
 
+    def allocations(self) -> list[tuple[int, int, str]]:
+        """(address, bytes, name) of every allocation, by address."""
+        return [(base, size, name) for base, (size, name, _) in zip(self._bases, self._blocks,
+                                                                    strict=True)]
+
     def check(self, addr: int, nbytes: int, what: str) -> str:
         """The name of the allocation holding [addr, addr + nbytes); AddressError if none."""
         return self._find(addr, nbytes, what)[1]

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 class Tensor:
     """An on-PE value: shape, dtype, value (None when timing only), ready time."""
 
-    __slots__ = ("__weakref__", "_base", "_tl", "dtype", "nbytes", "ready", "shape", "tcm", "value")
+    __slots__ = ("__weakref__", "_base", "_tl", "dtype", "nbytes", "ready", "shape", "tcm", "tid",
+                 "value")
 
     def __init__(self, tl: TL, shape: tuple[int, ...], dtype: np.dtype, value: np.ndarray | None,
                  ready: int, tcm: int | None, base: Tensor | None = None):
@@ -36,10 +37,20 @@ class Tensor:
         self.tcm = tcm  # TCM address, None for a view
         self._base = base
         self.nbytes = math.prod(shape) * dtype.itemsize
+        self.tid = tl._next_tid  # creation number on its PE: how traces name it
+        tl._next_tid += 1
 
     def __del__(self) -> None:
+        tl = self._tl
+        if tl._trace is not None:
+            tl._trace.append(["del", self.tid])
+        self.free()
+
+    def free(self) -> None:
+        """Give back this tensor's TCM (a replay does so where the recorded kernel did)."""
         if self.tcm is not None:
             self._tl._tcm.free(self.tcm)
+            self.tcm = None
 
     def __repr__(self) -> str:
         return f"Tensor({NAMES[self.dtype]}{list(self.shape)}, ready={self.ready}ps)"
@@ -129,8 +140,11 @@ class Ref:
 
 @dataclass
 class Handle:
-    """A composite in flight: done at `end`; `out` is its result if kept in TCM."""
+    """A composite in flight: done at `end`; `out` is its result if kept in TCM.
+
+    `hid` is its creation number on its PE (how traces name it).
+    """
 
     end: int
     out: Tensor | None
-    seq: int
+    hid: int

@@ -37,6 +37,7 @@ from kernbench_cli.hw.pe import Pe
 from kernbench_cli.lang.bridge import PeThread
 from kernbench_cli.lang.dtypes import DTYPES, dtype, promote
 from kernbench_cli.lang.tensor import Handle, Ref, Tensor
+from kernbench_cli.lang.trace import encode
 
 if TYPE_CHECKING:
     from kernbench_cli.hw.system import System
@@ -52,7 +53,8 @@ class Launch:
     """What every PE of one run shares: the system, memory, costs and the op log."""
 
     def __init__(self, system: System, memory: Memory, costs: IssueCosts, plan_ps: int,
-                 env: simpy.Environment, timing_only: bool, kernel_file: str):
+                 env: simpy.Environment, timing_only: bool, kernel_file: str,
+                 record: bool = False):
         self.system = system
         self.memory = memory
         self.costs = {name: getattr(costs, name) for name in
@@ -64,6 +66,8 @@ class Launch:
         self.oplog: list[tuple] = []
         self.commands = 0
         self.seq = 0
+        self.record = record
+        self.replaying = False
 
 
 class TL:
@@ -89,6 +93,9 @@ class TL:
         self._hbm_bytes_per_cycle = topo.hbm.bandwidth / topo.pe.clock
         self._setup_cycles = topo.pe.dma.setup * topo.pe.clock / 10**12
         self._msg_seq: dict[int, int] = {}
+        self._trace: list[list] | None = [] if launch.record else None
+        self._next_tid = 0
+        self._next_hid = 0
         # Routes depend only on which PE owns an address: cache them per aligned region
         # that one PE owns whole (a power-of-two HBM slice, or a PE's 1 GiB window).
         slice_bytes = topo.hbm.slice_size
@@ -141,6 +148,8 @@ class TL:
 
     def load(self, ptr: int, shape: Sequence[int], dtype: str, stride: int | None = None) -> Tensor:
         """Start moving `shape` of `dtype` at `ptr` into TCM (rows `stride` apart); lazy."""
+        if self._trace is not None:
+            self._rec("load", ptr, shape, dtype, stride)
         shape_t, dt = _shape(shape), _dtype(dtype)
         nbytes = _nbytes(shape_t, dt)
         self._launch.memory.check(ptr, _span_bytes(shape_t, dt, stride), "tl.load")
@@ -166,6 +175,8 @@ class TL:
 
     def store(self, ptr: int, tensor: Tensor, stride: int | None = None) -> None:
         """Write `tensor` to memory at `ptr` (rows `stride` apart)."""
+        if self._trace is not None:
+            self._rec("store", ptr, tensor, stride)
         tensor = self._own(tensor, "tl.store")
         nbytes = tensor.nbytes
         self._launch.memory.check(ptr, _span_bytes(tensor.shape, tensor.dtype, stride),
@@ -184,6 +195,8 @@ class TL:
 
     def dot(self, a: Tensor, b: Tensor, trans_b: bool = False, out_dtype: str = "f32") -> Tensor:
         """a @ b (or a @ b.T) on PE_GEMM; both operands in TCM."""
+        if self._trace is not None:
+            self._rec("dot", a, b, trans_b, out_dtype)
         a, b = self._own(a, "tl.dot"), self._own(b, "tl.dot")
         m, k, n = _gemm_shape("tl.dot", a.shape, b.shape, trans_b)
         out_dt = _dtype(out_dtype)
@@ -204,6 +217,8 @@ class TL:
         Operands are tensors in TCM or `tl.ref`s in memory. With `out_ptr` the
         result is stored there; without, it stays in TCM as ``wait(h)``'s value.
         """
+        if self._trace is not None:
+            self._rec("composite", op, a, b, out_ptr, trans_b, out_dtype, out_stride)
         if op != "gemm":
             raise KernelError(f"tl.composite: op {op!r} is not supported (supported: 'gemm')")
         for name, x in (("a", a), ("b", b)):
@@ -235,7 +250,8 @@ class TL:
                               f"{self._tcm.largest_free()} B of free TCM")
         ready = max(dispatched, *(x.ready for x in (a, b) if isinstance(x, Tensor)))
         self._thread.sync(t)
-        seq = self._launch.seq
+        hid = self._next_hid
+        self._next_hid += 1
         end = run_gemm(ready, tiling, opa, opb, n, trans_b, out_ptr, out_dt.itemsize,
                        n if out_stride is None else out_stride, self._stream())
         if out is not None:
@@ -245,10 +261,12 @@ class TL:
         moved = (0 if opa.resident else a.nbytes) + (0 if opb.resident else b.nbytes)
         self._log("scheduler", "composite", t, dispatched, end, moved, 2 * m * k * n,
                   opa.addr, out_ptr if out_ptr is not None else out.tcm)
-        return Handle(end, out, seq)
+        return Handle(end, out, hid)
 
     def wait(self, handle: Handle) -> Tensor | None:
         """Stall PE_CPU until a composite is done; returns its TCM result (if any)."""
+        if self._trace is not None:
+            self._rec("wait", handle)
         if not isinstance(handle, Handle):
             raise KernelError(f"tl.wait expects a composite handle, got {handle!r}")
         t = self._cpu.issue(self._costs["wait"])
@@ -284,6 +302,8 @@ class TL:
         return self.full(shape, 0.0, dtype)
 
     def full(self, shape: Sequence[int], value: float, dtype: str = "f32") -> Tensor:
+        if self._trace is not None:
+            self._rec("full", shape, value, dtype)
         shape_t, dt = _shape(shape), _dtype(dtype)
         return self._math("add", "fill", [], lambda: np.full(shape_t, value, F32), shape_t, dt)
 
@@ -295,6 +315,8 @@ class TL:
         The bytes go by this PE's DMA into the receiver's ring for the side
         they arrive from, one slot per chunk; with no free slot the CPU waits.
         """
+        if self._trace is not None:
+            self._rec("send", tensor, to)
         tensor = self._own(tensor, "tl.send")
         system = self._launch.system
         me, dst = self._pe.coord, self._peer(to, "tl.send")
@@ -334,6 +356,8 @@ class TL:
 
     def recv(self, frm: str | int, shape: Sequence[int], dtype: str) -> Tensor:
         """Take the next message from a neighbour ("E", …) or PE `frm`; waits for it."""
+        if self._trace is not None:
+            self._rec("recv", frm, shape, dtype)
         shape_t, dt = _shape(shape), _dtype(dtype)
         system = self._launch.system
         me, src = self._pe.coord, self._peer(frm, "tl.recv")
@@ -382,6 +406,8 @@ class TL:
 
     def cycles(self, n: int) -> None:
         """Spend `n` PE_CPU cycles (explicit CPU time)."""
+        if self._trace is not None:
+            self._rec("cycles", n)
         if not isinstance(n, int) or n < 0:
             raise KernelError(f"tl.cycles expects a non-negative integer, got {n!r}")
         start = self._cpu.time
@@ -390,6 +416,9 @@ class TL:
         self._log("cpu", "cycles", start, start, self._cpu.time, 0, 0, None, None)
 
     # ------------------------------------------------------------ internals
+
+    def _rec(self, op: str, *args: Any) -> None:
+        self._trace.append([op, *(encode(a) for a in args)])
 
     def _issue(self, kind: str) -> int:
         """PE_CPU pays the issue cost; the command waits for a scheduler slot."""
@@ -493,7 +522,12 @@ class TL:
             raise KernelError(f"{what}: PE ({peer}) cannot message itself")
         return peer
 
-    def _read(self, x: Tensor) -> np.ndarray:
+    def _read(self, x: Tensor) -> np.ndarray | None:
+        if self._trace is not None:
+            self._rec("read", x)
+        if self._launch.replaying:
+            self._cpu.wait_until(x.ready)
+            return None
         if not self._values:
             raise KernelError("the kernel reads a tensor value, which --timing-only does not "
                               "compute")
@@ -519,10 +553,14 @@ class TL:
         return out
 
     def _unary(self, kind: str, fn: Callable, x: Tensor) -> Tensor:
+        if self._trace is not None:
+            self._rec("unary", kind, fn.__name__, x)
         x = self._own(x, f"tl.{kind}")
         return self._math(kind, fn.__name__, [x], lambda: fn(_f32(x.value)), x.shape, x.dtype)
 
     def _binary(self, kind: str, fn: Callable, x: Any, y: Any) -> Tensor:
+        if self._trace is not None:
+            self._rec("binary", kind, fn.__name__, x, y)
         tensors = [v for v in (x, y) if isinstance(v, Tensor)]
         for v in (x, y):
             if not isinstance(v, Tensor | int | float):
@@ -547,6 +585,8 @@ class TL:
         return self._math(kind, fn.__name__, tensors, compute, shape, dt)
 
     def _reduce(self, fn: Callable, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
+        if self._trace is not None:
+            self._rec("reduce", fn.__name__, x, axis, keepdims)
         x = self._own(x, f"tl.{fn.__name__}")
         if axis is not None and not -x.ndim <= axis < x.ndim:
             raise KernelError(f"tl.{fn.__name__}: axis {axis} is out of range for shape "
@@ -557,12 +597,16 @@ class TL:
                           x.dtype, elements=x.numel)
 
     def _cast(self, x: Tensor, name: str) -> Tensor:
+        if self._trace is not None:
+            self._rec("cast", x, name)
         x = self._own(x, "Tensor.to")
         return self._math("cast", "cast", [x], lambda: _f32(x.value), x.shape, _dtype(name))
 
     # -- views (free) ----------------------------------------------------------
 
     def _view(self, x: Tensor, index: Any) -> Tensor:
+        if self._trace is not None:
+            self._rec("view", x, index)
         try:
             shape = np.broadcast_to(np.empty((), bool), x.shape)[index].shape
         except (IndexError, TypeError, ValueError) as exc:
@@ -571,12 +615,16 @@ class TL:
         return Tensor(self, shape, x.dtype, value, x.ready, None, base=x)
 
     def _transpose(self, x: Tensor) -> Tensor:
+        if self._trace is not None:
+            self._rec("transpose", x)
         if x.ndim != 2:
             raise KernelError(f"Tensor.T needs a 2D tensor, got shape {list(x.shape)}")
         value = x.value.T if x.value is not None else None
         return Tensor(self, (x.shape[1], x.shape[0]), x.dtype, value, x.ready, None, base=x)
 
     def _reshape(self, x: Tensor, shape: tuple[int, ...]) -> Tensor:
+        if self._trace is not None:
+            self._rec("reshape", x, shape)
         shape_t = _shape(shape)
         if math.prod(shape_t) != x.numel:
             raise KernelError(f"cannot reshape {list(x.shape)} to {list(shape_t)}")

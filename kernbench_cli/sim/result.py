@@ -62,6 +62,7 @@ class RunResult:
     hbm_bytes: int = 0
     hbm_peak_bytes_per_ps: float = 0.0
     bounds: dict[str, tuple[int, str]] = field(default_factory=dict)  # name: (ps, how)
+    trace: dict[str, Any] | None = None  # with record=True: see sim.trace_file
     inputs: dict[str, np.ndarray] = field(default_factory=dict)
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
 

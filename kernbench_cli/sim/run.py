@@ -9,49 +9,112 @@ import numpy as np
 import simpy
 
 from kernbench_cli.address.physaddr import AddressMap
-from kernbench_cli.errors import DeadlockError, KernbenchError, KernelError
+from kernbench_cli.errors import AddressError, DeadlockError, KernbenchError, KernelError
 from kernbench_cli.hw.memory import Memory
 from kernbench_cli.hw.pe import ENGINES
 from kernbench_cli.hw.system import System
 from kernbench_cli.lang import bridge
 from kernbench_cli.lang.dtypes import NAMES, TOLERANCE
 from kernbench_cli.lang.tl import TL, Launch, kernel_line
+from kernbench_cli.lang.trace import Replayer
 from kernbench_cli.sim.host import Host
 from kernbench_cli.sim.kernels import KernelModule
 from kernbench_cli.sim.result import Check, EngineStats, RunResult
+from kernbench_cli.sim.trace_file import TraceError
 
 LINK_LEVELS = ("hbm", "noc", "ucie", "sip_link", "rack_link")
 
 
 def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], seed: int = 0,
-               timing_only: bool = False) -> RunResult:
-    """Run `kernel` on every PE of `amap`'s topology and verify it (unless timing only)."""
+               timing_only: bool = False, record: bool = False) -> RunResult:
+    """Run `kernel` on every PE of `amap`'s topology and verify it (unless timing only).
+
+    With `record`, `result.trace` holds the command trace (see sim.trace_file).
+    """
     wall = time.perf_counter()
     system = System(amap)
     memory = Memory(backed=not timing_only)
     host = Host(system, memory, seed, timing_only)
     args = _setup(kernel, host, params)
-    env = simpy.Environment()
-    topo = amap.topology
-    launch = Launch(system, memory, topo.cost_table.issue, topo.cost_table.scheduler.plan, env,
-                    timing_only, str(kernel.path))
-    threads = [bridge.PeThread(env, pe.pid) for pe in system.pes]
-    tls = [TL(launch, pe, thread) for pe, thread in zip(system.pes, threads, strict=True)]
-    bridge.run(env, threads, [_body(kernel, tl, args) for tl in tls])
-    _check_deadlock(kernel, system, threads, tls)
-    latency = max(max(tl.last_end, pe.finish) for tl, pe in zip(tls, system.pes, strict=True))
+    launch, tls, threads = _launch(system, memory, timing_only, str(kernel.path), record)
+    fn = kernel.fn("kernel")
+    bridge.run(launch.env, threads, [_body(kernel, tl, fn, args) for tl in tls])
+    _check_deadlock(kernel.shown, str(kernel.path), system, threads, tls)
     outputs, checks = {}, []
     if not timing_only:
         outputs = _call(kernel, "outputs", host, args, params)
         checks = _verify(kernel, host, params, outputs)
-    result = _collect(kernel, system, launch, params, seed, timing_only, latency, checks)
+    result = _collect(kernel.name, kernel.shown, system, launch, tls, threads, params, seed,
+                      timing_only, checks)
     result.inputs, result.outputs = host.inputs, outputs
     if hasattr(kernel.module, "bounds"):
-        result.bounds = _call(kernel, "bounds", topo, params)
-    result.switches = sum(t.switches for t in threads)
-    result.events = sum(t.events for t in threads)
+        result.bounds = _call(kernel, "bounds", amap.topology, params)
+    if record:
+        result.trace = {
+            "kernel": kernel.name, "params": params, "seed": seed,
+            "topology": amap.topology.name,
+            "topology_file": str(amap.topology.source.resolve()) if amap.topology.source else "",
+            "coords": [list(c) for c in system.coords],
+            "memory": [list(a) for a in memory.allocations()],
+            "pes": [tl._trace for tl in tls],
+        }
     result.wall_s = time.perf_counter() - wall
     return result
+
+
+def replay_trace(trace: dict[str, Any], amap: AddressMap, source: str) -> RunResult:
+    """Re-time a recorded trace on `amap`'s topology: no kernel code, no values."""
+    wall = time.perf_counter()
+    system = System(amap)
+    topo = amap.topology
+    if len(trace["pes"]) > len(system.pes):
+        raise TraceError(f"{source}: the trace has {len(trace['pes'])} PEs; topology "
+                         f"{topo.name!r} has {len(system.pes)}")
+    memory = Memory(backed=False)
+    for addr, nbytes, name in trace["memory"]:
+        for byte in (addr, addr + nbytes - 1):
+            try:
+                amap.decode(byte)
+            except AddressError as exc:
+                raise TraceError(f"{source}: allocation {name!r} at {addr:#x} does not exist in "
+                                 f"topology {topo.name!r}: {exc}") from None
+        memory.add(addr, nbytes, name)
+    launch, tls, threads = _launch(system, memory, True, source, False)
+    launch.replaying = True
+    targets = [_replay_body(source, tl, entries) for tl, entries in zip(tls, trace["pes"],
+                                                                        strict=False)]
+    targets += [_idle] * (len(tls) - len(targets))
+    bridge.run(launch.env, threads, targets)
+    _check_deadlock(source, source, system, threads, tls)
+    result = _collect(f"{trace['kernel']} (replay)", source, system, launch, tls, threads,
+                      trace["params"], trace.get("seed", 0), True, [])
+    result.wall_s = time.perf_counter() - wall
+    return result
+
+
+def _idle() -> None:
+    return None
+
+
+def _launch(system: System, memory: Memory, timing_only: bool, kernel_file: str, record: bool):
+    env = simpy.Environment()
+    costs = system.topology.cost_table
+    launch = Launch(system, memory, costs.issue, costs.scheduler.plan, env, timing_only,
+                    kernel_file, record)
+    threads = [bridge.PeThread(env, pe.pid) for pe in system.pes]
+    tls = [TL(launch, pe, thread) for pe, thread in zip(system.pes, threads, strict=True)]
+    return launch, tls, threads
+
+
+def _replay_body(source: str, tl: TL, entries: list):
+    def run() -> None:
+        try:
+            Replayer(tl).run(entries)
+        except KernbenchError as exc:
+            raise KernelError(f"replay of {source}: PE ({tl._pe.coord}) at "
+                              f"t={_ns(tl._cpu.time)}: {exc}") from None
+
+    return run
 
 
 def _setup(kernel: KernelModule, host: Host, params: dict[str, Any]) -> dict[str, Any]:
@@ -83,9 +146,7 @@ def _located(kernel: KernelModule, exc: BaseException, where: str) -> KernelErro
                        f"{type(exc).__name__}: {exc}")
 
 
-def _body(kernel: KernelModule, tl: TL, args: dict[str, Any]):
-    fn = kernel.fn("kernel")
-
+def _body(kernel: KernelModule, tl: TL, fn, args: dict[str, Any]):
     def run() -> None:
         try:
             fn(tl, **args)
@@ -111,7 +172,7 @@ def _ns(ps: int) -> str:
     return f"{ps / 1000:.3f}ns"
 
 
-def _check_deadlock(kernel: KernelModule, system: System, threads: list, tls: list[TL]) -> None:
+def _check_deadlock(shown: str, path: str, system: System, threads: list, tls: list[TL]) -> None:
     stuck = [(t, tl) for t, tl in zip(threads, tls, strict=True) if not t.finished]
     if not stuck:
         return
@@ -120,11 +181,11 @@ def _check_deadlock(kernel: KernelModule, system: System, threads: list, tls: li
         frame = thread.glet.gr_frame
         line = None
         while frame is not None:
-            if frame.f_code.co_filename == str(kernel.path):
+            if frame.f_code.co_filename == path:
                 line = frame.f_lineno
                 break
             frame = frame.f_back
-        lines.append(f"PE ({tl._pe.coord}) at {kernel.shown}:{line or '?'} waits: "
+        lines.append(f"PE ({tl._pe.coord}) at {shown}:{line or '?'} waits: "
                      f"{thread.blocked_on} (since t={_ns(tl._cpu.time)})")
     more = f"; and {len(stuck) - 8} more" if len(stuck) > 8 else ""
     raise DeadlockError(f"deadlock: {len(stuck)} of {len(system.pes)} PEs still wait and "
@@ -153,9 +214,11 @@ def _verify(kernel: KernelModule, host: Host, params: dict[str, Any],
     return checks
 
 
-def _collect(kernel: KernelModule, system: System, launch: Launch, params: dict[str, Any],
-             seed: int, timing_only: bool, latency: int, checks: list[Check]) -> RunResult:
+def _collect(kernel_name: str, shown: str, system: System, launch: Launch, tls: list[TL],
+             threads: list, params: dict[str, Any], seed: int, timing_only: bool,
+             checks: list[Check]) -> RunResult:
     pes = system.pes
+    latency = max(max(tl.last_end, pe.finish) for tl, pe in zip(tls, pes, strict=True))
     labels = tuple(str(pe.coord) for pe in pes)
     engines: dict[str, EngineStats] = {}
     for name in ENGINES:
@@ -180,7 +243,7 @@ def _collect(kernel: KernelModule, system: System, launch: Launch, params: dict[
     flops = sum(r[8] for r in launch.oplog if r[3] in ("dot", "gemm_tile"))
     hbm_bytes = sum(c.bytes for c in calendars if c.level == "hbm")
     return RunResult(
-        kernel=kernel.name, kernel_file=kernel.shown, topology=topo.name,
+        kernel=kernel_name, kernel_file=shown, topology=topo.name,
         costs=topo.cost_table.name, num_pes=len(pes), params=dict(params), seed=seed,
         timing_only=timing_only, latency_ps=latency, commands=launch.commands, engines=engines,
         pe_labels=labels, cpu_stall_ps=tuple(pe.cpu.stall_ps for pe in pes), checks=checks,
@@ -188,4 +251,5 @@ def _collect(kernel: KernelModule, system: System, launch: Launch, params: dict[
         peak_flops_per_ps=2 * gemm.rows * gemm.cols * topo.pe.clock / 10**12,
         flops=flops, hbm_bytes=hbm_bytes,
         hbm_peak_bytes_per_ps=topo.hbm.bandwidth * len(pes) / 10**12,
+        switches=sum(t.switches for t in threads), events=sum(t.events for t in threads),
     )

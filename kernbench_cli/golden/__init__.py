@@ -1,0 +1,1 @@
+"""Golden results: cases, the record kept per case, regen, check and the diff."""

@@ -1,0 +1,95 @@
+"""What a golden keeps of a run, and how two of them differ.
+
+A golden is JSON (schema_version 1, sorted keys, two-space indent): the
+case, kernel, topology, cost table, parameters and seed; the latency and
+every engine's total and largest busy time in integer picoseconds with its
+op count; the number of commands and of op-log records per kind; the
+SHA-256 of the op log; and the verification result with the largest error
+rounded to three significant digits. No wall-clock time, no paths.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from kernbench_cli.errors import KernbenchError
+from kernbench_cli.sim.result import RunResult
+
+SCHEMA_VERSION = 1
+
+
+class GoldenError(KernbenchError):
+    """A golden file that does not parse or has an unknown schema."""
+
+
+def oplog_digest(oplog: list[tuple]) -> str:
+    """SHA-256 of the op log, one comma-separated line per record."""
+    digest = hashlib.sha256()
+    for record in oplog:
+        digest.update((",".join("" if v is None else str(v) for v in record) + "\n").encode())
+    return f"sha256:{digest.hexdigest()}"
+
+
+def make_record(case: str, result: RunResult) -> dict[str, Any]:
+    engines = {name: {"busy_ps_total": sum(s.busy_ps), "busy_ps_max": max(s.busy_ps),
+                      "ops": sum(s.ops), "units": s.instances}
+               for name, s in result.engines.items()}
+    err = result.max_abs_err
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "case": case,
+        "kernel": result.kernel,
+        "topology": result.topology,
+        "costs": result.costs,
+        "params": result.params,
+        "seed": result.seed,
+        "latency_ps": result.latency_ps,
+        "commands": result.commands,
+        "engines": engines,
+        "op_counts": dict(sorted(Counter(r[3] for r in result.oplog).items())),
+        "oplog_digest": oplog_digest(result.oplog),
+        "verified": result.verified,
+        "max_abs_err": None if err is None else float(f"{err:.3g}"),
+    }
+
+
+def dumps(record: dict[str, Any]) -> str:
+    return json.dumps(record, sort_keys=True, indent=2) + "\n"
+
+
+def load(path: Path) -> dict[str, Any]:
+    """Read a golden; GoldenError names the file and what is wrong with it."""
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise GoldenError(f"{path}: not valid JSON: {exc}") from None
+    except UnicodeDecodeError:
+        raise GoldenError(f"{path}: not valid JSON: not UTF-8 text") from None
+    if not isinstance(data, dict) or "schema_version" not in data:
+        raise GoldenError(f"{path}: not a golden (no schema_version)")
+    if data["schema_version"] != SCHEMA_VERSION:
+        raise GoldenError(f"{path}: schema_version {data['schema_version']!r} is not one this "
+                          f"kernbench reads ({SCHEMA_VERSION})")
+    return data
+
+
+def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{path}."))
+        else:
+            out[path] = value
+    return out
+
+
+def diff(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[tuple[str, Any, Any]]:
+    """(field, old, new) for every field that differs; a missing side is None."""
+    a, b = flatten(old or {}), flatten(new or {})
+    return [(field, a.get(field), b.get(field)) for field in sorted(set(a) | set(b))
+            if a.get(field) != b.get(field) or (field in a) != (field in b)]

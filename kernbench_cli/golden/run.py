@@ -1,0 +1,81 @@
+"""Regenerate or check the goldens.
+
+`regen` runs every case (or those matching a pattern), compares each result
+with its golden, and with `write` replaces the files that changed, adds the
+missing ones and deletes goldens no case produces; without `write` it only
+reports. Either way it returns every difference, so `check` is regen that
+writes nothing.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kernbench_cli.fileio import atomic_write
+from kernbench_cli.golden import record as rec
+from kernbench_cli.golden.cases import CASES, Case
+
+
+@dataclass(frozen=True)
+class Difference:
+    case: str
+    field: str
+    old: Any
+    new: Any
+
+    @property
+    def delta_pct(self) -> float | None:
+        if isinstance(self.old, int | float) and isinstance(self.new, int | float) \
+                and not isinstance(self.old, bool) and self.old:
+            return (self.new - self.old) / abs(self.old) * 100
+        return None
+
+
+def select(pattern: str | None) -> list[Case]:
+    return [c for c in CASES if pattern is None or fnmatch.fnmatch(c.name, pattern)]
+
+
+def run_case(case: Case, costs: Path | None = None) -> dict[str, Any]:
+    from kernbench_cli.cli.common import load_address_map
+    from kernbench_cli.sim.kernels import load_kernel, parse_params
+    from kernbench_cli.sim.run import run_kernel
+
+    kernel = load_kernel(case.kernel)
+    result = run_kernel(kernel, load_address_map(case.topology, costs),
+                        parse_params(kernel, list(case.params)), seed=case.seed)
+    return rec.make_record(case.name, result)
+
+
+def regen(directory: Path, pattern: str | None, write: bool,
+          progress: Callable[[str], None] = lambda _: None,
+          costs: Path | None = None) -> list[Difference]:
+    cases = select(pattern)
+    olds = {}
+    for case in cases:  # read (and so check) every golden before running anything
+        path = directory / f"{case.name}.json"
+        olds[case.name] = rec.load(path) if path.is_file() else None
+    differences: list[Difference] = []
+    for case in cases:
+        progress(case.name)
+        new = run_case(case, costs)
+        old = olds[case.name]
+        if old is None:
+            differences.append(Difference(case.name, "(file)", None, "new"))
+        else:
+            differences += [Difference(case.name, f, a, b) for f, a, b in rec.diff(old, new)]
+        if write and old != new:
+            text = rec.dumps(new)
+            atomic_write(directory / f"{case.name}.json", lambda out, t=text: out.write(
+                t.encode()), "golden regen")
+    known = {c.name for c in CASES}
+    for path in sorted(directory.glob("*.json")):
+        name = path.stem
+        if name not in known and (pattern is None or fnmatch.fnmatch(name, pattern)):
+            differences.append(Difference(name, "(file)", "present", "no such case"))
+            if write:
+                path.unlink()
+    return differences

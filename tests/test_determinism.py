@@ -1,0 +1,48 @@
+"""Same inputs, byte-identical results: in one process and across processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ARGS = {
+    "gemm": ["run", "sharded_gemm", "-p", "mode=primitive", "-p", "M=32", "-p", "K=128", "-p",
+             "N=512", "--json", "--per-pe"],
+    "attention": ["run", "gqa_attention", "-t", "sip", "-p", "seq_len=2048", "--json"],
+}
+
+
+def _kernbench(args: list[str], hash_seed: str) -> bytes:
+    env = dict(os.environ, PYTHONHASHSEED=hash_seed)
+    return subprocess.run([sys.executable, "-m", "kernbench_cli", *args], env=env,
+                          capture_output=True, check=True).stdout
+
+
+@pytest.mark.parametrize("case", sorted(ARGS))
+def test_json_is_byte_identical_across_processes_and_hash_seeds(case):
+    first = _kernbench(ARGS[case], "1")
+    assert first == _kernbench(ARGS[case], "12345")
+    assert b'"latency_ps"' in first
+
+
+def test_op_log_and_golden_record_are_identical_in_one_process(run):
+    from kernbench_cli.golden.record import make_record
+
+    a = run("gqa_attention", "two_sips", ("seq_len=1024",))
+    b = run("gqa_attention", "two_sips", ("seq_len=1024",))
+    assert a.oplog == b.oplog
+    assert make_record("x", a) == make_record("x", b)
+
+
+def test_golden_records_match_across_processes():
+    probe = ("from kernbench_cli.golden.run import run_case\n"
+             "from kernbench_cli.golden.cases import CASES\n"
+             "from kernbench_cli.golden.record import dumps\n"
+             "print(dumps(run_case(CASES[1])))\n")
+    outs = {subprocess.run([sys.executable, "-c", probe], capture_output=True, check=True,
+                           env=dict(os.environ, PYTHONHASHSEED=seed)).stdout
+            for seed in ("0", "777")}
+    assert len(outs) == 1

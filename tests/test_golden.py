@@ -1,0 +1,118 @@
+"""`kernbench golden regen` / `check`: the only writer, and a check that fails on drift."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kernbench_cli.golden.cases import CASES
+from kernbench_cli.golden.record import oplog_digest
+from kernbench_cli.resources import data_dir
+
+QUICK = "sharded_gemm.*.default"  # two cases that run in about a second
+
+
+@pytest.fixture
+def goldens(tmp_path) -> Path:
+    """A copy of the shipped goldens to work on."""
+    folder = tmp_path / "goldens"
+    shutil.copytree(data_dir("goldens"), folder)
+    return folder
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_every_case_has_a_golden_and_every_golden_a_case():
+    files = {p.stem for p in data_dir("goldens").glob("*.json")}
+    assert files == {c.name for c in CASES}
+
+
+def test_check_passes_on_the_shipped_goldens(cli, goldens):
+    code, out, _ = cli("golden", "check", "--only", QUICK, "--dir", str(goldens))
+    assert (code, out.strip()) == (0, "2 golden cases match")
+
+
+def test_one_changed_cost_fails_the_check_with_a_diff_table(cli, goldens, tmp_path):
+    costs = tmp_path / "costs.toml"
+    text = (data_dir("topologies") / "costs" / "default.toml").read_text()
+    costs.write_text(text.replace('composite = "40ns"', 'composite = "41ns"'))
+    before = _snapshot(goldens)
+    code, out, err = cli("golden", "check", "--only", QUICK, "--dir", str(goldens),
+                         "--costs", str(costs))
+    assert code == 1
+    assert "Golden differences (3)" in out
+    # One more ns of composite issue per PE: CPU busy grows by exactly that (16 PEs), the op log
+    # changes, and the latency does not, since each composite waits for its load of A anyway.
+    flat = " ".join(out.replace("│", " ").split())
+    for field, old, new in (("engines.cpu.busy_ps_max", 48000, 49000),
+                            ("engines.cpu.busy_ps_total", 768000, 784000)):
+        assert f"{old} {new} +{(new - old) / old * 100:.2f}%" in flat, field
+    assert "oplog_digest" in out and "latency_ps" not in out
+    assert err.splitlines()[-1].startswith("error: ")
+    assert "differences in 1 of 2 golden cases" in err  # primitive mode has no composite
+    assert _snapshot(goldens) == before  # check writes nothing
+
+
+def test_regen_check_is_the_same_check(cli, goldens, tmp_path):
+    costs = tmp_path / "costs.toml"
+    costs.write_text('name = "default"\n[issue]\nload = "5ns"\n')
+    before = _snapshot(goldens)
+    code, _, _ = cli("golden", "regen", "--check", "--only", QUICK, "--dir", str(goldens),
+                     "--costs", str(costs))
+    assert code == 1
+    assert _snapshot(goldens) == before
+
+
+def test_regen_rewrites_only_what_changed_and_then_check_passes(cli, goldens, tmp_path):
+    costs = tmp_path / "costs.toml"
+    costs.write_text('name = "default"\n[issue]\nload = "5ns"\n')
+    untouched = _snapshot(goldens)["gqa_attention.default.json"]
+    code, out, _ = cli("golden", "regen", "--only", QUICK, "--dir", str(goldens), "--costs",
+                       str(costs))
+    assert code == 0 and "goldens written" in out
+    assert _snapshot(goldens)["gqa_attention.default.json"] == untouched
+    assert cli("golden", "check", "--only", QUICK, "--dir", str(goldens), "--costs",
+               str(costs))[0] == 0
+
+
+def test_missing_and_extra_goldens_are_differences(cli, goldens):
+    (goldens / "sharded_gemm.primitive.default.json").unlink()
+    shutil.copy(goldens / "sharded_gemm.composite.default.json",
+                goldens / "sharded_gemm.retired.default.json")
+    code, out, _ = cli("golden", "check", "--only", QUICK, "--dir", str(goldens))
+    assert code == 1
+    assert "sharded_gemm.primitive.default" in out and "new" in out
+    assert "sharded_gemm.retired.default" in out and "no such case" in out
+    code, _, _ = cli("golden", "regen", "--only", QUICK, "--dir", str(goldens))
+    assert code == 0
+    assert (goldens / "sharded_gemm.primitive.default.json").is_file()
+    assert not (goldens / "sharded_gemm.retired.default.json").exists()
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("{not json", "not valid JSON: Expecting property name enclosed in double quotes: line 1 "
+                  "column 2 (char 1)"),
+    ('{"schema_version": 99}', "schema_version 99 is not one this kernbench reads (1)"),
+    ("[]", "not a golden (no schema_version)"),
+])
+def test_a_broken_golden_is_a_clear_error(cli, goldens, text, message):
+    path = goldens / "sharded_gemm.composite.default.json"
+    path.write_text(text)
+    code, _, err = cli("golden", "check", "--only", QUICK, "--dir", str(goldens))
+    assert (code, err) == (2, f"error: {path}: {message}\n")
+
+
+def test_no_case_matches(cli):
+    code, _, err = cli("golden", "check", "--only", "nothing*")
+    assert (code, err) == (2, "error: no golden case matches 'nothing*'\n")
+
+
+def test_oplog_digest_is_of_every_field():
+    a = [(0, 1, "dma", "load", 0, 5, 9, 64, 0, 10, None)]
+    b = [(0, 1, "dma", "load", 0, 5, 9, 64, 0, 11, None)]
+    assert oplog_digest(a) != oplog_digest(b)
+    assert oplog_digest(a) == oplog_digest(list(a))
