@@ -56,25 +56,19 @@ class Pool:
         if align <= 0 or align & (align - 1):
             raise AddressError(f"{self.name}: alignment {align} is not a power of two")
         start = -(-self._next // align) * align
-        if start + nbytes > self.base + self.size:
-            raise AddressError(
-                f"{self.name} is full: {what} needs {format_size(nbytes)} "
-                f"({nbytes} B) aligned to {align}, {self.base + self.size - start} B of "
-                f"{format_size(self.size)} left")
-        self._next = start + nbytes
-        self._allocs.append(Allocation(what, start, nbytes))
-        self._starts.append(start)
-        return start
+        return self._take(start, nbytes, what, f"aligned to {align}")
 
     def alloc_at(self, addr: int, nbytes: int, what: str = "buffer") -> int:
         """Allocate `nbytes` exactly at `addr` (>= the next free byte): symmetric layouts."""
         if addr < self._next:
             raise AddressError(f"{self.name}: {addr:#x} is already in use")
-        if addr + nbytes > self.base + self.size:
-            raise AddressError(
-                f"{self.name} is full: {what} needs {format_size(nbytes)} ({nbytes} B) at "
-                f"offset {addr - self.base:#x}, {self.base + self.size - addr} B of "
-                f"{format_size(self.size)} left")
+        return self._take(addr, nbytes, what, f"at offset {addr - self.base:#x}")
+
+    def _take(self, addr: int, nbytes: int, what: str, where: str) -> int:
+        left = self.base + self.size - addr
+        if nbytes > left:
+            raise AddressError(f"{self.name} is full: {what} needs {format_size(nbytes)} "
+                               f"({nbytes} B) {where}, {left} B of {format_size(self.size)} left")
         self._next = addr + nbytes
         self._allocs.append(Allocation(what, addr, nbytes))
         self._starts.append(addr)

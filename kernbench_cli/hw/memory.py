@@ -24,11 +24,13 @@ class Memory:
         self.backed = backed
         self._bases: list[int] = []
         self._blocks: list[tuple[int, str, np.ndarray | None]] = []  # (size, name, bytes)
+        self._last = (0, 0, "")  # (base, end, name) of the last allocation checked
 
     def add(self, addr: int, nbytes: int, name: str) -> None:
         """Register an allocation of `nbytes` at `addr` (zero-filled when backed)."""
         i = bisect.bisect_left(self._bases, addr)
         data = np.zeros(nbytes, dtype=np.uint8) if self.backed else None
+        self._last = (0, 0, "")
         self._bases.insert(i, addr)
         self._blocks.insert(i, (nbytes, name, data))
 
@@ -39,7 +41,12 @@ class Memory:
 
     def check(self, addr: int, nbytes: int, what: str) -> str:
         """The name of the allocation holding [addr, addr + nbytes); AddressError if none."""
-        return self._find(addr, nbytes, what)[1]
+        base, end, name = self._last
+        if base <= addr and addr + nbytes <= end:  # a kernel's loads walk one tensor at a time
+            return name
+        size, name, _, offset = self._find(addr, nbytes, what)
+        self._last = (addr - offset, addr - offset + size, name)
+        return name
 
     def _find(self, addr: int, nbytes: int, what: str) -> tuple[int, str, np.ndarray | None, int]:
         i = bisect.bisect_right(self._bases, addr) - 1

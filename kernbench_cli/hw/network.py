@@ -62,6 +62,8 @@ class Calendar:
     def fit(self, t: int, duration: int) -> int:
         """Earliest start >= t of a free interval of `duration`."""
         ends, starts = self.ends, self.starts
+        if not ends or t >= ends[-1]:  # after everything booked: the common case
+            return t
         i = bisect.bisect_right(ends, t)
         end = t + duration
         while i < len(starts) and starts[i] < end:
@@ -78,6 +80,13 @@ class Calendar:
             return
         starts, ends = self.starts, self.ends
         end = t + duration
+        if not ends or t >= ends[-1]:  # appending
+            if ends and ends[-1] == t:
+                ends[-1] = end
+            else:
+                starts.append(t)
+                ends.append(end)
+            return
         i = bisect.bisect_left(starts, t)
         joins_left = i > 0 and ends[i - 1] == t
         joins_right = i < len(starts) and starts[i] == end

@@ -28,7 +28,8 @@ class Tensor:
                  "value")
 
     def __init__(self, tl: TL, shape: tuple[int, ...], dtype: np.dtype, value: np.ndarray | None,
-                 ready: int, tcm: int | None, base: Tensor | None = None):
+                 ready: int, tcm: int | None, base: Tensor | None = None,
+                 nbytes: int | None = None):
         self._tl = tl
         self.shape = shape
         self.dtype = dtype
@@ -36,7 +37,7 @@ class Tensor:
         self.ready = ready
         self.tcm = tcm  # TCM address, None for a view
         self._base = base
-        self.nbytes = math.prod(shape) * dtype.itemsize
+        self.nbytes = math.prod(shape) * dtype.itemsize if nbytes is None else nbytes
         self.tid = tl._next_tid  # creation number on its PE: how traces name it
         tl._next_tid += 1
 

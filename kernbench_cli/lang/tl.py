@@ -490,11 +490,12 @@ class TL:
 
     def _tensor(self, shape: tuple[int, ...], dt: np.dtype, value: np.ndarray | None, ready: int,
                 what: str) -> Tensor:
+        nbytes = math.prod(shape) * dt.itemsize
         try:
-            addr = self._tcm.alloc(_nbytes(shape, dt), what)
+            addr = self._tcm.alloc(nbytes, what)
         except AddressError as exc:
             raise KernelError(f"tensors overflow TCM: {exc}") from None
-        return Tensor(self, shape, dt, value, ready, addr)
+        return Tensor(self, shape, dt, value, ready, addr, nbytes=nbytes)
 
     def _own(self, x: Any, what: str) -> Tensor:
         if not isinstance(x, Tensor):
@@ -651,7 +652,7 @@ def _shape(shape: Any) -> tuple[int, ...]:
 
 
 def _dtype(name: Any) -> np.dtype:
-    return dtype(name)
+    return DTYPES.get(name) or dtype(name)
 
 
 def _nbytes(shape: tuple[int, ...], dt: np.dtype) -> int:
