@@ -15,7 +15,7 @@ import argparse
 import sys
 import time
 
-from kernbench_cli.cli.common import load_address_map
+from kernbench_cli.address import load_address_map
 from kernbench_cli.sim.kernels import load_kernel, parse_params
 from kernbench_cli.sim.run import replay_trace, run_kernel
 

@@ -20,7 +20,7 @@ import time
 import simpy
 from greenlet import greenlet
 
-from kernbench_cli.cli.common import load_address_map
+from kernbench_cli.address import load_address_map
 from kernbench_cli.sim.kernels import load_kernel, parse_params
 from kernbench_cli.sim.run import run_kernel
 

@@ -82,7 +82,7 @@ test_topology.__test__ = False  # a helper, not a test
 @pytest.fixture
 def run():
     """Run a kernel (tests/kernels/NAME.py, else shipped) and return its RunResult."""
-    from kernbench_cli.cli.common import load_address_map
+    from kernbench_cli.address import load_address_map
     from kernbench_cli.sim.kernels import load_kernel, parse_params
     from kernbench_cli.sim.run import run_kernel
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernbench_cli.cli.common import load_address_map
+from kernbench_cli.address import load_address_map
 
 from .conftest import test_topology
 

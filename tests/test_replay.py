@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kernbench_cli.cli.common import load_address_map
+from kernbench_cli.address import load_address_map
 from kernbench_cli.sim.run import replay_trace
 from kernbench_cli.sim.trace_file import read_trace, write_trace
 

@@ -12,7 +12,8 @@ from typing import Annotated
 
 import typer
 
-from kernbench_cli.cli.common import JsonOpt, TopologyOpt, load_address_map, parse_int
+from kernbench_cli.address import load_address_map
+from kernbench_cli.cli.common import JsonOpt, TopologyOpt, parse_int
 from kernbench_cli.errors import AddressError
 
 

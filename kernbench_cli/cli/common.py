@@ -31,12 +31,3 @@ def parse_int(text: str, what: str) -> int:
     if value < 0:
         raise AddressError(f"{what} {text!r} is negative")
     return value
-
-
-def load_address_map(topology: str | None, costs: Path | None = None):
-    """Resolve, load and compile a topology (the data-flow steps 1 and 2)."""
-    from kernbench_cli.address import AddressMap
-    from kernbench_cli.config import load_topology
-    from kernbench_cli.resources import resolve_topology
-
-    return AddressMap.compile(load_topology(resolve_topology(topology), costs))

@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from kernbench_cli.cli.common import CostsOpt, JsonOpt, TopologyOpt, load_address_map
+from kernbench_cli.address import load_address_map
+from kernbench_cli.cli.common import CostsOpt, JsonOpt, TopologyOpt
 from kernbench_cli.errors import KernbenchError, VerificationError
 
 
@@ -27,6 +28,9 @@ def run(
         "--timing-only", help="Skip values and verification (faster; for sweeps).")] = False,
     record: Annotated[Path | None, typer.Option(
         help="Write the command trace to this file, for `kernbench replay`.")] = None,
+    max_commands: Annotated[int, typer.Option(
+        help="Stop a kernel that issues more commands than this (an endless loop).")]
+    = 100_000_000,
 ) -> None:
     """Run KERNEL on every PE of the topology, verify it, and report the time."""
     from kernbench_cli.sim.kernels import load_kernel, parse_params
@@ -38,7 +42,7 @@ def run(
     params = parse_params(module, param or [])
     amap = load_address_map(topology, costs)
     result = run_kernel(module, amap, params, seed=seed, timing_only=timing_only,
-                        record=record is not None)
+                        record=record is not None, max_commands=max_commands)
     if save is not None:
         _save_npz(save, {**result.inputs, **result.outputs})
     if record is not None:

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from kernbench_cli.cli.common import CostsOpt, load_address_map
+from kernbench_cli.address import load_address_map
+from kernbench_cli.cli.common import CostsOpt
 
 app = typer.Typer(help="Inspect and check topology files.", no_args_is_help=True)
 

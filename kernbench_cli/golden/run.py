@@ -40,7 +40,7 @@ def select(pattern: str | None) -> list[Case]:
 
 
 def run_case(case: Case, costs: Path | None = None) -> dict[str, Any]:
-    from kernbench_cli.cli.common import load_address_map
+    from kernbench_cli.address import load_address_map
     from kernbench_cli.sim.kernels import load_kernel, parse_params
     from kernbench_cli.sim.run import run_kernel
 

@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 
 F32 = DTYPES["f32"]
 
+#: Commands a run may issue before it is taken for an endless loop.
+DEFAULT_MAX_COMMANDS = 100_000_000
+
 #: Fields of one op-log record (a tuple, for speed).
 OP_FIELDS = ("seq", "pid", "engine", "kind", "issue_ps", "start_ps", "end_ps", "bytes", "flops",
              "src", "dst")
@@ -68,6 +71,7 @@ class Launch:
         self.seq = 0
         self.record = record
         self.replaying = False
+        self.max_commands = DEFAULT_MAX_COMMANDS
 
 
 class TL:
@@ -270,7 +274,7 @@ class TL:
         if not isinstance(handle, Handle):
             raise KernelError(f"tl.wait expects a composite handle, got {handle!r}")
         t = self._cpu.issue(self._costs["wait"])
-        self._launch.commands += 1
+        self._count()
         self._cpu.wait_until(handle.end)
         self._log("cpu", "wait", t, t, self._cpu.time, 0, 0, None, None)
         return handle.out
@@ -366,7 +370,7 @@ class TL:
         ring = self._pe.rings[ring_dir]
         nbytes = _nbytes(shape_t, dt)
         t = self._cpu.issue(self._costs["recv"])
-        self._launch.commands += 1
+        self._count()
         self._thread.sync(t)
         done, value = t, None
         for _ in range(ring.chunks_for(nbytes)):
@@ -412,10 +416,18 @@ class TL:
             raise KernelError(f"tl.cycles expects a non-negative integer, got {n!r}")
         start = self._cpu.time
         self._cpu.issue(cycles_to_ps(n, self._clock))
-        self._launch.commands += 1
+        self._count()
         self._log("cpu", "cycles", start, start, self._cpu.time, 0, 0, None, None)
 
     # ------------------------------------------------------------ internals
+
+    def _count(self) -> None:
+        """One more command; an endless kernel stops at the launch's limit."""
+        launch = self._launch
+        launch.commands += 1
+        if launch.commands > launch.max_commands:
+            raise KernelError(f"the kernel issued more than {launch.max_commands:,} commands; "
+                              "an endless loop? (--max-commands raises the limit)")
 
     def _rec(self, op: str, *args: Any) -> None:
         self._trace.append([op, *(encode(a) for a in args)])
@@ -427,7 +439,7 @@ class TL:
         admitted = self._sched.admit(t)
         if admitted > t:
             cpu.wait_until(admitted)
-        self._launch.commands += 1
+        self._count()
         return admitted
 
     def _log(self, engine: str, kind: str, issue: int, start: int, end: int, nbytes: int,

@@ -9,13 +9,14 @@ import numpy as np
 import simpy
 
 from kernbench_cli.address.physaddr import AddressMap
+from kernbench_cli.config.units import format_time_ps
 from kernbench_cli.errors import AddressError, DeadlockError, KernbenchError, KernelError
 from kernbench_cli.hw.memory import Memory
 from kernbench_cli.hw.pe import ENGINES
 from kernbench_cli.hw.system import System
 from kernbench_cli.lang import bridge
 from kernbench_cli.lang.dtypes import NAMES, TOLERANCE
-from kernbench_cli.lang.tl import TL, Launch, kernel_line
+from kernbench_cli.lang.tl import DEFAULT_MAX_COMMANDS, TL, Launch, kernel_line
 from kernbench_cli.lang.trace import Replayer
 from kernbench_cli.sim.host import Host
 from kernbench_cli.sim.kernels import KernelModule
@@ -26,7 +27,8 @@ LINK_LEVELS = ("hbm", "noc", "ucie", "sip_link", "rack_link")
 
 
 def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], seed: int = 0,
-               timing_only: bool = False, record: bool = False) -> RunResult:
+               timing_only: bool = False, record: bool = False,
+               max_commands: int = DEFAULT_MAX_COMMANDS) -> RunResult:
     """Run `kernel` on every PE of `amap`'s topology and verify it (unless timing only).
 
     With `record`, `result.trace` holds the command trace (see sim.trace_file).
@@ -37,6 +39,7 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     host = Host(system, memory, seed, timing_only)
     args = _setup(kernel, host, params)
     launch, tls, threads = _launch(system, memory, timing_only, str(kernel.path), record)
+    launch.max_commands = max_commands
     fn = kernel.fn("kernel")
     bridge.run(launch.env, threads, [_body(kernel, tl, fn, args) for tl in tls])
     _check_deadlock(kernel.shown, str(kernel.path), system, threads, tls)
@@ -169,7 +172,7 @@ def _kernel_failure(kernel: KernelModule, tl: TL, exc: BaseException) -> BaseExc
 
 
 def _ns(ps: int) -> str:
-    return f"{ps / 1000:.3f}ns"
+    return format_time_ps(ps)
 
 
 def _check_deadlock(shown: str, path: str, system: System, threads: list, tls: list[TL]) -> None:
