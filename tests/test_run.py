@@ -177,3 +177,24 @@ def test_an_endless_kernel_stops_at_the_command_limit(cli):
     assert err == (f"error: {path}:6: PE (rack=0 sip=0 cube=0 pe=0) at t=5.001us: the kernel "
                    "issued more than 5,000 commands; an endless loop? (--max-commands raises "
                    "the limit)\n")
+
+
+def test_chrome_trace_has_an_event_per_op_log_record(cli, run, tmp_path):
+    path = tmp_path / "trace.json"
+    code, _, _ = cli("run", "sharded_gemm", *SMALL, "--chrome-trace", str(path))
+    assert code == 0
+    data = json.loads(path.read_text())
+    result = run("sharded_gemm", "default", ("M=32", "K=128", "N=512"))
+    events = [e for e in data["traceEvents"] if e["ph"] == "X"]
+    assert len(events) == len(result.oplog)
+    names = {(e["pid"], e["args"]["name"]) for e in data["traceEvents"] if e["name"] ==
+             "process_name"}
+    assert (0, "PE 0 (rack=0 sip=0 cube=0 pe=0)") in names and len(names) == 16
+    first = min(events, key=lambda e: (e["ts"], e["pid"]))
+    assert first["name"] == "load" and first["cat"] == "dma"
+    assert first["args"]["src"].startswith("HBM rack=0 sip=0 cube=0 pe=0 ")
+    assert first["args"]["dst"] == "TCM rack=0 sip=0 cube=0 pe=0 offset=0x0"
+    assert data["otherData"]["latency_ps"] == result.latency_ps
+    again = tmp_path / "again.json"
+    cli("run", "sharded_gemm", *SMALL, "--chrome-trace", str(again))
+    assert again.read_bytes() == path.read_bytes()

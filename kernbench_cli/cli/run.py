@@ -12,6 +12,9 @@ from kernbench_cli.address import load_address_map
 from kernbench_cli.cli.common import CostsOpt, JsonOpt, TopologyOpt
 from kernbench_cli.errors import KernbenchError, VerificationError
 
+ChromeTraceOpt = Annotated[Path | None, typer.Option(
+    "--chrome-trace", help="Write a Chrome/Perfetto trace of every engine's commands here.")]
+
 
 def run(
     kernel: Annotated[str, typer.Argument(help="Kernel name (sharded_gemm, …) or .py path.")],
@@ -28,6 +31,7 @@ def run(
         "--timing-only", help="Skip values and verification (faster; for sweeps).")] = False,
     record: Annotated[Path | None, typer.Option(
         help="Write the command trace to this file, for `kernbench replay`.")] = None,
+    chrome_trace: ChromeTraceOpt = None,
     max_commands: Annotated[int, typer.Option(
         help="Stop a kernel that issues more commands than this (an endless loop).")]
     = 100_000_000,
@@ -49,6 +53,7 @@ def run(
         from kernbench_cli.sim.trace_file import write_trace
 
         write_trace(record, result.trace)
+    _write_chrome_trace(chrome_trace, result, amap)
     show(result, as_json, per_pe)
     if result.verified is False:
         failed = [c for c in result.checks if not c.passed]
@@ -63,6 +68,7 @@ def replay(
     costs: CostsOpt = None,
     per_pe: Annotated[bool, typer.Option("--per-pe", help="Also show each PE.")] = False,
     as_json: JsonOpt = False,
+    chrome_trace: ChromeTraceOpt = None,
 ) -> None:
     """Re-time a recorded run without its kernel code or values (for cost sweeps).
 
@@ -75,8 +81,20 @@ def replay(
     if topology is None:
         recorded = Path(data.get("topology_file", ""))
         topology = str(recorded) if recorded.is_file() else data["topology"]
-    result = replay_trace(data, load_address_map(topology, costs), str(trace))
+    amap = load_address_map(topology, costs)
+    result = replay_trace(data, amap, str(trace))
+    _write_chrome_trace(chrome_trace, result, amap)
     show(result, as_json, per_pe)
+
+
+def _write_chrome_trace(path: Path | None, result, amap) -> None:
+    if path is None:
+        return
+    from kernbench_cli.fileio import atomic_write
+    from kernbench_cli.report.chrome_trace import chrome_trace, dumps
+
+    text = dumps(chrome_trace(result, amap)).encode()
+    atomic_write(path, lambda out: out.write(text), "--chrome-trace")
 
 
 def show(result, as_json: bool, per_pe: bool) -> None:

@@ -27,7 +27,6 @@ OPPOSITE = {"E": "W", "W": "E", "N": "S", "S": "N"}
 @dataclass
 class Chunk:
     sender: int  # global pid
-    message: int  # sender's message number
     index: int  # chunk number in the message
     count: int  # chunks in the message
     nbytes: int  # bytes of the whole message

@@ -17,7 +17,6 @@ Semantics kept simple on purpose, and documented in the README:
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -56,8 +55,7 @@ class Launch:
     """What every PE of one run shares: the system, memory, costs and the op log."""
 
     def __init__(self, system: System, memory: Memory, costs: IssueCosts, plan_ps: int,
-                 env: simpy.Environment, timing_only: bool, kernel_file: str,
-                 record: bool = False):
+                 env: simpy.Environment, timing_only: bool, record: bool = False):
         self.system = system
         self.memory = memory
         self.costs = {name: getattr(costs, name) for name in
@@ -65,7 +63,6 @@ class Launch:
         self.plan_ps = plan_ps
         self.env = env
         self.timing_only = timing_only
-        self.kernel_file = kernel_file
         self.oplog: list[tuple] = []
         self.commands = 0
         self.seq = 0
@@ -96,7 +93,6 @@ class TL:
         self._tcm = FreeListPool(f"TCM of PE ({pe.coord})", tcm_base, topo.pe.tcm.size)
         self._hbm_bytes_per_cycle = topo.hbm.bandwidth / topo.pe.clock
         self._setup_cycles = topo.pe.dma.setup * topo.pe.clock / 10**12
-        self._msg_seq: dict[int, int] = {}
         self._trace: list[list] | None = [] if launch.record else None
         self._next_tid = 0
         self._next_hid = 0
@@ -330,8 +326,6 @@ class TL:
         dispatched = self._sched.dispatch(t)
         self._thread.sync(t)
         path = self._net.path(me, dst, None)
-        msg = self._msg_seq.get(system.pid_of[dst], 0)
-        self._msg_seq[system.pid_of[dst]] = msg + 1
         count = ring.chunks_for(tensor.nbytes)
         ready = max(dispatched, tensor.ready)
         first = None
@@ -348,8 +342,7 @@ class TL:
             start, end = self._pe.dma.transfer(max(ready, free_at), nbytes, path)
             first = start if first is None else first
             value = tensor.value if index == count - 1 else None
-            ring.chunks.append(Chunk(self._pe.pid, msg, index, count, tensor.nbytes, slot, end,
-                                     value))
+            ring.chunks.append(Chunk(self._pe.pid, index, count, tensor.nbytes, slot, end, value))
             self._log("dma", "send", t, start, end, nbytes, 0, tensor.tcm,
                       self._amap.pe_ipcq_slot_addr(*dst, ring_dir, slot))
             if ring.receiver_waiting is not None:
@@ -721,18 +714,11 @@ def _reduced_shape(shape: tuple[int, ...], axis: int | None,
     return out or (1,)
 
 
-def kernel_line(kernel_file: str, tb=None) -> int | None:
-    """The line of the innermost frame in `kernel_file` (of a traceback, or the stack)."""
+def kernel_line(kernel_file: str, tb) -> int | None:
+    """The line of the innermost frame of traceback `tb` that is in `kernel_file`."""
     line = None
-    if tb is not None:
-        while tb is not None:
-            if tb.tb_frame.f_code.co_filename == kernel_file:
-                line = tb.tb_lineno
-            tb = tb.tb_next
-        return line
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_filename == kernel_file:
-            return frame.f_lineno
-        frame = frame.f_back
-    return None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == kernel_file:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line

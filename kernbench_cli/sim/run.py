@@ -38,7 +38,7 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     memory = Memory(backed=not timing_only)
     host = Host(system, memory, seed, timing_only)
     args = _setup(kernel, host, params)
-    launch, tls, threads = _launch(system, memory, timing_only, str(kernel.path), record)
+    launch, tls, threads = _launch(system, memory, timing_only, record)
     launch.max_commands = max_commands
     fn = kernel.fn("kernel")
     bridge.run(launch.env, threads, [_body(kernel, tl, fn, args) for tl in tls])
@@ -82,7 +82,7 @@ def replay_trace(trace: dict[str, Any], amap: AddressMap, source: str) -> RunRes
                 raise TraceError(f"{source}: allocation {name!r} at {addr:#x} does not exist in "
                                  f"topology {topo.name!r}: {exc}") from None
         memory.add(addr, nbytes, name)
-    launch, tls, threads = _launch(system, memory, True, source, False)
+    launch, tls, threads = _launch(system, memory, True, False)
     launch.replaying = True
     targets = [_replay_body(source, tl, entries) for tl, entries in zip(tls, trace["pes"],
                                                                         strict=False)]
@@ -99,11 +99,10 @@ def _idle() -> None:
     return None
 
 
-def _launch(system: System, memory: Memory, timing_only: bool, kernel_file: str, record: bool):
+def _launch(system: System, memory: Memory, timing_only: bool, record: bool):
     env = simpy.Environment()
     costs = system.topology.cost_table
-    launch = Launch(system, memory, costs.issue, costs.scheduler.plan, env, timing_only,
-                    kernel_file, record)
+    launch = Launch(system, memory, costs.issue, costs.scheduler.plan, env, timing_only, record)
     threads = [bridge.PeThread(env, pe.pid) for pe in system.pes]
     tls = [TL(launch, pe, thread) for pe, thread in zip(system.pes, threads, strict=True)]
     return launch, tls, threads
