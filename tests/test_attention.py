@@ -27,6 +27,19 @@ def test_other_dtypes(run, dtype):
     assert run("gqa_attention", "default", (*SMALL, f"dtype={dtype}")).verified
 
 
+@pytest.mark.parametrize("params", [
+    ("batch=3", "seq_len=2048"),  # partials of several (batch, head) pairs through one tree
+    ("seq_len=8192", "chunk=128"),  # four chunks per shard: the online softmax rescales o
+])
+def test_batches_and_chunked_shards_verify(run, params):
+    result = run("gqa_attention", "default", params)
+    assert result.verified, result.checks
+    chunks = 8192 // 16 // 128 if "chunk=128" in params else 1
+    composites = sum(1 for r in result.oplog if r[1] == 5 and r[3] == "composite")
+    pairs = 3 * 2 if "batch=3" in params else 2
+    assert composites == 2 * pairs * chunks
+
+
 def test_one_dominant_key_makes_every_other_shard_underflow(run):
     """Uneven partials: PE 3 holds the only key that matters; the other shards' probabilities
     underflow to exactly zero in the merge, and the answer is that key's value."""
