@@ -55,6 +55,15 @@ class KernelError(KernbenchError):
     exit_code = 1
 
 
+class ParamError(KernelError):
+    """A kernel that cannot start: unknown, or given parameters its setup cannot run.
+
+    Bad input, like a TOML error (exit 2), unlike a kernel failing mid-run.
+    """
+
+    exit_code = 2
+
+
 class DeadlockError(KernelError):
     """Every live PE is blocked and no event is pending."""
 

@@ -131,7 +131,7 @@ def test_report_shows_the_bound_and_hbm_bandwidth(cli):
 ])
 def test_bad_parameters(cli, params, message):
     code, _, err = cli("run", "gqa_attention", *sum((("-p", x) for x in params), ()))
-    assert code != 0
+    assert code == 2
     assert err == f"error: {message}\n"
 
 

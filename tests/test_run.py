@@ -120,7 +120,7 @@ def test_timing_only_gives_the_same_time_without_values(cli, run):
 ])
 def test_bad_input_is_one_line(cli, args, message):
     code, _, err = cli("run", *args)
-    assert code != 0
+    assert code == 2
     assert err == f"error: {message}\n"
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from kernbench_cli.errors import KernelError
+from kernbench_cli.errors import ParamError
 from kernbench_cli.resources import data_dir
 
 REQUIRED_NAMES = ("PARAMS", "setup", "kernel", "reference", "outputs")
@@ -70,12 +70,12 @@ def load_kernel(spec: str) -> KernelModule:
     path = Path(spec)
     if path.suffix == ".py" or len(path.parts) > 1:
         if not path.is_file():
-            raise KernelError(f"no kernel file {spec!r}")
+            raise ParamError(f"no kernel file {spec!r}")
         shown = spec
     else:
         path = data_dir("kernels") / f"{spec}.py"
         if not path.is_file():
-            raise KernelError(f"unknown kernel {spec!r} (shipped: {', '.join(shipped_kernels())};"
+            raise ParamError(f"unknown kernel {spec!r} (shipped: {', '.join(shipped_kernels())};"
                               " or give a path to a .py file)")
         shown = f"kernels/{spec}.py"
     module_name = f"kernbench_kernel_{path.stem}"
@@ -86,13 +86,13 @@ def load_kernel(spec: str) -> KernelModule:
         loader_spec.loader.exec_module(module)
     except Exception as exc:
         line = _line_in(exc, str(path))
-        raise KernelError(f"{shown}:{line}: loading the kernel failed: "
+        raise ParamError(f"{shown}:{line}: loading the kernel failed: "
                           f"{type(exc).__name__}: {exc}") from None
     finally:
         sys.path.remove(str(path.parent))
     missing = [n for n in REQUIRED_NAMES if not hasattr(module, n)]
     if missing:
-        raise KernelError(f"{shown}: a kernel module must define {', '.join(missing)}")
+        raise ParamError(f"{shown}: a kernel module must define {', '.join(missing)}")
     sys.modules.pop(module_name, None)
     return KernelModule(path.stem, path.resolve(), shown, module)
 
@@ -115,20 +115,20 @@ def parse_params(kernel: KernelModule, overrides: list[str]) -> dict[str, Any]:
         name, sep, text = item.partition("=")
         name = name.strip()
         if not sep or not name:
-            raise KernelError(f"parameter {item!r} is not name=value")
+            raise ParamError(f"parameter {item!r} is not name=value")
         if name not in kernel.params:
-            raise KernelError(f"{kernel.name} has no parameter {name!r} (parameters: "
+            raise ParamError(f"{kernel.name} has no parameter {name!r} (parameters: "
                               f"{', '.join(kernel.params)})")
         given[name] = _convert(name, text.strip(), kernel.params[name])
         allowed = kernel.choices.get(name)
         if allowed is not None and given[name] not in allowed:
-            raise KernelError(f"parameter {name}: {given[name]!r} is not one of "
+            raise ParamError(f"parameter {name}: {given[name]!r} is not one of "
                               f"{', '.join(map(str, allowed))}")
     params = dict(kernel.params)
     for name, table in kernel.presets.items():
         choice = given.get(name, params[name])
         if choice not in table:
-            raise KernelError(f"parameter {name}: unknown preset {choice!r} (presets: "
+            raise ParamError(f"parameter {name}: unknown preset {choice!r} (presets: "
                               f"{', '.join(map(str, table))})")
         params.update(table[choice])
     params.update(given)
@@ -147,7 +147,7 @@ def _convert(name: str, text: str, default: Any) -> Any:
         if kind is float:
             return float(text)
     except ValueError:
-        raise KernelError(f"parameter {name}: expected {_KIND_NAMES[kind]}, got {text!r}") from None
+        raise ParamError(f"parameter {name}: expected {_KIND_NAMES[kind]}, got {text!r}") from None
     return text
 
 

@@ -10,7 +10,13 @@ import simpy
 
 from kernbench_cli.address.physaddr import AddressMap
 from kernbench_cli.config.units import format_time_ps
-from kernbench_cli.errors import AddressError, DeadlockError, KernbenchError, KernelError
+from kernbench_cli.errors import (
+    AddressError,
+    DeadlockError,
+    KernbenchError,
+    KernelError,
+    ParamError,
+)
 from kernbench_cli.hw.memory import Memory
 from kernbench_cli.hw.pe import ENGINES
 from kernbench_cli.hw.system import System
@@ -122,14 +128,16 @@ def _replay_body(source: str, tl: TL, entries: list):
 def _setup(kernel: KernelModule, host: Host, params: dict[str, Any]) -> dict[str, Any]:
     try:
         args = kernel.fn("setup")(host, dict(params))
+    except KernelError as exc:  # inputs that do not fit the system: the parameters' fault
+        raise ParamError(str(exc)) from None
     except KernbenchError:
         raise
     except ValueError as exc:
-        raise KernelError(f"{kernel.name}: {exc}") from None
+        raise ParamError(f"{kernel.name}: {exc}") from None
     except Exception as exc:
         raise _located(kernel, exc, "setup") from exc
     if not isinstance(args, dict):
-        raise KernelError(f"{kernel.shown}: setup must return the kernel's arguments as a dict")
+        raise ParamError(f"{kernel.shown}: setup must return the kernel's arguments as a dict")
     return args
 
 
