@@ -198,3 +198,18 @@ def test_chrome_trace_has_an_event_per_op_log_record(cli, run, tmp_path):
     again = tmp_path / "again.json"
     cli("run", "sharded_gemm", *SMALL, "--chrome-trace", str(again))
     assert again.read_bytes() == path.read_bytes()
+
+
+def test_kernels_lists_the_shipped_kernels(cli):
+    code, out, _ = cli("kernels")
+    assert code == 0
+    assert "gqa_attention" in out and "sharded_gemm" in out
+
+
+def test_kernels_name_shows_parameters_choices_and_presets(cli):
+    code, out, _ = cli("kernels", "gqa_attention")
+    assert code == 0
+    assert "stores the output [batch, heads_q, D]" in out  # docstrings are not Rich markup
+    assert "│ seq_len   │ 4096    │ int   │" in out
+    assert "-p model=llama3-8b sets heads_q=32, heads_kv=8, head_dim=128" in out
+    assert cli("kernels", "nope")[0] == 2
