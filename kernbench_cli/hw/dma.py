@@ -36,8 +36,7 @@ class DmaEngine(InOrderEngine):
         if len(resources) == 1:  # one's own HBM slice: the common case, kept lean
             cal = resources[0]
             duration = -(-nbytes * PS_PER_S // cal.bandwidth)
-            stream_at = cal.fit(start + self.setup_ps, duration)
-            cal.reserve(stream_at, duration)
+            stream_at = cal.book(start + self.setup_ps, duration)
             cal.bytes += nbytes
             stream_end = stream_at + duration
         elif resources:

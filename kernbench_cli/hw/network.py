@@ -80,13 +80,6 @@ class Calendar:
             return
         starts, ends = self.starts, self.ends
         end = t + duration
-        if not ends or t >= ends[-1]:  # appending
-            if ends and ends[-1] == t:
-                ends[-1] = end
-            else:
-                starts.append(t)
-                ends.append(end)
-            return
         i = bisect.bisect_left(starts, t)
         joins_left = i > 0 and ends[i - 1] == t
         joins_right = i < len(starts) and starts[i] == end
@@ -101,20 +94,28 @@ class Calendar:
             starts.insert(i, t)
             ends.insert(i, end)
 
-    def forget_before(self, horizon: int) -> None:
-        """Drop intervals that end at or before `horizon` (no request can reach them)."""
-        i = bisect.bisect_right(self.ends, horizon)
-        if i:
-            del self.starts[:i], self.ends[:i]
+    def book(self, t: int, duration: int) -> int:
+        """Reserve the earliest free interval of `duration` at or after `t`; its start."""
+        ends = self.ends
+        if ends and t < ends[-1]:
+            t = self.fit(t, duration)
+            self.reserve(t, duration)
+            return t
+        # after everything booked so far: append (or extend the last interval)
+        if ends and ends[-1] == t:
+            ends[-1] = t + duration
+        elif duration:
+            self.starts.append(t)
+            ends.append(t + duration)
+        self.busy_ps += duration
+        self.ops += 1
+        return t
 
 
 def book(resources: tuple[Calendar, ...], durations: tuple[int, ...], t: int) -> int:
     """Reserve each resource for its duration from one common start >= t; return it."""
     if len(resources) == 1:  # the common case: one's own HBM slice
-        cal = resources[0]
-        t = cal.fit(t, durations[0])
-        cal.reserve(t, durations[0])
-        return t
+        return resources[0].book(t, durations[0])
     if not resources:
         return t
     while True:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 
 from kernbench_cli.config.schema import SchedulerConfig
+from kernbench_cli.hw.cpu import PeCpu
 
 
 class Scheduler:
@@ -26,22 +27,27 @@ class Scheduler:
         self.ops = 0
         self._held: list[int] = []  # min-heap: when each held slot frees
 
-    def admit(self, t: int) -> int:
-        """Earliest time >= t at which a slot is free for a new command."""
+    def enqueue(self, cpu: PeCpu, cost_ps: int, plan_ps: int = 0) -> tuple[int, int]:
+        """PE_CPU issues a command (`cost_ps` of its time) into the queue, stalling while
+        every slot is held; the command is dispatched in order after `plan_ps` of
+        scheduler time. Returns (issued, dispatched).
+        """
+        t = cpu.time + cost_ps
+        cpu.busy_ps += cost_ps
+        cpu.ops += 1
         held = self._held
         while held and held[0] <= t:
             heapq.heappop(held)
-        if len(held) >= self.depth:
-            t = heapq.heappop(held)
-        return t
-
-    def dispatch(self, t: int, plan_ps: int = 0) -> int:
-        """Dispatch (in order) a command that entered the queue at `t`; returns when."""
+        if len(held) >= self.depth:  # full: wait for the first slot to free
+            slot = heapq.heappop(held)
+            cpu.stall_ps += slot - t
+            t = slot
+        cpu.time = t
         start = t if t > self.free_at else self.free_at
         self.free_at = start + plan_ps
         self.busy_ps += plan_ps
         self.ops += 1
-        return self.free_at
+        return t, self.free_at
 
     def hold(self, until: int) -> None:
         """The slot of the command just dispatched frees at `until`."""

@@ -153,8 +153,7 @@ class TL:
         shape_t, dt = _shape(shape), _dtype(dtype)
         nbytes = _nbytes(shape_t, dt)
         self._launch.memory.check(ptr, _span_bytes(shape_t, dt, stride), "tl.load")
-        t = self._issue("load")
-        dispatched = self._sched.dispatch(t)
+        t, dispatched = self._issue("load")
         path = self._path_from(ptr)
         self._thread.sync(t)
         start, end = self._pe.dma.transfer(dispatched, nbytes, path)
@@ -181,8 +180,7 @@ class TL:
         nbytes = tensor.nbytes
         self._launch.memory.check(ptr, _span_bytes(tensor.shape, tensor.dtype, stride),
                                   "tl.store")
-        t = self._issue("store")
-        dispatched = self._sched.dispatch(t)
+        t, dispatched = self._issue("store")
         path = self._path_to(ptr)
         self._thread.sync(t)
         start, end = self._pe.dma.transfer(max(dispatched, tensor.ready), nbytes, path)
@@ -200,8 +198,7 @@ class TL:
         a, b = self._own(a, "tl.dot"), self._own(b, "tl.dot")
         m, k, n = _gemm_shape("tl.dot", a.shape, b.shape, trans_b)
         out_dt = _dtype(out_dtype)
-        t = self._issue("dot")
-        dispatched = self._sched.dispatch(t)
+        t, dispatched = self._issue("dot")
         start, end = self._pe.gemm.run(max(dispatched, a.ready, b.ready), m, k, n)
         self._sched.hold(start)
         value = _matmul(a.value, b.value, trans_b, out_dt) if self._values else None
@@ -232,8 +229,7 @@ class TL:
             stride = n if out_stride is None else out_stride
             self._launch.memory.check(out_ptr, _span_bytes((m, n), out_dt, stride),
                                       "tl.composite out_ptr")
-        t = self._issue("composite")
-        dispatched = self._sched.dispatch(t, self._launch.plan_ps)
+        t, dispatched = self._issue("composite", self._launch.plan_ps)
         self._sched.hold(dispatched)
         value = _matmul(_value_of(a, self), _value_of(b, self), trans_b, out_dt) \
             if self._values else None
@@ -322,8 +318,7 @@ class TL:
         me, dst = self._pe.coord, self._peer(to, "tl.send")
         ring_dir = system.arrival_direction(me, dst)
         ring = system.pes[system.pid_of[dst]].rings[ring_dir]
-        t = self._issue("send")
-        dispatched = self._sched.dispatch(t)
+        t, dispatched = self._issue("send")
         self._thread.sync(t)
         path = self._net.path(me, dst, None)
         count = ring.chunks_for(tensor.nbytes)
@@ -425,15 +420,10 @@ class TL:
     def _rec(self, op: str, *args: Any) -> None:
         self._trace.append([op, *(encode(a) for a in args)])
 
-    def _issue(self, kind: str) -> int:
-        """PE_CPU pays the issue cost; the command waits for a scheduler slot."""
-        cpu = self._cpu
-        t = cpu.issue(self._costs[kind])
-        admitted = self._sched.admit(t)
-        if admitted > t:
-            cpu.wait_until(admitted)
+    def _issue(self, kind: str, plan_ps: int = 0) -> tuple[int, int]:
+        """PE_CPU issues a command into the scheduler's queue: (issued, dispatched)."""
         self._count()
-        return admitted
+        return self._sched.enqueue(self._cpu, self._costs[kind], plan_ps)
 
     def _log(self, engine: str, kind: str, issue: int, start: int, end: int, nbytes: int,
              flops: int, src: int | None, dst: int | None) -> None:
@@ -544,8 +534,7 @@ class TL:
 
     def _math(self, kind: str, name: str, inputs: list[Tensor], fn: Callable[..., np.ndarray],
               shape: tuple[int, ...], dt: np.dtype, elements: int | None = None) -> Tensor:
-        t = self._issue("math")
-        dispatched = self._sched.dispatch(t)
+        t, dispatched = self._issue("math")
         ready = dispatched
         for x in inputs:
             if x.ready > ready:
