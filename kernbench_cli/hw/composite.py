@@ -57,6 +57,7 @@ def _sizes(total: int, unit: int) -> list[int]:
 
 
 def _k_sizes(k: int) -> list[int]:
+    """K itself, then halvings down to 16 (a shorter K step would be mostly fill and drain)."""
     sizes, size = [k], k
     while size > 16:
         size = -(-size // 2)
@@ -115,7 +116,6 @@ def run_gemm(t0: int, tiling: GemmTiling, a: Operand, b: Operand, n: int,
              for k0 in range(0, k, kt)]
     a_reused = kt >= k  # one A row-tile serves every n tile of its row
     loaded: list[int] = []  # when tile i's operands are in TCM
-    gemm_end: list[int] = []
 
     def load(i: int, ready: int) -> None:
         m0, n0, k0 = tiles[i]
@@ -134,7 +134,6 @@ def run_gemm(t0: int, tiling: GemmTiling, a: Operand, b: Operand, n: int,
     for i, (m0, n0, k0) in enumerate(tiles):
         mr, kr, nr = min(mt, m - m0), min(kt, k - k0), min(nt, n - n0)
         _, done = stream.gemm_run(max(loaded[i], t0), mr, kr, nr)
-        gemm_end.append(done)
         end = max(end, done)
         if i + 2 < len(tiles):
             load(i + 2, done)
