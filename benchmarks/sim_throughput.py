@@ -8,6 +8,11 @@ and with values. Printed per case: commands/s, the ratio to the baseline,
 SimPy events and greenlet switches per command, and the share of wall time
 that values (numpy) cost, from the full run against the timing-only one.
 
+A third row per topology, "essential steps", times only the work every
+command of kernbench must do however lean its code (queue entry, a calendar
+booking, a TCM block allocated and freed, an op-log record), with no checks,
+no synchronisation and no values: the ceiling of this design in CPython.
+
     python benchmarks/sim_throughput.py [--quick]
 """
 
@@ -47,6 +52,29 @@ def bare_loop(pes: int, per_pe: int) -> float:
     return pes * per_pe / (time.perf_counter() - start)
 
 
+def essential_steps(count: int) -> float:
+    """Commands/s of the bare minimum a kernbench command does (see the module doc)."""
+    from kernbench_cli.address.allocator import FreeListPool
+    from kernbench_cli.config.schema import SchedulerConfig
+    from kernbench_cli.hw.cpu import PeCpu
+    from kernbench_cli.hw.network import Calendar
+    from kernbench_cli.hw.scheduler import Scheduler
+
+    cpu, sched = PeCpu(), Scheduler(SchedulerConfig(queue_depth=8))
+    cal = Calendar("hbm", "slice", 51_200_000_000, 100_000)
+    pool = FreeListPool("tcm", 0, 1 << 21)
+    log = []
+    start = time.perf_counter()
+    for i in range(count):
+        t, dispatched = sched.enqueue(cpu, 4000)
+        at = cal.book(dispatched + 20000, 40000)
+        sched.hold(at)
+        addr = pool.alloc(2048, "tile")
+        log.append((i, 0, "dma", "load", t, at, at + 140000, 2048, 0, 0, addr))
+        pool.free(addr)
+    return count / (time.perf_counter() - start)
+
+
 CASES = {  # topology -> sharded_gemm parameters (primitive mode)
     "default": ["M=64", "K=512", "N=2048"],
     "sip": ["M=64", "K=256", "N=4096"],
@@ -76,6 +104,9 @@ def main() -> int:
         bare = bare_loop(pes, 200_000 // pes)
         print(f"{'bare loop, ' + str(pes) + ' PEs':<28} {200_000 // pes * pes:>9} "
               f"{'':>7} {bare:>9,.0f} {1:>8.2f}x {1:>10.2f} {1:>10.2f} {'':>6}")
+        floor = essential_steps(200_000)
+        print(f"{'essential steps (ceiling)':<28} {200_000:>9} {'':>7} {floor:>9,.0f} "
+              f"{floor / bare:>8.2f}x {0:>10.2f} {0:>10.2f} {'':>6}")
         walls = {}
         for timing_only in (True, False):
             result, wall = kernbench_rate(topology, params, timing_only)
