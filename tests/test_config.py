@@ -162,3 +162,34 @@ def test_config_objects_are_immutable_values(write_topology):
     changed = replace(a.pe.gemm, rows=8)
     assert (changed.rows, a.pe.gemm.rows) == (8, 16)
     assert repr(changed) == "GemmConfig(rows=8, cols=16)"
+
+
+@pytest.mark.parametrize("name", ["default", "sip", "rack"])
+def test_show_toml_round_trips_to_the_same_topology(cli, tmp_path, name):
+    from dataclasses import replace
+
+    code, out, _ = cli("topology", "show", name, "--toml")
+    assert code == 0
+    path = tmp_path / f"{name}.toml"
+    path.write_text(out)
+    again = load_topology(path)
+    original = load_topology(shipped(name))
+
+    def hardware(t):  # all but where the files are
+        return replace(t, source=None, costs="", cost_table=replace(t.cost_table, source=None))
+
+    assert hardware(again) == hardware(original)
+    assert again.cost_table.source.resolve() == original.cost_table.source.resolve()
+
+
+@pytest.mark.parametrize(("kind", "value", "text"), [
+    ("time", 1_234_567, "1.234567us"), ("time", 40_000, "40ns"), ("time", 7, "7ps"),
+    ("frequency", 1_250_000_000, "1.25GHz"), ("bandwidth", 51_200_000_000, "51.2GB/s"),
+    ("size", 2**30 + 4096, "1048580KiB"),
+])
+def test_exact_units_parse_back_to_the_same_integer(kind, value, text):
+    from kernbench_cli.config.schema import KINDS
+    from kernbench_cli.config.writer import exact
+
+    assert exact(kind, value) == text
+    assert KINDS[kind][0](text) == value

@@ -19,13 +19,23 @@ TopologyArg = Annotated[
 
 
 @app.command()
-def show(topology: TopologyArg = None, costs: CostsOpt = None) -> None:
+def show(
+    topology: TopologyArg = None,
+    costs: CostsOpt = None,
+    toml: Annotated[bool, typer.Option(
+        "--toml", help="Print every key as TOML instead, defaults filled in.")] = False,
+) -> None:
     """Print the system tree and the compiled PE resource map."""
+    amap = load_address_map(topology, costs)
+    if toml:
+        from kernbench_cli.config.writer import topology_toml
+
+        typer.echo(topology_toml(amap.topology), nl=False)
+        return
     from rich.console import Console
 
     from kernbench_cli.report.topology import resource_table, system_tree
 
-    amap = load_address_map(topology, costs)
     console = Console()
     console.print(system_tree(amap))
     console.print(resource_table(amap))

@@ -102,15 +102,14 @@ def summary(result: RunResult) -> Table:
 
 
 def engine_table(result: RunResult) -> Table:
-    table = Table(title="Engines: busy and idle time (mean and max over the units)")
-    for col in ("engine", "units", "busy", "busy max", "idle", "util", "util max", "ops"):
+    table = Table(title="Engines: busy time across units; idle and util of the mean")
+    for col in ("engine", "units", "busy min", "busy mean", "busy max", "idle", "util", "ops"):
         table.add_column(col, justify="left" if col == "engine" else "right")
     for name, stats in result.engines.items():
         row = _engine_numbers(stats, result.latency_ps)
-        table.add_row(TITLES[name], str(stats.instances), short(row["busy_ps"]),
-                      short(row["busy_max_ps"]), short(row["idle_ps"]),
-                      f"{row['utilization']:.1%}", f"{row['utilization_max']:.1%}",
-                      f"{row['ops']:,}")
+        table.add_row(TITLES[name], str(stats.instances), short(row["busy_min_ps"]),
+                      short(row["busy_ps"]), short(row["busy_max_ps"]), short(row["idle_ps"]),
+                      f"{row['utilization']:.1%}", f"{row['ops']:,}")
     return table
 
 
