@@ -213,3 +213,15 @@ def test_kernels_name_shows_parameters_choices_and_presets(cli):
     assert "│ seq_len   │ 4096    │ int   │" in out
     assert "-p model=llama3-8b sets heads_q=32, heads_kv=8, head_dim=128" in out
     assert cli("kernels", "nope")[0] == 2
+
+
+@pytest.mark.parametrize(("kernel", "params"), [
+    ("sharded_gemm", ("N=1152",)),
+    ("sharded_gemm", ("N=1152", "mode=primitive")),
+    ("gqa_attention", ("seq_len=4608",)),
+])
+def test_kernels_verify_on_a_topology_with_no_powers_of_two(run, kernel, params):
+    """Guards against hidden power-of-two assumptions: routes, route caches, trees, tiles."""
+    result = run(kernel, "odd", params)
+    assert result.verified, result.checks
+    assert result.num_pes == 18
