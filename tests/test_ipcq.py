@@ -46,3 +46,13 @@ def test_a_full_ring_makes_the_sender_wait(run):
     assert tight.cpu_stall_ps[0] == ((1004 - 12) + (2008 - 1008) + (3012 - 2012)) * 1000
     assert roomy.cpu_stall_ps[0] == 0
     assert tight.latency_ps == roomy.latency_ps == 4 * 1004_000  # the receiver sets the pace
+
+
+def test_messages_never_received_are_an_error(cli):
+    from pathlib import Path
+
+    path = Path(__file__).parent / "kernels" / "unreceived.py"
+    code, _, err = cli("run", str(path), "-t", test_topology("pair"))
+    assert code == 1
+    assert err == (f"error: {path}: the kernel ended with messages never received: PE (rack=0 "
+                   "sip=0 cube=0 pe=0) ring E: 1 chunk from PE (rack=0 sip=0 cube=0 pe=1)\n")

@@ -49,6 +49,7 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     fn = kernel.fn("kernel")
     bridge.run(launch.env, threads, [_body(kernel, tl, fn, args) for tl in tls])
     _check_deadlock(kernel.shown, str(kernel.path), system, threads, tls)
+    _check_unreceived(kernel.shown, system)
     outputs, checks = {}, []
     if not timing_only:
         outputs = _call(kernel, "outputs", host, args, params)
@@ -200,6 +201,24 @@ def _check_deadlock(shown: str, path: str, system: System, threads: list, tls: l
     more = f"; and {len(stuck) - 8} more" if len(stuck) > 8 else ""
     raise DeadlockError(f"deadlock: {len(stuck)} of {len(system.pes)} PEs still wait and "
                         "nothing is left to run: " + "; ".join(lines) + more)
+
+
+def _check_unreceived(shown: str, system: System) -> None:
+    """Messages sent but never received are a mis-wired kernel, not a finished one."""
+    left = []
+    for pe in system.pes:
+        for direction, ring in pe.rings.items():
+            chunks = list(ring.chunks) + [c for stash in ring.stash.values() for c in stash]
+            senders = sorted({c.sender for c in chunks})
+            if senders:
+                names = ", ".join(f"PE ({system.coords[s]})" for s in senders)
+                plural = "s" if len(chunks) != 1 else ""
+                left.append(f"PE ({pe.coord}) ring {direction}: {len(chunks)} chunk{plural} from "
+                            f"{names}")
+    if left:
+        more = f"; and {len(left) - 4} more rings" if len(left) > 4 else ""
+        raise KernelError(f"{shown}: the kernel ended with messages never received: "
+                          + "; ".join(left[:4]) + more)
 
 
 def _verify(kernel: KernelModule, host: Host, params: dict[str, Any],
