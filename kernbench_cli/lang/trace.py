@@ -61,6 +61,9 @@ class Replayer:
         self.tl = tl
         self.tensors: dict[int, Tensor] = {}
         self.handles: dict[int, Handle] = {}
+        self._methods = {"load": tl.load, "store": tl.store, "dot": tl.dot, "wait": tl.wait,
+                         "full": tl.full, "send": tl.send, "recv": tl.recv, "cycles": tl.cycles,
+                         "cast": tl._cast, "transpose": tl._transpose, "read": tl._read}
 
     def decode(self, value: Any) -> Any:
         if isinstance(value, dict):
@@ -84,23 +87,28 @@ class Replayer:
         return value
 
     def run(self, entries: list[list]) -> None:
-        tl = self.tl
+        tensors, decode = self.tensors, self.decode
         for op, *raw in entries:
-            args = [self.decode(a) for a in raw] if op != "del" else raw
             if op == "del":
-                tensor = self.tensors.pop(args[0], None)
+                tensor = tensors.pop(raw[0], None)
                 if tensor is not None:
                     tensor.free()
                 continue
-            result = self._call(tl, op, args)
+            # tensor references and plain values are most arguments: decode them inline
+            args = [tensors[a["t"]] if a.__class__ is dict and "t" in a else
+                    (decode(a) if a.__class__ in (dict, list) else a) for a in raw]
+            result = self._call(op, args)
             if isinstance(result, Handle):
                 self.handles[result.hid] = result
                 result = result.out
             if isinstance(result, Tensor):
-                self.tensors[result.tid] = result
+                tensors[result.tid] = result
 
-    @staticmethod
-    def _call(tl: TL, op: str, args: list) -> Any:
+    def _call(self, op: str, args: list) -> Any:
+        method = self._methods.get(op)
+        if method is not None:
+            return method(*args)
+        tl = self.tl
         if op in ("unary", "binary"):
             kind, name, *operands = args
             method = tl._unary if op == "unary" else tl._binary
@@ -116,9 +124,4 @@ class Replayer:
             return tl._view(args[0], args[1])
         if op == "reshape":
             return tl._reshape(args[0], tuple(args[1]))
-        method = {"load": tl.load, "store": tl.store, "dot": tl.dot, "wait": tl.wait,
-                  "full": tl.full, "send": tl.send, "recv": tl.recv, "cycles": tl.cycles,
-                  "cast": tl._cast, "transpose": tl._transpose, "read": tl._read}.get(op)
-        if method is None:
-            raise KernelError(f"trace: unknown command {op!r}")
-        return method(*args)
+        raise KernelError(f"trace: unknown command {op!r}")
