@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from kernbench_cli.hw.system import System
 
 F32 = DTYPES["f32"]
+_OPERANDS = (Tensor, Ref)
+_SCALARS_OR_TENSORS = (Tensor, int, float)
 
 #: Commands a run may issue before it is taken for an endless loop.
 DEFAULT_MAX_COMMANDS = 100_000_000
@@ -176,7 +178,7 @@ class TL:
         """Write `tensor` to memory at `ptr` (rows `stride` apart)."""
         if self._trace is not None:
             self._rec("store", ptr, tensor, stride)
-        tensor = self._own(tensor, "tl.store")
+        tensor = self._own(tensor, "store")
         nbytes = tensor.nbytes
         self._launch.memory.check(ptr, _span_bytes(tensor.shape, tensor.dtype, stride),
                                   "tl.store")
@@ -195,7 +197,7 @@ class TL:
         """a @ b (or a @ b.T) on PE_GEMM; both operands in TCM."""
         if self._trace is not None:
             self._rec("dot", a, b, trans_b, out_dtype)
-        a, b = self._own(a, "tl.dot"), self._own(b, "tl.dot")
+        a, b = self._own(a, "dot"), self._own(b, "dot")
         m, k, n = _gemm_shape("tl.dot", a.shape, b.shape, trans_b)
         out_dt = _dtype(out_dtype)
         t, dispatched = self._issue("dot")
@@ -219,10 +221,10 @@ class TL:
         if op != "gemm":
             raise KernelError(f"tl.composite: op {op!r} is not supported (supported: 'gemm')")
         for name, x in (("a", a), ("b", b)):
-            if not isinstance(x, Tensor | Ref):
+            if not isinstance(x, _OPERANDS):
                 raise KernelError(f"tl.composite: {name} must be a tensor or a tl.ref, got {x!r}")
             if isinstance(x, Tensor):
-                self._own(x, "tl.composite")
+                self._own(x, "composite")
         m, k, n = _gemm_shape("tl.composite", a.shape, b.shape, trans_b)
         out_dt = a.dtype if out_dtype is None else _dtype(out_dtype)
         if out_ptr is not None:
@@ -313,7 +315,7 @@ class TL:
         """
         if self._trace is not None:
             self._rec("send", tensor, to)
-        tensor = self._own(tensor, "tl.send")
+        tensor = self._own(tensor, "send")
         system = self._launch.system
         me, dst = self._pe.coord, self._peer(to, "tl.send")
         ring_dir = system.arrival_direction(me, dst)
@@ -492,12 +494,14 @@ class TL:
             raise KernelError(f"tensors overflow TCM: {exc}") from None
         return Tensor(self, shape, dt, value, ready, addr, nbytes=nbytes)
 
-    def _own(self, x: Any, what: str) -> Tensor:
+    def _own(self, x: Any, op: str) -> Tensor:
+        """`x` if it is a tensor of this PE; `op` names the call in the error ("dot")."""
+        if x.__class__ is Tensor and x._tl is self:
+            return x
+        what = op if "." in op else f"tl.{op}"
         if not isinstance(x, Tensor):
             raise KernelError(f"{what} expects a tensor, got {type(x).__name__}")
-        if x._tl is not self:
-            raise KernelError(f"{what}: the tensor belongs to another PE")
-        return x
+        raise KernelError(f"{what}: the tensor belongs to another PE")
 
     def _coord_of(self, pid: int) -> PeCoord:
         coords = self._launch.system.coords
@@ -543,14 +547,14 @@ class TL:
         start, end = self._pe.math.run(ready, kind, count)
         self._sched.hold(start)
         value = fn().astype(dt) if self._values else None
-        out = self._tensor(shape, dt, value, end, f"tl.{name}")
+        out = self._tensor(shape, dt, value, end, "tl." + name)
         self._log("math", name, t, start, end, 0, count, None, out.tcm)
         return out
 
     def _unary(self, kind: str, fn: Callable, x: Tensor) -> Tensor:
         if self._trace is not None:
             self._rec("unary", kind, fn.__name__, x)
-        x = self._own(x, f"tl.{kind}")
+        x = self._own(x, kind)
         return self._math(kind, fn.__name__, [x], lambda: fn(_f32(x.value)), x.shape, x.dtype)
 
     def _binary(self, kind: str, fn: Callable, x: Any, y: Any) -> Tensor:
@@ -558,11 +562,11 @@ class TL:
             self._rec("binary", kind, fn.__name__, x, y)
         tensors = [v for v in (x, y) if isinstance(v, Tensor)]
         for v in (x, y):
-            if not isinstance(v, Tensor | int | float):
+            if not isinstance(v, _SCALARS_OR_TENSORS):
                 raise KernelError(f"tl.{fn.__name__}: operands must be tensors or numbers, "
                                   f"got {type(v).__name__}")
             if isinstance(v, Tensor):
-                self._own(v, f"tl.{fn.__name__}")
+                self._own(v, fn.__name__)
         try:
             if len(tensors) == 1 or tensors[0].shape == tensors[1].shape:
                 shape = tensors[0].shape
@@ -582,7 +586,7 @@ class TL:
     def _reduce(self, fn: Callable, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
         if self._trace is not None:
             self._rec("reduce", fn.__name__, x, axis, keepdims)
-        x = self._own(x, f"tl.{fn.__name__}")
+        x = self._own(x, fn.__name__)
         if axis is not None and not -x.ndim <= axis < x.ndim:
             raise KernelError(f"tl.{fn.__name__}: axis {axis} is out of range for shape "
                               f"{list(x.shape)}")
