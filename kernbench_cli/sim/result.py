@@ -40,7 +40,6 @@ class Check:
 @dataclass
 class RunResult:
     kernel: str
-    kernel_file: str
     topology: str
     costs: str
     num_pes: int

@@ -54,8 +54,8 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     if not timing_only:
         outputs = _call(kernel, "outputs", host, args, params)
         checks = _verify(kernel, host, params, outputs)
-    result = _collect(kernel.name, kernel.shown, system, launch, tls, threads, params, seed,
-                      timing_only, checks)
+    result = _collect(kernel.name, system, launch, tls, threads, params, seed, timing_only,
+                      checks)
     result.inputs, result.outputs = host.inputs, outputs
     if hasattr(kernel.module, "bounds"):
         result.bounds = _call(kernel, "bounds", amap.topology, params)
@@ -96,7 +96,7 @@ def replay_trace(trace: dict[str, Any], amap: AddressMap, source: str) -> RunRes
     targets += [_idle] * (len(tls) - len(targets))
     bridge.run(launch.env, threads, targets)
     _check_deadlock(source, source, system, threads, tls)
-    result = _collect(f"{trace['kernel']} (replay)", source, system, launch, tls, threads,
+    result = _collect(f"{trace['kernel']} (replay)", system, launch, tls, threads,
                       trace["params"], trace.get("seed", 0), True, [])
     result.wall_s = time.perf_counter() - wall
     return result
@@ -243,7 +243,7 @@ def _verify(kernel: KernelModule, host: Host, params: dict[str, Any],
     return checks
 
 
-def _collect(kernel_name: str, shown: str, system: System, launch: Launch, tls: list[TL],
+def _collect(kernel_name: str, system: System, launch: Launch, tls: list[TL],
              threads: list, params: dict[str, Any], seed: int, timing_only: bool,
              checks: list[Check]) -> RunResult:
     pes = system.pes
@@ -272,7 +272,7 @@ def _collect(kernel_name: str, shown: str, system: System, launch: Launch, tls: 
     flops = sum(r[8] for r in launch.oplog if r[3] in ("dot", "gemm_tile"))
     hbm_bytes = sum(c.bytes for c in calendars if c.level == "hbm")
     return RunResult(
-        kernel=kernel_name, kernel_file=shown, topology=topo.name,
+        kernel=kernel_name, topology=topo.name,
         costs=topo.cost_table.name, num_pes=len(pes), params=dict(params), seed=seed,
         timing_only=timing_only, latency_ps=latency, commands=launch.commands, engines=engines,
         pe_labels=labels, cpu_stall_ps=tuple(pe.cpu.stall_ps for pe in pes), checks=checks,
