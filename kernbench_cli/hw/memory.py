@@ -24,13 +24,15 @@ class Memory:
         self.backed = backed
         self._bases: list[int] = []
         self._blocks: list[tuple[int, str, np.ndarray | None]] = []  # (size, name, bytes)
-        self._last = (0, 0, "")  # (base, end, name) of the last allocation checked
+        # (base, end, name) of the allocations checked last, newest first: a kernel's loop
+        # touches a few tensors in turn (A, B, C of a GEMM)
+        self._recent: list[tuple[int, int, str]] = []
 
     def add(self, addr: int, nbytes: int, name: str) -> None:
         """Register an allocation of `nbytes` at `addr` (zero-filled when backed)."""
         i = bisect.bisect_left(self._bases, addr)
         data = np.zeros(nbytes, dtype=np.uint8) if self.backed else None
-        self._last = (0, 0, "")
+        self._recent.clear()
         self._bases.insert(i, addr)
         self._blocks.insert(i, (nbytes, name, data))
 
@@ -41,11 +43,12 @@ class Memory:
 
     def check(self, addr: int, nbytes: int, what: str) -> str:
         """The name of the allocation holding [addr, addr + nbytes); AddressError if none."""
-        base, end, name = self._last
-        if base <= addr and addr + nbytes <= end:  # a kernel's loads walk one tensor at a time
-            return name
+        for base, end, name in self._recent:
+            if base <= addr and addr + nbytes <= end:
+                return name
         size, name, _, offset = self._find(addr, nbytes, what)
-        self._last = (addr - offset, addr - offset + size, name)
+        self._recent.insert(0, (addr - offset, addr - offset + size, name))
+        del self._recent[4:]
         return name
 
     def _find(self, addr: int, nbytes: int, what: str) -> tuple[int, str, np.ndarray | None, int]:

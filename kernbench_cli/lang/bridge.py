@@ -3,8 +3,11 @@
 A PE's kernel runs as plain Python in its own greenlet. It leaves the
 greenlet only where it must: to let global simulated time catch up with its
 local clock before it books a shared resource (`sync`), or to wait for
-another PE (`block`). The SimPy process that drives it yields the event the
-kernel handed over and switches back in when it fires.
+another PE (`block`). Either way it hands SimPy an event whose callback
+switches back into the greenlet when the event fires; SimPy's loop runs in
+the main greenlet. (A callback rather than a SimPy process per PE: one
+generator layer less on every switch, which is what a synchronising kernel
+spends its time on.)
 
 Ties at one simulated time go to the lower PE index (the event priority),
 and `sync` skips the switch when no other event can come first, so the
@@ -13,7 +16,7 @@ order of bookings is a function of simulated time alone.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import Any
 
 import simpy
@@ -21,7 +24,7 @@ from greenlet import greenlet
 
 
 class PeThread:
-    """The greenlet of one PE and the SimPy process that drives it."""
+    """The greenlet of one PE, resumed by callbacks of the SimPy events it waits on."""
 
     __slots__ = ("blocked_on", "env", "events", "glet", "pid", "switches")
 
@@ -36,14 +39,17 @@ class PeThread:
     def start(self, target: Callable[[], Any]) -> None:
         """Run `target` (the PE's kernel) in a new greenlet, from simulated time 0."""
         self.glet = greenlet(target)
-        self.env.process(self._drive())
+        self.wake_at(0, self._event())
 
-    def _drive(self) -> Generator[simpy.Event, Any, None]:
-        event = self.glet.switch()
-        while not self.glet.dead:
-            self.events += 1
-            yield event
-            event = self.glet.switch()
+    def _event(self) -> simpy.Event:
+        event = self.env.event()
+        event.callbacks.append(self._resume)
+        return event
+
+    def _resume(self, _event: simpy.Event) -> None:
+        """SimPy fired this PE's event: run its kernel until it waits again or ends."""
+        self.events += 1
+        self.glet.switch()
 
     @property
     def finished(self) -> bool:
@@ -53,15 +59,16 @@ class PeThread:
 
     def sync(self, t: int) -> None:
         """Return once every event before simulated time `t` has run."""
-        env = self.env
-        if t < env.peek():
+        if t < self.env.peek():
             return
-        self._switch_out(self.wake_at(t))
+        self.wake_at(t, self._event())
+        self._switch_out()
 
     def block(self, event: simpy.Event, what: str) -> None:
         """Wait for `event` (fired by another PE); `what` names the wait for deadlock reports."""
         self.blocked_on = what
-        self._switch_out(event)
+        event.callbacks.append(self._resume)
+        self._switch_out()
         self.blocked_on = None
 
     def wake_at(self, t: int, event: simpy.Event | None = None) -> simpy.Event:
@@ -74,9 +81,9 @@ class PeThread:
         env.schedule(event, self.pid, max(0, t - env.now))
         return event
 
-    def _switch_out(self, event: simpy.Event) -> None:
+    def _switch_out(self) -> None:
         self.switches += 1
-        self.glet.parent.switch(event)
+        self.glet.parent.switch()
 
 
 def run(env: simpy.Environment, threads: list[PeThread],
