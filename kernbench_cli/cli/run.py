@@ -45,8 +45,9 @@ def run(
     module = load_kernel(kernel)
     params = parse_params(module, param or [])
     amap = load_address_map(topology, costs)
-    result = run_kernel(module, amap, params, seed=seed, timing_only=timing_only,
-                        record=record is not None, max_commands=max_commands)
+    with _busy(f"simulating {module.name} on {amap.topology.num_pes} PEs"):
+        result = run_kernel(module, amap, params, seed=seed, timing_only=timing_only,
+                            record=record is not None, max_commands=max_commands)
     if save is not None:
         _save_npz(save, {**result.inputs, **result.outputs})
     if record is not None:
@@ -82,9 +83,22 @@ def replay(
         recorded = Path(data.get("topology_file", ""))
         topology = str(recorded) if recorded.is_file() else data["topology"]
     amap = load_address_map(topology, costs)
-    result = replay_trace(data, amap, str(trace))
+    with _busy(f"replaying {data['kernel']} on {amap.topology.num_pes} PEs"):
+        result = replay_trace(data, amap, str(trace))
     _write_chrome_trace(chrome_trace, result, amap)
     show(result, as_json, per_pe)
+
+
+def _busy(message: str):
+    """A spinner on stderr while a long run works, only when stderr is a terminal."""
+    import contextlib
+    import sys
+
+    if not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    from rich.console import Console
+
+    return Console(stderr=True).status(message)
 
 
 def _write_chrome_trace(path: Path | None, result, amap) -> None:
