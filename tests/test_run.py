@@ -225,3 +225,20 @@ def test_kernels_verify_on_a_topology_with_no_powers_of_two(run, kernel, params)
     result = run(kernel, "odd", params)
     assert result.verified, result.checks
     assert result.num_pes == 18
+
+
+def test_oplog_file_has_every_command_with_decoded_addresses(cli, run, tmp_path):
+    path = tmp_path / "ops.jsonl"
+    code, _, _ = cli("run", "sharded_gemm", *SMALL, "-p", "mode=primitive", "--oplog", str(path))
+    assert code == 0
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    result = run("sharded_gemm", "default", ("M=32", "K=128", "N=512", "mode=primitive"))
+    assert len(records) == len(result.oplog)
+    first = records[0]
+    assert set(first) == {"seq", "pid", "pe", "engine", "kind", "issue_ps", "start_ps", "end_ps",
+                          "bytes", "flops", "src", "dst", "src_text", "dst_text"}
+    assert (first["kind"], first["pe"]) == ("load", "rack=0 sip=0 cube=0 pe=0")
+    assert first["src_text"].startswith("HBM rack=0 sip=0 cube=0 pe=0 offset=")
+    assert first["dst_text"] == "TCM rack=0 sip=0 cube=0 pe=0 offset=0x0"
+    store = next(r for r in records if r["kind"] == "store")
+    assert store["src_text"].startswith("TCM") and store["dst_text"].startswith("HBM")

@@ -14,6 +14,8 @@ from kernbench_cli.errors import KernbenchError, VerificationError
 
 ChromeTraceOpt = Annotated[Path | None, typer.Option(
     "--chrome-trace", help="Write a Chrome/Perfetto trace of every engine's commands here.")]
+OplogOpt = Annotated[Path | None, typer.Option(
+    "--oplog", help="Write the op log here: a JSON line per command, addresses decoded.")]
 
 
 def run(
@@ -32,6 +34,7 @@ def run(
     record: Annotated[Path | None, typer.Option(
         help="Write the command trace to this file, for `kernbench replay`.")] = None,
     chrome_trace: ChromeTraceOpt = None,
+    oplog: OplogOpt = None,
     max_commands: Annotated[int, typer.Option(
         help="Stop a kernel that issues more commands than this (an endless loop).")]
     = 100_000_000,
@@ -54,7 +57,7 @@ def run(
         from kernbench_cli.sim.trace_file import write_trace
 
         write_trace(record, result.trace)
-    _write_chrome_trace(chrome_trace, result, amap)
+    _write_outputs(chrome_trace, oplog, result, amap)
     show(result, as_json, per_pe)
     if result.verified is False:
         failed = [c for c in result.checks if not c.passed]
@@ -70,6 +73,7 @@ def replay(
     per_pe: Annotated[bool, typer.Option("--per-pe", help="Also show each PE.")] = False,
     as_json: JsonOpt = False,
     chrome_trace: ChromeTraceOpt = None,
+    oplog: OplogOpt = None,
 ) -> None:
     """Re-time a recorded run without its kernel code or values (for cost sweeps).
 
@@ -85,7 +89,7 @@ def replay(
     amap = load_address_map(topology, costs)
     with _busy(f"replaying {data['kernel']} on {amap.topology.num_pes} PEs"):
         result = replay_trace(data, amap, str(trace))
-    _write_chrome_trace(chrome_trace, result, amap)
+    _write_outputs(chrome_trace, oplog, result, amap)
     show(result, as_json, per_pe)
 
 
@@ -101,14 +105,24 @@ def _busy(message: str):
     return Console(stderr=True).status(message)
 
 
-def _write_chrome_trace(path: Path | None, result, amap) -> None:
-    if path is None:
-        return
+def _write_outputs(chrome_trace: Path | None, oplog: Path | None, result, amap) -> None:
+    """The optional files of a run: a Chrome trace and the op log."""
     from kernbench_cli.fileio import atomic_write
-    from kernbench_cli.report.chrome_trace import chrome_trace, dumps
 
-    text = dumps(chrome_trace(result, amap)).encode()
-    atomic_write(path, lambda out: out.write(text), "--chrome-trace")
+    if chrome_trace is not None:
+        from kernbench_cli.report.chrome_trace import chrome_trace as make_trace
+        from kernbench_cli.report.chrome_trace import dumps
+
+        text = dumps(make_trace(result, amap)).encode()
+        atomic_write(chrome_trace, lambda out: out.write(text), "--chrome-trace")
+    if oplog is not None:
+        from kernbench_cli.report.oplog import oplog_lines
+
+        def write(out) -> None:
+            for line in oplog_lines(result, amap):
+                out.write(line.encode() + b"\n")
+
+        atomic_write(oplog, write, "--oplog")
 
 
 def show(result, as_json: bool, per_pe: bool) -> None:

@@ -19,7 +19,8 @@ from kernbench_cli.sim.result import RunResult
 ENGINE_ORDER = ("cpu", "scheduler", "dma", "gemm", "math")
 
 
-def _where(amap: AddressMap, addr: int | None, cache: dict[int, str]) -> str | None:
+def decoded(amap: AddressMap, addr: int | None, cache: dict[int, str]) -> str | None:
+    """The human form of `addr` (None stays None), memoised in `cache`."""
     if addr is None:
         return None
     text = cache.get(addr)
@@ -44,7 +45,7 @@ def chrome_trace(result: RunResult, amap: AddressMap) -> dict[str, Any]:
     for record in result.oplog:
         op = dict(zip(OP_FIELDS, record, strict=True))
         args = {"bytes": op["bytes"], "flops": op["flops"], "issue_ps": op["issue_ps"],
-                "src": _where(amap, op["src"], cache), "dst": _where(amap, op["dst"], cache)}
+                "src": decoded(amap, op["src"], cache), "dst": decoded(amap, op["dst"], cache)}
         events.append({"ph": "X", "name": op["kind"], "cat": op["engine"], "pid": op["pid"],
                        "tid": ENGINE_ORDER.index(op["engine"]), "ts": op["start_ps"] / 1e6,
                        "dur": (op["end_ps"] - op["start_ps"]) / 1e6, "args": args})
