@@ -116,3 +116,19 @@ def test_oplog_digest_is_of_every_field():
     b = [(0, 1, "dma", "load", 0, 5, 9, 64, 0, 11, None)]
     assert oplog_digest(a) != oplog_digest(b)
     assert oplog_digest(a) == oplog_digest(list(a))
+
+
+@pytest.mark.parametrize(("old", "new", "differs"), [
+    (0.0156, 0.0312, False),  # one f16 rounding on another CPU's BLAS
+    (0.0156, 0.0156, False),
+    (0.0156, 0.0625, True),
+    (0.0, 0.0156, True),
+    (None, 0.0156, True),
+])
+def test_max_abs_err_may_move_within_a_factor_of_two(old, new, differs):
+    from kernbench_cli.golden.record import diff
+
+    base = {"latency_ps": 5, "verified": True}
+    assert bool(diff({**base, "max_abs_err": old}, {**base, "max_abs_err": new})) == differs
+    assert diff({**base, "max_abs_err": old}, {**base, "latency_ps": 6, "max_abs_err": old}) \
+        == [("latency_ps", 5, 6)]

@@ -67,7 +67,7 @@ def regen(directory: Path, pattern: str | None, write: bool,
             differences.append(Difference(case.name, "(file)", None, "new"))
         else:
             differences += [Difference(case.name, f, a, b) for f, a, b in rec.diff(old, new)]
-        if write and old != new:
+        if write and (old is None or rec.diff(old, new)):
             text = rec.dumps(new)
             atomic_write(directory / f"{case.name}.json", lambda out, t=text: out.write(
                 t.encode()), "golden regen")
