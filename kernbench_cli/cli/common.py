@@ -19,6 +19,7 @@ CostsOpt = Annotated[
     typer.Option("--costs", help="Cost-table TOML; overrides the one the topology names."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
+PerPeOpt = Annotated[bool, typer.Option("--per-pe", help="Also show each PE.")]
 
 
 def parse_int(text: str, what: str) -> int:

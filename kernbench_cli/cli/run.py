@@ -9,8 +9,9 @@ from typing import Annotated
 import typer
 
 from kernbench_cli.address import load_address_map
-from kernbench_cli.cli.common import CostsOpt, JsonOpt, TopologyOpt
+from kernbench_cli.cli.common import CostsOpt, JsonOpt, PerPeOpt, TopologyOpt
 from kernbench_cli.errors import KernbenchError, VerificationError
+from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
 
 ChromeTraceOpt = Annotated[Path | None, typer.Option(
     "--chrome-trace", help="Write a Chrome/Perfetto trace of every engine's commands here.")]
@@ -24,7 +25,7 @@ def run(
     costs: CostsOpt = None,
     param: Annotated[list[str] | None, typer.Option(
         "--param", "-p", help="Kernel parameter as name=value; repeatable.")] = None,
-    per_pe: Annotated[bool, typer.Option("--per-pe", help="Also show each PE.")] = False,
+    per_pe: PerPeOpt = False,
     as_json: JsonOpt = False,
     save: Annotated[Path | None, typer.Option(
         help="Write inputs and outputs to this .npz file.")] = None,
@@ -37,7 +38,7 @@ def run(
     oplog: OplogOpt = None,
     max_commands: Annotated[int, typer.Option(
         help="Stop a kernel that issues more commands than this (an endless loop).")]
-    = 100_000_000,
+    = DEFAULT_MAX_COMMANDS,
 ) -> None:
     """Run KERNEL on every PE of the topology, verify it, and report the time."""
     from kernbench_cli.sim.kernels import load_kernel, parse_params
@@ -70,7 +71,7 @@ def replay(
     trace: Annotated[Path, typer.Argument(help="A trace written by `kernbench run --record`.")],
     topology: TopologyOpt = None,
     costs: CostsOpt = None,
-    per_pe: Annotated[bool, typer.Option("--per-pe", help="Also show each PE.")] = False,
+    per_pe: PerPeOpt = False,
     as_json: JsonOpt = False,
     chrome_trace: ChromeTraceOpt = None,
     oplog: OplogOpt = None,

@@ -33,6 +33,7 @@ from kernbench_cli.hw.ipcq import Chunk
 from kernbench_cli.hw.memory import Memory
 from kernbench_cli.hw.network import Path
 from kernbench_cli.hw.pe import Pe
+from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
 from kernbench_cli.lang.bridge import PeThread
 from kernbench_cli.lang.dtypes import DTYPES, dtype, promote
 from kernbench_cli.lang.tensor import Handle, Ref, Tensor
@@ -44,9 +45,6 @@ if TYPE_CHECKING:
 F32 = DTYPES["f32"]
 _OPERANDS = (Tensor, Ref)
 _SCALARS_OR_TENSORS = (Tensor, int, float)
-
-#: Commands a run may issue before it is taken for an endless loop.
-DEFAULT_MAX_COMMANDS = 100_000_000
 
 #: Fields of one op-log record (a tuple, for speed).
 OP_FIELDS = ("seq", "pid", "engine", "kind", "issue_ps", "start_ps", "end_ps", "bytes", "flops",
@@ -233,7 +231,7 @@ class TL:
                                       "tl.composite out_ptr")
         t, dispatched = self._issue("composite", self._launch.plan_ps)
         self._sched.hold(dispatched)
-        value = _matmul(_value_of(a, self), _value_of(b, self), trans_b, out_dt) \
+        value = _matmul(self._operand_value(a), self._operand_value(b), trans_b, out_dt) \
             if self._values else None
         out = None
         if out_ptr is None:
@@ -457,6 +455,12 @@ class TL:
             return start, end
 
         return Stream(gemm_run, load, store)
+
+    def _operand_value(self, x: Tensor | Ref) -> np.ndarray:
+        if isinstance(x, Tensor):
+            return x.value
+        stride = x.row_stride if x.row_stride != x.shape[1] else None
+        return self._launch.memory.read(x.addr, x.shape, x.dtype, "tl.ref", stride)
 
     def _operand(self, x: Tensor | Ref) -> Operand:
         if isinstance(x, Tensor):
@@ -687,13 +691,6 @@ def _matmul(a: np.ndarray, b: np.ndarray, trans_b: bool, out: np.ndarray) -> np.
     """In float32 (numpy's f16 matmul is ~180x slower), rounded to the result dtype."""
     b32 = _f32(b)
     return (_f32(a) @ (b32.T if trans_b else b32)).astype(out)
-
-
-def _value_of(x: Tensor | Ref, tl: TL) -> np.ndarray:
-    if isinstance(x, Tensor):
-        return x.value
-    return tl._launch.memory.read(x.addr, x.shape, x.dtype, "tl.ref", x.row_stride
-                                  if x.row_stride != x.shape[1] else None)
 
 
 def _reduced_shape(shape: tuple[int, ...], axis: int | None,

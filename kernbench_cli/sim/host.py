@@ -1,5 +1,8 @@
 """The host side of a launch: what a kernel's `setup` allocates and fills.
 
+Its errors are `ParamError`s (exit 2): inputs that do not fit the system are
+the parameters' fault, found before anything runs.
+
 Inputs are drawn from a generator seeded by ``--seed``, so a run is
 reproducible. With ``timing_only`` no value is drawn or stored: arrays are
 zero-sized stand-ins of the right shape and dtype.
@@ -15,7 +18,7 @@ import numpy as np
 from kernbench_cli.address.allocator import DEFAULT_ALIGN, Sharded, SystemAllocator
 from kernbench_cli.address.physaddr import PeCoord
 from kernbench_cli.config.units import format_size
-from kernbench_cli.errors import AddressError, KernelError
+from kernbench_cli.errors import AddressError, ParamError
 from kernbench_cli.hw.memory import Memory
 from kernbench_cli.hw.system import System
 from kernbench_cli.lang.dtypes import NAMES, dtype
@@ -44,7 +47,7 @@ class Host:
         nbytes = math.prod(shape) * dt.itemsize
         capacity = self.num_pes * self.topology.hbm.slice_size
         if nbytes > capacity:
-            raise KernelError(f"input {name!r} {list(shape)} {NAMES[dt]} is {format_size(nbytes)}, "
+            raise ParamError(f"input {name!r} {list(shape)} {NAMES[dt]} is {format_size(nbytes)}, "
                               f"more than the {format_size(capacity)} of HBM in the system")
         if self.timing_only:
             value = np.broadcast_to(np.zeros((), dt), shape)
@@ -72,7 +75,7 @@ class Host:
         """Split `array` evenly along `axis`; PE k's slice holds part k."""
         size = array.shape[axis]
         if size % self.num_pes:
-            raise KernelError(f"{name}: {size} along axis {axis} does not divide over the "
+            raise ParamError(f"{name}: {size} along axis {axis} does not divide over the "
                               f"{self.num_pes} PEs of the grid ({size} % {self.num_pes} = "
                               f"{size % self.num_pes})")
         part = size // self.num_pes
@@ -113,7 +116,7 @@ class Host:
             try:
                 addr = pool.alloc_at(pool.base + offset, nbytes, name)
             except AddressError as exc:
-                raise KernelError(f"inputs overflow an HBM slice: {exc}") from None
+                raise ParamError(f"inputs overflow an HBM slice: {exc}") from None
             self.memory.add(addr, nbytes, name)
             if piece is not None and not self.timing_only:
                 self.memory.write(addr, np.ascontiguousarray(piece(pid)), f"placing {name!r}")
@@ -123,4 +126,4 @@ class Host:
         try:
             return self._alloc.alloc("hbm", coord, nbytes, name)
         except AddressError as exc:
-            raise KernelError(f"inputs overflow an HBM slice: {exc}") from None
+            raise ParamError(f"inputs overflow an HBM slice: {exc}") from None

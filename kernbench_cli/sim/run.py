@@ -20,16 +20,17 @@ from kernbench_cli.errors import (
 from kernbench_cli.hw.memory import Memory
 from kernbench_cli.hw.pe import ENGINES
 from kernbench_cli.hw.system import System
-from kernbench_cli.lang import bridge
+from kernbench_cli.lang import DEFAULT_MAX_COMMANDS, bridge
 from kernbench_cli.lang.dtypes import NAMES, TOLERANCE
-from kernbench_cli.lang.tl import DEFAULT_MAX_COMMANDS, TL, Launch, kernel_line
+from kernbench_cli.lang.tl import TL, Launch, kernel_line
 from kernbench_cli.lang.trace import Replayer
 from kernbench_cli.sim.host import Host
 from kernbench_cli.sim.kernels import KernelModule
 from kernbench_cli.sim.result import Check, EngineStats, RunResult
 from kernbench_cli.sim.trace_file import TraceError
 
-LINK_LEVELS = ("hbm", "noc", "ucie", "sip_link", "rack_link")
+#: Shared blocks, reported one row per level over the units a run used.
+SHARED_LEVELS = ("hbm", "noc", "ucie", "sip_link", "rack_link")
 
 
 def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], seed: int = 0,
@@ -64,7 +65,6 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
             "kernel": kernel.name, "params": params, "seed": seed,
             "topology": amap.topology.name,
             "topology_file": str(amap.topology.source.resolve()) if amap.topology.source else "",
-            "coords": [list(c) for c in system.coords],
             "memory": [list(a) for a in memory.allocations()],
             "pes": [tl._trace for tl in tls],
         }
@@ -121,7 +121,7 @@ def _replay_body(source: str, tl: TL, entries: list):
             Replayer(tl).run(entries)
         except KernbenchError as exc:
             raise KernelError(f"replay of {source}: PE ({tl._pe.coord}) at "
-                              f"t={_ns(tl._cpu.time)}: {exc}") from None
+                              f"t={format_time_ps(tl._cpu.time)}: {exc}") from None
 
     return run
 
@@ -129,8 +129,6 @@ def _replay_body(source: str, tl: TL, entries: list):
 def _setup(kernel: KernelModule, host: Host, params: dict[str, Any]) -> dict[str, Any]:
     try:
         args = kernel.fn("setup")(host, dict(params))
-    except KernelError as exc:  # inputs that do not fit the system: the parameters' fault
-        raise ParamError(str(exc)) from None
     except KernbenchError:
         raise
     except ValueError as exc:
@@ -173,14 +171,11 @@ def _kernel_failure(kernel: KernelModule, tl: TL, exc: BaseException) -> BaseExc
     if line is None and not isinstance(exc, KernbenchError):
         return exc  # not the kernel's doing: a bug in kernbench keeps its traceback
     pe = tl._pe
-    where = f"{kernel.shown}:{line if line else '?'}: PE ({pe.coord}) at t={_ns(pe.cpu.time)}"
+    where = (f"{kernel.shown}:{line if line else '?'}: PE ({pe.coord}) "
+             f"at t={format_time_ps(pe.cpu.time)}")
     if isinstance(exc, KernbenchError):
         return KernelError(f"{where}: {exc}")
     return KernelError(f"{where}: {type(exc).__name__}: {exc}")
-
-
-def _ns(ps: int) -> str:
-    return format_time_ps(ps)
 
 
 def _check_deadlock(shown: str, path: str, system: System, threads: list, tls: list[TL]) -> None:
@@ -197,7 +192,7 @@ def _check_deadlock(shown: str, path: str, system: System, threads: list, tls: l
                 break
             frame = frame.f_back
         lines.append(f"PE ({tl._pe.coord}) at {shown}:{line or '?'} waits: "
-                     f"{thread.blocked_on} (since t={_ns(tl._cpu.time)})")
+                     f"{thread.blocked_on} (since t={format_time_ps(tl._cpu.time)})")
     more = f"; and {len(stuck) - 8} more" if len(stuck) > 8 else ""
     raise DeadlockError(f"deadlock: {len(stuck)} of {len(system.pes)} PEs still wait and "
                         "nothing is left to run: " + "; ".join(lines) + more)
@@ -261,7 +256,7 @@ def _collect(kernel_name: str, system: System, launch: Launch, tls: list[TL],
                                       tuple(r.busy_ps for _, r in rings),
                                       tuple(r.ops for _, r in rings))
     calendars = system.network.calendars()
-    for level in LINK_LEVELS:
+    for level in SHARED_LEVELS:
         used = [c for c in calendars if c.level == level and c.ops]
         if used:
             engines[level] = EngineStats(level, tuple(c.name for c in used),

@@ -1,7 +1,7 @@
 """Trace files: `kernbench run --record FILE` writes one, `kernbench replay FILE` reads it.
 
 A trace is gzip-compressed JSON: a header (format, version, kernel,
-parameters, seed, topology, the PE coordinates in program order), the host's
+parameters, seed, topology by name and file), the host's
 allocations (address, bytes, name), and per PE the `tl` calls of its kernel
 (see `lang.trace`). It holds no values and no costs: a replay re-times the
 same commands under any cost table.
@@ -52,7 +52,7 @@ def read_trace(path: Path) -> dict[str, Any]:
     if data.get("version") != VERSION:
         raise TraceError(f"{path}: trace version {data.get('version')!r} is not one this "
                          f"kernbench reads ({VERSION})")
-    for key in ("kernel", "params", "topology", "coords", "memory", "pes"):
+    for key in ("kernel", "params", "topology", "memory", "pes"):
         if key not in data:
             raise TraceError(f"{path}: trace has no {key!r}")
     return data
