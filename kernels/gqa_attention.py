@@ -173,14 +173,17 @@ def kernel(tl, q, k, v, out, dims, dt):
 
 
 def reference(host, p):
-    """softmax(Q K^T / sqrt(D)) V for every query head with its group's KV head, in float32."""
-    q = host.inputs["q"].astype(np.float32)
-    k = host.inputs["k"].astype(np.float32)
-    v = host.inputs["v"].astype(np.float32)
+    """softmax(Q K^T / sqrt(D)) V for every query head with its group's KV head.
+
+    In float64, so that the reference does not depend on the machine's BLAS.
+    """
+    q = host.inputs["q"].astype(np.float64)
+    k = host.inputs["k"].astype(np.float64)
+    v = host.inputs["v"].astype(np.float64)
     b, hq, d = q.shape
     hkv = k.shape[1]
     qg = q.reshape(b, hkv, hq // hkv, d)  # query heads grouped by their KV head
-    scores = np.einsum("bhgd,bhsd->bhgs", qg, k) / np.float32(math.sqrt(d))
+    scores = np.einsum("bhgd,bhsd->bhgs", qg, k) / math.sqrt(d)
     w = np.exp(scores - scores.max(axis=3, keepdims=True))
     w /= w.sum(axis=3, keepdims=True)
     out = np.einsum("bhgs,bhsd->bhgd", w, v).reshape(b, hq, d)

@@ -7,9 +7,10 @@ op count; the number of commands and of op-log records per kind; the
 SHA-256 of the op log; and the verification result with the largest error
 rounded to three significant digits. No wall-clock time, no paths.
 
-Every field must match exactly, but one: `max_abs_err` depends on the
-summation order of the machine's BLAS (OpenBLAS picks its kernels by CPU),
-and one f16 rounding the other way doubles it. Like gem5's verifier with its
+Every field must match exactly, but one: `max_abs_err` may differ in the last
+bit of a float32 `exp` or `log` (numpy picks its SIMD kernels by CPU), and one
+f16 rounding the other way doubles it. (GEMM values are accumulated in float64,
+so they do not depend on the BLAS's summation order.) Like gem5's verifier with its
 volatile fields, `diff` lets it move within a factor of two; whether the
 run verified is still compared exactly, and timing never depends on values.
 """

@@ -688,9 +688,14 @@ def _f32(value: np.ndarray) -> np.ndarray:
 
 
 def _matmul(a: np.ndarray, b: np.ndarray, trans_b: bool, out: np.ndarray) -> np.ndarray:
-    """In float32 (numpy's f16 matmul is ~180x slower), rounded to the result dtype."""
-    b32 = _f32(b)
-    return (_f32(a) @ (b32.T if trans_b else b32)).astype(out)
+    """Accumulated in float64, rounded to float32 (the accumulator), then to the result dtype.
+
+    float64 makes the value independent of the BLAS's summation order, which differs by
+    CPU: products of f16/bf16/f32 operands are exact in it and sums almost always are, so
+    every machine gets the same bits (numpy's f16 matmul would also be ~180x slower).
+    """
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    return (a64 @ (b64.T if trans_b else b64)).astype(F32).astype(out)
 
 
 def _reduced_shape(shape: tuple[int, ...], axis: int | None,
