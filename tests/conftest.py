@@ -87,11 +87,12 @@ def run():
     from kernbench_cli.sim.run import run_kernel
 
     def go(kernel: str, topology: str = "one", params: tuple[str, ...] = (),
-           costs: Path | None = None, seed: int = 0, timing_only: bool = False):
+           costs: Path | None = None, seed: int = 0, timing_only: bool = False,
+           oplog: bool = True):
         path = TESTS / "kernels" / f"{kernel}.py"
         module = load_kernel(str(path) if path.is_file() else kernel)
         amap = load_address_map(test_topology(topology), costs)
         return run_kernel(module, amap, parse_params(module, list(params)), seed=seed,
-                          timing_only=timing_only)
+                          timing_only=timing_only, oplog=oplog)
 
     return go

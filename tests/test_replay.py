@@ -1,18 +1,20 @@
-"""`run --record` and `replay`: the same accounting without kernel code or values."""
+"""`run --record` and `replay`: the timing pass alone gives the run's accounting exactly."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from kernbench_cli.address import load_address_map
 from kernbench_cli.sim.run import replay_trace
-from kernbench_cli.sim.trace_file import read_trace, write_trace
+from kernbench_cli.sim.trace_file import MAGIC, read_trace, write_trace
 
-from .conftest import test_topology
+from .conftest import TESTS, test_topology
 
 COSTS = Path(__file__).parent / "costs"
 CASES = [
@@ -25,43 +27,67 @@ CASES = [
 ]
 
 
+def _same_accounting(a, b) -> None:
+    assert b.latency_ps == a.latency_ps
+    assert b.commands == a.commands
+    assert b.cpu_stall_ps == a.cpu_stall_ps
+    for name, stats in a.engines.items():
+        assert b.engines[name].busy_ps == stats.busy_ps, name
+        assert b.engines[name].ops == stats.ops, name
+
+
 @pytest.mark.parametrize(("kernel", "topology", "params"), CASES)
 def test_replay_gives_the_runs_accounting_exactly(run, kernel, topology, params):
-    """ADR-0064 test 5: the greenlet run and the replay charge the same costs."""
-    original = run(kernel, topology, params, timing_only=False)
-    recorded = _record(run, kernel, topology, params)
-    assert recorded.oplog == original.oplog  # recording changes nothing
-    replayed = replay_trace(recorded.trace, load_address_map(test_topology(topology)), "t")
-    assert replayed.latency_ps == original.latency_ps
+    """ADR-0064 test 5: the run and the replay of its trace charge the same costs."""
+    original = run(kernel, topology, params)
+    replayed = replay_trace(original.trace, load_address_map(test_topology(topology)), "t",
+                            oplog=True)
+    _same_accounting(original, replayed)
     assert replayed.oplog == original.oplog
-    assert replayed.commands == original.commands
-    for name, stats in original.engines.items():
-        assert replayed.engines[name].busy_ps == stats.busy_ps, name
-        assert replayed.engines[name].ops == stats.ops, name
     assert replayed.timing_only and replayed.verified is None
 
 
-def _record(run, kernel, topology, params, costs=None):
-    from kernbench_cli.sim.kernels import load_kernel, parse_params
-    from kernbench_cli.sim.run import run_kernel
-
-    path = Path(__file__).parent / "kernels" / f"{kernel}.py"
-    module = load_kernel(str(path) if path.is_file() else kernel)
-    amap = load_address_map(test_topology(topology), costs)
-    return run_kernel(module, amap, parse_params(module, list(params)), record=True)
+@pytest.mark.parametrize(("kernel", "topology", "params"), CASES)
+def test_the_op_log_order_does_not_move_any_time(run, kernel, topology, params):
+    """A PE synchronises only at shared calendars unless an op log is asked for (then at
+    every DMA, as 0.1 did): the times are the same either way."""
+    _same_accounting(run(kernel, topology, params, oplog=True),
+                     run(kernel, topology, params, oplog=False))
 
 
 @pytest.mark.parametrize("costs", ["odd.toml", "slow_issue.toml"])
 def test_replay_under_other_costs_equals_a_run_with_them(run, costs):
     params = ("mode=primitive", "M=32", "K=128", "N=512")
-    recorded = _record(run, "sharded_gemm", "default", params)
+    recorded = run("sharded_gemm", "default", params)
     direct = run("sharded_gemm", "default", params, costs=COSTS / costs)
-    replayed = replay_trace(recorded.trace, load_address_map("default", COSTS / costs), "t")
+    replayed = replay_trace(recorded.trace, load_address_map("default", COSTS / costs), "t",
+                            oplog=True)
     assert replayed.latency_ps == direct.latency_ps != recorded.latency_ps
     assert replayed.oplog == direct.oplog
 
 
-def test_cli_record_then_replay(cli, tmp_path):
+def _kernbench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kernbench_cli", *args], capture_output=True,
+                          text=True, check=False)
+
+
+def test_a_trace_replays_exactly_in_another_process(tmp_path):
+    """Written by one process, replayed by another: the same numbers and op log."""
+    trace, ran_log, replay_log = (tmp_path / n for n in ("t.trace", "run.jsonl", "re.jsonl"))
+    args = ("-p", "seq_len=2048", "-p", "chunk=128")
+    ran = _kernbench("run", "gqa_attention", *args, "--record", str(trace), "--json",
+                     "--oplog", str(ran_log))
+    assert ran.returncode == 0, ran.stderr
+    replayed = _kernbench("replay", str(trace), "--json", "--oplog", str(replay_log))
+    assert replayed.returncode == 0, replayed.stderr
+    a, b = json.loads(ran.stdout), json.loads(replayed.stdout)
+    assert b["kernel"] == "gqa_attention (replay)"
+    for key in ("latency_ps", "engines", "commands", "bound", "hbm_gbps"):
+        assert b[key] == a[key], key
+    assert replay_log.read_bytes() == ran_log.read_bytes()
+
+
+def test_cli_record_then_replay_under_other_costs(cli, tmp_path):
     trace = tmp_path / "gemm.trace"
     args = ("-p", "M=32", "-p", "K=128", "-p", "N=512", "-p", "mode=primitive")
     code, out, _ = cli("run", "sharded_gemm", *args, "--record", str(trace), "--json")
@@ -70,7 +96,6 @@ def test_cli_record_then_replay(cli, tmp_path):
     code, out, _ = cli("replay", str(trace), "--json")
     assert code == 0
     replayed = json.loads(out)
-    assert replayed["kernel"] == "sharded_gemm (replay)"
     assert replayed["latency_ps"] == ran["latency_ps"]
     assert replayed["engines"] == ran["engines"]
     assert replayed["verified"] is None
@@ -78,13 +103,20 @@ def test_cli_record_then_replay(cli, tmp_path):
     assert code == 0 and "costs slow_issue" in out
 
 
-def test_the_trace_file_is_versioned_gzip_json(tmp_path, run):
-    recorded = _record(run, "ping_pong", "pair", ())
+def test_the_trace_file_is_versioned_and_deterministic(tmp_path, run):
+    recorded = run("ping_pong", "pair", ())
     path = tmp_path / "t.trace"
     write_trace(path, recorded.trace)
-    data = json.loads(gzip.decompress(path.read_bytes()))
-    assert (data["format"], data["version"], data["kernel"]) == ("kernbench-trace", 1, "ping_pong")
-    assert read_trace(path)["pes"] == json.loads(json.dumps(recorded.trace["pes"]))
+    data = gzip.decompress(path.read_bytes())
+    assert data.startswith(MAGIC)
+    size = int.from_bytes(data[len(MAGIC):len(MAGIC) + 8], "little")
+    header = json.loads(data[len(MAGIC) + 8:len(MAGIC) + 8 + size])
+    assert (header["format"], header["version"], header["kernel"]) == (
+        "kernbench-trace", 2, "ping_pong")
+    assert header["lengths"] == [len(s) for s in recorded.trace.program.streams]
+    back = read_trace(path)
+    for got, want in zip(back.program.streams, recorded.trace.program.streams, strict=True):
+        assert got.columns() == want.columns()
     write_trace(tmp_path / "again.trace", recorded.trace)
     assert (tmp_path / "again.trace").read_bytes() == path.read_bytes()  # deterministic bytes
 
@@ -107,14 +139,103 @@ def test_a_trace_whose_addresses_do_not_exist_is_refused(cli, tmp_path):
                         "'tall' (system.cubes_per_sip = 1: 0..0)\n")
 
 
+def _default_with_tcm(tmp_path, size: str) -> Path:
+    """The shipped default topology with another TCM size, as 't.toml'."""
+    from .conftest import shipped
+
+    text = shipped("default").read_text().replace('size = "2MiB"', f'size = "{size}"')
+    path = tmp_path / "t.toml"
+    path.write_text(text.replace('costs = "costs/default.toml"\n', ""))
+    return path
+
+
+def test_a_trace_needing_more_tcm_than_the_topology_has_is_refused(cli, tmp_path):
+    trace = tmp_path / "t.trace"
+    cli("run", "sharded_gemm", "-p", "N=512", "-p", "K=64", "--record", str(trace))
+    small = _default_with_tcm(tmp_path, "4KiB")
+    code, _, err = cli("replay", str(trace), "-t", str(small))
+    assert code == 2
+    assert err == (f"error: {trace}: PE (rack=0 sip=0 cube=0 pe=0) uses 8192 B of TCM; "
+                   "topology 'default' has 4096 B\n")
+
+
+def test_a_composite_replayed_with_other_tcm_plans_as_a_run_there(run, tmp_path):
+    """The trace keeps the TCM free at each composite as (hole, top), not as bytes: with
+    another TCM size the replay tiles exactly as a run on that topology does."""
+    small = _default_with_tcm(tmp_path, "320KiB")  # too little for the 2 MiB plan's tiles
+    params = ("mode=composite", "M=128", "K=1024", "N=2048")
+    recorded = run("sharded_gemm", "default", params)
+    direct = run("sharded_gemm", str(small), params)
+    replayed = replay_trace(recorded.trace, load_address_map(str(small)), "t", oplog=True)
+    assert direct.latency_ps != recorded.latency_ps
+    _same_accounting(direct, replayed)
+    assert replayed.oplog == direct.oplog
+
+
+def _trace_bytes(header: dict, columns: bytes = b"") -> bytes:
+    head = json.dumps(header).encode()
+    return gzip.compress(MAGIC + len(head).to_bytes(8, "little") + head + columns)
+
+
+def _damaged(tmp_path, run, edit) -> Path:
+    """A real trace of ping_pong, with `edit(header, streams)` applied."""
+    recorded = run("ping_pong", "pair", ())
+    good = tmp_path / "good.trace"
+    write_trace(good, recorded.trace)
+    trace = read_trace(good)
+    edit(trace)
+    path = tmp_path / "bad.trace"
+    write_trace(path, trace)
+    return path
+
+
 @pytest.mark.parametrize(("content", "message"), [
     (b"plain text", "not a kernbench trace (Not a gzipped file (b'pl'))"),
     (gzip.compress(b'{"format": "other"}'), "not a kernbench trace (no format 'kernbench-trace')"),
-    (gzip.compress(b'{"format": "kernbench-trace", "version": 9}'),
-     "trace version 9 is not one this kernbench reads (1)"),
+    (gzip.compress(b'{"format": "kernbench-trace", "version": 1}'),
+     "trace version 1 is not one this kernbench reads (2); record the run again"),
+    (_trace_bytes({"format": "kernbench-trace", "version": 9}),
+     "trace version 9 is not one this kernbench reads (2); record the run again"),
+    (_trace_bytes({"format": "kernbench-trace", "version": 2}), "damaged trace: no 'lengths'"),
+    (_trace_bytes({"format": "kernbench-trace", "version": 2, "lengths": [3]}),
+     "damaged trace: column 'op' is cut short"),
 ])
 def test_bad_trace_files(cli, tmp_path, content, message):
     path = tmp_path / "bad.trace"
     path.write_bytes(content)
     code, _, err = cli("replay", str(path))
     assert (code, err) == (2, f"error: {path}: {message}\n")
+
+
+def _set(column: str, pid: int, index: int, value: int):
+    def edit(trace) -> None:
+        getattr(trace.program.streams[pid], column)[index] = value
+    return edit
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (_set("op", 0, 0, 99), "PE 0 command 0 has a command of unknown kind"),
+    (_set("a", 0, 1, 5), "PE 0 command 1 has a producer that is not an earlier command"),
+    (_set("arg", 0, 1, 0), "PE 0 command 1 has a message to or from a PE that is not another PE"),
+    (_set("src", 0, 0, 0x10), "PE 0 reaches 0x10, which no host allocation holds"),
+])
+def test_a_damaged_trace_is_an_error_not_a_crash(cli, tmp_path, run, edit, message):
+    path = _damaged(tmp_path, run, edit)
+    code, _, err = cli("replay", str(path))
+    assert (code, err) == (2, f"error: {path}: damaged trace: {message}\n")
+
+
+def test_replaying_needs_no_kernel_file(tmp_path):
+    """The trace is the whole program: a replay never imports the kernel."""
+    trace = tmp_path / "t.trace"
+    ran = _kernbench("run", str(TESTS / "kernels" / "ping_pong.py"), "-t",
+                     test_topology("pair"), "--record", str(trace))
+    assert ran.returncode == 0, ran.stderr
+    probe = ("import sys, runpy; sys.argv = ['kernbench', 'replay', sys.argv[1], '--json'];"
+             "import kernbench_cli.cli.app as app\n"
+             "try:\n    app.main()\nexcept SystemExit:\n    pass\n"
+             "print(any(m.startswith('kernbench_kernel_') for m in sys.modules), file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", probe, str(trace)], capture_output=True,
+                         text=True, check=True)
+    assert out.stderr.strip().endswith("False")
+    assert json.loads(out.stdout)["kernel"] == "ping_pong (replay)"

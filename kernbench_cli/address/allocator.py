@@ -99,10 +99,25 @@ class FreeListPool:
         self._sizes: dict[int, int] = {}
         self._cached: dict[int, list[int]] = {}  # size -> freed blocks of that size
         self.used = 0
+        self.peak = 0  # the end of the highest block ever allocated, from `base`
 
     def largest_free(self) -> int:
         self._flush()
         return max((size for _, size in self._free), default=0)
+
+    def free_extent(self) -> tuple[int, int]:
+        """(largest free block below the highest allocation, that allocation's end), both
+        relative to `base`: the largest free block of the same pool with `size` S is
+        ``max(hole, S - top)``."""
+        self._flush()
+        end = self.base + self.size
+        hole, top = 0, self.size
+        for start, size in self._free:
+            if start + size == end:
+                top = start - self.base
+            elif size > hole:
+                hole = size
+        return hole, top
 
     def alloc(self, nbytes: int, what: str, align: int = DEFAULT_ALIGN) -> int:
         nbytes = max(nbytes, 1)
@@ -123,6 +138,8 @@ class FreeListPool:
                 f"block is {self.largest_free()} B")
         self._sizes[addr] = nbytes
         self.used += nbytes
+        if addr + nbytes - self.base > self.peak:
+            self.peak = addr + nbytes - self.base
         return addr
 
     def _first_fit(self, nbytes: int, align: int) -> int | None:

@@ -51,7 +51,8 @@ def run(
     amap = load_address_map(topology, costs)
     with _busy(f"simulating {module.name} on {amap.topology.num_pes} PEs"):
         result = run_kernel(module, amap, params, seed=seed, timing_only=timing_only,
-                            record=record is not None, max_commands=max_commands)
+                            max_commands=max_commands,
+                            oplog=chrome_trace is not None or oplog is not None)
     if save is not None:
         _save_npz(save, {**result.inputs, **result.outputs})
     if record is not None:
@@ -85,11 +86,12 @@ def replay(
 
     data = read_trace(trace)
     if topology is None:
-        recorded = Path(data.get("topology_file", ""))
-        topology = str(recorded) if recorded.is_file() else data["topology"]
+        recorded = Path(data.topology_file)
+        topology = str(recorded) if data.topology_file and recorded.is_file() else data.topology
     amap = load_address_map(topology, costs)
-    with _busy(f"replaying {data['kernel']} on {amap.topology.num_pes} PEs"):
-        result = replay_trace(data, amap, str(trace))
+    with _busy(f"replaying {data.kernel} on {amap.topology.num_pes} PEs"):
+        result = replay_trace(data, amap, str(trace),
+                              oplog=chrome_trace is not None or oplog is not None)
     _write_outputs(chrome_trace, oplog, result, amap)
     show(result, as_json, per_pe)
 

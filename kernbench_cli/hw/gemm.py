@@ -22,16 +22,18 @@ def os_gemm_cycles(m: int, k: int, n: int, rows: int, cols: int) -> int:
 
 
 class GemmEngine(InOrderEngine):
-    """In-order GEMM engine; one `run` per dot or per composite tile."""
+    """In-order GEMM engine; one `run` per dot or per composite tile. `flops` counts 2·m·k·n."""
 
-    __slots__ = ("clock_hz", "cols", "rows")
+    __slots__ = ("clock_hz", "cols", "flops", "rows")
 
     def __init__(self, config: GemmConfig, clock_hz: int):
         super().__init__()
         self.rows, self.cols, self.clock_hz = config.rows, config.cols, clock_hz
+        self.flops = 0
 
     def duration_ps(self, m: int, k: int, n: int) -> int:
         return cycles_to_ps(os_gemm_cycles(m, k, n, self.rows, self.cols), self.clock_hz)
 
     def run(self, ready: int, m: int, k: int, n: int) -> tuple[int, int]:
+        self.flops += 2 * m * k * n
         return self.occupy(ready, self.duration_ps(m, k, n))

@@ -9,8 +9,8 @@ Two senders on the same side of a PE share its ring. A posted `recv` takes
 chunks in arrival order and sets aside those of other senders (the
 "unexpected message" queue of MPI), freeing their slots, so a sender that
 got there first cannot starve the one the receiver waits for. The ring
-keeps only timing and the chunks in flight; blocking is the kernel
-runtime's business.
+keeps only timing and the chunks in flight (the values went through the
+functional pass); blocking and waking PEs is the timing pass's business.
 """
 
 from __future__ import annotations
@@ -24,6 +24,11 @@ DIRECTIONS = ("E", "W", "N", "S")
 OPPOSITE = {"E": "W", "W": "E", "N": "S", "S": "N"}
 
 
+def chunks_for(nbytes: int, slot_bytes: int) -> int:
+    """Slot-sized chunks of a message of `nbytes` (an empty message still takes one)."""
+    return max(1, -(-nbytes // slot_bytes))
+
+
 @dataclass
 class Chunk:
     sender: int  # global pid
@@ -32,7 +37,6 @@ class Chunk:
     nbytes: int  # bytes of the whole message
     slot: int
     arrival: int
-    value: Any = None  # the message's value, on its last chunk
 
 
 @dataclass
@@ -43,14 +47,14 @@ class Ring:
     slot_bytes: int
     credits: list[tuple[int, int]] = field(default_factory=list)  # heap of (free time, slot)
     chunks: deque[Chunk] = field(default_factory=deque)
-    sender_waiting: list = field(default_factory=list)  # senders out of credits
-    receiver_waiting: Any = None  # runtime's wake-up for a receiver with nothing to take
+    sender_waiting: list = field(default_factory=list)  # PEs out of credits, to wake
+    receiver_waiting: Any = None  # the PE waiting for a chunk, to wake
 
     def __post_init__(self) -> None:
         self.credits = [(0, s) for s in range(self.slots)]
 
     def chunks_for(self, nbytes: int) -> int:
-        return max(1, -(-nbytes // self.slot_bytes))
+        return chunks_for(nbytes, self.slot_bytes)
 
     def take_credit(self) -> tuple[int, int] | None:
         """(time the slot is free, slot) of the earliest free slot, or None."""

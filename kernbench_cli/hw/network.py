@@ -42,11 +42,13 @@ class Calendar:
     """Busy intervals of one shared resource, sorted and non-overlapping.
 
     `level` is the engine-table row it counts towards ("hbm", "noc", "ucie",
-    "sip_link", "rack_link").
+    "sip_link", "rack_link"). `user` is the first PE known to book it and
+    `shared` whether another PE does too (see `use`): only shared calendars
+    need their bookings taken in global time order.
     """
 
     __slots__ = ("bandwidth", "busy_ps", "bytes", "ends", "latency_ps", "level", "name", "ops",
-                 "starts")
+                 "shared", "starts", "user")
 
     def __init__(self, level: str, name: str, bandwidth: int, latency_ps: int):
         self.level = level
@@ -58,6 +60,16 @@ class Calendar:
         self.busy_ps = 0
         self.bytes = 0
         self.ops = 0
+        self.user = -1
+        self.shared = False
+
+    def use(self, pid: int) -> None:
+        """PE `pid` will book this calendar."""
+        if self.user != pid:
+            if self.user < 0:
+                self.user = pid
+            else:
+                self.shared = True
 
     def fit(self, t: int, duration: int) -> int:
         """Earliest start >= t of a free interval of `duration`."""

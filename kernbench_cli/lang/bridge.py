@@ -1,94 +1,73 @@
-"""The one place greenlet is used: each PE's kernel in a greenlet, driven by SimPy.
+"""The one place greenlet is used: each PE's kernel in its own greenlet (the functional pass).
 
-A PE's kernel runs as plain Python in its own greenlet. It leaves the
-greenlet only where it must: to let global simulated time catch up with its
-local clock before it books a shared resource (`sync`), or to wait for
-another PE (`block`). Either way it hands SimPy an event whose callback
-switches back into the greenlet when the event fires; SimPy's loop runs in
-the main greenlet. (A callback rather than a SimPy process per PE: one
-generator layer less on every switch, which is what a synchronising kernel
-spends its time on.)
+A PE's kernel runs as plain Python, in program order, from its first line to
+its last, unless a `recv` finds its message not yet sent: then the kernel
+switches to the hub, which runs the next PE that can run, and the `send`
+that delivers the message makes the receiver runnable again. PEs start in
+PE-index order and resume in the order messages free them. Nothing a kernel
+computes depends on that order: a message goes from one sender to one
+receiver, which takes that sender's messages in the order they were sent.
 
-Ties at one simulated time go to the lower PE index (the event priority),
-and `sync` skips the switch when no other event can come first, so the
-order of bookings is a function of simulated time alone.
+No time passes here: timing is the timing pass's business (`hw.timing`).
+When no PE can run and some still wait, the kernel has deadlocked; the
+waiting PEs' streams end with the receive they wait in.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import simpy
 from greenlet import greenlet
 
 
 class PeThread:
-    """The greenlet of one PE, resumed by callbacks of the SimPy events it waits on."""
+    """The greenlet of one PE's kernel."""
 
-    __slots__ = ("blocked_on", "env", "events", "glet", "pid", "switches")
+    __slots__ = ("glet", "hub", "pid", "waiting")
 
-    def __init__(self, env: simpy.Environment, pid: int):
-        self.env = env
+    def __init__(self, hub: Hub, pid: int):
+        self.hub = hub
         self.pid = pid
         self.glet: greenlet | None = None
-        self.blocked_on: str | None = None
-        self.switches = 0  # times the kernel left its greenlet
-        self.events = 1  # SimPy events this PE waited on, its start included
-
-    def start(self, target: Callable[[], Any]) -> None:
-        """Run `target` (the PE's kernel) in a new greenlet, from simulated time 0."""
-        self.glet = greenlet(target)
-        self.wake_at(0, self._event())
-
-    def _event(self) -> simpy.Event:
-        event = self.env.event()
-        event.callbacks.append(self._resume)
-        return event
-
-    def _resume(self, _event: simpy.Event) -> None:
-        """SimPy fired this PE's event: run its kernel until it waits again or ends."""
-        self.events += 1
-        self.glet.switch()
+        self.waiting = False  # blocked in a receive
 
     @property
     def finished(self) -> bool:
-        return self.glet.dead
+        return self.glet is not None and self.glet.dead
 
-    # The two calls below run inside the kernel's greenlet.
+    def block(self) -> None:
+        """Wait (inside the kernel's greenlet) until another PE calls `wake`."""
+        self.waiting = True
+        self.hub.switches += 1
+        self.hub.glet.switch()
 
-    def sync(self, t: int) -> None:
-        """Return once every event before simulated time `t` has run."""
-        if t < self.env.peek():
-            return
-        self.wake_at(t, self._event())
-        self._switch_out()
-
-    def block(self, event: simpy.Event, what: str) -> None:
-        """Wait for `event` (fired by another PE); `what` names the wait for deadlock reports."""
-        self.blocked_on = what
-        event.callbacks.append(self._resume)
-        self._switch_out()
-        self.blocked_on = None
-
-    def wake_at(self, t: int, event: simpy.Event | None = None) -> simpy.Event:
-        """Fire `event` (a new one if None) at simulated time `t`, in PE-index order."""
-        env = self.env
-        if event is None:
-            event = env.event()
-        event._ok = True
-        event._value = None
-        env.schedule(event, self.pid, max(0, t - env.now))
-        return event
-
-    def _switch_out(self) -> None:
-        self.switches += 1
-        self.glet.parent.switch()
+    def wake(self) -> None:
+        """Make a PE waiting in `block` runnable again."""
+        if self.waiting:
+            self.waiting = False
+            self.hub.ready.append(self)
 
 
-def run(env: simpy.Environment, threads: list[PeThread],
-        targets: list[Callable[[], Any]]) -> None:
-    """Start every PE on its target and run the simulation until no event is left."""
-    for thread, target in zip(threads, targets, strict=True):
-        thread.start(target)
-    env.run()
+class Hub:
+    """Runs PE kernels until each has ended or waits for a message that never comes."""
+
+    def __init__(self) -> None:
+        self.ready: deque[PeThread] = deque()
+        self.switches = 0
+        self.glet: greenlet | None = None
+
+    def thread(self, pid: int) -> PeThread:
+        return PeThread(self, pid)
+
+    def run(self, threads: list[PeThread], targets: list[Callable[[], Any]]) -> None:
+        """Run `targets[i]` as PE `threads[i]`'s kernel; returns when nothing can run."""
+        self.glet = greenlet.getcurrent()
+        for thread, target in zip(threads, targets, strict=True):
+            thread.glet = greenlet(target, parent=self.glet)
+        self.ready.extend(threads)
+        while self.ready:
+            thread = self.ready.popleft()
+            self.switches += 1
+            thread.glet.switch()

@@ -1,10 +1,15 @@
-"""Tensors of the kernel language: futures of on-PE values.
+"""Tensors of the kernel language: on-PE values, and the commands that make them.
 
-A `Tensor` lives in the PE's TCM. It is a future: `ready` is the simulated
-time its producing command ends; a command that consumes it waits for that
-time, and only reading its value (`numpy()`, `float()`, `bool()`) makes the
-PE's CPU wait. A `Ref` names memory without moving it (a composite operand).
-Arithmetic operators issue PE_MATH commands; indexing is a free view.
+A `Tensor` lives in the PE's TCM (`tcm`: its offset there; a view has none).
+`cmd` is the index of the command that produces it in the PE's stream: a
+command that consumes the tensor depends on that one, and the timing pass
+starts it no earlier than its producer ends. The kernel sees values only:
+reading one (`numpy()`, `float()`, `bool()`) is where the CPU waits in time.
+A `Ref` names memory without moving it (a composite operand). Arithmetic
+operators issue PE_MATH commands; indexing is a free view.
+
+Values are float32 arrays holding numbers of the tensor's dtype (rounded to
+it), so that every op works in float32 without converting its inputs.
 """
 
 from __future__ import annotations
@@ -22,39 +27,28 @@ if TYPE_CHECKING:
 
 
 class Tensor:
-    """An on-PE value: shape, dtype, value (None when timing only), ready time."""
+    """An on-PE value: shape, dtype, value (None when timing only), producing command."""
 
-    __slots__ = ("__weakref__", "_base", "_tl", "dtype", "nbytes", "ready", "shape", "tcm", "tid",
-                 "value")
+    __slots__ = ("_base", "_tl", "cmd", "dtype", "nbytes", "shape", "tcm", "value")
 
     def __init__(self, tl: TL, shape: tuple[int, ...], dtype: np.dtype, value: np.ndarray | None,
-                 ready: int, tcm: int | None, base: Tensor | None = None,
+                 cmd: int, tcm: int | None, base: Tensor | None = None,
                  nbytes: int | None = None):
         self._tl = tl
         self.shape = shape
         self.dtype = dtype
         self.value = value
-        self.ready = ready
-        self.tcm = tcm  # TCM address, None for a view
+        self.cmd = cmd
+        self.tcm = tcm  # TCM offset, None for a view
         self._base = base
         self.nbytes = math.prod(shape) * dtype.itemsize if nbytes is None else nbytes
-        self.tid = tl._next_tid  # creation number on its PE: how traces name it
-        tl._next_tid += 1
 
     def __del__(self) -> None:
-        tl = self._tl
-        if tl._trace is not None:
-            tl._trace.append(["del", self.tid])
-        self.free()
-
-    def free(self) -> None:
-        """Give back this tensor's TCM (a replay does so where the recorded kernel did)."""
-        if self.tcm is not None:
+        if self.tcm is not None:  # dropped: its TCM is free again
             self._tl._tcm.free(self.tcm)
-            self.tcm = None
 
     def __repr__(self) -> str:
-        return f"Tensor({NAMES[self.dtype]}{list(self.shape)}, ready={self.ready}ps)"
+        return f"Tensor({NAMES[self.dtype]}{list(self.shape)}, made by command {self.cmd})"
 
     @property
     def dtype_name(self) -> str:
@@ -141,11 +135,7 @@ class Ref:
 
 @dataclass
 class Handle:
-    """A composite in flight: done at `end`; `out` is its result if kept in TCM.
+    """A composite in flight: `cmd` is its command; `out` its result if kept in TCM."""
 
-    `hid` is its creation number on its PE (how traces name it).
-    """
-
-    end: int
+    cmd: int
     out: Tensor | None
-    hid: int

@@ -13,7 +13,7 @@ from typing import Any
 
 from kernbench_cli.address.physaddr import AddressMap
 from kernbench_cli.errors import AddressError
-from kernbench_cli.lang.tl import OP_FIELDS
+from kernbench_cli.hw.timing import OP_FIELDS
 from kernbench_cli.sim.result import RunResult
 
 ENGINE_ORDER = ("cpu", "scheduler", "dma", "gemm", "math")

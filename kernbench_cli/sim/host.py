@@ -19,9 +19,9 @@ from kernbench_cli.address.allocator import DEFAULT_ALIGN, Sharded, SystemAlloca
 from kernbench_cli.address.physaddr import PeCoord
 from kernbench_cli.config.units import format_size
 from kernbench_cli.errors import AddressError, ParamError
-from kernbench_cli.hw.memory import Memory
 from kernbench_cli.hw.system import System
 from kernbench_cli.lang.dtypes import NAMES, dtype
+from kernbench_cli.lang.memory import Memory
 
 
 class Host:

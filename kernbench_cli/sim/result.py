@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from kernbench_cli.hw.timing import OpLog
+    from kernbench_cli.sim.trace_file import Trace
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,7 @@ class RunResult:
     pe_labels: tuple[str, ...]
     cpu_stall_ps: tuple[int, ...]
     checks: list[Check]
-    oplog: list[tuple]
+    oplog: OpLog | None  # with run_kernel(oplog=True): every engine occupation
     wall_s: float = 0.0
     switches: int = 0
     events: int = 0
@@ -61,7 +65,7 @@ class RunResult:
     hbm_bytes: int = 0
     hbm_peak_bytes_per_ps: float = 0.0
     bounds: dict[str, tuple[int, str]] = field(default_factory=dict)  # name: (ps, how)
-    trace: dict[str, Any] | None = None  # with record=True: see sim.trace_file
+    trace: Trace | None = None  # what `run --record` writes (sim.trace_file)
     inputs: dict[str, np.ndarray] = field(default_factory=dict)
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
 

@@ -1,4 +1,14 @@
-"""Launch a kernel on a system and collect a `RunResult` (DESIGN.md, data flow 4-7)."""
+"""Launch a kernel on a system and collect a `RunResult` (DESIGN.md, data flow 4-7).
+
+A run is two passes. The functional pass (`lang`) runs every PE's kernel in
+program order with values and emits its command stream; every argument,
+shape, address and TCM error, a receive whose message is never sent, and
+the command limit are found there. The timing pass (`hw.timing`) times the
+streams on the engine model. Errors carry the simulated time, so when the
+functional pass fails the timing pass still times what the PEs issued up to
+there: the error reported is the earliest in simulated time (ties to the
+lower PE index), at the time the failing PE got to it.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +16,6 @@ import time
 from typing import Any
 
 import numpy as np
-import simpy
 
 from kernbench_cli.address.physaddr import AddressMap
 from kernbench_cli.config.units import format_time_ps
@@ -17,113 +26,116 @@ from kernbench_cli.errors import (
     KernelError,
     ParamError,
 )
-from kernbench_cli.hw.memory import Memory
+from kernbench_cli.hw.ipcq import chunks_for
 from kernbench_cli.hw.pe import ENGINES
 from kernbench_cli.hw.system import System
-from kernbench_cli.lang import DEFAULT_MAX_COMMANDS, bridge
+from kernbench_cli.hw.timing import Stuck, Timing, TimingError
+from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
 from kernbench_cli.lang.dtypes import NAMES, TOLERANCE
-from kernbench_cli.lang.tl import TL, Launch, kernel_line
-from kernbench_cli.lang.trace import Replayer
+from kernbench_cli.lang.memory import Memory
+from kernbench_cli.lang.tl import Launch, functional_pass, kernel_line
 from kernbench_cli.sim.host import Host
 from kernbench_cli.sim.kernels import KernelModule
 from kernbench_cli.sim.result import Check, EngineStats, RunResult
-from kernbench_cli.sim.trace_file import TraceError
+from kernbench_cli.sim.trace_file import Trace, TraceError
+from kernbench_cli.stream import Program, Stream
 
 #: Shared blocks, reported one row per level over the units a run used.
 SHARED_LEVELS = ("hbm", "noc", "ucie", "sip_link", "rack_link")
 
 
 def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], seed: int = 0,
-               timing_only: bool = False, record: bool = False,
-               max_commands: int = DEFAULT_MAX_COMMANDS) -> RunResult:
+               timing_only: bool = False, max_commands: int = DEFAULT_MAX_COMMANDS,
+               oplog: bool = False) -> RunResult:
     """Run `kernel` on every PE of `amap`'s topology and verify it (unless timing only).
 
-    With `record`, `result.trace` holds the command trace (see sim.trace_file).
+    With `oplog`, `result.oplog` lists every engine occupation. `result.trace`
+    is what `kernbench run --record` writes.
     """
     wall = time.perf_counter()
     system = System(amap)
     memory = Memory(backed=not timing_only)
     host = Host(system, memory, seed, timing_only)
     args = _setup(kernel, host, params)
-    launch, tls, threads = _launch(system, memory, timing_only, record)
-    launch.max_commands = max_commands
     fn = kernel.fn("kernel")
-    bridge.run(launch.env, threads, [_body(kernel, tl, fn, args) for tl in tls])
-    _check_deadlock(kernel.shown, str(kernel.path), system, threads, tls)
-    _check_unreceived(kernel.shown, system)
+    kernel_file = fn.__code__.co_filename
+    launch = Launch(system, memory, timing_only, kernel_file, max_commands)
+    failures: dict[int, BaseException] = {}
+
+    def body(tl) -> None:
+        try:
+            fn(tl, **args)
+        except Exception as exc:
+            failures[tl.pid] = exc
+
+    functional_pass(launch, body)
+    for exc in failures.values():
+        if not isinstance(exc, KernbenchError) and kernel_line(kernel_file, exc.__traceback__) \
+                is None:
+            raise exc  # not the kernel's doing: a bug in kernbench keeps its traceback
+    program = launch.program
+    timing = Timing(system, program, oplog=oplog and not failures)
+    timing.run()
+    if failures:
+        raise _first_failure(kernel, kernel_file, system, failures)
+    if timing.stuck:
+        raise _deadlock(kernel.shown, system, program, timing.stuck)
+    _check_unreceived(kernel.shown, launch)
     outputs, checks = {}, []
     if not timing_only:
         outputs = _call(kernel, "outputs", host, args, params)
         checks = _verify(kernel, host, params, outputs)
-    result = _collect(kernel.name, system, launch, tls, threads, params, seed, timing_only,
-                      checks)
+    result = _collect(kernel.name, system, timing, params, seed, timing_only, checks)
+    result.switches = launch.hub.switches
     result.inputs, result.outputs = host.inputs, outputs
     if hasattr(kernel.module, "bounds"):
         result.bounds = _call(kernel, "bounds", amap.topology, params)
-    if record:
-        result.trace = {
-            "kernel": kernel.name, "params": params, "seed": seed,
-            "topology": amap.topology.name,
-            "topology_file": str(amap.topology.source.resolve()) if amap.topology.source else "",
-            "memory": [list(a) for a in memory.allocations()],
-            "pes": [tl._trace for tl in tls],
-        }
+    topo = amap.topology
+    result.trace = Trace(kernel.name, dict(params), seed, topo.name,
+                         str(topo.source.resolve()) if topo.source else "",
+                         memory.allocations(), program)
     result.wall_s = time.perf_counter() - wall
     return result
 
 
-def replay_trace(trace: dict[str, Any], amap: AddressMap, source: str) -> RunResult:
-    """Re-time a recorded trace on `amap`'s topology: no kernel code, no values."""
+def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = False) -> RunResult:
+    """Re-time a recorded trace on `amap`'s topology: the timing pass alone."""
     wall = time.perf_counter()
     system = System(amap)
     topo = amap.topology
-    if len(trace["pes"]) > len(system.pes):
-        raise TraceError(f"{source}: the trace has {len(trace['pes'])} PEs; topology "
-                         f"{topo.name!r} has {len(system.pes)}")
-    memory = Memory(backed=False)
-    for addr, nbytes, name in trace["memory"]:
+    program = trace.program
+    pes = len(program.streams)
+    if pes > len(system.pes):
+        raise TraceError(f"{source}: the trace has {pes} PEs; topology {topo.name!r} has "
+                         f"{len(system.pes)}")
+    for addr, nbytes, name in trace.memory:
         for byte in (addr, addr + nbytes - 1):
             try:
                 amap.decode(byte)
             except AddressError as exc:
                 raise TraceError(f"{source}: allocation {name!r} at {addr:#x} does not exist in "
                                  f"topology {topo.name!r}: {exc}") from None
-        memory.add(addr, nbytes, name)
-    launch, tls, threads = _launch(system, memory, True, False)
-    launch.replaying = True
-    targets = [_replay_body(source, tl, entries) for tl, entries in zip(tls, trace["pes"],
-                                                                        strict=False)]
-    targets += [_idle] * (len(tls) - len(targets))
-    bridge.run(launch.env, threads, targets)
-    _check_deadlock(source, source, system, threads, tls)
-    result = _collect(f"{trace['kernel']} (replay)", system, launch, tls, threads,
-                      trace["params"], trace.get("seed", 0), True, [])
+    for pid, peak in enumerate(program.tcm_peak):
+        if peak > topo.pe.tcm.size:
+            raise TraceError(f"{source}: PE ({system.coords[pid]}) uses {peak} B of TCM; "
+                             f"topology {topo.name!r} has {topo.pe.tcm.size} B")
+    extra = len(system.pes) - pes
+    if extra:  # the topology's other PEs run nothing
+        program = Program(program.streams + [Stream() for _ in range(extra)],
+                          program.gemm_shapes, program.math_kinds, program.composites,
+                          program.tcm_peak + [0] * extra)
+    timing = Timing(system, program, oplog=oplog)
+    try:
+        timing.run()
+    except TimingError as exc:
+        raise KernelError(f"replay of {source}: PE ({system.coords[exc.pid]}) at "
+                          f"t={format_time_ps(exc.time_ps)}: {exc}") from None
+    if timing.stuck:
+        raise _deadlock(source, system, program, timing.stuck)
+    result = _collect(f"{trace.kernel} (replay)", system, timing, trace.params, trace.seed,
+                      True, [])
     result.wall_s = time.perf_counter() - wall
     return result
-
-
-def _idle() -> None:
-    return None
-
-
-def _launch(system: System, memory: Memory, timing_only: bool, record: bool):
-    env = simpy.Environment()
-    costs = system.topology.cost_table
-    launch = Launch(system, memory, costs.issue, costs.scheduler.plan, env, timing_only, record)
-    threads = [bridge.PeThread(env, pe.pid) for pe in system.pes]
-    tls = [TL(launch, pe, thread) for pe, thread in zip(system.pes, threads, strict=True)]
-    return launch, tls, threads
-
-
-def _replay_body(source: str, tl: TL, entries: list):
-    def run() -> None:
-        try:
-            Replayer(tl).run(entries)
-        except KernbenchError as exc:
-            raise KernelError(f"replay of {source}: PE ({tl._pe.coord}) at "
-                              f"t={format_time_ps(tl._cpu.time)}: {exc}") from None
-
-    return run
 
 
 def _setup(kernel: KernelModule, host: Host, params: dict[str, Any]) -> dict[str, Any]:
@@ -155,61 +167,49 @@ def _located(kernel: KernelModule, exc: BaseException, where: str) -> KernelErro
                        f"{type(exc).__name__}: {exc}")
 
 
-def _body(kernel: KernelModule, tl: TL, fn, args: dict[str, Any]):
-    def run() -> None:
-        try:
-            fn(tl, **args)
-        except Exception as exc:
-            raise _kernel_failure(kernel, tl, exc) from exc
-
-    return run
-
-
-def _kernel_failure(kernel: KernelModule, tl: TL, exc: BaseException) -> BaseException:
-    """A kernel's error, with the kernel line, the PE and the simulated time."""
-    line = kernel_line(str(kernel.path), exc.__traceback__)
-    if line is None and not isinstance(exc, KernbenchError):
-        return exc  # not the kernel's doing: a bug in kernbench keeps its traceback
-    pe = tl._pe
-    where = (f"{kernel.shown}:{line if line else '?'}: PE ({pe.coord}) "
-             f"at t={format_time_ps(pe.cpu.time)}")
+def _first_failure(kernel: KernelModule, kernel_file: str, system: System,
+                   failures: dict[int, BaseException]) -> KernelError:
+    """The kernel error that happened first in simulated time, with its line, PE and time."""
+    pid = min(failures, key=lambda p: (system.pes[p].cpu.time, p))
+    exc = failures[pid]
+    line = kernel_line(kernel_file, exc.__traceback__)
+    where = (f"{kernel.shown}:{line if line else '?'}: PE ({system.coords[pid]}) "
+             f"at t={format_time_ps(system.pes[pid].cpu.time)}")
     if isinstance(exc, KernbenchError):
         return KernelError(f"{where}: {exc}")
     return KernelError(f"{where}: {type(exc).__name__}: {exc}")
 
 
-def _check_deadlock(shown: str, path: str, system: System, threads: list, tls: list[TL]) -> None:
-    stuck = [(t, tl) for t, tl in zip(threads, tls, strict=True) if not t.finished]
-    if not stuck:
-        return
+def _deadlock(shown: str, system: System, program: Program, stuck: list[Stuck]) -> DeadlockError:
     lines = []
-    for thread, tl in stuck[:8]:
-        frame = thread.glet.gr_frame
-        line = None
-        while frame is not None:
-            if frame.f_code.co_filename == path:
-                line = frame.f_lineno
-                break
-            frame = frame.f_back
-        lines.append(f"PE ({tl._pe.coord}) at {shown}:{line or '?'} waits: "
-                     f"{thread.blocked_on} (since t={format_time_ps(tl._cpu.time)})")
+    for s in stuck[:8]:
+        line = program.streams[s.pid].line[s.index]
+        lines.append(f"PE ({system.coords[s.pid]}) at {shown}:{line or '?'} waits: {s.what} "
+                     f"(since t={format_time_ps(s.time_ps)})")
     more = f"; and {len(stuck) - 8} more" if len(stuck) > 8 else ""
-    raise DeadlockError(f"deadlock: {len(stuck)} of {len(system.pes)} PEs still wait and "
-                        "nothing is left to run: " + "; ".join(lines) + more)
+    return DeadlockError(f"deadlock: {len(stuck)} of {len(system.pes)} PEs still wait and "
+                         "nothing is left to run: " + "; ".join(lines) + more)
 
 
-def _check_unreceived(shown: str, system: System) -> None:
+def _check_unreceived(shown: str, launch: Launch) -> None:
     """Messages sent but never received are a mis-wired kernel, not a finished one."""
+    system = launch.system
+    ipcq = system.topology.pe.ipcq
+    rings: dict[tuple[int, str], dict[int, int]] = {}  # (receiver, ring) -> sender: chunks
+    for (src, dst), box in launch.mail.items():
+        if box:
+            direction = system.arrival_direction(system.coords[src], system.coords[dst])
+            chunks = sum(chunks_for(n, ipcq.slot_size) for n, _, _ in box)
+            senders = rings.setdefault((dst, direction), {})
+            senders[src] = senders.get(src, 0) + chunks
     left = []
-    for pe in system.pes:
-        for direction, ring in pe.rings.items():
-            chunks = list(ring.chunks) + [c for stash in ring.stash.values() for c in stash]
-            senders = sorted({c.sender for c in chunks})
-            if senders:
-                names = ", ".join(f"PE ({system.coords[s]})" for s in senders)
-                plural = "s" if len(chunks) != 1 else ""
-                left.append(f"PE ({pe.coord}) ring {direction}: {len(chunks)} chunk{plural} from "
-                            f"{names}")
+    for (dst, direction), senders in sorted(rings.items(), key=lambda item: (
+            item[0][0], "EWNS".index(item[0][1]))):
+        chunks = sum(senders.values())
+        names = ", ".join(f"PE ({system.coords[s]})" for s in sorted(senders))
+        plural = "s" if chunks != 1 else ""
+        left.append(f"PE ({system.coords[dst]}) ring {direction}: {chunks} chunk{plural} from "
+                    f"{names}")
     if left:
         more = f"; and {len(left) - 4} more rings" if len(left) > 4 else ""
         raise KernelError(f"{shown}: the kernel ended with messages never received: "
@@ -238,11 +238,9 @@ def _verify(kernel: KernelModule, host: Host, params: dict[str, Any],
     return checks
 
 
-def _collect(kernel_name: str, system: System, launch: Launch, tls: list[TL],
-             threads: list, params: dict[str, Any], seed: int, timing_only: bool,
-             checks: list[Check]) -> RunResult:
+def _collect(kernel_name: str, system: System, timing: Timing, params: dict[str, Any],
+             seed: int, timing_only: bool, checks: list[Check]) -> RunResult:
     pes = system.pes
-    latency = max(max(tl.last_end, pe.finish) for tl, pe in zip(tls, pes, strict=True))
     labels = tuple(str(pe.coord) for pe in pes)
     engines: dict[str, EngineStats] = {}
     for name in ENGINES:
@@ -264,16 +262,16 @@ def _collect(kernel_name: str, system: System, launch: Launch, tls: list[TL],
                                          tuple(c.ops for c in used))
     topo = system.topology
     gemm = topo.pe.gemm
-    flops = sum(r[8] for r in launch.oplog if r[3] in ("dot", "gemm_tile"))
     hbm_bytes = sum(c.bytes for c in calendars if c.level == "hbm")
     return RunResult(
         kernel=kernel_name, topology=topo.name,
         costs=topo.cost_table.name, num_pes=len(pes), params=dict(params), seed=seed,
-        timing_only=timing_only, latency_ps=latency, commands=launch.commands, engines=engines,
-        pe_labels=labels, cpu_stall_ps=tuple(pe.cpu.stall_ps for pe in pes), checks=checks,
-        oplog=launch.oplog,
+        timing_only=timing_only, latency_ps=timing.latency_ps,
+        commands=timing.program.commands, engines=engines, pe_labels=labels,
+        cpu_stall_ps=tuple(pe.cpu.stall_ps for pe in pes), checks=checks, oplog=timing.oplog,
         peak_flops_per_ps=2 * gemm.rows * gemm.cols * topo.pe.clock / 10**12,
-        flops=flops, hbm_bytes=hbm_bytes,
+        flops=sum(pe.gemm.flops for pe in pes), hbm_bytes=hbm_bytes,
         hbm_peak_bytes_per_ps=topo.hbm.bandwidth * len(pes) / 10**12,
-        switches=sum(t.switches for t in threads), events=sum(t.events for t in threads),
+        events=timing.events,
     )
+

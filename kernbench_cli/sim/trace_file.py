@@ -1,58 +1,259 @@
 """Trace files: `kernbench run --record FILE` writes one, `kernbench replay FILE` reads it.
 
-A trace is gzip-compressed JSON: a header (format, version, kernel,
-parameters, seed, topology by name and file), the host's
-allocations (address, bytes, name), and per PE the `tl` calls of its kernel
-(see `lang.trace`). It holds no values and no costs: a replay re-times the
-same commands under any cost table.
+A trace is the run's command streams (`kernbench_cli.stream`) with what a
+replay needs around them, gzip-compressed:
+
+    b"kernbench-trace\\n"              magic
+    8 bytes, little-endian            length of the header
+    header                            JSON: format, version, kernel, params, seed,
+                                      topology (name and file), the host's allocations,
+                                      the stream tables, each PE's command count
+    columns                           each stream column (`stream.COLUMNS`), every PE's
+                                      in turn, as little-endian machine integers
+
+It holds no values and no costs: a replay times the same commands under any
+cost table, on any topology they fit. Writing is atomic and deterministic
+(the same run gives the same bytes); reading checks everything a replay
+relies on, so a damaged or hand-made trace is an error naming what is wrong,
+never a crash.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import sys
 import zlib
+from array import array
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from kernbench_cli.errors import KernbenchError
 from kernbench_cli.fileio import atomic_write
+from kernbench_cli.stream import (
+    COLUMNS,
+    COMPOSITE,
+    DOT,
+    KINDS,
+    LOAD,
+    MATH,
+    READ,
+    RECV,
+    SEND,
+    STORE,
+    WAIT,
+    Composite,
+    Program,
+    Stream,
+)
 
 FORMAT = "kernbench-trace"
-VERSION = 1
+VERSION = 2
+MAGIC = FORMAT.encode() + b"\n"
+#: PE_MATH op classes a trace may name (the `[pe.math.op_cycles]` keys).
+MATH_CLASSES = ("add", "mul", "div", "cmp", "exp", "log", "sqrt", "reduce", "cast")
 
 
 class TraceError(KernbenchError):
     """A trace file that cannot be read, or does not fit the topology asked for."""
 
 
-def write_trace(path: Path, trace: dict[str, Any]) -> None:
+@dataclass
+class Trace:
+    """A recorded run: where it came from, the host's allocations, and its streams."""
+
+    kernel: str
+    params: dict[str, Any]
+    seed: int
+    topology: str
+    topology_file: str
+    memory: list[tuple[int, int, str]]  # (address, bytes, name) of every host allocation
+    program: Program
+
+
+def write_trace(path: Path, trace: Trace) -> None:
     """Write `trace` atomically: the whole file or none."""
-    data = json.dumps({"format": FORMAT, "version": VERSION, **trace}, sort_keys=True,
-                      separators=(",", ":")).encode()
+    program = trace.program
+    header = {
+        "format": FORMAT, "version": VERSION, "kernel": trace.kernel, "params": trace.params,
+        "seed": trace.seed, "topology": trace.topology, "topology_file": trace.topology_file,
+        "memory": [list(a) for a in trace.memory], "lengths": [len(s) for s in program.streams],
+        "gemm_shapes": [list(s) for s in program.gemm_shapes],
+        "math_kinds": [list(k) for k in program.math_kinds],
+        "composites": [list(c) for c in program.composites], "tcm_peak": program.tcm_peak,
+    }
+    head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
 
     def write(raw) -> None:
-        with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
-            out.write(data)
+        with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, compresslevel=6) as out:
+            out.write(MAGIC + len(head).to_bytes(8, "little") + head)
+            for name, _ in COLUMNS:
+                for stream in program.streams:
+                    out.write(_little(getattr(stream, name)).tobytes())
 
     atomic_write(path, write, "--record")
 
 
-def read_trace(path: Path) -> dict[str, Any]:
+def read_trace(path: Path) -> Trace:
     """Read and check a trace file; TraceError names what is wrong."""
     try:
         with gzip.open(path, "rb") as handle:
-            data = json.loads(handle.read())
+            data = handle.read()
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file") from None
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, EOFError, zlib.error) as exc:
         raise TraceError(f"{path}: not a kernbench trace ({exc})") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
+    if data.startswith(MAGIC):
+        size = int.from_bytes(data[len(MAGIC):len(MAGIC) + 8], "little")
+        body = len(MAGIC) + 8 + size
+        head = data[len(MAGIC) + 8:body]
+    else:  # version 1 was one JSON document
+        body, head = len(data), data
+    try:
+        header = json.loads(head)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise TraceError(f"{path}: not a kernbench trace (header: {exc})") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise TraceError(f"{path}: not a kernbench trace (no format {FORMAT!r})")
-    if data.get("version") != VERSION:
-        raise TraceError(f"{path}: trace version {data.get('version')!r} is not one this "
-                         f"kernbench reads ({VERSION})")
-    for key in ("kernel", "params", "topology", "memory", "pes"):
-        if key not in data:
-            raise TraceError(f"{path}: trace has no {key!r}")
-    return data
+    if header.get("version") != VERSION:
+        raise TraceError(f"{path}: trace version {header.get('version')!r} is not one this "
+                         f"kernbench reads ({VERSION}); record the run again")
+    try:
+        return _trace(header, memoryview(data)[body:])
+    except (KeyError, TypeError, ValueError) as exc:
+        what = f"no {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
+        raise TraceError(f"{path}: damaged trace: {what}") from None
+
+
+def _trace(header: dict[str, Any], columns: memoryview) -> Trace:
+    lengths = _ints(header["lengths"], "lengths")
+    streams = [Stream() for _ in lengths]
+    at = 0
+    for name, code in COLUMNS:
+        width = array(code).itemsize
+        for stream, n in zip(streams, lengths, strict=True):
+            col = getattr(stream, name)
+            col.frombytes(columns[at:at + n * width])
+            if len(col) != n:
+                raise ValueError(f"column {name!r} is cut short")
+            at += n * width
+            if sys.byteorder != "little":
+                col.byteswap()
+    if at != len(columns):
+        raise ValueError(f"{len(columns) - at} bytes after the last column")
+    program = Program(
+        streams,
+        [_tuple(s, 3, "gemm_shapes") for s in header["gemm_shapes"]],
+        [_kind(k) for k in header["math_kinds"]],
+        [Composite(*_tuple(c, len(Composite._fields), "composites"))
+         for c in header["composites"]],
+        _ints(header["tcm_peak"], "tcm_peak"))
+    if len(program.tcm_peak) != len(streams):
+        raise ValueError("tcm_peak does not have one entry per PE")
+    memory = [(int(_int(a, "memory")), int(_int(n, "memory")), str(name))
+              for a, n, name in header["memory"]]
+    if not isinstance(header["params"], dict):
+        raise ValueError("params is not an object")
+    check_program(program, memory)
+    return Trace(str(header["kernel"]), header["params"], _int(header.get("seed", 0), "seed"),
+                 str(header["topology"]), str(header.get("topology_file", "")), memory, program)
+
+
+def check_program(program: Program, memory: list[tuple[int, int, str]]) -> None:
+    """ValueError unless every command of `program` is one a replay can time.
+
+    Producers come earlier in their stream, table indexes exist, peers are
+    other PEs, and every memory address lies in a host allocation.
+    """
+    pes = len(program.streams)
+    bases = np.array(sorted(a for a, _, _ in memory), dtype=np.int64)
+    ends = np.array([a + n for a, n, _ in sorted(memory)], dtype=np.int64)
+    for pid, s in enumerate(program.streams):
+        op, a, b = (np.frombuffer(c, dtype=c.typecode) for c in (s.op, s.a, s.b))
+        size, arg, src, dst, line = (np.frombuffer(c, dtype=c.typecode)
+                                     for c in (s.size, s.arg, s.src, s.dst, s.line))
+        index = np.arange(len(op))
+        where = f"PE {pid}"
+        _require(op <= READ, where, "a command of unknown kind", index)
+        needs_a = np.isin(op, (STORE, DOT, WAIT, SEND, READ))
+        _require((a < index) & ((a >= 0) | ~needs_a) & (a >= -1), where,
+                 "a producer that is not an earlier command", index)
+        _require((b < index) & ((b >= 0) | (op != DOT)) & (b >= -1), where,
+                 "a producer that is not an earlier command", index)
+        _require((size >= 0) & (line >= 0), where, "a negative size or line", index)
+        tables = ((DOT, len(program.gemm_shapes)), (MATH, len(program.math_kinds)))
+        for kind, count in tables:
+            _require((op != kind) | ((arg >= 0) & (arg < count)), where,
+                     f"a {KINDS[kind]} naming no table entry", index)
+        _require((op != COMPOSITE) | ((arg >= -1) & (arg < len(program.composites))), where,
+                 "a composite naming no table entry", index)
+        peer = (op == SEND) | (op == RECV)
+        _require(~peer | ((arg >= 0) & (arg < pes) & (arg != pid)), where,
+                 "a message to or from a PE that is not another PE", index)
+        _require((op != WAIT) | (op[np.maximum(a, 0)] == COMPOSITE), where,
+                 "a wait on something that is not a composite", index)
+        addrs = [src[op == LOAD], dst[op == STORE]]
+        for c in (program.composites[j] for j in arg[(op == COMPOSITE) & (arg >= 0)]):
+            addrs.append(np.array([x for x, resident in ((c.a_addr, c.a_tcm),
+                                                         (c.b_addr, c.b_tcm),
+                                                         (c.out_addr, c.out_addr < 0))
+                                   if not resident], dtype=np.int64))
+        _in_memory(np.concatenate(addrs), bases, ends, where)
+    for c in program.composites:
+        if min(c.m, c.k, c.n, c.a_itemsize, c.b_itemsize, c.out_itemsize) <= 0 or min(
+                c.a_row_stride, c.b_row_stride, c.out_row_stride, c.tcm_hole, c.tcm_top) < 0:
+            raise ValueError(f"composite {c} has a size that is not positive")
+    for shape in program.gemm_shapes:
+        if min(shape) <= 0:
+            raise ValueError(f"gemm shape {list(shape)} is not positive")
+
+
+def _require(ok: np.ndarray, where: str, what: str, index: np.ndarray) -> None:
+    if not ok.all():
+        raise ValueError(f"{where} command {int(index[~ok][0])} has {what}")
+
+
+def _in_memory(addrs: np.ndarray, bases: np.ndarray, ends: np.ndarray, where: str) -> None:
+    if not addrs.size:
+        return
+    slot = np.searchsorted(bases, addrs, side="right") - 1
+    ok = (slot >= 0) & (addrs < ends[np.maximum(slot, 0)]) if bases.size else addrs < 0
+    if not ok.all():
+        raise ValueError(f"{where} reaches {int(addrs[~ok][0]):#x}, which no host allocation "
+                         "holds")
+
+
+def _little(col: array) -> array:
+    if sys.byteorder == "little":
+        return col
+    swapped = array(col.typecode, col)
+    swapped.byteswap()
+    return swapped
+
+
+def _int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} holds {value!r}, not an integer")
+    return value
+
+
+def _ints(values: Any, what: str) -> list[int]:
+    if not isinstance(values, list):
+        raise ValueError(f"{what} is not a list")
+    return [_int(v, what) for v in values]
+
+
+def _tuple(values: Any, n: int, what: str) -> tuple:
+    if not isinstance(values, list) or len(values) != n:
+        raise ValueError(f"an entry of {what} is not a list of {n} numbers")
+    return tuple(v if isinstance(v, bool) else _int(v, what) for v in values)
+
+
+def _kind(values: Any) -> tuple[str, str]:
+    if not (isinstance(values, list) and len(values) == 2 and values[0] in MATH_CLASSES
+            and isinstance(values[1], str)):
+        raise ValueError(f"math kind {values!r} is not [op class, name]")
+    return values[0], values[1]

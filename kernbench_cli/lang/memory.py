@@ -63,37 +63,38 @@ class Memory:
                                f"{offset + nbytes - size} B")
         return size, name, data, offset
 
-    def read(self, addr: int, shape: tuple[int, ...], dtype: np.dtype, what: str = "read",
-             row_stride: int | None = None) -> np.ndarray:
-        """A copy of the array at `addr` (rows `row_stride` elements apart if given)."""
+    def view(self, addr: int, shape: tuple[int, ...], dtype: np.dtype, what: str = "read",
+             row_stride: int | None = None) -> np.ndarray | None:
+        """The array at `addr` (rows `row_stride` elements apart if given), as a view of
+        memory: valid until the next write. None when memory is not backed."""
         count = math.prod(shape)
         itemsize = np.dtype(dtype).itemsize
         span = _span(shape, count, row_stride)
         _, _, data, offset = self._find(addr, span * itemsize, what)
         if data is None:
-            return np.zeros(shape, dtype)
-        flat = data[offset:offset + span * itemsize].view(dtype)
+            return None
         if row_stride is None:
-            return flat.reshape(shape).copy()
-        rows, cols = shape
-        return np.lib.stride_tricks.as_strided(
-            flat, (rows, cols), (row_stride * itemsize, itemsize)).copy()
+            return np.ndarray(shape, dtype, data, offset)
+        return np.ndarray(shape, dtype, data, offset, (row_stride * itemsize, itemsize))
+
+    def read(self, addr: int, shape: tuple[int, ...], dtype: np.dtype, what: str = "read",
+             row_stride: int | None = None) -> np.ndarray:
+        """A copy of the array at `addr` (zeros when memory is not backed)."""
+        value = self.view(addr, shape, dtype, what, row_stride)
+        return np.zeros(shape, dtype) if value is None else value.copy()
+
+    def read_f32(self, addr: int, shape: tuple[int, ...], dtype: np.dtype, what: str = "read",
+                 row_stride: int | None = None) -> np.ndarray:
+        """The array at `addr` converted to float32 (one copy, as a load into TCM makes)."""
+        value = self.view(addr, shape, dtype, what, row_stride)
+        return np.zeros(shape, np.float32) if value is None else value.astype(np.float32)
 
     def write(self, addr: int, value: np.ndarray, what: str = "write",
               row_stride: int | None = None) -> None:
         """Store `value` at `addr` (rows `row_stride` elements apart if given)."""
-        itemsize = value.dtype.itemsize
-        span = _span(value.shape, value.size, row_stride)
-        _, _, data, offset = self._find(addr, span * itemsize, what)
-        if data is None:
-            return
-        flat = data[offset:offset + span * itemsize].view(value.dtype)
-        if row_stride is None:
-            flat[:] = value.reshape(-1)
-            return
-        rows, cols = value.shape
-        np.lib.stride_tricks.as_strided(flat, (rows, cols), (row_stride * itemsize, itemsize))[
-            :] = value
+        target = self.view(addr, value.shape, value.dtype, what, row_stride)
+        if target is not None:
+            target[...] = value
 
 
 def _span(shape: tuple[int, ...], count: int, row_stride: int | None) -> int:

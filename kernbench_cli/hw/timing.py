@@ -1,0 +1,577 @@
+"""The timing pass: every PE's command stream timed on the engine model, SimPy the clock.
+
+Each PE walks its stream in a generator, resumed by the callbacks of the
+SimPy events it waits on (SimPy's loop is the clock and the event engine).
+Per command it does arithmetic: PE_CPU pays the issue cost, PE_SCHEDULER's
+queue takes it, the in-order engine starts it at ``max(ready, free_at)``
+where ``ready`` is when its producers (columns `a`, `b`) ended.
+
+A PE leaves its generator only where it must:
+
+- before booking a calendar that another PE books too (an HBM slice or a
+  link: `Calendar.shared`, known before the run from every stream's
+  addresses), so that bookings on it are made in simulated-time order of
+  issue, ties to the lower PE index. The PE resumes when global time reaches
+  the issue time (`sync`). Bookings on calendars only one PE uses need no
+  order but program order, so a PE runs through them without waiting;
+- before an IPCQ operation (a send's chunks or a receive's), which meets
+  another PE at its ring, and where the ring is full or empty (blocking; the
+  other side wakes it).
+
+With `oplog`, a PE synchronises before every DMA-engine command instead, as
+version 0.1 did: the times are the same either way (the order of private
+bookings cannot move them), but the op log lists records in the order the
+PEs made them, and this order is the one 0.1's op logs and the goldens'
+digests have.
+
+A PE that still waits when no event is left is deadlocked (`Timing.stuck`):
+a receive whose message never comes, or a send facing a ring that never
+frees. Errors in a stream (a trace timed on a topology it does not fit) are
+`TimingError`s naming the PE, the command and the time.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import simpy
+
+from kernbench_cli.errors import KernelError
+from kernbench_cli.hw.composite import Operand, plan_gemm, run_gemm
+from kernbench_cli.hw.composite import Stream as TileStream
+from kernbench_cli.hw.engine import cycles_to_ps
+from kernbench_cli.hw.ipcq import Chunk, Ring
+from kernbench_cli.hw.network import Path
+from kernbench_cli.hw.pe import ENGINES, Pe
+from kernbench_cli.hw.system import System
+from kernbench_cli.stream import (
+    COMPOSITE,
+    CYCLES,
+    DOT,
+    LOAD,
+    MATH,
+    NONE,
+    READ,
+    RECV,
+    SEND,
+    STORE,
+    WAIT,
+    Composite,
+    Program,
+)
+
+#: Fields of one op-log record, as `OpLog` iterates them.
+OP_FIELDS = ("seq", "pid", "engine", "kind", "issue_ps", "start_ps", "end_ps", "bytes", "flops",
+             "src", "dst")
+
+CPU, SCHED, DMA, GEMM, VEC = range(5)  # engine codes, in the order of `pe.ENGINES`
+
+
+class TimingError(KernelError):
+    """A stream the topology cannot time; `pid`, `index` (the command) and `time_ps` say where."""
+
+    def __init__(self, message: str, pid: int, index: int, time_ps: int):
+        super().__init__(message)
+        self.pid, self.index, self.time_ps = pid, index, time_ps
+
+
+class OpLog:
+    """Every engine occupation of a run, as columns; iterates records as tuples (`OP_FIELDS`).
+
+    A record is a command, or one tile of a composite, or one chunk of a
+    send. Addresses absent from a record are None.
+    """
+
+    def __init__(self) -> None:
+        self.pid = array("i")
+        self.engine = array("B")
+        self.kind = array("H")
+        self.times = array("q")  # issue, start, end per record
+        self.amounts = array("q")  # bytes, flops per record
+        self.addrs = array("q")  # src, dst per record (-1: none)
+        self.kinds: list[str] = []
+        self._codes: dict[str, int] = {}
+
+    def code(self, kind: str) -> int:
+        """The code of record kind `kind` ("load", "gemm_tile", "exp", …)."""
+        code = self._codes.get(kind)
+        if code is None:
+            code = self._codes[kind] = len(self.kinds)
+            self.kinds.append(kind)
+        return code
+
+    def append(self, pid: int, engine: int, kind: int, issue: int, start: int, end: int,
+               nbytes: int, flops: int, src: int | None, dst: int | None) -> None:
+        self.pid.append(pid)
+        self.engine.append(engine)
+        self.kind.append(kind)
+        self.times.extend((issue, start, end))
+        self.amounts.extend((nbytes, flops))
+        self.addrs.extend((-1 if src is None else src, -1 if dst is None else dst))
+
+    def __len__(self) -> int:
+        return len(self.pid)
+
+    def __iter__(self) -> Iterator[tuple]:
+        kinds, times, amounts, addrs = self.kinds, self.times, self.amounts, self.addrs
+        for seq, (pid, engine, kind) in enumerate(zip(self.pid, self.engine, self.kind,
+                                                      strict=True)):
+            src, dst = addrs[2 * seq], addrs[2 * seq + 1]
+            yield (seq, pid, ENGINES[engine], kinds[kind], times[3 * seq], times[3 * seq + 1],
+                   times[3 * seq + 2], amounts[2 * seq], amounts[2 * seq + 1],
+                   None if src < 0 else src, None if dst < 0 else dst)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OpLog) and list(self) == list(other)
+
+    __hash__ = None  # mutable
+
+
+@dataclass
+class Stuck:
+    """A PE still waiting when nothing is left to run."""
+
+    pid: int
+    index: int  # the command it waits in
+    what: str
+    time_ps: int
+
+
+class _Proc:
+    """One PE's walk over its stream, as SimPy event callbacks resume it."""
+
+    __slots__ = ("at", "done", "end", "env", "events", "gen", "last_end", "pid", "resume_cb",
+                 "waiting")
+
+    def __init__(self, env: simpy.Environment, pid: int):
+        self.env = env
+        self.pid = pid
+        self.gen: Iterator[None] | None = None
+        self.done = False
+        self.at = 0  # the command it waits in, while it waits
+        self.waiting = ""  # what it waits for, while it waits on another PE
+        self.end = array("q")  # per command: when its result is ready
+        self.last_end = 0  # the latest end of anything it did
+        self.events = 0
+        self.resume_cb = self._resume
+
+    def _resume(self, _event: simpy.Event) -> None:
+        self.events += 1
+        try:
+            next(self.gen)
+        except StopIteration:
+            self.done = True
+
+    def wake_at(self, t: int) -> None:
+        """Resume at simulated time `t` (now if past), in PE-index order among equals."""
+        env = self.env
+        event = simpy.Event(env)
+        event._ok = True
+        event._value = None
+        event.callbacks.append(self.resume_cb)
+        now = env.now
+        env.schedule(event, self.pid, t - now if t > now else 0)
+
+
+class Timing:
+    """One timing pass of `program` on `system` (fresh engines, calendars and rings)."""
+
+    def __init__(self, system: System, program: Program, oplog: bool = False):
+        topo = system.topology
+        self.system = system
+        self.program = program
+        self.env = simpy.Environment()
+        costs = topo.cost_table.issue
+        self.costs = (costs.load, costs.store, costs.dot, costs.math, costs.composite,
+                      costs.wait, costs.send, costs.recv)
+        self.plan_ps = topo.cost_table.scheduler.plan
+        self.tcm_bytes = topo.pe.tcm.size
+        self.clock_hz = topo.pe.clock
+        self.hbm_bytes_per_cycle = topo.hbm.bandwidth / topo.pe.clock
+        self.setup_cycles = topo.pe.dma.setup * topo.pe.clock / 10**12
+        self.oplog = OpLog() if oplog else None
+        self.sync_all = oplog
+        self.procs = [_Proc(self.env, pe.pid) for pe in system.pes]
+        self.stuck: list[Stuck] = []
+        # Routes depend only on which PE owns an address: cache them per aligned region
+        # that one PE owns whole (a power-of-two HBM slice, or a PE's 1 GiB window).
+        slice_bytes = topo.hbm.slice_size
+        power_of_two = slice_bytes & (slice_bytes - 1) == 0
+        self._region_shift = min(30, slice_bytes.bit_length() - 1) if power_of_two else 64
+        self._paths: dict[tuple[int, bool, int], tuple[Path, bool]] = {}
+        self._pairs: dict[tuple[int, int], tuple[str, Ring, Path]] = {}
+        self._math = [(kind, name) for kind, name in program.math_kinds]
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self) -> None:
+        """Time every stream; afterwards `latency_ps`, `stuck` and the PEs' engines tell."""
+        self._mark_shared()
+        if self.oplog is not None:
+            log = self.oplog
+            self._math = [(kind, log.code(name)) for kind, name in self.program.math_kinds]
+        for proc, pe in zip(self.procs, self.system.pes, strict=True):
+            proc.gen = self._walk(proc, pe)
+            proc.wake_at(0)
+        self.env.run()
+        for proc, pe in zip(self.procs, self.system.pes, strict=True):
+            if not proc.done:
+                self.stuck.append(Stuck(proc.pid, proc.at, proc.waiting, pe.cpu.time))
+
+    @property
+    def latency_ps(self) -> int:
+        return max((max(proc.last_end, pe.finish)
+                    for proc, pe in zip(self.procs, self.system.pes, strict=True)), default=0)
+
+    @property
+    def events(self) -> int:
+        return sum(proc.events for proc in self.procs)
+
+    # ------------------------------------------------------------------ routes
+
+    def _path(self, pid: int, addr: int, inbound: bool) -> tuple[Path, bool]:
+        """(path, private) of a DMA of PE `pid` from `addr` (inbound) or to it."""
+        key = (pid, inbound, addr >> self._region_shift)
+        hit = self._paths.get(key) if self._region_shift < 64 else None
+        if hit is None:
+            system = self.system
+            owner, is_hbm = system.amap.locate(addr)
+            me = system.coords[pid]
+            src, dst = (owner, me) if inbound else (me, owner)
+            path = system.network.path(src, dst, owner if is_hbm else None)
+            hit = (path, not any(cal.shared for cal in path[0]))
+            if self._region_shift < 64:
+                self._paths[key] = hit
+        return hit
+
+    def _pair(self, src: int, dst: int) -> tuple[str, Ring, Path]:
+        """(ring direction, the receiver's ring, links) of IPCQ messages from `src` to `dst`."""
+        hit = self._pairs.get((src, dst))
+        if hit is None:
+            system = self.system
+            a, b = system.coords[src], system.coords[dst]
+            direction = system.arrival_direction(a, b)
+            route = system.network.route(a, b)
+            hit = self._pairs[(src, dst)] = (direction, system.pes[dst].rings[direction],
+                                             (route.resources, route.latency_ps))
+        return hit
+
+    def _mark_shared(self) -> None:
+        """Find, from every stream, the calendars more than one PE books (`Calendar.shared`)."""
+        seen: set[tuple] = set()
+        network = self.system.network
+        for pid, stream in enumerate(self.program.streams):
+            for op, src, dst, arg in zip(stream.op, stream.src, stream.dst, stream.arg,
+                                         strict=True):
+                if op == LOAD:
+                    key = (pid, True, src >> self._region_shift)
+                    if key not in seen:
+                        seen.add(key)
+                        self._use(pid, src, True)
+                elif op == STORE:
+                    key = (pid, False, dst >> self._region_shift)
+                    if key not in seen:
+                        seen.add(key)
+                        self._use(pid, dst, False)
+                elif op == COMPOSITE:
+                    desc = self.program.composites[arg]
+                    for addr, inbound in self._operand_ends(desc):
+                        self._use(pid, addr, inbound)
+                elif op == SEND and (pid, arg) not in seen:
+                    seen.add((pid, arg))
+                    system = self.system
+                    for cal in network.route(system.coords[pid], system.coords[arg]).resources:
+                        cal.use(pid)
+        self._paths.clear()  # `private` was not final while marking
+
+    def _use(self, pid: int, addr: int, inbound: bool) -> None:
+        for cal in self._path(pid, addr, inbound)[0][0]:
+            cal.use(pid)
+
+    @staticmethod
+    def _operand_ends(desc: Composite) -> list[tuple[int, bool]]:
+        """(address, inbound) of each memory end of a composite: operands read, output written."""
+        ends = []
+        if not desc.a_tcm:
+            ends.append((desc.a_addr, True))
+        if not desc.b_tcm:
+            ends.append((desc.b_addr, True))
+        if desc.out_addr >= 0:
+            ends.append((desc.out_addr, False))
+        return ends
+
+    # ------------------------------------------------------------------ one PE
+
+    def _walk(self, proc: _Proc, pe: Pe) -> Iterator[None]:
+        """Time PE `pe`'s stream; yields (after arranging to be resumed) where it must wait."""
+        pid = pe.pid
+        stream = self.program.streams[pid]
+        ops, col_a, col_b = stream.op, stream.a, stream.b
+        col_size, col_arg, col_src, col_dst = stream.size, stream.arg, stream.src, stream.dst
+        n = len(ops)
+        end = proc.end = array("q", bytes(8 * n))
+        cpu, sched, dma, gemm, vec = pe.cpu, pe.scheduler, pe.dma, pe.gemm, pe.math
+        enqueue, hold = sched.enqueue, sched.hold
+        c_load, c_store, c_dot, c_math, c_comp, c_wait, c_send, c_recv = self.costs
+        peek = self.env.peek
+        sync_all = self.sync_all
+        path = self._path
+        shapes, kinds = self.program.gemm_shapes, self._math
+        log = self.oplog
+        if log is not None:
+            tcm_base = self.system.amap.pe_tcm_addr(*pe.coord, 0)
+            k_load, k_store, k_dot, k_wait, k_cycles = (
+                log.code(k) for k in ("load", "store", "dot", "wait", "cycles"))
+        last_end = 0
+        for i in range(n):
+            op = ops[i]
+            if op == LOAD:
+                t, dispatched = enqueue(cpu, c_load)
+                addr = col_src[i]
+                route, private = path(pid, addr, True)
+                if (sync_all or not private) and t >= peek():
+                    proc.at = i
+                    proc.wake_at(t)
+                    yield
+                start, done = dma.transfer(dispatched, col_size[i], route)
+                hold(start)
+                end[i] = done
+                if log is not None:
+                    log.append(pid, DMA, k_load, t, start, done, col_size[i], 0, addr,
+                               _tcm(tcm_base, col_dst[i]))
+            elif op == MATH:
+                t, ready = enqueue(cpu, c_math)
+                a, b = col_a[i], col_b[i]
+                if a >= 0 and end[a] > ready:
+                    ready = end[a]
+                if b >= 0 and end[b] > ready:
+                    ready = end[b]
+                kind, name = kinds[col_arg[i]]
+                start, done = vec.run(ready, kind, col_size[i])
+                hold(start)
+                end[i] = done
+                if log is not None:
+                    log.append(pid, VEC, name, t, start, done, 0, col_size[i], None,
+                               _tcm(tcm_base, col_dst[i]))
+            elif op == DOT:
+                t, ready = enqueue(cpu, c_dot)
+                a, b = end[col_a[i]], end[col_b[i]]
+                ready = max(ready, a, b)
+                m, k, nn = shapes[col_arg[i]]
+                start, done = gemm.run(ready, m, k, nn)
+                hold(start)
+                end[i] = done
+                if log is not None:
+                    log.append(pid, GEMM, k_dot, t, start, done, 0, 2 * m * k * nn,
+                               _tcm(tcm_base, col_src[i]), _tcm(tcm_base, col_dst[i]))
+            elif op == STORE:
+                t, ready = enqueue(cpu, c_store)
+                addr = col_dst[i]
+                route, private = path(pid, addr, False)
+                if (sync_all or not private) and t >= peek():
+                    proc.at = i
+                    proc.wake_at(t)
+                    yield
+                a = end[col_a[i]]
+                start, done = dma.transfer(a if a > ready else ready, col_size[i], route)
+                hold(start)
+                end[i] = done
+                if log is not None:
+                    log.append(pid, DMA, k_store, t, start, done, col_size[i], 0,
+                               _tcm(tcm_base, col_src[i]), addr)
+            elif op == COMPOSITE:
+                t, dispatched = enqueue(cpu, c_comp, self.plan_ps)
+                hold(dispatched)
+                if col_arg[i] == NONE:  # never planned: the kernel failed in it
+                    end[i] = dispatched
+                    continue
+                desc = self.program.composites[col_arg[i]]
+                tiling = plan_gemm(desc.m, desc.k, desc.n, desc.a_itemsize, desc.b_itemsize,
+                                   desc.out_itemsize, desc.a_tcm, desc.b_tcm, gemm.rows,
+                                   gemm.cols, desc.tcm_free(self.tcm_bytes),
+                                   self.hbm_bytes_per_cycle, self.setup_cycles)
+                if tiling is None:
+                    raise TimingError(f"tl.composite: no tile plan for a {desc.m}x{desc.k}x"
+                                      f"{desc.n} GEMM fits the {desc.tcm_free(self.tcm_bytes)} B "
+                                      "of free TCM", pid, i, cpu.time)
+                ready = dispatched
+                a, b = col_a[i], col_b[i]
+                if a >= 0 and end[a] > ready:
+                    ready = end[a]
+                if b >= 0 and end[b] > ready:
+                    ready = end[b]
+                private = all(path(pid, addr, inbound)[1]
+                              for addr, inbound in self._operand_ends(desc))
+                if (sync_all or not private) and t >= peek():
+                    proc.at = i
+                    proc.wake_at(t)
+                    yield
+                done = self._composite(pe, desc, tiling, ready)
+                end[i] = done
+                if log is not None:
+                    src = col_src[i] if not desc.a_tcm else (
+                        tcm_base + col_src[i] if col_src[i] >= 0 else 0)
+                    dst = col_dst[i] if desc.out_addr >= 0 else tcm_base + col_dst[i]
+                    log.append(pid, SCHED, log.code("composite"), t, dispatched, done,
+                               col_size[i], 2 * desc.m * desc.k * desc.n, src, dst)
+            elif op == WAIT:
+                t = cpu.issue(c_wait)
+                cpu.wait_until(end[col_a[i]])
+                done = cpu.time
+                if log is not None:
+                    log.append(pid, CPU, k_wait, t, t, done, 0, 0, None, None)
+            elif op == SEND:
+                t, dispatched = enqueue(cpu, c_send)
+                if t >= peek():
+                    proc.at = i
+                    proc.wake_at(t)
+                    yield
+                done = yield from self._send(proc, pe, i, t, max(dispatched, end[col_a[i]]))
+            elif op == RECV:
+                t = cpu.issue(c_recv)
+                if t >= peek():
+                    proc.at = i
+                    proc.wake_at(t)
+                    yield
+                done = yield from self._recv(proc, pe, i, t)
+                end[i] = done
+            elif op == CYCLES:
+                start = cpu.time
+                cpu.issue(cycles_to_ps(col_arg[i], self.clock_hz))
+                done = cpu.time
+                if log is not None:
+                    log.append(pid, CPU, k_cycles, start, start, done, 0, 0, None, None)
+            elif op == READ:
+                cpu.wait_until(end[col_a[i]])
+                continue
+            else:
+                raise TimingError(f"unknown command kind {op}", pid, i, cpu.time)
+            if done > last_end:
+                last_end = done
+        proc.last_end = last_end
+
+    def _composite(self, pe: Pe, desc: Composite, tiling, ready: int) -> int:
+        """Run a composite's tile plan from `ready` on PE `pe`'s engines; returns its end."""
+        a = Operand(desc.m, desc.k, desc.a_itemsize, desc.a_tcm, desc.a_addr, desc.a_row_stride)
+        b_shape = (desc.n, desc.k) if desc.trans_b else (desc.k, desc.n)
+        b = Operand(*b_shape, desc.b_itemsize, desc.b_tcm, desc.b_addr, desc.b_row_stride)
+        out = desc.out_addr if desc.out_addr >= 0 else None
+        return run_gemm(ready, tiling, a, b, desc.n, desc.trans_b, out, desc.out_itemsize,
+                        desc.out_row_stride, self._tile_stream(pe))
+
+    def _tile_stream(self, pe: Pe) -> TileStream:
+        pid, dma, gemm, path, log = pe.pid, pe.dma, pe.gemm, self._path, self.oplog
+        if log is not None:
+            k_gemm, k_load, k_store = (log.code(k) for k in ("gemm_tile", "load_tile",
+                                                              "store_tile"))
+
+        def gemm_run(ready: int, m: int, k: int, n: int) -> tuple[int, int]:
+            start, end = gemm.run(ready, m, k, n)
+            if log is not None:
+                log.append(pid, GEMM, k_gemm, ready, start, end, 0, 2 * m * k * n, None, None)
+            return start, end
+
+        def load(ready: int, op: Operand, r0: int, c0: int, nr: int, nc: int) -> tuple[int, int]:
+            addr = op.addr + (r0 * op.row_stride + c0) * op.itemsize
+            nbytes = nr * nc * op.itemsize
+            start, end = dma.transfer(ready, nbytes, path(pid, addr, True)[0])
+            if log is not None:
+                log.append(pid, DMA, k_load, ready, start, end, nbytes, 0, addr, None)
+            return start, end
+
+        def store(ready: int, addr: int, nbytes: int) -> tuple[int, int]:
+            start, end = dma.transfer(ready, nbytes, path(pid, addr, False)[0])
+            if log is not None:
+                log.append(pid, DMA, k_store, ready, start, end, nbytes, 0, None, addr)
+            return start, end
+
+        return TileStream(gemm_run, load, store)
+
+    # ------------------------------------------------------------------ IPCQ
+
+    def _send(self, proc: _Proc, pe: Pe, i: int, t: int, ready: int) -> Iterator[None]:
+        """The chunks of send `i` (issued at `t`), each on a credit of the receiver's ring
+        (waits for one); returns when the last chunk arrives."""
+        stream = self.program.streams[pe.pid]
+        dst, nbytes = stream.arg[i], stream.size[i]
+        direction, ring, route = self._pair(pe.pid, dst)
+        cpu, env, log = pe.cpu, self.env, self.oplog
+        count = ring.chunks_for(nbytes)
+        first = last = None
+        for index in range(count):
+            credit = ring.take_credit()
+            while credit is None:
+                ring.sender_waiting.append(proc)
+                proc.at = i
+                proc.waiting = (f"send to PE ({self.system.coords[dst]}): its {direction} "
+                                "ring is full")
+                yield
+                proc.waiting = ""
+                cpu.wait_until(env.now)
+                credit = ring.take_credit()
+            free_at, slot = credit
+            size = min(ring.slot_bytes, nbytes - index * ring.slot_bytes)
+            start, end = pe.dma.transfer(max(ready, free_at), size, route)
+            first = start if first is None else first
+            ring.chunks.append(Chunk(pe.pid, index, count, nbytes, slot, end))
+            last = end if last is None or end > last else last
+            if log is not None:
+                amap = self.system.amap
+                log.append(pe.pid, DMA, log.code("send"), t, start, end, size, 0,
+                           _tcm(amap.pe_tcm_addr(*pe.coord, 0), stream.src[i]),
+                           amap.pe_ipcq_slot_addr(*self.system.coords[dst], direction, slot))
+            waiting = ring.receiver_waiting
+            if waiting is not None:
+                ring.receiver_waiting = None
+                waiting.wake_at(env.now)
+        pe.scheduler.hold(first)
+        return last
+
+    def _recv(self, proc: _Proc, pe: Pe, i: int, t: int) -> Iterator[None]:
+        """Take receive `i`'s chunks from the ring (waits for them); returns when it is done."""
+        stream = self.program.streams[pe.pid]
+        src, nbytes = stream.arg[i], stream.size[i]
+        direction, ring, _ = self._pair(src, pe.pid)
+        cpu, env = pe.cpu, self.env
+        done = t
+        for _ in range(ring.chunks_for(nbytes)):
+            credits = len(ring.credits)
+            chunk = ring.take(src, cpu.time)
+            while chunk is None:
+                self._wake_senders(ring, credits)
+                ring.receiver_waiting = proc
+                proc.at = i
+                proc.waiting = (f"recv from PE ({self.system.coords[src]}) on its {direction} "
+                                "ring")
+                yield
+                proc.waiting = ""
+                cpu.wait_until(env.now)
+                credits = len(ring.credits)
+                chunk = ring.take(src, cpu.time)
+            self._wake_senders(ring, credits)
+            done = max(done, cpu.time, chunk.arrival)
+        cpu.wait_until(done)
+        log = self.oplog
+        if log is not None:
+            amap = self.system.amap
+            log.append(pe.pid, CPU, log.code("recv"), t, t, done, nbytes, 0,
+                       amap.pe_ipcq_slot_addr(*pe.coord, direction, 0),
+                       _tcm(amap.pe_tcm_addr(*pe.coord, 0), stream.dst[i]))
+        return done
+
+    @staticmethod
+    def _wake_senders(ring: Ring, credits_before: int) -> None:
+        """Wake the senders waiting on `ring` if taking chunks gave credits back."""
+        if len(ring.credits) > credits_before and ring.sender_waiting:
+            at = min(free for free, _ in ring.credits)
+            for proc in ring.sender_waiting:
+                proc.wake_at(at)
+            ring.sender_waiting.clear()
+
+
+def _tcm(base: int, offset: int) -> int | None:
+    """The address of TCM offset `offset` (None for NONE: a view has no TCM of its own)."""
+    return None if offset < 0 else base + offset
+

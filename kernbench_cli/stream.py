@@ -1,0 +1,147 @@
+"""The command stream: what a PE's kernel asked for, in program order.
+
+The functional pass (`lang`) emits one `Stream` per PE while it runs the
+kernel with values; the timing pass (`hw.timing`) times the streams; a trace
+file (`kernbench run --record`) is the streams written to disk. The stream is
+the one thing `lang` and `hw` share, so it lives below both.
+
+A stream is a set of columns (compact `array`s, about 45 bytes per command),
+not an object per command. Column `a` and `b` name the commands whose results
+a command consumes (its producers: the timing pass starts it no earlier than
+they end); `line` is the kernel line that issued it. The other columns mean,
+per kind (`-` is ``NONE``):
+
+========== ============ ========= ============ ================ ============ ==============
+kind        a, b         size      arg          src              dst          timing
+========== ============ ========= ============ ================ ============ ==============
+LOAD        -            bytes     -            memory address   TCM offset   DMA
+STORE       tensor       bytes     -            TCM offset       address      DMA
+DOT         a, b         flops     gemm shape   TCM offset of a  TCM offset   GEMM
+MATH        x, y         elements  math kind    -                TCM offset   MATH
+COMPOSITE   a, b         bytes     composite    a's address      out          SCHED, DMA, GEMM
+WAIT        composite    -         -            -                -            CPU
+SEND        tensor       bytes     peer pid     TCM offset       -            DMA, IPCQ
+RECV        -            bytes     peer pid     -                TCM offset   CPU, IPCQ
+CYCLES      -            -         cycles       -                -            CPU
+READ        tensor       -         -            -                -            CPU (waits)
+========== ============ ========= ============ ================ ============ ==============
+
+TCM addresses are offsets in the PE's TCM (the timing pass adds the base of
+the topology it times on). `gemm shape`, `math kind` and `composite` index
+the run's tables in `Program`. A COMPOSITE's operands are TCM tensors (a
+producer, `src` a TCM offset) or memory (`tl.ref`: no producer, `src` an
+address); its `dst` is the output address, or the TCM offset of a result
+kept in TCM. READ is not a command (it costs no issue): the CPU waits there
+for a value the kernel reads.
+
+Streams hold no times and no values: kernels cannot observe time, so a
+stream holds for any cost table (ADR-0064 requirement 5).
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+LOAD, STORE, DOT, MATH, COMPOSITE, WAIT, SEND, RECV, CYCLES, READ = range(10)
+KINDS = ("load", "store", "dot", "math", "composite", "wait", "send", "recv", "cycles", "read")
+NONE = -1
+
+#: (column, array typecode): the layout of a stream and of a trace file.
+COLUMNS = (("op", "B"), ("a", "i"), ("b", "i"), ("size", "q"), ("arg", "q"), ("src", "q"),
+           ("dst", "q"), ("line", "i"))
+
+
+class Stream:
+    """One PE's commands, in program order, as columns (see the module docstring)."""
+
+    __slots__ = tuple(name for name, _ in COLUMNS)
+
+    def __init__(self) -> None:
+        for name, code in COLUMNS:
+            setattr(self, name, array(code))
+
+    def __len__(self) -> int:
+        return len(self.op)
+
+    def columns(self) -> list[array]:
+        return [getattr(self, name) for name, _ in COLUMNS]
+
+    def commands(self) -> int:
+        """Commands (everything but READ)."""
+        return len(self.op) - self.op.count(READ)
+
+
+class Composite(NamedTuple):
+    """What the timing pass needs to tile one `tl.composite` GEMM.
+
+    `a_addr`/`b_addr` and their row strides locate operands in memory (unused
+    for an operand already in TCM: `a_tcm`/`b_tcm`). `out_addr` is NONE when the
+    result stays in TCM. The scheduler plans tiles into the TCM free at issue:
+    the largest free block below the highest allocation (`tcm_hole`), or what
+    lies above it (`tcm_top` is that allocation's end), so the plan also holds
+    on a topology with another TCM size.
+    """
+
+    m: int
+    k: int
+    n: int
+    a_itemsize: int
+    b_itemsize: int
+    out_itemsize: int
+    a_tcm: bool
+    b_tcm: bool
+    a_addr: int
+    a_row_stride: int
+    b_addr: int
+    b_row_stride: int
+    trans_b: bool
+    out_addr: int
+    out_row_stride: int
+    tcm_hole: int
+    tcm_top: int
+
+    def tcm_free(self, tcm_bytes: int) -> int:
+        """The largest free TCM block on a PE whose TCM holds `tcm_bytes`."""
+        return max(self.tcm_hole, tcm_bytes - self.tcm_top)
+
+
+@dataclass
+class Program:
+    """Every PE's stream and the tables they index: a run as the timing pass needs it.
+
+    `tcm_peak[pid]` is the end of the highest TCM block the PE ever used (a
+    topology with less TCM cannot time it).
+    """
+
+    streams: list[Stream]
+    gemm_shapes: list[tuple[int, int, int]] = field(default_factory=list)
+    math_kinds: list[tuple[str, str]] = field(default_factory=list)  # (op class, name)
+    composites: list[Composite] = field(default_factory=list)
+    tcm_peak: list[int] = field(default_factory=list)
+
+    @classmethod
+    def empty(cls, pes: int) -> Program:
+        return cls([Stream() for _ in range(pes)], tcm_peak=[0] * pes)
+
+    @property
+    def commands(self) -> int:
+        return sum(s.commands() for s in self.streams)
+
+
+class Interner:
+    """Indexes of the distinct entries of a table, appended as first seen."""
+
+    __slots__ = ("index", "table")
+
+    def __init__(self, table: list) -> None:
+        self.table = table
+        self.index = {entry: i for i, entry in enumerate(table)}
+
+    def __call__(self, entry) -> int:
+        i = self.index.get(entry)
+        if i is None:
+            i = self.index[entry] = len(self.table)
+            self.table.append(entry)
+        return i
