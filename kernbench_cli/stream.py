@@ -48,6 +48,14 @@ LOAD, STORE, DOT, MATH, COMPOSITE, WAIT, SEND, RECV, CYCLES, READ = range(10)
 KINDS = ("load", "store", "dot", "math", "composite", "wait", "send", "recv", "cycles", "read")
 NONE = -1
 
+#: PE_MATH commands: (op class of `[pe.math.op_cycles]`, name in the op log); a MATH
+#: command's `arg` indexes this table (a program carries it, so traces say what they mean).
+MATH_KINDS: tuple[tuple[str, str], ...] = (
+    ("add", "fill"), ("add", "add"), ("add", "subtract"), ("add", "negative"),
+    ("mul", "multiply"), ("div", "divide"), ("cmp", "maximum"), ("cmp", "minimum"),
+    ("exp", "exp"), ("log", "log"), ("sqrt", "sqrt"), ("reduce", "max"), ("reduce", "sum"),
+    ("cast", "cast"))
+
 #: (column, array typecode): the layout of a stream and of a trace file.
 COLUMNS = (("op", "B"), ("a", "i"), ("b", "i"), ("size", "q"), ("arg", "q"), ("src", "q"),
            ("dst", "q"), ("line", "i"))
@@ -117,7 +125,7 @@ class Program:
 
     streams: list[Stream]
     gemm_shapes: list[tuple[int, int, int]] = field(default_factory=list)
-    math_kinds: list[tuple[str, str]] = field(default_factory=list)  # (op class, name)
+    math_kinds: list[tuple[str, str]] = field(default_factory=lambda: list(MATH_KINDS))
     composites: list[Composite] = field(default_factory=list)
     tcm_peak: list[int] = field(default_factory=list)
 

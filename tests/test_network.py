@@ -20,7 +20,7 @@ def test_calendar_fills_gaps_and_merges_touching_intervals():
     assert cal.fit(5, 10) == 10  # the gap [10, 30) takes it
     assert cal.fit(5, 25) == 40  # too long for the gap
     cal.reserve(10, 20)
-    assert (cal.starts, cal.ends) == ([0], [40])
+    assert (list(cal.starts), list(cal.ends)) == ([0], [40])
     assert cal.busy_ps == 40 and cal.ops == 3
 
 

@@ -10,6 +10,7 @@ checks. `SystemAllocator` makes each PE's pools on first use.
 from __future__ import annotations
 
 import bisect
+import itertools
 from dataclasses import dataclass
 
 from kernbench_cli.address.physaddr import AddressMap, PeCoord
@@ -88,22 +89,25 @@ class FreeListPool:
     Kernel tensors come and go; a block is freed when its tensor is dropped.
     Freed blocks wait in a cache by size, since a kernel's loop allocates the
     same tile sizes again and again; they return to the free list (and
-    coalesce) only when a request finds no room otherwise.
+    coalesce) only when a request finds no room otherwise, or when the free
+    space is asked for. The free list is two lists, block starts and sizes by
+    address, so that first fit scans the sizes in C.
     """
 
     def __init__(self, name: str, base: int, size: int):
         self.name = name
         self.base = base
         self.size = size
-        self._free: list[list[int]] = [[base, size]]  # [start, size], by address
-        self._sizes: dict[int, int] = {}
+        self._starts: list[int] = [base]  # free blocks, by address
+        self._lengths: list[int] = [size]
+        self._sizes: dict[int, int] = {}  # allocated block -> its size
         self._cached: dict[int, list[int]] = {}  # size -> freed blocks of that size
         self.used = 0
         self.peak = 0  # the end of the highest block ever allocated, from `base`
 
     def largest_free(self) -> int:
         self._flush()
-        return max((size for _, size in self._free), default=0)
+        return max(self._lengths, default=0)
 
     def free_extent(self) -> tuple[int, int]:
         """(largest free block below the highest allocation, that allocation's end), both
@@ -112,7 +116,7 @@ class FreeListPool:
         self._flush()
         end = self.base + self.size
         hole, top = 0, self.size
-        for start, size in self._free:
+        for start, size in zip(self._starts, self._lengths, strict=True):
             if start + size == end:
                 top = start - self.base
             elif size > hole:
@@ -143,36 +147,44 @@ class FreeListPool:
         return addr
 
     def _first_fit(self, nbytes: int, align: int) -> int | None:
-        for i, (start, size) in enumerate(self._free):
+        starts, lengths = self._starts, self._lengths
+        # blocks at least `nbytes` long, found in C; the first whose aligned start fits wins
+        for i in itertools.compress(itertools.count(), map(nbytes.__le__, lengths)):
+            start, size = starts[i], lengths[i]
             addr = -(-start // align) * align
             if addr + nbytes <= start + size:
                 head, tail = addr - start, start + size - (addr + nbytes)
-                pieces = ([[start, head]] if head else []) + (
-                    [[addr + nbytes, tail]] if tail else [])
-                self._free[i:i + 1] = pieces
+                new_starts = ([start] if head else []) + ([addr + nbytes] if tail else [])
+                starts[i:i + 1] = new_starts
+                lengths[i:i + 1] = ([head] if head else []) + ([tail] if tail else [])
                 return addr
         return None
 
     def free(self, addr: int) -> None:
         nbytes = self._sizes.pop(addr)
         self.used -= nbytes
-        self._cached.setdefault(nbytes, []).append(addr)
+        cached = self._cached.get(nbytes)
+        if cached is None:
+            self._cached[nbytes] = [addr]
+        else:
+            cached.append(addr)
 
     def _flush(self) -> None:
-        """Return every cached block to the free list, by address."""
-        blocks = sorted((addr, size) for size, addrs in self._cached.items() for addr in addrs)
+        """Return every cached block to the free list, by address, joining touching blocks."""
+        if not self._cached:
+            return
+        blocks = [*zip(self._starts, self._lengths, strict=True),
+                  *((addr, size) for size, addrs in self._cached.items() for addr in addrs)]
         self._cached.clear()
-        for addr, size in blocks:
-            self._release(addr, size)
-
-    def _release(self, addr: int, nbytes: int) -> None:
-        i = bisect.bisect_left(self._free, [addr, 0])
-        self._free.insert(i, [addr, nbytes])
-        # coalesce with the neighbours
-        if i + 1 < len(self._free) and addr + nbytes == self._free[i + 1][0]:
-            self._free[i][1] += self._free.pop(i + 1)[1]
-        if i > 0 and self._free[i - 1][0] + self._free[i - 1][1] == addr:
-            self._free[i - 1][1] += self._free.pop(i)[1]
+        blocks.sort()
+        starts, lengths = [blocks[0][0]], [blocks[0][1]]
+        for start, size in blocks[1:]:
+            if starts[-1] + lengths[-1] == start:
+                lengths[-1] += size
+            else:
+                starts.append(start)
+                lengths.append(size)
+        self._starts, self._lengths = starts, lengths
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kernbench_cli.hw.gemm import os_gemm_cycles
 
 ACC_BYTES = 4  # f32 accumulators
 
 
-@dataclass(frozen=True)
-class Operand:
+class Operand(NamedTuple):
     """A GEMM operand: in TCM already (`resident`) or `rows` x `cols` at `addr`."""
 
     rows: int

@@ -1,4 +1,4 @@
-"""PE_CPU: runs the kernel and issues its commands."""
+"""PE_CPU: issues the kernel's commands (as the timing pass replays them)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 class PeCpu:
     """The PE's control processor, as a local clock.
 
-    `time` runs ahead of global simulated time while the kernel issues
-    commands; it pays each command's issue cost (ADR-0064 D1) as busy time,
-    and waits (stalls) for a full scheduler queue, a value it reads, a
-    `wait`, or an IPCQ ring.
+    `time` runs ahead of global simulated time while the PE issues commands
+    (results are futures); it pays each command's issue cost (ADR-0064 D1)
+    as busy time, and waits (stalls) for a full scheduler queue, a value the
+    kernel reads, a `wait`, or an IPCQ ring.
     """
 
     __slots__ = ("busy_ps", "ops", "stall_ps", "time")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 DIRECTIONS = ("E", "W", "N", "S")
 OPPOSITE = {"E": "W", "W": "E", "N": "S", "S": "N"}
@@ -29,8 +29,7 @@ def chunks_for(nbytes: int, slot_bytes: int) -> int:
     return max(1, -(-nbytes // slot_bytes))
 
 
-@dataclass
-class Chunk:
+class Chunk(NamedTuple):
     sender: int  # global pid
     index: int  # chunk number in the message
     count: int  # chunks in the message

@@ -2,12 +2,13 @@
 
 Arbitration model. A transfer reserves, on every resource of its path, the
 earliest interval at or after its request time that is free on all of them
-(earliest fit, gaps included). Reservations are made in simulated-time
-order of the requests' *issue* (the kernel runtime synchronises a PE with
-global time before it books; ties go to the lower PE index), so a result
-never depends on the order in which PEs' Python code runs. Two transfers
-over one link therefore take twice as long as one; transfers on disjoint
-links do not interact.
+(earliest fit, gaps included). Reservations on a resource more than one PE
+uses are made in simulated-time order of the requests' *issue* (the timing
+pass synchronises a PE with global time before it books one; ties go to the
+lower PE index); a resource only one PE uses is booked in that PE's program
+order. So a result never depends on the order in which Python runs the PEs.
+Two transfers over one link therefore take twice as long as one; transfers
+on disjoint links do not interact.
 
 Each resource is held for ``bytes / its own bandwidth`` from the common
 start (a fluid approximation of cut-through streaming): a link faster than
@@ -25,6 +26,7 @@ reach them.
 from __future__ import annotations
 
 import bisect
+from array import array
 from dataclasses import dataclass
 
 from kernbench_cli.address.physaddr import PeCoord
@@ -55,8 +57,8 @@ class Calendar:
         self.name = name
         self.bandwidth = bandwidth
         self.latency_ps = latency_ps
-        self.starts: list[int] = []
-        self.ends: list[int] = []
+        self.starts = array("q")  # machine integers: 16 B an interval, not ~80 in lists
+        self.ends = array("q")
         self.busy_ps = 0
         self.bytes = 0
         self.ops = 0

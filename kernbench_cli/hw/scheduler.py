@@ -18,14 +18,14 @@ class Scheduler:
     time (the cost table's `scheduler.plan`, ADR-0064 D3).
     """
 
-    __slots__ = ("_held", "busy_ps", "depth", "free_at", "ops")
+    __slots__ = ("busy_ps", "depth", "free_at", "held", "ops")
 
     def __init__(self, config: SchedulerConfig):
         self.depth = config.queue_depth
         self.free_at = 0
         self.busy_ps = 0
         self.ops = 0
-        self._held: list[int] = []  # min-heap: when each held slot frees
+        self.held: list[int] = []  # min-heap: when each held slot frees (see `hold`)
 
     def enqueue(self, cpu: PeCpu, cost_ps: int, plan_ps: int = 0) -> tuple[int, int]:
         """PE_CPU issues a command (`cost_ps` of its time) into the queue, stalling while
@@ -35,7 +35,7 @@ class Scheduler:
         t = cpu.time + cost_ps
         cpu.busy_ps += cost_ps
         cpu.ops += 1
-        held = self._held
+        held = self.held
         while held and held[0] <= t:
             heapq.heappop(held)
         if len(held) >= self.depth:  # full: wait for the first slot to free
@@ -51,4 +51,4 @@ class Scheduler:
 
     def hold(self, until: int) -> None:
         """The slot of the command just dispatched frees at `until`."""
-        heapq.heappush(self._held, until)
+        heapq.heappush(self.held, until)

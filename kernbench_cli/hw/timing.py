@@ -35,6 +35,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
+from heapq import heappush
 
 import simpy
 
@@ -142,8 +143,8 @@ class Stuck:
 class _Proc:
     """One PE's walk over its stream, as SimPy event callbacks resume it."""
 
-    __slots__ = ("at", "done", "end", "env", "events", "gen", "last_end", "pid", "resume_cb",
-                 "waiting")
+    __slots__ = ("at", "done", "end", "env", "error", "events", "gen", "last_end", "pid",
+                 "resume_cb", "waiting")
 
     def __init__(self, env: simpy.Environment, pid: int):
         self.env = env
@@ -155,6 +156,7 @@ class _Proc:
         self.end = array("q")  # per command: when its result is ready
         self.last_end = 0  # the latest end of anything it did
         self.events = 0
+        self.error: TimingError | None = None  # what stopped it
         self.resume_cb = self._resume
 
     def _resume(self, _event: simpy.Event) -> None:
@@ -163,6 +165,8 @@ class _Proc:
             next(self.gen)
         except StopIteration:
             self.done = True
+        except TimingError as exc:  # this PE stops; the others go on (see Timing.run)
+            self.error, self.done = exc, True
 
     def wake_at(self, t: int) -> None:
         """Resume at simulated time `t` (now if past), in PE-index order among equals."""
@@ -203,6 +207,8 @@ class Timing:
         self._paths: dict[tuple[int, bool, int], tuple[Path, bool]] = {}
         self._pairs: dict[tuple[int, int], tuple[str, Ring, Path]] = {}
         self._math = [(kind, name) for kind, name in program.math_kinds]
+        self._math_ps: dict[tuple[int, int], int] = {}  # (math kind, elements) -> duration
+        self._tiles: dict[int, TileStream] = {}  # per PE: how its composites move tiles
 
     # ------------------------------------------------------------------ the run
 
@@ -216,6 +222,9 @@ class Timing:
             proc.gen = self._walk(proc, pe)
             proc.wake_at(0)
         self.env.run()
+        errors = [proc.error for proc in self.procs if proc.error is not None]
+        if errors:  # the earliest in simulated time, as if the run had stopped there
+            raise min(errors, key=lambda exc: (exc.time_ps, exc.pid))
         for proc, pe in zip(self.procs, self.system.pes, strict=True):
             if not proc.done:
                 self.stuck.append(Stuck(proc.pid, proc.at, proc.waiting, pe.cpu.time))
@@ -313,12 +322,16 @@ class Timing:
         n = len(ops)
         end = proc.end = array("q", bytes(8 * n))
         cpu, sched, dma, gemm, vec = pe.cpu, pe.scheduler, pe.dma, pe.gemm, pe.math
-        enqueue, hold = sched.enqueue, sched.hold
+        enqueue, held = sched.enqueue, sched.held  # `hold(t)` is heappush(held, t), inlined
         c_load, c_store, c_dot, c_math, c_comp, c_wait, c_send, c_recv = self.costs
         peek = self.env.peek
         sync_all = self.sync_all
         path = self._path
-        shapes, kinds = self.program.gemm_shapes, self._math
+        shift = self._region_shift
+        inbound: dict[int, tuple[Path, bool]] = {}  # this PE's routes, by address region
+        outbound: dict[int, tuple[Path, bool]] = {}
+        shapes, kinds, math_ps = self.program.gemm_shapes, self._math, self._math_ps
+        gemm_ps: dict[int, int] = {}  # gemm shape -> duration on this PE's array
         log = self.oplog
         if log is not None:
             tcm_base = self.system.amap.pe_tcm_addr(*pe.coord, 0)
@@ -330,13 +343,16 @@ class Timing:
             if op == LOAD:
                 t, dispatched = enqueue(cpu, c_load)
                 addr = col_src[i]
-                route, private = path(pid, addr, True)
+                hit = inbound.get(addr >> shift) if shift < 64 else None
+                if hit is None:
+                    hit = inbound[addr >> shift] = path(pid, addr, True)
+                route, private = hit
                 if (sync_all or not private) and t >= peek():
                     proc.at = i
                     proc.wake_at(t)
                     yield
                 start, done = dma.transfer(dispatched, col_size[i], route)
-                hold(start)
+                heappush(held, start)
                 end[i] = done
                 if log is not None:
                     log.append(pid, DMA, k_load, t, start, done, col_size[i], 0, addr,
@@ -348,42 +364,52 @@ class Timing:
                     ready = end[a]
                 if b >= 0 and end[b] > ready:
                     ready = end[b]
-                kind, name = kinds[col_arg[i]]
-                start, done = vec.run(ready, kind, col_size[i])
-                hold(start)
+                key = (col_arg[i], col_size[i])
+                duration = math_ps.get(key)
+                if duration is None:
+                    duration = math_ps[key] = vec.duration_ps(kinds[key[0]][0], key[1])
+                start, done = vec.occupy(ready, duration)
+                heappush(held, start)
                 end[i] = done
                 if log is not None:
-                    log.append(pid, VEC, name, t, start, done, 0, col_size[i], None,
+                    log.append(pid, VEC, kinds[key[0]][1], t, start, done, 0, col_size[i], None,
                                _tcm(tcm_base, col_dst[i]))
             elif op == DOT:
                 t, ready = enqueue(cpu, c_dot)
                 a, b = end[col_a[i]], end[col_b[i]]
                 ready = max(ready, a, b)
-                m, k, nn = shapes[col_arg[i]]
-                start, done = gemm.run(ready, m, k, nn)
-                hold(start)
+                shape = col_arg[i]
+                duration = gemm_ps.get(shape)
+                if duration is None:
+                    duration = gemm_ps[shape] = gemm.duration_ps(*shapes[shape])
+                start, done = gemm.occupy(ready, duration)
+                gemm.flops += col_size[i]  # a DOT's size is its flops, 2·m·k·n
+                heappush(held, start)
                 end[i] = done
                 if log is not None:
-                    log.append(pid, GEMM, k_dot, t, start, done, 0, 2 * m * k * nn,
+                    log.append(pid, GEMM, k_dot, t, start, done, 0, col_size[i],
                                _tcm(tcm_base, col_src[i]), _tcm(tcm_base, col_dst[i]))
             elif op == STORE:
                 t, ready = enqueue(cpu, c_store)
                 addr = col_dst[i]
-                route, private = path(pid, addr, False)
+                hit = outbound.get(addr >> shift) if shift < 64 else None
+                if hit is None:
+                    hit = outbound[addr >> shift] = path(pid, addr, False)
+                route, private = hit
                 if (sync_all or not private) and t >= peek():
                     proc.at = i
                     proc.wake_at(t)
                     yield
                 a = end[col_a[i]]
                 start, done = dma.transfer(a if a > ready else ready, col_size[i], route)
-                hold(start)
+                heappush(held, start)
                 end[i] = done
                 if log is not None:
                     log.append(pid, DMA, k_store, t, start, done, col_size[i], 0,
                                _tcm(tcm_base, col_src[i]), addr)
             elif op == COMPOSITE:
                 t, dispatched = enqueue(cpu, c_comp, self.plan_ps)
-                hold(dispatched)
+                heappush(held, dispatched)
                 if col_arg[i] == NONE:  # never planned: the kernel failed in it
                     end[i] = dispatched
                     continue
@@ -402,8 +428,8 @@ class Timing:
                     ready = end[a]
                 if b >= 0 and end[b] > ready:
                     ready = end[b]
-                private = all(path(pid, addr, inbound)[1]
-                              for addr, inbound in self._operand_ends(desc))
+                private = all(path(pid, addr, into)[1]
+                              for addr, into in self._operand_ends(desc))
                 if (sync_all or not private) and t >= peek():
                     proc.at = i
                     proc.wake_at(t)
@@ -458,8 +484,11 @@ class Timing:
         b_shape = (desc.n, desc.k) if desc.trans_b else (desc.k, desc.n)
         b = Operand(*b_shape, desc.b_itemsize, desc.b_tcm, desc.b_addr, desc.b_row_stride)
         out = desc.out_addr if desc.out_addr >= 0 else None
+        tiles = self._tiles.get(pe.pid)
+        if tiles is None:
+            tiles = self._tiles[pe.pid] = self._tile_stream(pe)
         return run_gemm(ready, tiling, a, b, desc.n, desc.trans_b, out, desc.out_itemsize,
-                        desc.out_row_stride, self._tile_stream(pe))
+                        desc.out_row_stride, tiles)
 
     def _tile_stream(self, pe: Pe) -> TileStream:
         pid, dma, gemm, path, log = pe.pid, pe.dma, pe.gemm, self._path, self.oplog
@@ -565,7 +594,7 @@ class Timing:
     def _wake_senders(ring: Ring, credits_before: int) -> None:
         """Wake the senders waiting on `ring` if taking chunks gave credits back."""
         if len(ring.credits) > credits_before and ring.sender_waiting:
-            at = min(free for free, _ in ring.credits)
+            at = ring.credits[0][0]  # a heap: the earliest credit is its head
             for proc in ring.sender_waiting:
                 proc.wake_at(at)
             ring.sender_waiting.clear()

@@ -92,31 +92,31 @@ class Tensor:
 
     # -- arithmetic issues PE_MATH commands -------------------------------------
     def __add__(self, other: Any) -> Tensor:
-        return self._tl._binary("add", np.add, self, other)
+        return self._tl._binary(np.add, self, other)
 
     def __radd__(self, other: Any) -> Tensor:
-        return self._tl._binary("add", np.add, other, self)
+        return self._tl._binary(np.add, other, self)
 
     def __sub__(self, other: Any) -> Tensor:
-        return self._tl._binary("add", np.subtract, self, other)
+        return self._tl._binary(np.subtract, self, other)
 
     def __rsub__(self, other: Any) -> Tensor:
-        return self._tl._binary("add", np.subtract, other, self)
+        return self._tl._binary(np.subtract, other, self)
 
     def __mul__(self, other: Any) -> Tensor:
-        return self._tl._binary("mul", np.multiply, self, other)
+        return self._tl._binary(np.multiply, self, other)
 
     def __rmul__(self, other: Any) -> Tensor:
-        return self._tl._binary("mul", np.multiply, other, self)
+        return self._tl._binary(np.multiply, other, self)
 
     def __truediv__(self, other: Any) -> Tensor:
-        return self._tl._binary("div", np.divide, self, other)
+        return self._tl._binary(np.divide, self, other)
 
     def __rtruediv__(self, other: Any) -> Tensor:
-        return self._tl._binary("div", np.divide, other, self)
+        return self._tl._binary(np.divide, other, self)
 
     def __neg__(self) -> Tensor:
-        return self._tl._unary("add", np.negative, self)
+        return self._tl._unary(np.negative, self)
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,10 @@ Semantics kept simple on purpose, and documented in the README:
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
+from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -35,11 +37,13 @@ from kernbench_cli.lang.dtypes import DTYPES, dtype, promote
 from kernbench_cli.lang.memory import Memory
 from kernbench_cli.lang.tensor import Handle, Ref, Tensor
 from kernbench_cli.stream import (
+    COLUMNS,
     COMPOSITE,
     CYCLES,
     DOT,
     LOAD,
     MATH,
+    MATH_KINDS,
     NONE,
     READ,
     RECV,
@@ -49,12 +53,19 @@ from kernbench_cli.stream import (
     Composite,
     Interner,
     Program,
+    Stream,
 )
 
 if TYPE_CHECKING:
     from kernbench_cli.hw.system import System
 
 F32 = DTYPES["f32"]
+#: The PE_MATH kind (`MATH_KINDS` index) of each numpy function `tl` computes with.
+_KIND_OF = {fn: [name for _, name in MATH_KINDS].index(fn.__name__) for fn in (
+    np.add, np.subtract, np.negative, np.multiply, np.divide, np.maximum, np.minimum, np.exp,
+    np.log, np.sqrt, np.max, np.sum)}
+_FILL, _CAST = (MATH_KINDS.index(kind) for kind in (("add", "fill"), ("cast", "cast")))
+_MATH_CALLS = tuple(f"tl.{name}" for _, name in MATH_KINDS)  # how TCM errors name them
 F64 = np.dtype(np.float64)
 _OPERANDS = (Tensor, Ref)
 _SCALARS_OR_TENSORS = (Tensor, int, float)
@@ -72,8 +83,10 @@ class Launch:
         self.max_commands = max_commands
         self.commands = 0
         self.program = Program.empty(len(system.pes))
+        #: per PE, the commands as rows of the stream's columns (one `extend` each), made
+        #: into the program's columns when the pass ends
+        self.rows = [array("q") for _ in system.pes]
         self.gemm_shape = Interner(self.program.gemm_shapes)
-        self.math_kind = Interner(self.program.math_kinds)
         self.hub = Hub()
         #: (sender, receiver) -> messages sent and not yet received: (bytes, dtype, value)
         self.mail: dict[tuple[int, int], deque[tuple[int, np.dtype, np.ndarray | None]]] = {}
@@ -91,7 +104,7 @@ class TL:
         self._thread = thread
         system = launch.system
         self._coord: PeCoord = system.coords[pid]
-        self._stream = launch.program.streams[pid]
+        self._rows = launch.rows[pid]
         self._memory = launch.memory
         self._values = not launch.timing_only
         self._kernel_file = launch.kernel_file
@@ -218,7 +231,7 @@ class TL:
             raise KernelError(f"tl.composite: no tile plan for a {m}x{k}x{n} GEMM fits the "
                               f"{free} B of free TCM")
         program = self._launch.program
-        self._stream.arg[i] = len(program.composites)
+        self._rows[8 * i + _ARG] = len(program.composites)
         program.composites.append(Composite(
             m, k, n, a.dtype.itemsize, b.dtype.itemsize, out_dt.itemsize, a_tcm, b_tcm,
             NONE if a_tcm else a.addr, 0 if a_tcm else a.row_stride,
@@ -238,19 +251,19 @@ class TL:
     # ------------------------------------------------------------ PE_MATH
 
     def exp(self, x: Tensor) -> Tensor:
-        return self._unary("exp", np.exp, x)
+        return self._unary(np.exp, x)
 
     def log(self, x: Tensor) -> Tensor:
-        return self._unary("log", np.log, x)
+        return self._unary(np.log, x)
 
     def sqrt(self, x: Tensor) -> Tensor:
-        return self._unary("sqrt", np.sqrt, x)
+        return self._unary(np.sqrt, x)
 
     def maximum(self, x: Tensor | float, y: Tensor | float) -> Tensor:
-        return self._binary("cmp", np.maximum, x, y)
+        return self._binary(np.maximum, x, y)
 
     def minimum(self, x: Tensor | float, y: Tensor | float) -> Tensor:
-        return self._binary("cmp", np.minimum, x, y)
+        return self._binary(np.minimum, x, y)
 
     def max(self, x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
         return self._reduce(np.max, x, axis, keepdims)
@@ -263,8 +276,8 @@ class TL:
 
     def full(self, shape: Sequence[int], value: float, dtype: str = "f32") -> Tensor:
         shape_t, dt = _shape(shape), _dtype(dtype)
-        return self._math("add", "fill", NONE, NONE, lambda: np.full(shape_t, value, F32),
-                          shape_t, dt)
+        return self._math(_FILL, NONE, NONE, shape_t, dt, math.prod(shape_t), np.full, shape_t,
+                          value, F32)
 
     # ------------------------------------------------------------ IPCQ
 
@@ -320,21 +333,17 @@ class TL:
     # ------------------------------------------------------------ internals
 
     def _emit(self, op: int, a: int, b: int, size: int, arg: int, src: int = NONE,
-              dst: int = NONE) -> int:
-        """Append a command to this PE's stream; its index. The kernel line is found here."""
-        s = self._stream
-        i = len(s.op)
-        s.op.append(op)
-        s.a.append(a)
-        s.b.append(b)
-        s.size.append(size)
-        s.arg.append(arg)
-        s.src.append(src)
-        s.dst.append(dst)
-        frame, kernel_file = sys._getframe(1), self._kernel_file
+              dst: int = NONE, depth: int = 2) -> int:
+        """Append a command to this PE's stream; its index. The kernel line is found here:
+        the innermost frame of the kernel's file (0 if none), looked for from `depth`
+        frames up, the fewest `tl` frames between the kernel and here on this path (frames
+        cost time to look at)."""
+        rows = self._rows
+        i = len(rows) >> 3
+        frame, kernel_file = sys._getframe(depth), self._kernel_file
         while frame is not None and frame.f_code.co_filename != kernel_file:
             frame = frame.f_back
-        s.line.append(0 if frame is None else frame.f_lineno)
+        rows.extend((op, a, b, size, arg, src, dst, 0 if frame is None else frame.f_lineno))
         if op != READ:
             launch = self._launch
             launch.commands += 1
@@ -351,7 +360,7 @@ class TL:
             tcm = self._tcm.alloc(nbytes, what)
         except AddressError as exc:
             raise KernelError(f"tensors overflow TCM: {exc}") from None
-        self._stream.dst[i] = tcm
+        self._rows[8 * i + _DST] = tcm
         return Tensor(self, shape, dt, value, i, tcm, nbytes=nbytes)
 
     def _operand_value(self, x: Tensor | Ref) -> np.ndarray:
@@ -393,23 +402,42 @@ class TL:
         if not self._values:
             raise KernelError("the kernel reads a tensor value, which --timing-only does not "
                               "compute")
-        self._emit(READ, self._own(x, "Tensor.numpy").cmd, NONE, 0, 0)
+        self._emit(READ, self._own(x, "Tensor.numpy").cmd, NONE, 0, 0, depth=3)
         return _as(x.value, x.dtype)
 
     # -- math helpers ---------------------------------------------------------
 
-    def _math(self, kind: str, name: str, a: int, b: int, fn: Callable[[], np.ndarray],
-              shape: tuple[int, ...], dt: np.dtype, elements: int | None = None) -> Tensor:
-        count = elements if elements is not None else math.prod(shape)
-        i = self._emit(MATH, a, b, count, self._launch.math_kind((kind, name)))
-        value = _rounded(fn(), dt) if self._values else None
-        return self._result(i, shape, dt, value, "tl." + name)
+    def _math(self, kind: int, a: int, b: int, shape: tuple[int, ...], dt: np.dtype,
+              count: int, fn: Callable[..., np.ndarray], *args: Any) -> Tensor:
+        """PE_MATH command `kind` (`MATH_KINDS`) over `count` elements; its value is
+        ``fn(*args)`` rounded to `dt`. (Called from the kernel through two frames at least:
+        `tl.full` and this.)"""
+        i = self._emit(MATH, a, b, count, kind, depth=3)
+        value = _rounded(fn(*args), dt) if self._values else None
+        return self._result(i, shape, dt, value, _MATH_CALLS[kind])
 
-    def _unary(self, kind: str, fn: Callable, x: Tensor) -> Tensor:
-        x = self._own(x, kind)
-        return self._math(kind, fn.__name__, x.cmd, NONE, lambda: fn(x.value), x.shape, x.dtype)
+    def _unary(self, fn: Callable, x: Tensor) -> Tensor:
+        x = self._own(x, fn.__name__)
+        return self._math(_KIND_OF[fn], x.cmd, NONE, x.shape, x.dtype, x.numel, fn, x.value)
 
-    def _binary(self, kind: str, fn: Callable, x: Any, y: Any) -> Tensor:
+    def _binary(self, fn: Callable, x: Any, y: Any) -> Tensor:
+        if x.__class__ is Tensor and x._tl is self:  # the common cases first, kept lean
+            if y.__class__ is Tensor and y._tl is self:
+                shape = x.shape if x.shape == y.shape else _broadcast(x.shape, y.shape)
+                if shape is not None:
+                    return self._math(_KIND_OF[fn], x.cmd, y.cmd, shape,
+                                      x.dtype if x.dtype == y.dtype else F32, math.prod(shape),
+                                      fn, x.value, y.value)
+            elif y.__class__ is float or y.__class__ is int:
+                return self._math(_KIND_OF[fn], x.cmd, NONE, x.shape, x.dtype, x.numel, fn,
+                                  x.value, y)
+        elif y.__class__ is Tensor and y._tl is self and x.__class__ in (int, float):
+            return self._math(_KIND_OF[fn], y.cmd, NONE, y.shape, y.dtype, y.numel, fn, x,
+                              y.value)
+        return self._binary_slow(fn, x, y)
+
+    def _binary_slow(self, fn: Callable, x: Any, y: Any) -> Tensor:
+        """`_binary` for the rest: numbers of other types (bool, float64), and errors."""
         tensors = [v for v in (x, y) if isinstance(v, Tensor)]
         for v in (x, y):
             if not isinstance(v, _SCALARS_OR_TENSORS):
@@ -417,22 +445,16 @@ class TL:
                                   f"got {type(v).__name__}")
             if isinstance(v, Tensor):
                 self._own(v, fn.__name__)
-        try:
-            if len(tensors) == 1 or tensors[0].shape == tensors[1].shape:
-                shape = tensors[0].shape
-            else:
-                shape = np.broadcast_shapes(*(v.shape for v in tensors))
-        except ValueError:
+        shape = _broadcast(*(v.shape for v in tensors))
+        if shape is None:
             raise KernelError(f"tl.{fn.__name__}: shapes "
                               f"{' and '.join(str(list(v.shape)) for v in tensors)} do not "
-                              "broadcast") from None
+                              "broadcast")
         dt = promote(*(v.dtype for v in tensors))
-
-        def compute() -> np.ndarray:
-            return fn(*(v.value if isinstance(v, Tensor) else v for v in (x, y)))
-
-        return self._math(kind, fn.__name__, tensors[0].cmd,
-                          tensors[1].cmd if len(tensors) == 2 else NONE, compute, shape, dt)
+        return self._math(_KIND_OF[fn], tensors[0].cmd,
+                          tensors[1].cmd if len(tensors) == 2 else NONE, shape, dt,
+                          math.prod(shape), fn,
+                          *(v.value if isinstance(v, Tensor) else v for v in (x, y)))
 
     def _reduce(self, fn: Callable, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
         x = self._own(x, fn.__name__)
@@ -440,23 +462,23 @@ class TL:
             raise KernelError(f"tl.{fn.__name__}: axis {axis} is out of range for shape "
                               f"{list(x.shape)}")
         shape = _reduced_shape(x.shape, axis, keepdims)
-        return self._math("reduce", fn.__name__, x.cmd, NONE,
-                          lambda: fn(x.value, axis=axis, keepdims=keepdims), shape, x.dtype,
-                          elements=x.numel)
+        return self._math(_KIND_OF[fn], x.cmd, NONE, shape, x.dtype, x.numel, _reduction, fn,
+                          x.value, axis, keepdims)
 
     def _cast(self, x: Tensor, name: str) -> Tensor:
         x = self._own(x, "Tensor.to")
-        return self._math("cast", "cast", x.cmd, NONE, lambda: x.value, x.shape, _dtype(name))
+        return self._math(_CAST, x.cmd, NONE, x.shape, _dtype(name), x.numel, _identity,
+                          x.value)
 
     # -- views (free) ----------------------------------------------------------
 
     def _view(self, x: Tensor, index: Any) -> Tensor:
-        try:
-            shape = np.broadcast_to(np.empty((), bool), x.shape)[index].shape
+        try:  # the value's view, or a stand-in of no memory (zero strides) for its shape
+            value = (x.value if x.value is not None else _stand_in(x.shape))[index]
         except (IndexError, TypeError, ValueError) as exc:
             raise KernelError(f"tensor index {index!r} on shape {list(x.shape)}: {exc}") from None
-        value = x.value[index] if x.value is not None else None
-        return Tensor(self, shape, x.dtype, value, x.cmd, None, base=x)
+        return Tensor(self, value.shape, x.dtype, value if x.value is not None else None, x.cmd,
+                      None, base=x)
 
     def _transpose(self, x: Tensor) -> Tensor:
         if x.ndim != 2:
@@ -482,9 +504,32 @@ def functional_pass(launch: Launch, kernel: Callable[[TL], None]) -> list[TL]:
     threads = [hub.thread(pid) for pid in range(len(launch.system.pes))]
     tls = [TL(launch, pid, thread) for pid, thread in enumerate(threads)]
     hub.run(threads, [(lambda tl=tl: kernel(tl)) for tl in tls])
+    program = launch.program
     for tl in tls:
-        launch.program.tcm_peak[tl._pid] = tl._tcm.peak
+        program.tcm_peak[tl._pid] = tl._tcm.peak
+    batch = 256  # PEs converted at once: fewer numpy calls, little extra memory
+    for first in range(0, len(launch.rows), batch):
+        rows = launch.rows[first:first + batch]
+        program.streams[first:first + batch] = _columns(rows)
+        launch.rows[first:first + batch] = [array("q") for _ in rows]  # rows: 64 B a command
     return tls
+
+
+_ARG, _DST = 4, 6  # the columns a command's row gets after it is emitted
+
+
+def _columns(rows: list[array]) -> list[Stream]:
+    """Streams from their commands' rows (`COLUMNS` order, 8 integers a command)."""
+    table = np.frombuffer(b"".join(rows), dtype=np.int64).reshape(-1, len(COLUMNS))
+    streams = [Stream() for _ in rows]
+    for j, (name, code) in enumerate(COLUMNS):
+        column = table[:, j].astype(code).tobytes()
+        width, at = array(code).itemsize, 0
+        for stream, r in zip(streams, rows, strict=True):
+            end = at + len(r) // len(COLUMNS) * width
+            getattr(stream, name).frombytes(column[at:end])
+            at = end
+    return streams
 
 
 # ---------------------------------------------------------------- helpers
@@ -563,15 +608,41 @@ def _matmul(a: np.ndarray, b: np.ndarray, trans_b: bool, out: np.dtype) -> np.nd
     return _rounded((a64 @ (b64.T if trans_b else b64)).astype(F32), out)
 
 
+def _broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
+    """numpy's broadcast of `shapes`, or None when they do not broadcast."""
+    rank = max(len(shape) for shape in shapes)
+    out = [1] * rank
+    for shape in shapes:
+        for i, n in enumerate(shape, rank - len(shape)):
+            if n != out[i]:
+                if out[i] != 1 and n != 1:
+                    return None
+                out[i] = max(n, out[i])
+    return tuple(out)
+
+
+def _reduction(fn: Callable, value: np.ndarray, axis: int | None, keepdims: bool) -> np.ndarray:
+    return fn(value, axis=axis, keepdims=keepdims)
+
+
+def _identity(value: np.ndarray) -> np.ndarray:
+    return value
+
+
+@functools.lru_cache(maxsize=256)
+def _stand_in(shape: tuple[int, ...]) -> np.ndarray:
+    """An array of `shape` that takes no memory: what views index when there are no values."""
+    return np.broadcast_to(np.empty((), bool), shape)
+
+
 def _reduced_shape(shape: tuple[int, ...], axis: int | None,
                    keepdims: bool) -> tuple[int, ...]:
     if axis is None:
         return tuple(1 for _ in shape) if keepdims else (1,)
     axis %= len(shape)
     if keepdims:
-        return tuple(1 if i == axis else n for i, n in enumerate(shape))
-    out = tuple(n for i, n in enumerate(shape) if i != axis)
-    return out or (1,)
+        return (*shape[:axis], 1, *shape[axis + 1:])
+    return (*shape[:axis], *shape[axis + 1:]) or (1,)
 
 
 def kernel_line(kernel_file: str, tb) -> int | None:

@@ -1,1 +1,1 @@
-"""Build a system from config, launch a kernel, collect a result."""
+"""Build a system from config, run a kernel's two passes (or replay a trace), collect a result."""

@@ -23,6 +23,8 @@ from kernbench_cli.hw.system import System
 from kernbench_cli.lang.dtypes import NAMES, dtype
 from kernbench_cli.lang.memory import Memory
 
+_DRAW = 1 << 22  # random numbers drawn at a time
+
 
 class Host:
     """Allocation and data placement for one launch."""
@@ -51,8 +53,13 @@ class Host:
                               f"more than the {format_size(capacity)} of HBM in the system")
         if self.timing_only:
             value = np.broadcast_to(np.zeros((), dt), shape)
-        else:
-            value = (self.rng.standard_normal(shape, dtype=np.float32) * scale).astype(dt)
+        else:  # drawn in pieces (the same numbers as one draw) to bound float32 scratch
+            value = np.empty(shape, dt)
+            flat = value.reshape(-1)
+            for start in range(0, flat.size, _DRAW):
+                part = self.rng.standard_normal(min(_DRAW, flat.size - start), np.float32)
+                part *= np.float32(scale)
+                flat[start:start + part.size] = part
         self.inputs[name] = value
         return value
 

@@ -166,64 +166,77 @@ def check_program(program: Program, memory: list[tuple[int, int, str]]) -> None:
     """ValueError unless every command of `program` is one a replay can time.
 
     Producers come earlier in their stream, table indexes exist, peers are
-    other PEs, and every memory address lies in a host allocation.
+    other PEs, and every memory address lies in a host allocation. Checked
+    over every PE's columns at once.
     """
-    pes = len(program.streams)
-    bases = np.array(sorted(a for a, _, _ in memory), dtype=np.int64)
-    ends = np.array([a + n for a, n, _ in sorted(memory)], dtype=np.int64)
-    for pid, s in enumerate(program.streams):
-        op, a, b = (np.frombuffer(c, dtype=c.typecode) for c in (s.op, s.a, s.b))
-        size, arg, src, dst, line = (np.frombuffer(c, dtype=c.typecode)
-                                     for c in (s.size, s.arg, s.src, s.dst, s.line))
-        index = np.arange(len(op))
-        where = f"PE {pid}"
-        _require(op <= READ, where, "a command of unknown kind", index)
-        needs_a = np.isin(op, (STORE, DOT, WAIT, SEND, READ))
-        _require((a < index) & ((a >= 0) | ~needs_a) & (a >= -1), where,
-                 "a producer that is not an earlier command", index)
-        _require((b < index) & ((b >= 0) | (op != DOT)) & (b >= -1), where,
-                 "a producer that is not an earlier command", index)
-        _require((size >= 0) & (line >= 0), where, "a negative size or line", index)
-        tables = ((DOT, len(program.gemm_shapes)), (MATH, len(program.math_kinds)))
-        for kind, count in tables:
-            _require((op != kind) | ((arg >= 0) & (arg < count)), where,
-                     f"a {KINDS[kind]} naming no table entry", index)
-        _require((op != COMPOSITE) | ((arg >= -1) & (arg < len(program.composites))), where,
-                 "a composite naming no table entry", index)
-        peer = (op == SEND) | (op == RECV)
-        _require(~peer | ((arg >= 0) & (arg < pes) & (arg != pid)), where,
-                 "a message to or from a PE that is not another PE", index)
-        _require((op != WAIT) | (op[np.maximum(a, 0)] == COMPOSITE), where,
-                 "a wait on something that is not a composite", index)
-        addrs = [src[op == LOAD], dst[op == STORE]]
-        for c in (program.composites[j] for j in arg[(op == COMPOSITE) & (arg >= 0)]):
-            addrs.append(np.array([x for x, resident in ((c.a_addr, c.a_tcm),
-                                                         (c.b_addr, c.b_tcm),
-                                                         (c.out_addr, c.out_addr < 0))
-                                   if not resident], dtype=np.int64))
-        _in_memory(np.concatenate(addrs), bases, ends, where)
-    for c in program.composites:
-        if min(c.m, c.k, c.n, c.a_itemsize, c.b_itemsize, c.out_itemsize) <= 0 or min(
-                c.a_row_stride, c.b_row_stride, c.out_row_stride, c.tcm_hole, c.tcm_top) < 0:
-            raise ValueError(f"composite {c} has a size that is not positive")
-    for shape in program.gemm_shapes:
-        if min(shape) <= 0:
-            raise ValueError(f"gemm shape {list(shape)} is not positive")
+    streams = program.streams
+    lengths = np.array([len(s) for s in streams], dtype=np.int64)
+    if not lengths.sum():
+        return
+    op, a, b, size, arg, src, dst, line = (
+        np.concatenate([np.frombuffer(getattr(s, name), dtype=code) for s in streams])
+        .astype(np.int64) for name, code in COLUMNS)
+    pid = np.repeat(np.arange(len(streams)), lengths)
+    index = np.arange(len(op)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    where = (pid, index)
+    _require(op <= READ, where, "a command of unknown kind")
+    needs_a = np.isin(op, (STORE, DOT, WAIT, SEND, READ))
+    _require((a < index) & ((a >= 0) | ~needs_a) & (a >= -1), where,
+             "a producer that is not an earlier command")
+    _require((b < index) & ((b >= 0) | (op != DOT)) & (b >= -1), where,
+             "a producer that is not an earlier command")
+    _require((size >= 0) & (line >= 0), where, "a negative size or line")
+    for kind, count in ((DOT, len(program.gemm_shapes)), (MATH, len(program.math_kinds))):
+        _require((op != kind) | ((arg >= 0) & (arg < count)), where,
+                 f"a {KINDS[kind]} naming no table entry")
+    _require((op != COMPOSITE) | ((arg >= -1) & (arg < len(program.composites))), where,
+             "a composite naming no table entry")
+    peer = (op == SEND) | (op == RECV)
+    _require(~peer | ((arg >= 0) & (arg < len(streams)) & (arg != pid)), where,
+             "a message to or from a PE that is not another PE")
+    first = np.repeat(np.cumsum(lengths) - lengths, lengths)  # each command's stream start
+    _require((op != WAIT) | (op[first + np.maximum(a, 0)] == COMPOSITE), where,
+             "a wait on something that is not a composite")
+    comps = np.array(program.composites, dtype=np.int64).reshape(-1, len(Composite._fields))
+    col = {name: comps[:, j] for j, name in enumerate(Composite._fields)}
+    positive = ("m", "k", "n", "a_itemsize", "b_itemsize", "out_itemsize")
+    counts = ("a_row_stride", "b_row_stride", "out_row_stride", "tcm_hole", "tcm_top")
+    if comps.size and not (all((col[f] > 0).all() for f in positive)
+                           and all((col[f] >= 0).all() for f in counts)):
+        raise ValueError("a composite has a size that is not positive")
+    if program.gemm_shapes and min(min(shape) for shape in program.gemm_shapes) <= 0:
+        raise ValueError("a gemm shape is not positive")
+    used = (op == COMPOSITE) & (arg >= 0)
+    ends = [(src[op == LOAD], pid[op == LOAD]), (dst[op == STORE], pid[op == STORE])]
+    for addr, in_tcm in (("a_addr", col.get("a_tcm")), ("b_addr", col.get("b_tcm")),
+                         ("out_addr", None)):
+        if not comps.size:
+            break
+        which = arg[used]
+        mine = col[addr][which]
+        memory_end = (mine >= 0) if in_tcm is None else (in_tcm[which] == 0)
+        ends.append((mine[memory_end], pid[used][memory_end]))
+    _in_memory(np.concatenate([e for e, _ in ends]), np.concatenate([p for _, p in ends]),
+               memory)
 
 
-def _require(ok: np.ndarray, where: str, what: str, index: np.ndarray) -> None:
+def _require(ok: np.ndarray, where: tuple[np.ndarray, np.ndarray], what: str) -> None:
     if not ok.all():
-        raise ValueError(f"{where} command {int(index[~ok][0])} has {what}")
+        bad = int(np.argmin(ok))
+        raise ValueError(f"PE {int(where[0][bad])} command {int(where[1][bad])} has {what}")
 
 
-def _in_memory(addrs: np.ndarray, bases: np.ndarray, ends: np.ndarray, where: str) -> None:
+def _in_memory(addrs: np.ndarray, pids: np.ndarray, memory: list[tuple[int, int, str]]) -> None:
     if not addrs.size:
         return
+    bases = np.array(sorted(a for a, _, _ in memory), dtype=np.int64)
+    ends = np.array([a + n for a, n, _ in sorted(memory)], dtype=np.int64)
     slot = np.searchsorted(bases, addrs, side="right") - 1
     ok = (slot >= 0) & (addrs < ends[np.maximum(slot, 0)]) if bases.size else addrs < 0
     if not ok.all():
-        raise ValueError(f"{where} reaches {int(addrs[~ok][0]):#x}, which no host allocation "
-                         "holds")
+        bad = int(np.argmin(ok))
+        raise ValueError(f"PE {int(pids[bad])} reaches {int(addrs[bad]):#x}, which no host "
+                         "allocation holds")
 
 
 def _little(col: array) -> array:
