@@ -161,7 +161,7 @@ def test_config_objects_are_immutable_values(write_topology):
         a.pe.gemm.rows = 8
     changed = replace(a.pe.gemm, rows=8)
     assert (changed.rows, a.pe.gemm.rows) == (8, 16)
-    assert repr(changed) == "GemmConfig(rows=8, cols=16)"
+    assert repr(changed) == "GemmConfig(rows=8, cols=16, dataflow='os')"
 
 
 @pytest.mark.parametrize("name", ["default", "sip", "rack"])

@@ -80,6 +80,13 @@ def _string(value: object) -> str:
     return value
 
 
+def _dataflow(value: object) -> str:
+    if value not in ("os", "ws", "is"):
+        raise ValueError(f"expected \"os\", \"ws\" or \"is\" (output, weight or input "
+                         f"stationary), got {value!r}")
+    return value
+
+
 def _mesh(value: object) -> tuple[int, int]:
     if (
         not isinstance(value, list)
@@ -106,6 +113,7 @@ KINDS: dict[str, tuple[Any, str]] = {
     "string": (_string, "string"),
     "path": (_string, "path, relative to this file"),
     "mesh": (_mesh, "[columns, rows]"),
+    "dataflow": (_dataflow, '"os", "ws" or "is"'),
     "size": (_positive(units.parse_size), "size: B, KiB, MiB, GiB (or KB, MB, GB)"),
     "time": (units.parse_time_ps, "time: ps, ns, us, ms, s"),
     "frequency": (_positive(units.parse_frequency), "frequency: Hz, kHz, MHz, GHz"),
@@ -163,6 +171,10 @@ class GemmConfig(Frozen):
     rows: int = key("count", 16, "Systolic array rows (R).",
                     "A 16x16 bf16 array: 256 MAC/cycle, 0.5 TFLOP/s per PE at 1 GHz.")
     cols: int = key("count", 16, "Systolic array columns (C).", "As rows.")
+    dataflow: str = key(
+        "dataflow", "os", "What stays in the array: outputs (os), weights, i.e. B (ws), or "
+        "inputs, i.e. A (is). Sets the GEMM cycle count (equal to SCALE-Sim 3.0.0's + 1).",
+        "Output stationary, as the TPU-style arrays SCALE-Sim models by default.")
 
 
 @config
@@ -239,7 +251,7 @@ class PeConfig(Frozen):
                      "Logic on an HBM base die runs near 1 GHz.")
     scheduler: SchedulerConfig = section(SchedulerConfig, "PE_SCHEDULER.")
     dma: DmaConfig = section(DmaConfig, "PE_DMA.")
-    gemm: GemmConfig = section(GemmConfig, "PE_GEMM, an output-stationary systolic array.")
+    gemm: GemmConfig = section(GemmConfig, "PE_GEMM, a systolic array.")
     math: MathConfig = section(MathConfig, "PE_MATH, the vector unit.")
     tcm: TcmConfig = section(TcmConfig, "Tightly coupled memory.")
     ipcq: IpcqConfig = section(IpcqConfig, "Inter-PE command queues (rings).")

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from kernbench_cli.hw.gemm import os_gemm_cycles
+from kernbench_cli.hw.gemm import gemm_cycles
 
 ACC_BYTES = 4  # f32 accumulators
 
@@ -67,8 +67,9 @@ def _k_sizes(k: int) -> list[int]:
 
 @functools.lru_cache(maxsize=1024)
 def plan_gemm(m: int, k: int, n: int, a_bytes: int, b_bytes: int, out_bytes: int,
-              a_resident: bool, b_resident: bool, rows: int, cols: int, tcm_free: int,
-              hbm_bytes_per_cycle: float, setup_cycles: float) -> GemmTiling | None:
+              a_resident: bool, b_resident: bool, rows: int, cols: int, dataflow: str,
+              tcm_free: int, hbm_bytes_per_cycle: float,
+              setup_cycles: float) -> GemmTiling | None:
     """The best tiling that fits `tcm_free` bytes, or None when none does."""
     best, best_key = None, None
     bw = hbm_bytes_per_cycle
@@ -81,7 +82,7 @@ def plan_gemm(m: int, k: int, n: int, a_bytes: int, b_bytes: int, out_bytes: int
                 if need > tcm_free:
                     continue
                 tm, tn, tk = -(-m // mt), -(-n // nt), -(-k // kt)
-                cycles = tm * tn * tk * (os_gemm_cycles(mt, kt, nt, rows, cols) + 1)
+                cycles = tm * tn * tk * gemm_cycles(mt, kt, nt, rows, cols, dataflow)
                 a_count = 0 if a_resident else (tm if tk == 1 else tm * tn * tk)
                 b_count = 0 if b_resident else tm * tn * tk
                 moved = (a_count * mt * kt * a_bytes + b_count * kt * nt * b_bytes

@@ -1,38 +1,55 @@
-"""PE_GEMM: an output-stationary systolic array of rows x cols MACs."""
+"""PE_GEMM: a rows x cols systolic array, output-, weight- or input-stationary."""
 
 from __future__ import annotations
 
 from kernbench_cli.config.schema import GemmConfig
 from kernbench_cli.hw.engine import InOrderEngine, cycles_to_ps
 
+DATAFLOWS = ("os", "ws", "is")
 
-def os_gemm_cycles(m: int, k: int, n: int, rows: int, cols: int) -> int:
-    """Compute cycles of C[m,n] = A[m,k] @ B[k,n] on an R x C output-stationary array.
 
-    ``ceil(m/R) * ceil(n/C) * (k + R + C - 2) - 1``: each fold maps an R x C
-    block of C onto the array, streams k operand wavefronts through it and
-    needs R + C - 2 more cycles to fill and drain the skew; folds run back to
-    back. This is SCALE-Sim 3.0.0's compute-cycle count for the OS dataflow
-    without memory stalls (the -1: SCALE-Sim reports the index of the last
-    cycle); benchmarks/scalesim_check.py runs SCALE-Sim to confirm it, and
-    tests/test_gemm.py holds a table of its answers.
+def gemm_cycles(m: int, k: int, n: int, rows: int, cols: int, dataflow: str = "os") -> int:
+    """Cycles of C[m,n] = A[m,k] @ B[k,n] on an R x C systolic array, by dataflow.
+
+    The array is folded over the GEMM; folds run back to back, each streaming
+    the temporal dimension through the array plus the cycles to fill and
+    drain its skew:
+
+    - ``os`` (output stationary: C tiles stay): ``ceil(m/R) * ceil(n/C)``
+      folds of ``k + R + C - 2`` cycles;
+    - ``ws`` (weight stationary: B tiles stay, R rows load first):
+      ``ceil(k/R) * ceil(n/C)`` folds of ``m + 2R + C - 2``;
+    - ``is`` (input stationary: A tiles stay): ``ceil(k/R) * ceil(m/C)``
+      folds of ``n + 2R + C - 2``.
+
+    This is the number of cycles; SCALE-Sim 3.0.0 reports one less (the index
+    of the last cycle) for every shape tried, stall-free
+    (benchmarks/scalesim_check.py runs it; tests/test_gemm.py keeps its table).
+    The tile planner of composites and the engine use this one function.
     """
-    folds = -(-m // rows) * -(-n // cols)
-    return folds * (k + rows + cols - 2) - 1
+    if dataflow == "os":
+        return -(-m // rows) * -(-n // cols) * (k + rows + cols - 2)
+    if dataflow == "ws":
+        return -(-k // rows) * -(-n // cols) * (m + 2 * rows + cols - 2)
+    if dataflow == "is":
+        return -(-k // rows) * -(-m // cols) * (n + 2 * rows + cols - 2)
+    raise ValueError(f"unknown dataflow {dataflow!r} (known: {', '.join(DATAFLOWS)})")
 
 
 class GemmEngine(InOrderEngine):
     """In-order GEMM engine; one `run` per dot or per composite tile. `flops` counts 2·m·k·n."""
 
-    __slots__ = ("clock_hz", "cols", "flops", "rows")
+    __slots__ = ("clock_hz", "cols", "dataflow", "flops", "rows")
 
     def __init__(self, config: GemmConfig, clock_hz: int):
         super().__init__()
         self.rows, self.cols, self.clock_hz = config.rows, config.cols, clock_hz
+        self.dataflow = config.dataflow
         self.flops = 0
 
     def duration_ps(self, m: int, k: int, n: int) -> int:
-        return cycles_to_ps(os_gemm_cycles(m, k, n, self.rows, self.cols), self.clock_hz)
+        return cycles_to_ps(gemm_cycles(m, k, n, self.rows, self.cols, self.dataflow),
+                            self.clock_hz)
 
     def run(self, ready: int, m: int, k: int, n: int) -> tuple[int, int]:
         self.flops += 2 * m * k * n

@@ -416,7 +416,7 @@ class Timing:
                 desc = self.program.composites[col_arg[i]]
                 tiling = plan_gemm(desc.m, desc.k, desc.n, desc.a_itemsize, desc.b_itemsize,
                                    desc.out_itemsize, desc.a_tcm, desc.b_tcm, gemm.rows,
-                                   gemm.cols, desc.tcm_free(self.tcm_bytes),
+                                   gemm.cols, gemm.dataflow, desc.tcm_free(self.tcm_bytes),
                                    self.hbm_bytes_per_cycle, self.setup_cycles)
                 if tiling is None:
                     raise TimingError(f"tl.composite: no tile plan for a {desc.m}x{desc.k}x"

@@ -110,7 +110,7 @@ class TL:
         self._kernel_file = launch.kernel_file
         topo = system.topology
         self._tcm = FreeListPool(f"TCM of PE ({self._coord})", 0, topo.pe.tcm.size)
-        self._gemm = (topo.pe.gemm.rows, topo.pe.gemm.cols)
+        self._gemm = (topo.pe.gemm.rows, topo.pe.gemm.cols, topo.pe.gemm.dataflow)
         self._hbm_bytes_per_cycle = topo.hbm.bandwidth / topo.pe.clock
         self._setup_cycles = topo.pe.dma.setup * topo.pe.clock / 10**12
 

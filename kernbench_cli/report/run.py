@@ -57,6 +57,13 @@ def gemm_efficiency(result: RunResult) -> float:
     return result.flops / peak if peak else 0.0
 
 
+def gemm_array_utilization(result: RunResult) -> float:
+    """SCALE-Sim's utilisation: MACs / (rows x cols x the GEMM engines' busy cycles)."""
+    busy_cycles = sum(result.engines["gemm"].busy_ps) * result.clock_hz / 10**12
+    macs_per_cycle = result.peak_flops_per_ps * 10**12 / result.clock_hz / 2
+    return result.flops / 2 / (macs_per_cycle * busy_cycles) if busy_cycles else 0.0
+
+
 def hbm_bandwidth(result: RunResult) -> tuple[float, float]:
     """(achieved, peak) HBM bandwidth over the run, in GB/s."""
     achieved = result.hbm_bytes / result.latency_ps * 1000 if result.latency_ps else 0.0
@@ -87,7 +94,8 @@ def summary(result: RunResult) -> Table:
         ("latency", format_time_ps(result.latency_ps)),
         ("verification", verification_text(result)),
         ("bound by", bound_text(result)),
-        ("GEMM", f"{gemm_efficiency(result):.1%} of peak MAC throughput"),
+        ("GEMM", f"{gemm_efficiency(result):.1%} of peak MAC throughput over the run; "
+                 f"array {gemm_array_utilization(result):.1%} used while busy"),
         ("HBM", f"{achieved:.1f} GB/s of {peak:.1f} GB/s peak"),
         ("simulated", f"{result.commands:,} commands in {result.wall_s:.2f} s wall "
                       f"({rate:,.0f} commands/s)"),
@@ -185,6 +193,7 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
         "engines": engines,
         "bound": {"engine": name, "utilization": round(u, 6)},
         "gemm_mac_utilization": round(gemm_efficiency(result), 6),
+        "gemm_array_utilization": round(gemm_array_utilization(result), 6),
         "hbm_gbps": round(achieved, 6),
         "hbm_peak_gbps": round(peak, 6),
         "bounds_ps": {name: ps for name, (ps, _) in sorted(result.bounds.items())},

@@ -61,6 +61,7 @@ class RunResult:
     switches: int = 0
     events: int = 0
     peak_flops_per_ps: float = 0.0
+    clock_hz: int = 1
     flops: int = 0
     hbm_bytes: int = 0
     hbm_peak_bytes_per_ps: float = 0.0
