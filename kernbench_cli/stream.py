@@ -5,11 +5,13 @@ kernel with values; the timing pass (`hw.timing`) times the streams; a trace
 file (`kernbench run --record`) is the streams written to disk. The stream is
 the one thing `lang` and `hw` share, so it lives below both.
 
-A stream is a set of columns (compact `array`s, about 45 bytes per command),
+A stream is a set of columns (compact `array`s, about 49 bytes per command),
 not an object per command. Column `a` and `b` name the commands whose results
 a command consumes (its producers: the timing pass starts it no earlier than
-they end); `line` is the kernel line that issued it. The other columns mean,
-per kind (`-` is ``NONE``):
+they end); `line` is the kernel line that issued it; `tcm` is the TCM bytes
+the PE's tensors hold once the command's result has its place (composite
+tile buffers come on top of that, in time). The other columns mean, per kind
+(`-` is ``NONE``):
 
 ========== ============ ========= ============ ================ ============ ==============
 kind        a, b         size      arg          src              dst          timing
@@ -58,7 +60,7 @@ MATH_KINDS: tuple[tuple[str, str], ...] = (
 
 #: (column, array typecode): the layout of a stream and of a trace file.
 COLUMNS = (("op", "B"), ("a", "i"), ("b", "i"), ("size", "q"), ("arg", "q"), ("src", "q"),
-           ("dst", "q"), ("line", "i"))
+           ("dst", "q"), ("line", "i"), ("tcm", "i"))
 
 
 class Stream:
@@ -86,10 +88,8 @@ class Composite(NamedTuple):
 
     `a_addr`/`b_addr` and their row strides locate operands in memory (unused
     for an operand already in TCM: `a_tcm`/`b_tcm`). `out_addr` is NONE when the
-    result stays in TCM. The scheduler plans tiles into the TCM free at issue:
-    the largest free block below the highest allocation (`tcm_hole`), or what
-    lies above it (`tcm_top` is that allocation's end), so the plan also holds
-    on a topology with another TCM size.
+    result stays in TCM. The scheduler plans the tiles at dispatch, into the
+    TCM free then (the timing pass knows it), so the plan holds on any topology.
     """
 
     m: int
@@ -107,12 +107,6 @@ class Composite(NamedTuple):
     trans_b: bool
     out_addr: int
     out_row_stride: int
-    tcm_hole: int
-    tcm_top: int
-
-    def tcm_free(self, tcm_bytes: int) -> int:
-        """The largest free TCM block on a PE whose TCM holds `tcm_bytes`."""
-        return max(self.tcm_hole, tcm_bytes - self.tcm_top)
 
 
 @dataclass

@@ -44,13 +44,15 @@ def test_one_changed_cost_fails_the_check_with_a_diff_table(cli, goldens, tmp_pa
     code, out, err = cli("golden", "check", "--only", QUICK, "--dir", str(goldens),
                          "--costs", str(costs))
     assert code == 1
-    assert "Golden differences (3)" in out
-    # One more ns of composite issue per PE: CPU busy grows by exactly that (16 PEs), the op log
-    # changes, and the latency does not, since each composite waits for its load of A anyway.
+    assert "Golden differences (4)" in out
+    # One more ns of composite issue per PE: CPU busy grows by exactly that (16 PEs) and its
+    # wait for the composite shrinks by as much, the op log changes, and the latency does not,
+    # since each composite waits for its load of A anyway.
     flat = " ".join(out.replace("│", " ").split())
     for field, old, new in (("engines.cpu.busy_ps_max", 48000, 49000),
-                            ("engines.cpu.busy_ps_total", 768000, 784000)):
-        assert f"{old} {new} +{(new - old) / old * 100:.2f}%" in flat, field
+                            ("engines.cpu.busy_ps_total", 768000, 784000),
+                            ("engines.cpu.wait_ps_total", 572944000, 572928000)):
+        assert f"{old} {new} {(new - old) / old * 100:+.2f}%" in flat, field
     assert "oplog_digest" in out and "latency_ps" not in out
     assert err.splitlines()[-1].startswith("error: ")
     assert "differences in 1 of 2 golden cases" in err  # primitive mode has no composite

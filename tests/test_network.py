@@ -28,7 +28,7 @@ def test_book_finds_one_start_free_on_every_resource():
     a, b = Calendar("noc", "a", 1, 0), Calendar("noc", "b", 1, 0)
     a.reserve(0, 10)
     b.reserve(10, 10)
-    assert book((a, b), (5, 5), 0) == 20
+    assert book((a, b), 5, 0) == 20
 
 
 def _pe(n: int) -> PeCoord:
@@ -77,13 +77,64 @@ def test_two_transfers_over_one_link_take_twice_as_long(amap):
 def test_two_readers_of_one_hbm_slice_take_twice_as_long(amap):
     topo = amap.topology
     nbytes = 64 * 1024
-    hbm = transfer_ps(nbytes, topo.hbm.bandwidth)
     noc = transfer_ps(nbytes, topo.noc.bandwidth)
     # 0 -> 1 (east) and 0 -> 4 (south) share only PE 0's HBM slice
     first, second = _dma_pair(amap, _pe(0), _pe(1), _pe(0), _pe(4), nbytes)
     setup, fixed = topo.pe.dma.setup, topo.hbm.latency + topo.noc.latency
     assert first == setup + noc + fixed
-    assert second == setup + hbm + noc + fixed  # the slice is busy for `hbm` first
+    # the first transfer's bytes leave the slice at the NoC's rate, so the slice is held for
+    # `noc`, not for `bytes / its own bandwidth`: the second streams after that
+    assert second == setup + 2 * noc + fixed
+
+
+def test_no_resource_carries_more_than_its_bandwidth(amap):
+    """A fast resource behind a slow one is held as long as the bytes flow through it.
+
+    0.1 held each resource for bytes / its own bandwidth (a fluid approximation):
+    PE 0's 102.4 GB/s slice was free again after 640 ns while 64 KiB still flowed out of it
+    over the 64 GB/s NoC for 1024 ns, and a second reader could start then: 102.4 + 64 GB/s
+    out of a 102.4 GB/s slice for 384 ns.
+    """
+    system = System(amap)
+    net = system.network
+    slice0 = net.hbm(_pe(0))
+    for dst in (1, 4, 5):
+        system.pes[dst].dma.transfer(0, 64 * 1024, net.path(_pe(0), _pe(dst), hbm_at=_pe(0)))
+    starts, ends = list(slice0.starts), list(slice0.ends)
+    assert (starts, ends) == ([20_000], [20_000 + 3 * 1_024_000])  # back to back, one at a time
+    assert slice0.overdrawn is None
+    assert slice0.bytes * 10**12 <= slice0.bandwidth * slice0.busy_ps
+
+
+def test_a_flow_outside_a_reservation_is_noted():
+    """The check behind the invariant: bytes may flow only while a resource is reserved."""
+    cal = Calendar("noc", "x", 64_000_000_000, 0)
+    cal.book(0, 1_000)
+    cal.carry(0, 1_000, 64)  # 64 GB/s for 1 ns: at the bandwidth, inside the reservation
+    assert cal.overdrawn is None
+    cal.carry(500, 1_000, 32)  # flows past the reservation's end
+    assert cal.overdrawn == (500, 1_000, 32)
+    fast = Calendar("noc", "y", 64_000_000_000, 0)
+    fast.book(0, 100)
+    fast.carry(0, 100, 64)  # 640 GB/s
+    assert fast.overdrawn == (0, 100, 64)
+
+
+def test_dma_busy_time_is_transfer_time_and_waiting_is_its_own_figure(amap):
+    """Two PEs read PE 0's slice at once: the second DMA is held while the first streams,
+    and that time is `wait_ps`, not busy."""
+    topo = amap.topology
+    nbytes = 64 * 1024
+    noc = transfer_ps(nbytes, topo.noc.bandwidth)
+    system = System(amap)
+    net = system.network
+    one, four = system.pes[1].dma, system.pes[4].dma
+    one.transfer(0, nbytes, net.path(_pe(0), _pe(1), hbm_at=_pe(0)))
+    four.transfer(0, nbytes, net.path(_pe(0), _pe(4), hbm_at=_pe(0)))
+    setup = topo.pe.dma.setup
+    assert (one.busy_ps, one.wait_ps) == (setup + noc, 0)
+    assert (four.busy_ps, four.wait_ps) == (setup + noc, noc)
+    assert four.free_at == setup + 2 * noc  # held, though not busy, while it waited
 
 
 def test_transfers_on_disjoint_resources_do_not_interact(amap):

@@ -109,20 +109,6 @@ class FreeListPool:
         self._flush()
         return max(self._lengths, default=0)
 
-    def free_extent(self) -> tuple[int, int]:
-        """(largest free block below the highest allocation, that allocation's end), both
-        relative to `base`: the largest free block of the same pool with `size` S is
-        ``max(hole, S - top)``."""
-        self._flush()
-        end = self.base + self.size
-        hole, top = 0, self.size
-        for start, size in zip(self._starts, self._lengths, strict=True):
-            if start + size == end:
-                top = start - self.base
-            elif size > hole:
-                hole = size
-        return hole, top
-
     def alloc(self, nbytes: int, what: str, align: int = DEFAULT_ALIGN) -> int:
         nbytes = max(nbytes, 1)
         cached = self._cached.get(nbytes)

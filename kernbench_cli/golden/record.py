@@ -43,7 +43,8 @@ def oplog_digest(oplog: list[tuple]) -> str:
 
 def make_record(case: str, result: RunResult) -> dict[str, Any]:
     engines = {name: {"busy_ps_total": sum(s.busy_ps), "busy_ps_max": max(s.busy_ps),
-                      "ops": sum(s.ops), "units": s.instances}
+                      "ops": sum(s.ops), "units": s.instances,
+                      **({"wait_ps_total": sum(s.wait_ps)} if s.wait_ps else {})}
                for name, s in result.engines.items()}
     err = result.max_abs_err
     return {

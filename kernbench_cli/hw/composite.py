@@ -10,16 +10,17 @@ plus what the pipeline cannot hide (loading the first tile, storing the
 last), where DMA cycles count a setup per transfer and bytes at the HBM
 bandwidth. Ties go to larger tiles.
 
-`run_gemm` times the plan: tiles in m, n, k order; operands of tile i+2
+`tile_ops` runs the plan: tiles in m, n, k order; operands of tile i+2
 load when tile i's buffers free (prefetch distance two), each output tile is
-stored once its last k-tile finishes; the DMA and GEMM engines are the PE's
-in-order engines, so the plan competes with the kernel's own commands.
+stored once its last k-tile finishes. It hands the PE one tile operation at
+a time, with the time it is issued, so the PE's DMA and GEMM engines serve
+the tiles and the kernel's own commands in issue order (`hw.timing`).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -100,45 +101,73 @@ def plan_gemm(m: int, k: int, n: int, a_bytes: int, b_bytes: int, out_bytes: int
 
 @dataclass
 class Stream:
-    """What `run_gemm` needs of the PE: engines and a way to move a tile."""
+    """What a composite's tiles need of the PE: engines, and a way to move a tile."""
 
     gemm_run: Callable[[int, int, int, int], tuple[int, int]]
     load: Callable[[int, Operand, int, int, int, int], tuple[int, int]]
     store: Callable[[int, int, int], tuple[int, int]]  # (ready, addr, nbytes)
 
 
-def run_gemm(t0: int, tiling: GemmTiling, a: Operand, b: Operand, n: int,
-             trans_b: bool, out_addr: int | None, out_itemsize: int, out_row_stride: int,
-             stream: Stream) -> int:
-    """Time a composite GEMM dispatched at `t0`; returns when its last tile is done."""
+def traffic(tiling: GemmTiling, a: Operand, b: Operand, n: int, out: bool,
+            out_itemsize: int) -> int:
+    """Bytes the plan moves, by formula: operands read (A once per m-tile when one k-tile
+    holds K, else once per tile; B once per tile) and the output written once. The
+    invariant check compares it with what the DMA moved (`tile_ops` does the moving)."""
+    m, k = a.rows, a.cols
+    tm, tn = -(-m // tiling.mt), -(-n // tiling.nt)
+    a_bytes = 0 if a.resident else m * k * a.itemsize * (1 if tiling.kt >= k else tn)
+    b_bytes = 0 if b.resident else k * n * b.itemsize * tm
+    return a_bytes + b_bytes + (m * n * out_itemsize if out else 0)
+
+
+def tile_ops(t0: int, tiling: GemmTiling, a: Operand, b: Operand, n: int, trans_b: bool,
+             out_addr: int | None, out_itemsize: int, out_row_stride: int,
+             stream: Stream) -> Generator[int, None, int]:
+    """A composite dispatched at `t0`, one tile operation at a time.
+
+    Before each operation it yields the time the scheduler issues it to its
+    engine (never earlier than the one before), and does it when resumed, so
+    that the PE can interleave the tiles with its other commands in issue
+    order. Returns when the last tile is done.
+    """
     m, k = a.rows, a.cols
     mt, kt, nt = tiling.mt, tiling.kt, tiling.nt
     tiles = [(m0, n0, k0) for m0 in range(0, m, mt) for n0 in range(0, n, nt)
              for k0 in range(0, k, kt)]
     a_reused = kt >= k  # one A row-tile serves every n tile of its row
     loaded: list[int] = []  # when tile i's operands are in TCM
+    issued = t0
 
-    def load(i: int, ready: int) -> None:
+    def loads(i: int, ready: int) -> Generator[int, None, None]:
+        nonlocal issued
         m0, n0, k0 = tiles[i]
         mr, kr, nr = min(mt, m - m0), min(kt, k - k0), min(nt, n - n0)
         done = ready
+        issued = max(issued, ready)
         if not a.resident and not (a_reused and i > 0 and tiles[i - 1][0] == m0):
+            yield issued
             done = max(done, stream.load(ready, a, m0, k0, mr, kr)[1])
         if not b.resident:
             coords = (n0, k0, nr, kr) if trans_b else (k0, n0, kr, nr)
+            yield issued
             done = max(done, stream.load(ready, b, *coords)[1])
         loaded.append(done)
 
     end = t0
     for i in range(min(2, len(tiles))):
-        load(i, t0)
+        yield from loads(i, t0)
     for i, (m0, n0, k0) in enumerate(tiles):
         mr, kr, nr = min(mt, m - m0), min(kt, k - k0), min(nt, n - n0)
-        _, done = stream.gemm_run(max(loaded[i], t0), mr, kr, nr)
+        ready = max(loaded[i], t0)
+        issued = max(issued, ready)
+        yield issued
+        _, done = stream.gemm_run(ready, mr, kr, nr)
         end = max(end, done)
         if i + 2 < len(tiles):
-            load(i + 2, done)
+            yield from loads(i + 2, done)
         if k0 + kt >= k and out_addr is not None:
             addr = out_addr + (m0 * out_row_stride + n0) * out_itemsize
+            issued = max(issued, done)
+            yield issued
             end = max(end, stream.store(done, addr, mr * nr * out_itemsize)[1])
     return end

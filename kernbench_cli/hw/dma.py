@@ -4,26 +4,30 @@ from __future__ import annotations
 
 from kernbench_cli.config.schema import DmaConfig
 from kernbench_cli.hw.engine import InOrderEngine
-from kernbench_cli.hw.network import PS_PER_S, Path, book, transfer_ps
+from kernbench_cli.hw.network import Path, book, transfer_ps
 
 
 class DmaEngine(InOrderEngine):
-    """In-order DMA: ``setup + bytes / path bandwidth + path latency`` per transfer.
+    """In-order DMA: ``setup + bytes / path bottleneck bandwidth + path latency`` per transfer.
 
     The engine is held from the start of a transfer until its last byte
-    leaves (setup, then waiting for and streaming over the path); the path
-    latency (HBM access, link hops) is added to the completion only, so the
-    engine pipelines transfers as a real DMA with several outstanding
-    requests does. The stream reserves every resource of the path (see
-    `hw.network`); `local_bandwidth` is used for a copy that crosses none.
+    leaves: setup, then waiting until every resource of the path is free
+    (see `hw.network`), then streaming. `busy_ps` counts setup and streaming;
+    the wait is `wait_ps`, time the engine is held but moves nothing. The
+    path latency (HBM access, link hops) is added to the completion only, so
+    the engine pipelines transfers as a real DMA with several outstanding
+    requests does. `local_bandwidth` is used for a copy that crosses no
+    shared resource.
     """
 
-    __slots__ = ("local_bandwidth", "setup_ps")
+    __slots__ = ("bytes", "local_bandwidth", "setup_ps", "wait_ps")
 
     def __init__(self, config: DmaConfig, local_bandwidth: int):
         super().__init__()
         self.setup_ps = config.setup
         self.local_bandwidth = local_bandwidth
+        self.wait_ps = 0
+        self.bytes = 0  # bytes moved
 
     def transfer(self, ready: int, nbytes: int, path: Path) -> tuple[int, int]:
         """Move `nbytes` over `path` (its HBM slice, if any, and links).
@@ -33,21 +37,24 @@ class DmaEngine(InOrderEngine):
         """
         start = ready if ready > self.free_at else self.free_at
         resources, latency = path
+        streams_from = start + self.setup_ps
         if len(resources) == 1:  # one's own HBM slice: the common case, kept lean
             cal = resources[0]
-            duration = -(-nbytes * PS_PER_S // cal.bandwidth)
-            stream_at = cal.book(start + self.setup_ps, duration)
-            cal.bytes += nbytes
-            stream_end = stream_at + duration
+            duration = transfer_ps(nbytes, cal.bandwidth)
+            stream_at = cal.book(streams_from, duration)
+            cal.carry(stream_at, duration, nbytes)
         elif resources:
-            durations = tuple(transfer_ps(nbytes, c.bandwidth) for c in resources)
-            stream_at = book(resources, durations, start + self.setup_ps)
+            duration = transfer_ps(nbytes, min(c.bandwidth for c in resources))
+            stream_at = book(resources, duration, streams_from)
             for cal in resources:
-                cal.bytes += nbytes
-            stream_end = stream_at + max(durations)
+                cal.carry(stream_at, duration, nbytes)
         else:
-            stream_end = start + self.setup_ps + transfer_ps(nbytes, self.local_bandwidth)
+            duration = transfer_ps(nbytes, self.local_bandwidth)
+            stream_at = streams_from
+        stream_end = stream_at + duration
         self.free_at = stream_end
-        self.busy_ps += stream_end - start
+        self.busy_ps += self.setup_ps + duration
+        self.wait_ps += stream_at - streams_from
+        self.bytes += nbytes
         self.ops += 1
         return start, stream_end + latency

@@ -16,10 +16,11 @@ class MathEngine(InOrderEngine):
     the input for a reduction.
     """
 
-    __slots__ = ("clock_hz", "lanes", "op_cycles")
+    __slots__ = ("clock_hz", "elements", "lanes", "op_cycles")
 
     def __init__(self, config: MathConfig, clock_hz: int):
         super().__init__()
+        self.elements = 0  # elements computed (the timing pass counts them)
         self.lanes, self.clock_hz = config.lanes, clock_hz
         self.op_cycles = {f.name: getattr(config.op_cycles, f.name)
                           for f in fields(config.op_cycles)}

@@ -10,9 +10,12 @@ order. So a result never depends on the order in which Python runs the PEs.
 Two transfers over one link therefore take twice as long as one; transfers
 on disjoint links do not interact.
 
-Each resource is held for ``bytes / its own bandwidth`` from the common
-start (a fluid approximation of cut-through streaming): a link faster than
-the path's bottleneck is only partly occupied and others may use the rest.
+A transfer holds every resource of its path for the same interval,
+``bytes / the path's bottleneck bandwidth``: the bytes cross each link at
+the rate the slowest one allows, so no resource ever carries more than its
+bandwidth (each booking checks it: `Calendar.overdrawn`). A link faster than
+the bottleneck is held whole for the transfer (circuit-style; no two
+transfers share a link at once, even if their rates would fit).
 
 Routes. PEs of a cube form a mesh joined by NoC links; cubes of a SIP form a
 mesh joined by UCIe links; both route X first, then Y, over directed links
@@ -50,7 +53,7 @@ class Calendar:
     """
 
     __slots__ = ("bandwidth", "busy_ps", "bytes", "ends", "latency_ps", "level", "name", "ops",
-                 "shared", "starts", "user")
+                 "overdrawn", "shared", "starts", "user")
 
     def __init__(self, level: str, name: str, bandwidth: int, latency_ps: int):
         self.level = level
@@ -64,6 +67,7 @@ class Calendar:
         self.ops = 0
         self.user = -1
         self.shared = False
+        self.overdrawn: tuple[int, int, int] | None = None  # (start, ps, bytes) too fast
 
     def use(self, pid: int) -> None:
         """PE `pid` will book this calendar."""
@@ -108,6 +112,18 @@ class Calendar:
             starts.insert(i, t)
             ends.insert(i, end)
 
+    def carry(self, t: int, duration: int, nbytes: int) -> None:
+        """`nbytes` flow through this resource in [t, t + duration). Counts them, and notes
+        (`overdrawn`) a flow faster than the bandwidth or not inside a reserved interval:
+        either would put the resource above its bandwidth at some instant."""
+        self.bytes += nbytes
+        if self.overdrawn is not None:
+            return
+        i = bisect.bisect_right(self.starts, t) - 1
+        reserved = duration == 0 or (i >= 0 and self.ends[i] >= t + duration)
+        if not reserved or nbytes * PS_PER_S > self.bandwidth * duration:
+            self.overdrawn = (t, duration, nbytes)
+
     def book(self, t: int, duration: int) -> int:
         """Reserve the earliest free interval of `duration` at or after `t`; its start."""
         ends = self.ends
@@ -126,20 +142,20 @@ class Calendar:
         return t
 
 
-def book(resources: tuple[Calendar, ...], durations: tuple[int, ...], t: int) -> int:
-    """Reserve each resource for its duration from one common start >= t; return it."""
+def book(resources: tuple[Calendar, ...], duration: int, t: int) -> int:
+    """Reserve every resource for `duration` from one common start >= t; return it."""
     if len(resources) == 1:  # the common case: one's own HBM slice
-        return resources[0].book(t, durations[0])
+        return resources[0].book(t, duration)
     if not resources:
         return t
     while True:
         start = t
-        for cal, d in zip(resources, durations, strict=True):
-            t = cal.fit(t, d)
+        for cal in resources:
+            t = cal.fit(t, duration)
         if t == start:
             break
-    for cal, d in zip(resources, durations, strict=True):
-        cal.reserve(t, d)
+    for cal in resources:
+        cal.reserve(t, duration)
     return t
 
 
@@ -173,9 +189,12 @@ class Network:
         return [self._calendars[k] for k in sorted(self._calendars)]
 
     def _calendar(self, key: tuple, level: str, cfg: LinkConfig) -> Calendar:
+        """The link `key`: (level, rack[, sip[, cube]], what), named as reports show it."""
         cal = self._calendars.get(key)
         if cal is None:
-            name = " ".join(str(part) for part in key[1:])
+            where = " ".join(f"{field}={value}" for field, value in zip(
+                ("rack", "sip", "cube"), key[1:-1], strict=False))
+            name = f"{where} {key[-1]}"
             cal = self._calendars[key] = Calendar(level, name, cfg.bandwidth, cfg.latency)
         return cal
 

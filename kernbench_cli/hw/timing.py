@@ -6,23 +6,32 @@ Per command it does arithmetic: PE_CPU pays the issue cost, PE_SCHEDULER's
 queue takes it, the in-order engine starts it at ``max(ready, free_at)``
 where ``ready`` is when its producers (columns `a`, `b`) ended.
 
+Composites. PE_SCHEDULER plans a composite's tiles at dispatch, into the
+TCM free then: the TCM less what the PE's tensors hold (the stream's `tcm`
+column) and less the tile buffers of composites still running; the plan's
+buffers stay reserved until the composite ends. A tensor allocation that
+finds TCM taken by tile buffers waits (PE_CPU stalls) until enough of them
+free. The tiles run one operation at a time (`composite.tile_ops`): each is
+issued to PE_DMA or PE_GEMM when its operands or buffers allow, and the
+engines serve tile operations and the PE's own commands in the order they
+were issued (ties to the earlier command), so a load issued while a long
+composite runs waits at most for the tile operation in progress.
+
 A PE leaves its generator only where it must:
 
 - before booking a calendar that another PE books too (an HBM slice or a
   link: `Calendar.shared`, known before the run from every stream's
   addresses), so that bookings on it are made in simulated-time order of
   issue, ties to the lower PE index. The PE resumes when global time reaches
-  the issue time (`sync`). Bookings on calendars only one PE uses need no
-  order but program order, so a PE runs through them without waiting;
+  the issue time. Bookings on calendars only one PE uses need no order but
+  the PE's own, so a PE runs through them without waiting;
 - before an IPCQ operation (a send's chunks or a receive's), which meets
   another PE at its ring, and where the ring is full or empty (blocking; the
   other side wakes it).
 
-With `oplog`, a PE synchronises before every DMA-engine command instead, as
-version 0.1 did: the times are the same either way (the order of private
-bookings cannot move them), but the op log lists records in the order the
-PEs made them, and this order is the one 0.1's op logs and the goldens'
-digests have.
+Nothing in a PE's timing depends on when Python runs it, so the op log (a
+record per command, tile and message chunk) is listed by start time, then
+PE, then the PE's own order.
 
 A PE that still waits when no event is left is deadlocked (`Timing.stuck`):
 a receive whose message never comes, or a send facing a ring that never
@@ -32,15 +41,16 @@ frees. Errors in a stream (a trace timed on a topology it does not fit) are
 
 from __future__ import annotations
 
+import heapq
 from array import array
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from heapq import heappush
 
 import simpy
 
 from kernbench_cli.errors import KernelError
-from kernbench_cli.hw.composite import Operand, plan_gemm, run_gemm
+from kernbench_cli.hw.composite import GemmTiling, Operand, plan_gemm, tile_ops, traffic
 from kernbench_cli.hw.composite import Stream as TileStream
 from kernbench_cli.hw.engine import cycles_to_ps
 from kernbench_cli.hw.ipcq import Chunk, Ring
@@ -68,6 +78,7 @@ OP_FIELDS = ("seq", "pid", "engine", "kind", "issue_ps", "start_ps", "end_ps", "
              "src", "dst")
 
 CPU, SCHED, DMA, GEMM, VEC = range(5)  # engine codes, in the order of `pe.ENGINES`
+PENDING = -1  # `end` of a composite still running
 
 
 class TimingError(KernelError):
@@ -82,7 +93,8 @@ class OpLog:
     """Every engine occupation of a run, as columns; iterates records as tuples (`OP_FIELDS`).
 
     A record is a command, or one tile of a composite, or one chunk of a
-    send. Addresses absent from a record are None.
+    send. Addresses absent from a record are None. `ordered` sorts the
+    records by start time, PE, then the order the PE made them.
     """
 
     def __init__(self) -> None:
@@ -111,6 +123,20 @@ class OpLog:
         self.times.extend((issue, start, end))
         self.amounts.extend((nbytes, flops))
         self.addrs.extend((-1 if src is None else src, -1 if dst is None else dst))
+
+    def ordered(self) -> OpLog:
+        """The same records by (start time, PE, the order the PE made them)."""
+        times, pids = self.times, self.pid
+        order = sorted(range(len(pids)), key=lambda r: (times[3 * r + 1], pids[r], r))
+        out = OpLog()
+        out.kinds, out._codes = self.kinds, self._codes
+        for name in ("pid", "engine", "kind"):
+            col = getattr(self, name)
+            getattr(out, name).extend(col[r] for r in order)
+        for name, width in (("times", 3), ("amounts", 2), ("addrs", 2)):
+            col = getattr(self, name)
+            getattr(out, name).extend(v for r in order for v in col[width * r:width * r + width])
+        return out
 
     def __len__(self) -> int:
         return len(self.pid)
@@ -144,7 +170,7 @@ class _Proc:
     """One PE's walk over its stream, as SimPy event callbacks resume it."""
 
     __slots__ = ("at", "done", "end", "env", "error", "events", "gen", "last_end", "pid",
-                 "resume_cb", "waiting")
+                 "resume_cb", "tcm_peak", "waiting")
 
     def __init__(self, env: simpy.Environment, pid: int):
         self.env = env
@@ -153,10 +179,11 @@ class _Proc:
         self.done = False
         self.at = 0  # the command it waits in, while it waits
         self.waiting = ""  # what it waits for, while it waits on another PE
-        self.end = array("q")  # per command: when its result is ready
+        self.end = array("q")  # per command: when its result is ready (PENDING: not yet)
         self.last_end = 0  # the latest end of anything it did
         self.events = 0
         self.error: TimingError | None = None  # what stopped it
+        self.tcm_peak = (0, 0, 0)  # TCM high water: (bytes, time, command)
         self.resume_cb = self._resume
 
     def _resume(self, _event: simpy.Event) -> None:
@@ -179,6 +206,35 @@ class _Proc:
         env.schedule(event, self.pid, t - now if t > now else 0)
 
 
+class _Running:
+    """A composite between dispatch and end: its tile operations and TCM tile buffers."""
+
+    __slots__ = ("dispatched", "end", "index", "issued", "ops", "private", "tcm_bytes")
+
+    def __init__(self, index: int, issued: int, dispatched: int, ops: Generator[int, None, int],
+                 tcm_bytes: int, private: bool):
+        self.index, self.issued, self.dispatched = index, issued, dispatched
+        self.ops, self.tcm_bytes, self.private = ops, tcm_bytes, private
+        self.end = PENDING
+
+
+class _Composites:
+    """A PE's composites in flight: tile operations in issue order, and their TCM."""
+
+    __slots__ = ("by_index", "heap", "live", "seq")
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[int, int, _Running]] = []  # (next operation's issue, seq, it)
+        self.live: list[_Running] = []  # holding tile buffers (or ended, until pruned)
+        self.by_index: dict[int, _Running] = {}
+        self.seq = 0
+
+    def buffers(self, t: int) -> int:
+        """TCM the tile buffers of composites running at `t` hold (ops up to `t` done)."""
+        self.live = [c for c in self.live if c.end == PENDING or c.end > t]
+        return sum(c.tcm_bytes for c in self.live)
+
+
 class Timing:
     """One timing pass of `program` on `system` (fresh engines, calendars and rings)."""
 
@@ -187,18 +243,16 @@ class Timing:
         self.system = system
         self.program = program
         self.env = simpy.Environment()
-        costs = topo.cost_table.issue
-        self.costs = (costs.load, costs.store, costs.dot, costs.math, costs.composite,
-                      costs.wait, costs.send, costs.recv)
+        self.issue = topo.cost_table.issue  # PE_CPU's cost per command kind
         self.plan_ps = topo.cost_table.scheduler.plan
         self.tcm_bytes = topo.pe.tcm.size
         self.clock_hz = topo.pe.clock
         self.hbm_bytes_per_cycle = topo.hbm.bandwidth / topo.pe.clock
         self.setup_cycles = topo.pe.dma.setup * topo.pe.clock / 10**12
         self.oplog = OpLog() if oplog else None
-        self.sync_all = oplog
         self.procs = [_Proc(self.env, pe.pid) for pe in system.pes]
         self.stuck: list[Stuck] = []
+        self.planned_bytes = 0  # what composites' plans move, by formula (invariants)
         # Routes depend only on which PE owns an address: cache them per aligned region
         # that one PE owns whole (a power-of-two HBM slice, or a PE's 1 GiB window).
         slice_bytes = topo.hbm.slice_size
@@ -228,6 +282,8 @@ class Timing:
         for proc, pe in zip(self.procs, self.system.pes, strict=True):
             if not proc.done:
                 self.stuck.append(Stuck(proc.pid, proc.at, proc.waiting, pe.cpu.time))
+        if self.oplog is not None:
+            self.oplog = self.oplog.ordered()
 
     @property
     def latency_ps(self) -> int:
@@ -284,9 +340,8 @@ class Timing:
                     if key not in seen:
                         seen.add(key)
                         self._use(pid, dst, False)
-                elif op == COMPOSITE:
-                    desc = self.program.composites[arg]
-                    for addr, inbound in self._operand_ends(desc):
+                elif op == COMPOSITE and arg != NONE:
+                    for addr, inbound in self._operand_ends(self.program.composites[arg]):
                         self._use(pid, addr, inbound)
                 elif op == SEND and (pid, arg) not in seen:
                     seen.add((pid, arg))
@@ -319,27 +374,41 @@ class Timing:
         stream = self.program.streams[pid]
         ops, col_a, col_b = stream.op, stream.a, stream.b
         col_size, col_arg, col_src, col_dst = stream.size, stream.arg, stream.src, stream.dst
+        col_tcm = stream.tcm
         n = len(ops)
         end = proc.end = array("q", bytes(8 * n))
         cpu, sched, dma, gemm, vec = pe.cpu, pe.scheduler, pe.dma, pe.gemm, pe.math
         enqueue, held = sched.enqueue, sched.held  # `hold(t)` is heappush(held, t), inlined
-        c_load, c_store, c_dot, c_math, c_comp, c_wait, c_send, c_recv = self.costs
+        issue = self.issue
+        c_load, c_store, c_dot, c_math = issue.load, issue.store, issue.dot, issue.math
+        c_wait, c_send, c_recv = issue.wait, issue.send, issue.recv
         peek = self.env.peek
-        sync_all = self.sync_all
         path = self._path
         shift = self._region_shift
         inbound: dict[int, tuple[Path, bool]] = {}  # this PE's routes, by address region
         outbound: dict[int, tuple[Path, bool]] = {}
         shapes, kinds, math_ps = self.program.gemm_shapes, self._math, self._math_ps
         gemm_ps: dict[int, int] = {}  # gemm shape -> duration on this PE's array
+        comps = _Composites()
         log = self.oplog
         if log is not None:
             tcm_base = self.system.amap.pe_tcm_addr(*pe.coord, 0)
             k_load, k_store, k_dot, k_wait, k_cycles = (
                 log.code(k) for k in ("load", "store", "dot", "wait", "cycles"))
-        last_end = 0
+        last_end = tcm_peak = 0
         for i in range(n):
             op = ops[i]
+            if comps.live:  # composites in flight: tile buffers, and results to wait for
+                proc.at = i
+                yield from self._tcm_room(proc, pe, comps, col_tcm[i])
+                tcm_peak = proc.tcm_peak[0]
+                a, b = col_a[i], col_b[i]
+                for dep in (a, b):
+                    if dep >= 0 and end[dep] == PENDING:
+                        yield from self._advance(proc, pe, comps, stop=comps.by_index[dep])
+            elif col_tcm[i] > tcm_peak:  # the TCM high water, tensors alone
+                tcm_peak = col_tcm[i]
+                proc.tcm_peak = (tcm_peak, cpu.time, i)
             if op == LOAD:
                 t, dispatched = enqueue(cpu, c_load)
                 addr = col_src[i]
@@ -347,7 +416,10 @@ class Timing:
                 if hit is None:
                     hit = inbound[addr >> shift] = path(pid, addr, True)
                 route, private = hit
-                if (sync_all or not private) and t >= peek():
+                if comps.heap:
+                    proc.at = i
+                    yield from self._advance(proc, pe, comps, dispatched)
+                if not private and t >= peek():
                     proc.at = i
                     proc.wake_at(t)
                     yield
@@ -369,6 +441,7 @@ class Timing:
                 if duration is None:
                     duration = math_ps[key] = vec.duration_ps(kinds[key[0]][0], key[1])
                 start, done = vec.occupy(ready, duration)
+                vec.elements += col_size[i]
                 heappush(held, start)
                 end[i] = done
                 if log is not None:
@@ -378,6 +451,9 @@ class Timing:
                 t, ready = enqueue(cpu, c_dot)
                 a, b = end[col_a[i]], end[col_b[i]]
                 ready = max(ready, a, b)
+                if comps.heap:
+                    proc.at = i
+                    yield from self._advance(proc, pe, comps, ready)
                 shape = col_arg[i]
                 duration = gemm_ps.get(shape)
                 if duration is None:
@@ -396,52 +472,26 @@ class Timing:
                 if hit is None:
                     hit = outbound[addr >> shift] = path(pid, addr, False)
                 route, private = hit
-                if (sync_all or not private) and t >= peek():
+                a = end[col_a[i]]
+                if a > ready:
+                    ready = a
+                if comps.heap:
+                    proc.at = i
+                    yield from self._advance(proc, pe, comps, ready)
+                if not private and t >= peek():
                     proc.at = i
                     proc.wake_at(t)
                     yield
-                a = end[col_a[i]]
-                start, done = dma.transfer(a if a > ready else ready, col_size[i], route)
+                start, done = dma.transfer(ready, col_size[i], route)
                 heappush(held, start)
                 end[i] = done
                 if log is not None:
                     log.append(pid, DMA, k_store, t, start, done, col_size[i], 0,
                                _tcm(tcm_base, col_src[i]), addr)
             elif op == COMPOSITE:
-                t, dispatched = enqueue(cpu, c_comp, self.plan_ps)
-                heappush(held, dispatched)
-                if col_arg[i] == NONE:  # never planned: the kernel failed in it
-                    end[i] = dispatched
-                    continue
-                desc = self.program.composites[col_arg[i]]
-                tiling = plan_gemm(desc.m, desc.k, desc.n, desc.a_itemsize, desc.b_itemsize,
-                                   desc.out_itemsize, desc.a_tcm, desc.b_tcm, gemm.rows,
-                                   gemm.cols, gemm.dataflow, desc.tcm_free(self.tcm_bytes),
-                                   self.hbm_bytes_per_cycle, self.setup_cycles)
-                if tiling is None:
-                    raise TimingError(f"tl.composite: no tile plan for a {desc.m}x{desc.k}x"
-                                      f"{desc.n} GEMM fits the {desc.tcm_free(self.tcm_bytes)} B "
-                                      "of free TCM", pid, i, cpu.time)
-                ready = dispatched
-                a, b = col_a[i], col_b[i]
-                if a >= 0 and end[a] > ready:
-                    ready = end[a]
-                if b >= 0 and end[b] > ready:
-                    ready = end[b]
-                private = all(path(pid, addr, into)[1]
-                              for addr, into in self._operand_ends(desc))
-                if (sync_all or not private) and t >= peek():
-                    proc.at = i
-                    proc.wake_at(t)
-                    yield
-                done = self._composite(pe, desc, tiling, ready)
-                end[i] = done
-                if log is not None:
-                    src = col_src[i] if not desc.a_tcm else (
-                        tcm_base + col_src[i] if col_src[i] >= 0 else 0)
-                    dst = col_dst[i] if desc.out_addr >= 0 else tcm_base + col_dst[i]
-                    log.append(pid, SCHED, log.code("composite"), t, dispatched, done,
-                               col_size[i], 2 * desc.m * desc.k * desc.n, src, dst)
+                proc.at = i
+                yield from self._dispatch(proc, pe, comps, i)
+                continue
             elif op == WAIT:
                 t = cpu.issue(c_wait)
                 cpu.wait_until(end[col_a[i]])
@@ -454,7 +504,8 @@ class Timing:
                     proc.at = i
                     proc.wake_at(t)
                     yield
-                done = yield from self._send(proc, pe, i, t, max(dispatched, end[col_a[i]]))
+                done = yield from self._send(proc, pe, comps, i, t,
+                                             max(dispatched, end[col_a[i]]))
             elif op == RECV:
                 t = cpu.issue(c_recv)
                 if t >= peek():
@@ -476,19 +527,134 @@ class Timing:
                 raise TimingError(f"unknown command kind {op}", pid, i, cpu.time)
             if done > last_end:
                 last_end = done
-        proc.last_end = last_end
+        proc.at = n - 1
+        yield from self._advance(proc, pe, comps, None)  # the composites still running
+        proc.last_end = max(proc.last_end, last_end)
 
-    def _composite(self, pe: Pe, desc: Composite, tiling, ready: int) -> int:
-        """Run a composite's tile plan from `ready` on PE `pe`'s engines; returns its end."""
+    # ------------------------------------------------------------------ composites
+
+    def _dispatch(self, proc: _Proc, pe: Pe, comps: _Composites, i: int) -> Iterator[None]:
+        """Issue composite `i`: plan its tiles into the TCM free at dispatch, start them.
+
+        With no plan fitting, PE_SCHEDULER holds the composite (and the commands behind
+        it) until running composites free their tile buffers.
+        """
+        pid = pe.pid
+        stream = self.program.streams[pid]
+        cpu, gemm, sched, end = pe.cpu, pe.gemm, pe.scheduler, self.procs[pid].end
+        t, dispatched = sched.enqueue(cpu, self.issue.composite, self.plan_ps)
+        if stream.arg[i] == NONE:  # never planned: the kernel failed in it
+            heappush(sched.held, dispatched)
+            end[i] = dispatched
+            return
+        desc = self.program.composites[stream.arg[i]]
+        yield from self._advance(proc, pe, comps, dispatched)
+        while True:
+            free = self.tcm_bytes - stream.tcm[i] - comps.buffers(dispatched)
+            tiling = plan_gemm(desc.m, desc.k, desc.n, desc.a_itemsize, desc.b_itemsize,
+                               desc.out_itemsize, desc.a_tcm, desc.b_tcm, gemm.rows,
+                               gemm.cols, gemm.dataflow, free, self.hbm_bytes_per_cycle,
+                               self.setup_cycles)
+            if tiling is not None:
+                break
+            release = yield from self._next_release(proc, pe, comps, dispatched)
+            if release is None:
+                raise TimingError(f"tl.composite: no tile plan for a {desc.m}x{desc.k}x"
+                                  f"{desc.n} GEMM fits the {free} B of free TCM", pid, i,
+                                  cpu.time)
+            dispatched = release
+        sched.free_at = max(sched.free_at, dispatched)  # it held the queue's head until now
+        heappush(sched.held, dispatched)
+        ready = dispatched
+        for dep in (stream.a[i], stream.b[i]):
+            if dep >= 0:
+                if end[dep] == PENDING:
+                    yield from self._advance(proc, pe, comps, stop=comps.by_index[dep])
+                ready = max(ready, end[dep])
         a = Operand(desc.m, desc.k, desc.a_itemsize, desc.a_tcm, desc.a_addr, desc.a_row_stride)
         b_shape = (desc.n, desc.k) if desc.trans_b else (desc.k, desc.n)
         b = Operand(*b_shape, desc.b_itemsize, desc.b_tcm, desc.b_addr, desc.b_row_stride)
         out = desc.out_addr if desc.out_addr >= 0 else None
-        tiles = self._tiles.get(pe.pid)
+        self.planned_bytes += traffic(tiling, a, b, desc.n, out is not None, desc.out_itemsize)
+        tiles = self._tiles.get(pid)
         if tiles is None:
-            tiles = self._tiles[pe.pid] = self._tile_stream(pe)
-        return run_gemm(ready, tiling, a, b, desc.n, desc.trans_b, out, desc.out_itemsize,
-                        desc.out_row_stride, tiles)
+            tiles = self._tiles[pid] = self._tile_stream(pe)
+        ops = tile_ops(ready, tiling, a, b, desc.n, desc.trans_b, out, desc.out_itemsize,
+                       desc.out_row_stride, tiles)
+        private = all(self._path(pid, addr, into)[1] for addr, into in self._operand_ends(desc))
+        running = _Running(i, t, dispatched, ops, tiling.tcm_bytes, private)
+        used = stream.tcm[i] + comps.buffers(dispatched) + tiling.tcm_bytes
+        if used > proc.tcm_peak[0]:
+            proc.tcm_peak = (used, dispatched, i)
+        end[i] = PENDING
+        comps.by_index[i] = running
+        comps.live.append(running)
+        comps.seq += 1
+        heappush(comps.heap, (next(ops), comps.seq, running))
+
+    def _advance(self, proc: _Proc, pe: Pe, comps: _Composites, until: int | None = None,
+                 stop: _Running | None = None, any_end: bool = False) -> Iterator[None]:
+        """Run tile operations in issue order across the PE's composites (ties to the
+        earlier composite): those issued up to `until` (all, if None); or until `stop`
+        ends; or, with `any_end`, until one composite ends."""
+        heap, peek = comps.heap, self.env.peek
+        while heap:
+            if stop is not None:
+                if stop.end != PENDING:
+                    return
+            elif not any_end and until is not None and heap[0][0] > until:
+                return
+            issued, seq, running = heap[0]
+            if not running.private and issued >= peek():
+                proc.wake_at(issued)
+                yield
+            heapq.heappop(heap)
+            try:
+                heappush(heap, (running.ops.send(None), seq, running))
+            except StopIteration as finished:
+                self._finish(proc, pe, running, finished.value)
+                if any_end:
+                    return
+
+    def _next_release(self, proc: _Proc, pe: Pe, comps: _Composites,
+                      t: int) -> Iterator[None]:
+        """When the first composite holding tile buffers at `t` ends (running tiles as far
+        as it takes to know); None if none holds any."""
+        while True:
+            holders = [c for c in comps.live if c.end == PENDING or c.end > t]
+            if not holders:
+                return None
+            known = [c.end for c in holders if c.end != PENDING]
+            if known:  # one still running might end before the first known end: run to it
+                yield from self._advance(proc, pe, comps, min(known))
+                return min(c.end for c in holders if c.end != PENDING)
+            yield from self._advance(proc, pe, comps, any_end=True)
+
+    def _finish(self, proc: _Proc, pe: Pe, running: _Running, done: int) -> None:
+        running.end = proc.end[running.index] = done
+        proc.last_end = max(proc.last_end, done)
+        log = self.oplog
+        if log is not None:
+            stream = self.program.streams[pe.pid]
+            i = running.index
+            desc = self.program.composites[stream.arg[i]]
+            tcm_base = self.system.amap.pe_tcm_addr(*pe.coord, 0)
+            src = stream.src[i] if not desc.a_tcm else _tcm(tcm_base, stream.src[i]) or 0
+            dst = stream.dst[i] if desc.out_addr >= 0 else tcm_base + stream.dst[i]
+            log.append(pe.pid, SCHED, log.code("composite"), running.issued, running.dispatched,
+                       done, stream.size[i], 2 * desc.m * desc.k * desc.n, src, dst)
+
+    def _tcm_room(self, proc: _Proc, pe: Pe, comps: _Composites, tensors: int) -> Iterator[None]:
+        """Stall PE_CPU until its tensors (`tensors` bytes) and the running composites' tile
+        buffers fit the TCM together."""
+        t = pe.cpu.time
+        yield from self._advance(proc, pe, comps, t)
+        while tensors + comps.buffers(t) > self.tcm_bytes:
+            t = yield from self._next_release(proc, pe, comps, t)
+            pe.cpu.wait_until(t)
+        used = tensors + comps.buffers(t)
+        if used > proc.tcm_peak[0]:
+            proc.tcm_peak = (used, t, proc.at)
 
     def _tile_stream(self, pe: Pe) -> TileStream:
         pid, dma, gemm, path, log = pe.pid, pe.dma, pe.gemm, self._path, self.oplog
@@ -520,7 +686,8 @@ class Timing:
 
     # ------------------------------------------------------------------ IPCQ
 
-    def _send(self, proc: _Proc, pe: Pe, i: int, t: int, ready: int) -> Iterator[None]:
+    def _send(self, proc: _Proc, pe: Pe, comps: _Composites, i: int, t: int,
+              ready: int) -> Iterator[None]:
         """The chunks of send `i` (issued at `t`), each on a credit of the receiver's ring
         (waits for one); returns when the last chunk arrives."""
         stream = self.program.streams[pe.pid]
@@ -542,7 +709,10 @@ class Timing:
                 credit = ring.take_credit()
             free_at, slot = credit
             size = min(ring.slot_bytes, nbytes - index * ring.slot_bytes)
-            start, end = pe.dma.transfer(max(ready, free_at), size, route)
+            at = max(ready, free_at)
+            if comps.heap:
+                yield from self._advance(proc, pe, comps, at)
+            start, end = pe.dma.transfer(at, size, route)
             first = start if first is None else first
             ring.chunks.append(Chunk(pe.pid, index, count, nbytes, slot, end))
             last = end if last is None or end > last else last
@@ -604,3 +774,5 @@ def _tcm(base: int, offset: int) -> int | None:
     """The address of TCM offset `offset` (None for NONE: a view has no TCM of its own)."""
     return None if offset < 0 else base + offset
 
+
+__all__ = ["OP_FIELDS", "GemmTiling", "OpLog", "Stuck", "Timing", "TimingError"]

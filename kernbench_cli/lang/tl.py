@@ -224,19 +224,18 @@ class TL:
         out = None
         if out_ptr is None:
             out = self._result(i, (m, n), out_dt, value, "tl.composite result")
-        hole, top = self._tcm.free_extent()
-        free = max(hole, self._tcm.size - top)
+        free = self._tcm.size - self._tcm.used  # at best: other composites may hold some
         if plan_gemm(m, k, n, a.dtype.itemsize, b.dtype.itemsize, out_dt.itemsize, a_tcm, b_tcm,
                      *self._gemm, free, self._hbm_bytes_per_cycle, self._setup_cycles) is None:
             raise KernelError(f"tl.composite: no tile plan for a {m}x{k}x{n} GEMM fits the "
                               f"{free} B of free TCM")
         program = self._launch.program
-        self._rows[8 * i + _ARG] = len(program.composites)
+        self._rows[_WIDTH * i + _ARG] = len(program.composites)
         program.composites.append(Composite(
             m, k, n, a.dtype.itemsize, b.dtype.itemsize, out_dt.itemsize, a_tcm, b_tcm,
             NONE if a_tcm else a.addr, 0 if a_tcm else a.row_stride,
             NONE if b_tcm else b.addr, 0 if b_tcm else b.row_stride, bool(trans_b),
-            NONE if out_ptr is None else out_ptr, row_stride, hole, top))
+            NONE if out_ptr is None else out_ptr, row_stride))
         if out_ptr is not None and self._values:
             self._memory.write(out_ptr, value.astype(out_dt), "tl.composite", out_stride)
         return Handle(i, out)
@@ -339,11 +338,12 @@ class TL:
         frames up, the fewest `tl` frames between the kernel and here on this path (frames
         cost time to look at)."""
         rows = self._rows
-        i = len(rows) >> 3
+        i = len(rows) // _WIDTH
         frame, kernel_file = sys._getframe(depth), self._kernel_file
         while frame is not None and frame.f_code.co_filename != kernel_file:
             frame = frame.f_back
-        rows.extend((op, a, b, size, arg, src, dst, 0 if frame is None else frame.f_lineno))
+        rows.extend((op, a, b, size, arg, src, dst, 0 if frame is None else frame.f_lineno,
+                     self._tcm.used))
         if op != READ:
             launch = self._launch
             launch.commands += 1
@@ -360,7 +360,9 @@ class TL:
             tcm = self._tcm.alloc(nbytes, what)
         except AddressError as exc:
             raise KernelError(f"tensors overflow TCM: {exc}") from None
-        self._rows[8 * i + _DST] = tcm
+        at = _WIDTH * i
+        self._rows[at + _DST] = tcm
+        self._rows[at + _TCM] = self._tcm.used
         return Tensor(self, shape, dt, value, i, tcm, nbytes=nbytes)
 
     def _operand_value(self, x: Tensor | Ref) -> np.ndarray:
@@ -515,7 +517,9 @@ def functional_pass(launch: Launch, kernel: Callable[[TL], None]) -> list[TL]:
     return tls
 
 
-_ARG, _DST = 4, 6  # the columns a command's row gets after it is emitted
+_WIDTH = len(COLUMNS)  # integers a command's row holds
+_ARG, _DST, _TCM = (  # the columns a row gets after it is emitted
+    [name for name, _ in COLUMNS].index(c) for c in ("arg", "dst", "tcm"))
 
 
 def _columns(rows: list[array]) -> list[Stream]:

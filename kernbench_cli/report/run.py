@@ -81,6 +81,11 @@ def verification_text(result: RunResult) -> str:
     return "; ".join(parts) if parts else "no outputs to check"
 
 
+def invariants_text(result: RunResult) -> str:
+    names = ", ".join(i.name for i in result.invariants)
+    return f"{len(result.invariants)} physical invariants hold ({names})"
+
+
 def summary(result: RunResult) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
@@ -93,6 +98,7 @@ def summary(result: RunResult) -> Table:
         ("topology", f"{result.topology}: {result.num_pes} PEs; costs {result.costs}"),
         ("latency", format_time_ps(result.latency_ps)),
         ("verification", verification_text(result)),
+        ("model checks", invariants_text(result)),
         ("bound by", bound_text(result)),
         ("GEMM", f"{gemm_efficiency(result):.1%} of peak MAC throughput over the run; "
                  f"array {gemm_array_utilization(result):.1%} used while busy"),
@@ -110,13 +116,15 @@ def summary(result: RunResult) -> Table:
 
 
 def engine_table(result: RunResult) -> Table:
-    table = Table(title="Engines: busy time across units; idle and util of the mean")
-    for col in ("engine", "units", "busy min", "busy mean", "busy max", "idle", "util", "ops"):
+    table = Table(title="Engines: busy time across units; wait, idle and util of the mean")
+    for col in ("engine", "units", "busy min", "busy mean", "busy max", "wait", "idle", "util",
+                "ops"):
         table.add_column(col, justify="left" if col == "engine" else "right")
     for name, stats in result.engines.items():
         row = _engine_numbers(stats, result.latency_ps)
         table.add_row(TITLES[name], str(stats.instances), short(row["busy_min_ps"]),
-                      short(row["busy_ps"]), short(row["busy_max_ps"]), short(row["idle_ps"]),
+                      short(row["busy_ps"]), short(row["busy_max_ps"]),
+                      short(row["wait_ps"]) if stats.wait_ps else "-", short(row["idle_ps"]),
                       f"{row['utilization']:.1%}", f"{row['ops']:,}")
     return table
 
@@ -148,6 +156,7 @@ def _engine_numbers(stats: EngineStats, latency: int) -> dict[str, Any]:
     return {
         "instances": stats.instances,
         "busy_ps": mean,
+        "wait_ps": sum(stats.wait_ps) // len(stats.wait_ps) if stats.wait_ps else 0,
         "busy_min_ps": min(busy, default=0),
         "busy_max_ps": max(busy, default=0),
         "idle_ps": latency - mean,
@@ -168,6 +177,7 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
     for name, stats in result.engines.items():
         row = _engine_numbers(stats, result.latency_ps)
         row["busy_ns"] = row["busy_ps"] / 1000
+        row["wait_ns"] = row["wait_ps"] / 1000
         row["idle_ns"] = row["idle_ps"] / 1000
         row["utilization"] = round(row["utilization"], 6)
         row["utilization_max"] = round(row["utilization_max"], 6)
@@ -187,8 +197,11 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
         "latency_ns": result.latency_ps / 1000,
         "verified": result.verified,
         "max_abs_err": result.max_abs_err,
-        "checks": [{"name": c.name, "dtype": c.dtype, "max_abs_err": c.max_abs_err,
-                    "atol": c.atol, "rtol": c.rtol, "passed": c.passed} for c in result.checks],
+        "checks": [{"kind": "verification", "name": c.name, "dtype": c.dtype,
+                    "max_abs_err": c.max_abs_err, "atol": c.atol, "rtol": c.rtol,
+                    "passed": c.passed} for c in result.checks]
+        + [{"kind": "invariant", "name": i.name, "passed": i.passed, "detail": i.detail}
+           for i in result.invariants],
         "commands": result.commands,
         "engines": engines,
         "bound": {"engine": name, "utilization": round(u, 6)},

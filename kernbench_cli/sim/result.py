@@ -9,6 +9,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from kernbench_cli.hw.timing import OpLog
+    from kernbench_cli.sim.invariants import Invariant
     from kernbench_cli.sim.trace_file import Trace
 
 
@@ -17,12 +18,15 @@ class EngineStats:
     """One engine class (a per-PE engine, or a link level) over its instances.
 
     `busy_ps[i]` and `ops[i]` belong to `labels[i]` (a PE, or one link).
+    `wait_ps[i]` is time the instance was held but did no work (PE_CPU: stalled;
+    PE_DMA: waiting for a link or HBM slice); empty for engines that never wait.
     """
 
     name: str
     labels: tuple[str, ...]
     busy_ps: tuple[int, ...]
     ops: tuple[int, ...]
+    wait_ps: tuple[int, ...] = ()
 
     @property
     def instances(self) -> int:
@@ -67,6 +71,7 @@ class RunResult:
     hbm_peak_bytes_per_ps: float = 0.0
     bounds: dict[str, tuple[int, str]] = field(default_factory=dict)  # name: (ps, how)
     trace: Trace | None = None  # what `run --record` writes (sim.trace_file)
+    invariants: list[Invariant] = field(default_factory=list)  # physical checks (all held)
     inputs: dict[str, np.ndarray] = field(default_factory=dict)
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
 

@@ -34,6 +34,7 @@ from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
 from kernbench_cli.lang.dtypes import NAMES, TOLERANCE
 from kernbench_cli.lang.memory import Memory
 from kernbench_cli.lang.tl import Launch, functional_pass, kernel_line
+from kernbench_cli.sim import invariants
 from kernbench_cli.sim.host import Host
 from kernbench_cli.sim.kernels import KernelModule
 from kernbench_cli.sim.result import Check, EngineStats, RunResult
@@ -81,11 +82,14 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     if timing.stuck:
         raise _deadlock(kernel.shown, system, program, timing.stuck)
     _check_unreceived(kernel.shown, launch)
+    model_checks = invariants.check(system, timing)
+    invariants.enforce(model_checks)
     outputs, checks = {}, []
     if not timing_only:
         outputs = _call(kernel, "outputs", host, args, params)
         checks = _verify(kernel, host, params, outputs)
     result = _collect(kernel.name, system, timing, params, seed, timing_only, checks)
+    result.invariants = model_checks
     result.switches = launch.hub.switches
     result.inputs, result.outputs = host.inputs, outputs
     if hasattr(kernel.module, "bounds"):
@@ -132,8 +136,11 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
                           f"t={format_time_ps(exc.time_ps)}: {exc}") from None
     if timing.stuck:
         raise _deadlock(source, system, program, timing.stuck)
+    model_checks = invariants.check(system, timing)
+    invariants.enforce(model_checks)
     result = _collect(f"{trace.kernel} (replay)", system, timing, trace.params, trace.seed,
                       True, [])
+    result.invariants = model_checks
     result.wall_s = time.perf_counter() - wall
     return result
 
@@ -243,10 +250,12 @@ def _collect(kernel_name: str, system: System, timing: Timing, params: dict[str,
     pes = system.pes
     labels = tuple(str(pe.coord) for pe in pes)
     engines: dict[str, EngineStats] = {}
+    waits = {"cpu": tuple(pe.cpu.stall_ps for pe in pes),
+             "dma": tuple(pe.dma.wait_ps for pe in pes)}
     for name in ENGINES:
         parts = [pe.engine(name) for pe in pes]
         engines[name] = EngineStats(name, labels, tuple(p.busy_ps for p in parts),
-                                    tuple(p.ops for p in parts))
+                                    tuple(p.ops for p in parts), waits.get(name, ()))
     rings = [(f"{pe.coord} {d}", ring) for pe in pes for d, ring in pe.rings.items()
              if ring.ops]
     if rings:

@@ -51,7 +51,7 @@ from kernbench_cli.stream import (
 )
 
 FORMAT = "kernbench-trace"
-VERSION = 2
+VERSION = 3
 MAGIC = FORMAT.encode() + b"\n"
 #: PE_MATH op classes a trace may name (the `[pe.math.op_cycles]` keys).
 MATH_CLASSES = ("add", "mul", "div", "cmp", "exp", "log", "sqrt", "reduce", "cast")
@@ -173,7 +173,7 @@ def check_program(program: Program, memory: list[tuple[int, int, str]]) -> None:
     lengths = np.array([len(s) for s in streams], dtype=np.int64)
     if not lengths.sum():
         return
-    op, a, b, size, arg, src, dst, line = (
+    op, a, b, size, arg, src, dst, line, tcm = (
         np.concatenate([np.frombuffer(getattr(s, name), dtype=code) for s in streams])
         .astype(np.int64) for name, code in COLUMNS)
     pid = np.repeat(np.arange(len(streams)), lengths)
@@ -185,7 +185,7 @@ def check_program(program: Program, memory: list[tuple[int, int, str]]) -> None:
              "a producer that is not an earlier command")
     _require((b < index) & ((b >= 0) | (op != DOT)) & (b >= -1), where,
              "a producer that is not an earlier command")
-    _require((size >= 0) & (line >= 0), where, "a negative size or line")
+    _require((size >= 0) & (line >= 0) & (tcm >= 0), where, "a negative size, line or TCM")
     for kind, count in ((DOT, len(program.gemm_shapes)), (MATH, len(program.math_kinds))):
         _require((op != kind) | ((arg >= 0) & (arg < count)), where,
                  f"a {KINDS[kind]} naming no table entry")
@@ -200,7 +200,7 @@ def check_program(program: Program, memory: list[tuple[int, int, str]]) -> None:
     comps = np.array(program.composites, dtype=np.int64).reshape(-1, len(Composite._fields))
     col = {name: comps[:, j] for j, name in enumerate(Composite._fields)}
     positive = ("m", "k", "n", "a_itemsize", "b_itemsize", "out_itemsize")
-    counts = ("a_row_stride", "b_row_stride", "out_row_stride", "tcm_hole", "tcm_top")
+    counts = ("a_row_stride", "b_row_stride", "out_row_stride")
     if comps.size and not (all((col[f] > 0).all() for f in positive)
                            and all((col[f] >= 0).all() for f in counts)):
         raise ValueError("a composite has a size that is not positive")

@@ -1,0 +1,106 @@
+"""Model fidelity: physical invariants, composites sharing the machine, ADR-0022's axes,
+ADR-0064 requirement 3 at the shipped costs."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernbench_cli.hw import timing as timing_module
+from kernbench_cli.hw.composite import tile_ops
+from kernbench_cli.sim.invariants import InvariantError
+
+GEMM = ("mode=composite", "M=32", "K=128", "N=512")
+
+
+def test_every_run_lists_its_invariants(cli):
+    import json
+
+    code, out, _ = cli("run", "sharded_gemm", *sum((("-p", p) for p in GEMM), ()), "--json")
+    assert code == 0
+    checks = json.loads(out)["checks"]
+    invariants = {c["name"]: c for c in checks if c["kind"] == "invariant"}
+    assert set(invariants) == {"gemm work", "math work", "dma bytes", "bounds", "bandwidth",
+                               "tcm"}
+    assert all(c["passed"] for c in invariants.values())
+    assert invariants["gemm work"]["detail"] == (
+        "the engines did 4,194,304 flops, the commands asked for 4,194,304")  # 2 x 32x128x512
+
+
+def test_a_composite_that_drops_tiles_is_caught(run, monkeypatch):
+    """The review's mutation: half of each composite's output columns never computed."""
+
+    def half(t0, tiling, a, b, n, *rest):
+        return tile_ops(t0, tiling, a, b, n // 2, *rest)
+
+    monkeypatch.setattr(timing_module, "tile_ops", half)
+    with pytest.raises(InvariantError, match=r"^model invariant violated \(gemm work\): the "
+                                             r"engines did 2,097,152 flops, the commands asked "
+                                             r"for 4,194,304; this is a bug in kernbench"):
+        run("sharded_gemm", "default", GEMM)
+
+
+def test_a_link_held_shorter_than_its_bytes_flow_is_caught(run, monkeypatch):
+    """0.1's fluid approximation (each resource held for bytes / its own bandwidth), put
+    back: PE 1 loading from PE 0's slice leaves the faster link reserved too briefly."""
+    from kernbench_cli.hw import dma
+
+    def fluid(resources, duration, t):
+        bottleneck = min(c.bandwidth for c in resources)
+        for cal in resources:
+            cal.reserve(t, duration * bottleneck // cal.bandwidth)
+        return t
+
+    monkeypatch.setattr(dma, "book", fluid)
+    with pytest.raises(InvariantError, match=r"^model invariant violated \(bandwidth\): noc "
+                                             r"rack=0 sip=0 cube=0 pe0->pe1 carried 1,024 B in "
+                                             r"20,000 ps from t=24,000 ps, above its "
+                                             r"64,000,000,000 B/s or outside its reservations"):
+        run("remote_load", "pair")  # the 51.2 GB/s slice is the bottleneck, not the NoC
+
+
+def test_a_load_after_a_long_composite_starts_within_a_tile(run):
+    """The DMA serves the composite's tiles and the kernel's commands in issue order: a load
+    issued while the tiles stream waits at most for one tile's operands in progress (0.1
+    booked the whole tile stream at issue, and the load waited for all of it)."""
+    result = run("late_load", "default")
+    records = [r for r in result.oplog if r[1] == 0]
+    (load,) = [r for r in records if r[3] == "load"]
+    tiles = [r for r in records if r[3] == "load_tile"]
+    one_tile = 2 * max(r[6] - r[5] for r in tiles)  # an A tile and a B tile
+    composite = next(r for r in records if r[3] == "composite")
+    assert composite[5] < load[4] and composite[6] - load[4] > 10 * one_tile  # mid-stream
+    assert load[5] - load[4] <= one_tile
+
+
+def test_tile_buffers_take_tcm_while_the_composite_runs(run):
+    """Tensors and a composite's tile buffers share the TCM: the 1 MiB load issued while the
+    composite runs waits until its buffers are free, and the TCM never holds more than it
+    has (0.1 ignored the buffers: 2,158,656 B of a 2 MiB TCM in use)."""
+    result = run("tcm_pressure", "default")
+    records = [r for r in result.oplog if r[1] == 0]
+    composite = next(r for r in records if r[3] == "composite")
+    big = next(r for r in records if r[3] == "load")
+    assert big[4] >= composite[6]  # issued once the composite ended
+    assert result.cpu_stall_ps[0] > 0
+    tcm = next(i for i in result.invariants if i.name == "tcm")
+    assert tcm.passed
+    assert tcm.detail == "at most 1,835,008 B of TCM in use (PE (rack=0 sip=0 cube=0 pe=0)), " \
+                         "of 2,097,152 B"
+
+
+def test_each_adr0022_axis_on_a_topology_where_they_differ(run):
+    """program_id / num_programs per axis: PE in cube, cube in SIP, SIP (4, 3 and 2 here)."""
+    result = run("axes", "axes")
+    assert result.verified, result.checks
+    assert result.num_pes == 24
+
+
+def test_a_kernel_of_tiny_primitives_is_cpu_bound_at_the_shipped_costs(run):
+    """ADR-0064 requirement 3, with topologies/costs/default.toml (4 ns a command)."""
+    from kernbench_cli.report.run import bound
+
+    result = run("tiny_ops", "one", timing_only=True)
+    assert result.costs == "default"
+    engine, share = bound(result)
+    assert engine == "cpu" and share > 0.9
+    assert max(result.engines["math"].busy_ps) < result.latency_ps / 3
