@@ -104,3 +104,15 @@ def test_a_kernel_of_tiny_primitives_is_cpu_bound_at_the_shipped_costs(run):
     engine, share = bound(result)
     assert engine == "cpu" and share > 0.9
     assert max(result.engines["math"].busy_ps) < result.latency_ps / 3
+
+
+def test_the_cube_sram_is_a_shared_resource(run):
+    """The host places a table in cube 0's SRAM; its 8 PEs load it over the NoC to the SRAM's
+    port (PE 0's router), one at a time: each holds the port for 32 KiB at the 64 GB/s NoC
+    (512 ns), PE 0's own copy at the SRAM's 256 GB/s (128 ns)."""
+    result = run("sram_share", "default")
+    assert result.verified, result.checks
+    sram = result.engines["sram"]
+    assert (sram.instances, sram.ops) == (1, (8,))
+    assert sram.busy_ps == (7 * 512_000 + 128_000,)
+    assert result.latency_ps >= sram.busy_ps[0]

@@ -44,10 +44,33 @@ def test_noc_routes_go_x_then_y(amap):
     assert net.route(_pe(7), _pe(0)).resources[0].name.endswith("pe7->pe6")  # directed links
 
 
-def test_cross_cube_routes_use_ucie(amaps):
-    net = Network(amaps["sip"].topology)  # 4 x 2 cube mesh
+def test_cross_cube_routes_cross_each_cubes_noc_to_its_ucie_ports(amaps):
+    """sip: 4 x 2 cubes of 4 x 4 PEs; a cube's UCIe port on a side is the PE in the middle
+    of that edge (E: x 3, y 2 = PE 11; W: PE 8; N: PE 2; S: PE 14)."""
+    net = Network(amaps["sip"].topology)
     route = net.route(PeCoord(0, 0, 0, 5), PeCoord(0, 0, 5, 5))  # cube (0,0) -> (1,1)
-    assert route.hops == {"noc": 0, "ucie": 2, "sip_link": 0, "rack_link": 0}
+    names = [c.name for c in route.resources]
+    assert names == [
+        "rack=0 sip=0 cube=0 pe5->pe6", "rack=0 sip=0 cube=0 pe6->pe7",  # to cube 0's E port
+        "rack=0 sip=0 cube=0 pe7->pe11",
+        "rack=0 sip=0 cube0->cube1",  # UCIe east
+        "rack=0 sip=0 cube=1 pe8->pe9", "rack=0 sip=0 cube=1 pe9->pe10",  # W port to S port
+        "rack=0 sip=0 cube=1 pe10->pe14",
+        "rack=0 sip=0 cube1->cube5",  # UCIe south
+        "rack=0 sip=0 cube=5 pe2->pe1", "rack=0 sip=0 cube=5 pe1->pe5",  # N port to PE 5
+    ]
+    assert route.hops == {"noc": 8, "ucie": 2, "sip_link": 0, "rack_link": 0}
+    topo = amaps["sip"].topology
+    assert route.latency_ps == 8 * topo.noc.latency + 2 * topo.ucie.latency
+
+
+def test_cross_sip_routes_go_through_each_sips_port(amaps):
+    """A SIP's link to the rack switch attaches at PE 0 of cube 0."""
+    net = Network(amaps["rack"].topology)
+    route = net.route(PeCoord(0, 1, 0, 5), PeCoord(0, 2, 0, 0))
+    levels = [c.level for c in route.resources]
+    assert levels == ["noc", "noc", "sip_link", "sip_link"]  # pe5 -> pe4 -> pe0, up, down
+    assert [c.name for c in route.resources][2:] == ["rack=0 sip=1 up", "rack=0 sip=2 down"]
 
 
 def _dma_pair(amap, src_a, dst_a, src_b, dst_b, nbytes=64 * 1024):

@@ -201,8 +201,9 @@ class SystemAllocator:
         pool = self._pools.get(key)
         if pool is None:
             base = self.amap.component_addr(component, coord, 0)
-            size = (self.amap.slice_bytes if component == "hbm"
-                    else self.amap.resources.get(component).used)
+            size = {"hbm": self.amap.slice_bytes, "sram": self.amap.sram_bytes}.get(component)
+            if size is None:
+                size = self.amap.resources.get(component).used
             pool = Pool(f"{component} of PE ({coord})", base, size)
             self._pools[key] = pool
         return pool

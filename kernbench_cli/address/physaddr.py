@@ -229,17 +229,24 @@ class AddressMap:
         self._within(component, offset, r.used, USED_BY.get(component, f"pe.resources.{component}"))
         return base | L.UNIT_TYPE.put(L.UnitType.PE) | (r.start + offset)
 
-    def locate(self, addr: int) -> tuple[PeCoord, bool]:
-        """(PE whose memory holds `addr`, whether it is HBM): the DMA's routing question.
+    def locate(self, addr: int) -> tuple[PeCoord, str]:
+        """(PE where `addr` is reached, its kind: "hbm", "pe", "sram" or "mcpu"): the DMA's
+        routing question.
 
         HBM belongs to the PE whose slice holds it; a PE resource to that PE;
-        the cube's SRAM and MCPU are reached at PE 0 of the cube. Assumes
-        `addr` is valid (allocated memory); `decode` is the checking path.
+        the cube's SRAM and MCPU are reached at PE 0 of the cube (their port on
+        its NoC). Assumes `addr` is valid (allocated memory); `decode` is the
+        checking path.
         """
         rack, sip, cube = L.RACK.get(addr), L.SIP.get(addr), L.CUBE.get(addr)
         if L.WINDOW.get(addr) == L.HBM_WINDOW:
-            return PeCoord(rack, sip, cube, L.HBM_OFFSET.get(addr) // self.slice_bytes), True
-        return PeCoord(rack, sip, cube, L.PE.get(addr)), False
+            return PeCoord(rack, sip, cube, L.HBM_OFFSET.get(addr) // self.slice_bytes), "hbm"
+        unit = L.UNIT_TYPE.get(addr)
+        if unit == L.UnitType.SRAM:
+            return PeCoord(rack, sip, cube, 0), "sram"
+        if unit == L.UnitType.MCPU:
+            return PeCoord(rack, sip, cube, 0), "mcpu"
+        return PeCoord(rack, sip, cube, L.PE.get(addr)), "pe"
 
     # ----------------------------------------------------------------- decode
 

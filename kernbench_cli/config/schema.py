@@ -272,8 +272,12 @@ class HbmConfig(Frozen):
 
 @config
 class SramConfig(Frozen):
-    size: int = key("size", "8MiB", "Cube-shared SRAM (unit_type SRAM).",
-                    "A few MiB of shared buffer on the base die.")
+    size: int = key("size", "8MiB", "Cube-shared SRAM (unit_type SRAM), reached over the "
+                    "cube's NoC at PE 0's router.", "A few MiB of shared buffer on the base die.")
+    bandwidth: int = key("bandwidth", "256GB/s", "Peak bandwidth of the SRAM's port, shared by "
+                         "every PE of the cube.", "A 256 B/cycle port at 1 GHz.")
+    latency: int = key("time", "20ns", "Access latency of an SRAM read or write.",
+                       "About 20 cycles for a large on-die SRAM.")
 
 
 @config

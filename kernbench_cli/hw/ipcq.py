@@ -3,7 +3,8 @@
 A ring has `slots` slots of `slot_size` bytes, which are also the sender's
 credits. A message is split into slot-sized chunks; each chunk needs a free
 slot before the sender's DMA may move it, and frees its slot when the
-receiver has taken it (its `recv` posted and the chunk arrived).
+receiver has taken it (its `recv` posted and the chunk arrived) and the
+credit has travelled back to the sender (the reverse route's latency).
 
 Two senders on the same side of a PE share its ring. A posted `recv` takes
 chunks in arrival order and sets aside those of other senders (the
@@ -36,6 +37,7 @@ class Chunk(NamedTuple):
     nbytes: int  # bytes of the whole message
     slot: int
     arrival: int
+    back: int  # ps for the slot's credit to reach the sender (the reverse route's latency)
 
 
 @dataclass
@@ -78,7 +80,7 @@ class Ring:
         while self.chunks:
             chunk = self.chunks.popleft()
             taken = max(now, chunk.arrival)
-            self.give_credit(taken, chunk.slot)
+            self.give_credit(taken + chunk.back, chunk.slot)
             self.busy_ps += taken - chunk.arrival
             self.ops += 1
             if chunk.sender == sender:

@@ -19,11 +19,15 @@ transfers share a link at once, even if their rates would fit).
 
 Routes. PEs of a cube form a mesh joined by NoC links; cubes of a SIP form a
 mesh joined by UCIe links; both route X first, then Y, over directed links
-(each direction is its own resource). A SIP reaches the others of its rack
-through one link to a rack switch (`sip_link`, up and down), racks through
-`rack_link`. A cross-cube transfer is charged its UCIe hops only: the model
-attaches every PE to its cube's UCIe ports and does not add NoC hops to
-reach them.
+(each direction is its own resource). A cube meets each neighbour cube
+through a UCIe port at the middle of the edge of its PE mesh that faces it
+(`ucie_port`): a transfer between cubes crosses the NoC of the cube it
+leaves (to the port), each UCIe link, the NoC of every cube it passes
+through (port to port) and that of the cube it reaches (port to PE). A SIP
+reaches the others of its rack through one link to a rack switch
+(`sip_link`, up and down) attached at PE 0 of its cube 0, and racks through
+`rack_link`; a transfer between SIPs goes from its PE to that port and from
+the other SIP's port down to its PE the same way.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from dataclasses import dataclass
 
 from kernbench_cli.address.physaddr import PeCoord
 from kernbench_cli.config.schema import LinkConfig, Topology
+from kernbench_cli.hw.ipcq import OPPOSITE
 
 PS_PER_S = 10**12
 
@@ -208,13 +213,26 @@ class Network:
             cal = self._calendars[key] = Calendar("hbm", name, hbm.bandwidth, hbm.latency)
         return cal
 
-    def path(self, src: PeCoord, dst: PeCoord, hbm_at: PeCoord | None) -> Path:
-        """The route from `src` to `dst`, with `hbm_at`'s HBM slice first if given."""
+    def sram(self, coord: PeCoord) -> Calendar:
+        """The port of the SRAM of PE `coord`'s cube."""
+        key = ("sram", *coord[:3])
+        cal = self._calendars.get(key)
+        if cal is None:
+            sram = self.topology.sram
+            name = f"rack={coord.rack} sip={coord.sip} cube={coord.cube}"
+            cal = self._calendars[key] = Calendar("sram", name, sram.bandwidth, sram.latency)
+        return cal
+
+    def path(self, src: PeCoord, dst: PeCoord, hbm_at: PeCoord | None = None,
+             sram_at: PeCoord | None = None) -> Path:
+        """The route from `src` to `dst`, with `hbm_at`'s HBM slice or the SRAM of `sram_at`'s
+        cube first if given (the memory at the far end)."""
         route = self.route(src, dst)
-        if hbm_at is None:
+        memory = (self.hbm(hbm_at) if hbm_at is not None else
+                  self.sram(sram_at) if sram_at is not None else None)
+        if memory is None:
             return route.resources, route.latency_ps
-        hbm = self.hbm(hbm_at)
-        return (hbm, *route.resources), route.latency_ps + hbm.latency_ps
+        return (memory, *route.resources), route.latency_ps + memory.latency_ps
 
     def route(self, src: PeCoord, dst: PeCoord) -> Route:
         """Links from PE `src` to PE `dst` (cached)."""
@@ -227,28 +245,57 @@ class Network:
     def _make_route(self, src: PeCoord, dst: PeCoord) -> Route:
         t = self.topology
         links: list[Calendar] = []
-        hops = {"noc": 0, "ucie": 0, "sip_link": 0, "rack_link": 0}
-        if src[:3] == dst[:3]:
-            for a, b in _xy_path(src.pe, dst.pe, self._pe_cols):
-                links.append(self._calendar(("noc", *src[:3], f"pe{a}->pe{b}"), "noc", t.noc))
-            hops["noc"] = len(links)
-        elif src[:2] == dst[:2]:
-            for a, b in _xy_path(src.cube, dst.cube, self._cube_cols):
-                links.append(self._calendar(("ucie", *src[:2], f"cube{a}->cube{b}"), "ucie",
-                                            t.ucie))
-            hops["ucie"] = len(links)
+        if src[:2] == dst[:2]:
+            self._within_sip(links, src[:2], src.cube, src.pe, dst.cube, dst.pe)
         else:
+            self._within_sip(links, src[:2], src.cube, src.pe, *SIP_PORT)
             links.append(self._calendar(("sip_link", *src[:2], "up"), "sip_link", t.sip_link))
             if src.rack != dst.rack:
                 links.append(self._calendar(("rack_link", src.rack, "up"), "rack_link",
                                             t.rack_link))
                 links.append(self._calendar(("rack_link", dst.rack, "down"), "rack_link",
                                             t.rack_link))
-                hops["rack_link"] = 2
             links.append(self._calendar(("sip_link", *dst[:2], "down"), "sip_link", t.sip_link))
-            hops["sip_link"] = 2
-        latency = sum(c.latency_ps for c in links)
-        return Route(tuple(links), latency, hops)
+            self._within_sip(links, dst[:2], *SIP_PORT, dst.cube, dst.pe)
+        hops = {level: sum(1 for c in links if c.level == level)
+                for level in ("noc", "ucie", "sip_link", "rack_link")}
+        return Route(tuple(links), sum(c.latency_ps for c in links), hops)
+
+    def _within_sip(self, links: list[Calendar], sip: tuple[int, int], cube_a: int, pe_a: int,
+                    cube_b: int, pe_b: int) -> None:
+        """Links from PE `pe_a` of cube `cube_a` to PE `pe_b` of cube `cube_b` of one SIP."""
+        t, at = self.topology, pe_a
+        for a, b in _xy_path(cube_a, cube_b, self._cube_cols):
+            side = _side(a, b, self._cube_cols)
+            self._noc(links, (*sip, a), at, self.ucie_port(side))
+            links.append(self._calendar(("ucie", *sip, f"cube{a}->cube{b}"), "ucie", t.ucie))
+            at = self.ucie_port(OPPOSITE[side])
+        self._noc(links, (*sip, cube_b), at, pe_b)
+
+    def _noc(self, links: list[Calendar], cube: tuple[int, int, int], a: int, b: int) -> None:
+        for x, y in _xy_path(a, b, self._pe_cols):
+            links.append(self._calendar(("noc", *cube, f"pe{x}->pe{y}"), "noc",
+                                        self.topology.noc))
+
+    def ucie_port(self, side: str) -> int:
+        """The PE whose router holds a cube's UCIe port on `side` (E, W, N, S): the middle
+        of that edge of the PE mesh."""
+        cols, rows = self.topology.system.pe_mesh
+        x, y = {"E": (cols - 1, rows // 2), "W": (0, rows // 2), "N": (cols // 2, 0),
+                "S": (cols // 2, rows - 1)}[side]
+        return y * cols + x
+
+
+#: (cube, PE) of a SIP where its link to the rack switch attaches.
+SIP_PORT = (0, 0)
+
+
+def _side(a: int, b: int, cols: int) -> str:
+    """The side of mesh node `a` that faces its neighbour `b`."""
+    (ax, ay), (bx, by) = mesh_xy(a, cols), mesh_xy(b, cols)
+    if bx != ax:
+        return "E" if bx > ax else "W"
+    return "S" if by > ay else "N"
 
 
 def mesh_xy(index: int, cols: int) -> tuple[int, int]:

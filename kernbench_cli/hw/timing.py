@@ -302,10 +302,11 @@ class Timing:
         hit = self._paths.get(key) if self._region_shift < 64 else None
         if hit is None:
             system = self.system
-            owner, is_hbm = system.amap.locate(addr)
+            owner, kind = system.amap.locate(addr)
             me = system.coords[pid]
             src, dst = (owner, me) if inbound else (me, owner)
-            path = system.network.path(src, dst, owner if is_hbm else None)
+            path = system.network.path(src, dst, owner if kind == "hbm" else None,
+                                       owner if kind == "sram" else None)
             hit = (path, not any(cal.shared for cal in path[0]))
             if self._region_shift < 64:
                 self._paths[key] = hit
@@ -693,6 +694,7 @@ class Timing:
         stream = self.program.streams[pe.pid]
         dst, nbytes = stream.arg[i], stream.size[i]
         direction, ring, route = self._pair(pe.pid, dst)
+        back = self._pair(dst, pe.pid)[2][1]  # a credit returns over the reverse route
         cpu, env, log = pe.cpu, self.env, self.oplog
         count = ring.chunks_for(nbytes)
         first = last = None
@@ -714,7 +716,7 @@ class Timing:
                 yield from self._advance(proc, pe, comps, at)
             start, end = pe.dma.transfer(at, size, route)
             first = start if first is None else first
-            ring.chunks.append(Chunk(pe.pid, index, count, nbytes, slot, end))
+            ring.chunks.append(Chunk(pe.pid, index, count, nbytes, slot, end, back))
             last = end if last is None or end > last else last
             if log is not None:
                 amap = self.system.amap

@@ -20,8 +20,8 @@ from kernbench_cli.sim.result import EngineStats, RunResult
 SCHEMA_VERSION = 1
 
 TITLES = {"cpu": "CPU", "scheduler": "SCHED", "dma": "DMA", "gemm": "GEMM", "math": "MATH",
-          "ipcq": "IPCQ", "hbm": "HBM", "noc": "NoC", "ucie": "UCIe", "sip_link": "SIP link",
-          "rack_link": "rack link"}
+          "ipcq": "IPCQ", "hbm": "HBM", "sram": "SRAM", "noc": "NoC", "ucie": "UCIe",
+          "sip_link": "SIP link", "rack_link": "rack link"}
 
 #: Below this busy fraction no single engine is said to bound a kernel.
 BOUND_THRESHOLD = 0.6

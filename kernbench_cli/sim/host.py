@@ -74,6 +74,24 @@ class Host:
             self.memory.write(addr, np.ascontiguousarray(array), f"placing {name!r}")
         return addr
 
+    def place_sram(self, name: str, array: np.ndarray, cube: int = 0) -> int:
+        """Copy `array` into the shared SRAM of cube `cube` (counted over the grid, like PE
+        indexes: cubes of a SIP fastest); returns its address. Any PE of that cube can
+        load it, over the NoC to the SRAM's port."""
+        s = self.topology.system
+        if not 0 <= cube < self.topology.num_cubes:
+            raise ParamError(f"{name}: cube {cube} does not exist "
+                             f"(0..{self.topology.num_cubes - 1})")
+        coord = self.grid[cube * s.pes_per_cube]
+        try:
+            addr = self._alloc.alloc("sram", coord._replace(pe=0), array.nbytes, name)
+        except AddressError as exc:
+            raise ParamError(f"inputs overflow a cube's SRAM: {exc}") from None
+        self.memory.add(addr, array.nbytes, name)
+        if not self.timing_only:
+            self.memory.write(addr, np.ascontiguousarray(array), f"placing {name!r}")
+        return addr
+
     def replicate(self, name: str, array: np.ndarray) -> Sharded:
         """A copy of `array` in every PE's slice, at one offset."""
         return self._symmetric(name, array.shape, array.dtype, lambda _pid: array)

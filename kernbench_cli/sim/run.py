@@ -42,7 +42,7 @@ from kernbench_cli.sim.trace_file import Trace, TraceError
 from kernbench_cli.stream import Program, Stream
 
 #: Shared blocks, reported one row per level over the units a run used.
-SHARED_LEVELS = ("hbm", "noc", "ucie", "sip_link", "rack_link")
+SHARED_LEVELS = ("hbm", "sram", "noc", "ucie", "sip_link", "rack_link")
 
 
 def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], seed: int = 0,
