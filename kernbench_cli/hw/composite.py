@@ -125,49 +125,54 @@ def tile_ops(t0: int, tiling: GemmTiling, a: Operand, b: Operand, n: int, trans_
              stream: Stream) -> Generator[int, None, int]:
     """A composite dispatched at `t0`, one tile operation at a time.
 
-    Before each operation it yields the time the scheduler issues it to its
-    engine (never earlier than the one before), and does it when resumed, so
-    that the PE can interleave the tiles with its other commands in issue
-    order. Returns when the last tile is done.
+    The operations are a tile's operand loads (issued together), its GEMM, and
+    the store of an output tile. Before each it yields the time the scheduler
+    issues it to its engine (never earlier than the one before), and does it
+    when resumed, so that the PE can interleave the tiles with its other
+    commands in issue order. Returns when the last tile is done.
     """
     m, k = a.rows, a.cols
     mt, kt, nt = tiling.mt, tiling.kt, tiling.nt
-    tiles = [(m0, n0, k0) for m0 in range(0, m, mt) for n0 in range(0, n, nt)
-             for k0 in range(0, k, kt)]
+    tn, tk = -(-n // nt), -(-k // kt)
+    count = -(-m // mt) * tn * tk  # tiles in m, n, k order, k fastest
     a_reused = kt >= k  # one A row-tile serves every n tile of its row
-    loaded: list[int] = []  # when tile i's operands are in TCM
-    issued = t0
+    streams = not (a.resident and b.resident)
+    loaded = [0] * count  # when tile i's operands are in TCM
 
-    def loads(i: int, ready: int) -> Generator[int, None, None]:
-        nonlocal issued
-        m0, n0, k0 = tiles[i]
+    def load(i: int, ready: int) -> None:
+        mi, rest = divmod(i, tn * tk)
+        m0, n0, k0 = mi * mt, rest // tk * nt, rest % tk * kt
         mr, kr, nr = min(mt, m - m0), min(kt, k - k0), min(nt, n - n0)
         done = ready
-        issued = max(issued, ready)
-        if not a.resident and not (a_reused and i > 0 and tiles[i - 1][0] == m0):
-            yield issued
+        if not a.resident and not (a_reused and i > 0 and (i - 1) // (tn * tk) == mi):
             done = max(done, stream.load(ready, a, m0, k0, mr, kr)[1])
         if not b.resident:
             coords = (n0, k0, nr, kr) if trans_b else (k0, n0, kr, nr)
-            yield issued
             done = max(done, stream.load(ready, b, *coords)[1])
-        loaded.append(done)
+        loaded[i] = done
 
-    end = t0
-    for i in range(min(2, len(tiles))):
-        yield from loads(i, t0)
-    for i, (m0, n0, k0) in enumerate(tiles):
-        mr, kr, nr = min(mt, m - m0), min(kt, k - k0), min(nt, n - n0)
-        ready = max(loaded[i], t0)
+    issued = end = t0
+    for i in range(min(2, count)):
+        if streams:
+            yield issued
+        load(i, t0)
+    for i in range(count):
+        mi, rest = divmod(i, tn * tk)
+        m0, n0, k0 = mi * mt, rest // tk * nt, rest % tk * kt
+        ready = loaded[i] if loaded[i] > t0 else t0
         issued = max(issued, ready)
         yield issued
-        _, done = stream.gemm_run(ready, mr, kr, nr)
+        _, done = stream.gemm_run(ready, min(mt, m - m0), min(kt, k - k0), min(nt, n - n0))
         end = max(end, done)
-        if i + 2 < len(tiles):
-            yield from loads(i + 2, done)
+        if i + 2 < count:
+            issued = max(issued, done)
+            if streams:
+                yield issued
+            load(i + 2, done)
         if k0 + kt >= k and out_addr is not None:
             addr = out_addr + (m0 * out_row_stride + n0) * out_itemsize
             issued = max(issued, done)
             yield issued
-            end = max(end, stream.store(done, addr, mr * nr * out_itemsize)[1])
+            end = max(end, stream.store(done, addr,
+                                        min(mt, m - m0) * min(nt, n - n0) * out_itemsize)[1])
     return end

@@ -219,20 +219,50 @@ class _Running:
 
 
 class _Composites:
-    """A PE's composites in flight: tile operations in issue order, and their TCM."""
+    """A PE's composites in flight: tile operations in issue order, and their TCM.
 
-    __slots__ = ("by_index", "heap", "live", "seq")
+    Tile buffers are held from dispatch until a composite ends: `pending` bytes
+    for composites still running, and `ended` (a heap by end time) for those
+    ended at a time later than the PE has reached.
+    """
+
+    __slots__ = ("by_index", "ended", "heap", "held", "pending", "seq")
 
     def __init__(self) -> None:
         self.heap: list[tuple[int, int, _Running]] = []  # (next operation's issue, seq, it)
-        self.live: list[_Running] = []  # holding tile buffers (or ended, until pruned)
         self.by_index: dict[int, _Running] = {}
+        self.pending = 0  # tile-buffer bytes of composites still running
+        self.ended: list[tuple[int, int, int]] = []  # (end, seq, bytes) of ended composites
+        self.held = 0  # bytes in `ended`
         self.seq = 0
 
-    def buffers(self, t: int) -> int:
-        """TCM the tile buffers of composites running at `t` hold (ops up to `t` done)."""
-        self.live = [c for c in self.live if c.end == PENDING or c.end > t]
-        return sum(c.tcm_bytes for c in self.live)
+    def __bool__(self) -> bool:
+        return bool(self.pending or self.held)
+
+    def buffers(self, t: int, prune: bool = False) -> int:
+        """TCM held by tile buffers at `t` (tile operations up to `t` done). With `prune`,
+        forgets composites ended by `t`: only for a `t` that later calls never go below
+        (PE_CPU's time)."""
+        ended = self.ended
+        if prune:
+            while ended and ended[0][0] <= t:
+                self.held -= heapq.heappop(ended)[2]
+            return self.pending + self.held
+        return self.pending + sum(nbytes for end, _, nbytes in ended if end > t)
+
+    def start(self, running: _Running) -> None:
+        self.pending += running.tcm_bytes
+        self.by_index[running.index] = running
+
+    def finish(self, running: _Running) -> None:
+        self.pending -= running.tcm_bytes
+        self.held += running.tcm_bytes
+        self.seq += 1
+        heappush(self.ended, (running.end, self.seq, running.tcm_bytes))
+
+    def holders(self, t: int) -> list[_Running | int]:
+        """What holds tile buffers at `t`: composites running, and ends of ended ones."""
+        return [r for _, _, r in self.heap] + [end for end, _, _ in self.ended if end > t]
 
 
 class Timing:
@@ -259,7 +289,7 @@ class Timing:
         power_of_two = slice_bytes & (slice_bytes - 1) == 0
         self._region_shift = min(30, slice_bytes.bit_length() - 1) if power_of_two else 64
         self._paths: dict[tuple[int, bool, int], tuple[Path, bool]] = {}
-        self._pairs: dict[tuple[int, int], tuple[str, Ring, Path]] = {}
+        self._pairs: dict[tuple[int, int], tuple[str, Ring, Path, int]] = {}
         self._math = [(kind, name) for kind, name in program.math_kinds]
         self._math_ps: dict[tuple[int, int], int] = {}  # (math kind, elements) -> duration
         self._tiles: dict[int, TileStream] = {}  # per PE: how its composites move tiles
@@ -312,16 +342,18 @@ class Timing:
                 self._paths[key] = hit
         return hit
 
-    def _pair(self, src: int, dst: int) -> tuple[str, Ring, Path]:
-        """(ring direction, the receiver's ring, links) of IPCQ messages from `src` to `dst`."""
+    def _pair(self, src: int, dst: int) -> tuple[str, Ring, Path, int]:
+        """(ring direction, the receiver's ring, links, the credits' way back in ps) of IPCQ
+        messages from `src` to `dst`."""
         hit = self._pairs.get((src, dst))
         if hit is None:
             system = self.system
             a, b = system.coords[src], system.coords[dst]
             direction = system.arrival_direction(a, b)
             route = system.network.route(a, b)
+            back = system.network.route(b, a).latency_ps
             hit = self._pairs[(src, dst)] = (direction, system.pes[dst].rings[direction],
-                                             (route.resources, route.latency_ps))
+                                             (route.resources, route.latency_ps), back)
         return hit
 
     def _mark_shared(self) -> None:
@@ -391,25 +423,38 @@ class Timing:
         shapes, kinds, math_ps = self.program.gemm_shapes, self._math, self._math_ps
         gemm_ps: dict[int, int] = {}  # gemm shape -> duration on this PE's array
         comps = _Composites()
+        tcm_bytes = self.tcm_bytes
         log = self.oplog
         if log is not None:
             tcm_base = self.system.amap.pe_tcm_addr(*pe.coord, 0)
             k_load, k_store, k_dot, k_wait, k_cycles = (
                 log.code(k) for k in ("load", "store", "dot", "wait", "cycles"))
         last_end = tcm_peak = 0
+        heap = comps.heap
         for i in range(n):
             op = ops[i]
-            if comps.live:  # composites in flight: tile buffers, and results to wait for
+            if comps:  # composites hold tile buffers: tensors may have to wait for room
                 proc.at = i
-                yield from self._tcm_room(proc, pe, comps, col_tcm[i])
+                t = cpu.time
+                if heap and heap[0][0] <= t:
+                    yield from self._advance(proc, pe, comps, t)
+                used = col_tcm[i] + comps.buffers(t, prune=True)
+                if used > tcm_bytes:
+                    yield from self._tcm_room(proc, pe, comps, col_tcm[i])
+                elif used > tcm_peak:
+                    proc.tcm_peak = (used, t, i)
                 tcm_peak = proc.tcm_peak[0]
-                a, b = col_a[i], col_b[i]
-                for dep in (a, b):
-                    if dep >= 0 and end[dep] == PENDING:
-                        yield from self._advance(proc, pe, comps, stop=comps.by_index[dep])
             elif col_tcm[i] > tcm_peak:  # the TCM high water, tensors alone
                 tcm_peak = col_tcm[i]
                 proc.tcm_peak = (tcm_peak, cpu.time, i)
+            if heap:  # a command waiting for a composite's result runs its tiles to the end
+                a, b = col_a[i], col_b[i]
+                if a >= 0 and end[a] == PENDING:
+                    proc.at = i
+                    yield from self._advance(proc, pe, comps, stop=comps.by_index[a])
+                if b >= 0 and end[b] == PENDING:
+                    proc.at = i
+                    yield from self._advance(proc, pe, comps, stop=comps.by_index[b])
             if op == LOAD:
                 t, dispatched = enqueue(cpu, c_load)
                 addr = col_src[i]
@@ -588,8 +633,7 @@ class Timing:
         if used > proc.tcm_peak[0]:
             proc.tcm_peak = (used, dispatched, i)
         end[i] = PENDING
-        comps.by_index[i] = running
-        comps.live.append(running)
+        comps.start(running)
         comps.seq += 1
         heappush(comps.heap, (next(ops), comps.seq, running))
 
@@ -613,7 +657,7 @@ class Timing:
             try:
                 heappush(heap, (running.ops.send(None), seq, running))
             except StopIteration as finished:
-                self._finish(proc, pe, running, finished.value)
+                self._finish(proc, pe, comps, running, finished.value)
                 if any_end:
                     return
 
@@ -622,17 +666,19 @@ class Timing:
         """When the first composite holding tile buffers at `t` ends (running tiles as far
         as it takes to know); None if none holds any."""
         while True:
-            holders = [c for c in comps.live if c.end == PENDING or c.end > t]
+            holders = comps.holders(t)
             if not holders:
                 return None
-            known = [c.end for c in holders if c.end != PENDING]
-            if known:  # one still running might end before the first known end: run to it
-                yield from self._advance(proc, pe, comps, min(known))
-                return min(c.end for c in holders if c.end != PENDING)
+            ended = [end for end in holders if isinstance(end, int)]
+            if ended:  # one still running might end before the first known end: run to it
+                yield from self._advance(proc, pe, comps, min(ended))
+                return min(end for end in comps.holders(t) if isinstance(end, int))
             yield from self._advance(proc, pe, comps, any_end=True)
 
-    def _finish(self, proc: _Proc, pe: Pe, running: _Running, done: int) -> None:
+    def _finish(self, proc: _Proc, pe: Pe, comps: _Composites, running: _Running,
+                done: int) -> None:
         running.end = proc.end[running.index] = done
+        comps.finish(running)
         proc.last_end = max(proc.last_end, done)
         log = self.oplog
         if log is not None:
@@ -649,7 +695,6 @@ class Timing:
         """Stall PE_CPU until its tensors (`tensors` bytes) and the running composites' tile
         buffers fit the TCM together."""
         t = pe.cpu.time
-        yield from self._advance(proc, pe, comps, t)
         while tensors + comps.buffers(t) > self.tcm_bytes:
             t = yield from self._next_release(proc, pe, comps, t)
             pe.cpu.wait_until(t)
@@ -693,8 +738,7 @@ class Timing:
         (waits for one); returns when the last chunk arrives."""
         stream = self.program.streams[pe.pid]
         dst, nbytes = stream.arg[i], stream.size[i]
-        direction, ring, route = self._pair(pe.pid, dst)
-        back = self._pair(dst, pe.pid)[2][1]  # a credit returns over the reverse route
+        direction, ring, route, back = self._pair(pe.pid, dst)
         cpu, env, log = pe.cpu, self.env, self.oplog
         count = ring.chunks_for(nbytes)
         first = last = None
@@ -734,7 +778,7 @@ class Timing:
         """Take receive `i`'s chunks from the ring (waits for them); returns when it is done."""
         stream = self.program.streams[pe.pid]
         src, nbytes = stream.arg[i], stream.size[i]
-        direction, ring, _ = self._pair(src, pe.pid)
+        direction, ring, _, _ = self._pair(src, pe.pid)
         cpu, env = pe.cpu, self.env
         done = t
         for _ in range(ring.chunks_for(nbytes)):
