@@ -80,10 +80,10 @@ def test_primitive_issue_leaves_gemm_idle_while_composite_keeps_it_busy(run):
     c_gemm = max(comp.engines["gemm"].busy_ps) / comp.latency_ps
     assert p_cpu > 0.9 and p_gemm < 0.55, (p_cpu, p_gemm)
     assert c_gemm > 0.8, c_gemm
-    from kernbench_cli.report.run import bound
+    from kernbench_cli.report.run import busiest
 
-    assert bound(prim)[0] == "cpu"
-    assert bound(comp)[0] == "gemm"
+    assert busiest(prim)[0] == "cpu"  # saturation is observable: PE_CPU is the busiest unit
+    assert busiest(comp)[0] == "gemm"
 
 
 def test_same_input_same_op_log_and_latency(run):

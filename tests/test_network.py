@@ -28,7 +28,7 @@ def test_book_finds_one_start_free_on_every_resource():
     a, b = Calendar("noc", "a", 1, 0), Calendar("noc", "b", 1, 0)
     a.reserve(0, 10)
     b.reserve(10, 10)
-    assert book((a, b), 5, 0) == 20
+    assert book((a, b), 5, 0) == (20, b)  # a frees at 10, then b is busy until 20
 
 
 def _pe(n: int) -> PeCoord:

@@ -19,7 +19,7 @@ def test_sharded_gemm_verifies_on_the_default_topology(cli, mode):
     code, out, err = cli("run", "sharded_gemm", "-p", f"mode={mode}")
     assert (code, err) == (0, "")
     assert "PASS out: max |err|" in out
-    assert "topology      default: 16 PEs; costs default" in out
+    assert "topology       default: 16 PEs; costs default" in out
 
 
 def test_composite_keeps_gemm_busier_than_primitive(cli):

@@ -17,6 +17,8 @@ ChromeTraceOpt = Annotated[Path | None, typer.Option(
     "--chrome-trace", help="Write a Chrome/Perfetto trace of every engine's commands here.")]
 OplogOpt = Annotated[Path | None, typer.Option(
     "--oplog", help="Write the op log here: a JSON line per command, addresses decoded.")]
+CriticalPathOpt = Annotated[Path | None, typer.Option(
+    "--critical-path", help="Write the critical path here: a JSON line per step.")]
 
 
 def run(
@@ -36,6 +38,7 @@ def run(
         help="Write the command trace to this file, for `kernbench replay`.")] = None,
     chrome_trace: ChromeTraceOpt = None,
     oplog: OplogOpt = None,
+    critical_path: CriticalPathOpt = None,
     max_commands: Annotated[int, typer.Option(
         help="Stop a kernel that issues more commands than this (an endless loop).")]
     = DEFAULT_MAX_COMMANDS,
@@ -59,7 +62,7 @@ def run(
         from kernbench_cli.sim.trace_file import write_trace
 
         write_trace(record, result.trace)
-    _write_outputs(chrome_trace, oplog, result, amap)
+    _write_outputs(chrome_trace, oplog, critical_path, result, amap)
     show(result, as_json, per_pe)
     if result.verified is False:
         failed = [c for c in result.checks if not c.passed]
@@ -76,6 +79,7 @@ def replay(
     as_json: JsonOpt = False,
     chrome_trace: ChromeTraceOpt = None,
     oplog: OplogOpt = None,
+    critical_path: CriticalPathOpt = None,
 ) -> None:
     """Re-time a recorded run without its kernel code or values (for cost sweeps).
 
@@ -92,7 +96,7 @@ def replay(
     with _busy(f"replaying {data.kernel} on {amap.topology.num_pes} PEs"):
         result = replay_trace(data, amap, str(trace),
                               oplog=chrome_trace is not None or oplog is not None)
-    _write_outputs(chrome_trace, oplog, result, amap)
+    _write_outputs(chrome_trace, oplog, critical_path, result, amap)
     show(result, as_json, per_pe)
 
 
@@ -108,10 +112,16 @@ def _busy(message: str):
     return Console(stderr=True).status(message)
 
 
-def _write_outputs(chrome_trace: Path | None, oplog: Path | None, result, amap) -> None:
-    """The optional files of a run: a Chrome trace and the op log."""
+def _write_outputs(chrome_trace: Path | None, oplog: Path | None, critical_path: Path | None,
+                   result, amap) -> None:
+    """The optional files of a run: a Chrome trace, the op log, the critical path."""
     from kernbench_cli.fileio import atomic_write
 
+    if critical_path is not None:
+        from kernbench_cli.report.run import critical_path_lines
+
+        text = "".join(line + "\n" for line in critical_path_lines(result)).encode()
+        atomic_write(critical_path, lambda out: out.write(text), "--critical-path")
     if chrome_trace is not None:
         from kernbench_cli.report.chrome_trace import chrome_trace as make_trace
         from kernbench_cli.report.chrome_trace import dumps

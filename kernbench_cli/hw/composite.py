@@ -101,11 +101,16 @@ def plan_gemm(m: int, k: int, n: int, a_bytes: int, b_bytes: int, out_bytes: int
 
 @dataclass
 class Stream:
-    """What a composite's tiles need of the PE: engines, and a way to move a tile."""
+    """What a composite's tiles need of the PE: its engines, and a way to move a tile.
 
-    gemm_run: Callable[[int, int, int, int], tuple[int, int]]
-    load: Callable[[int, Operand, int, int, int, int], tuple[int, int]]
-    store: Callable[[int, int, int], tuple[int, int]]  # (ready, addr, nbytes)
+    Each callback gets the time its operation may start and `after`, the
+    operation that made it ready (for the critical path), and returns
+    (start, end, the operation's own reference).
+    """
+
+    gemm_run: Callable[[int, int, int, int, int], tuple[int, int, int]]
+    load: Callable[[int, int, Operand, int, int, int, int], tuple[int, int, int]]
+    store: Callable[[int, int, int, int], tuple[int, int, int]]  # (ready, after, addr, nbytes)
 
 
 def traffic(tiling: GemmTiling, a: Operand, b: Operand, n: int, out: bool,
@@ -120,16 +125,17 @@ def traffic(tiling: GemmTiling, a: Operand, b: Operand, n: int, out: bool,
     return a_bytes + b_bytes + (m * n * out_itemsize if out else 0)
 
 
-def tile_ops(t0: int, tiling: GemmTiling, a: Operand, b: Operand, n: int, trans_b: bool,
-             out_addr: int | None, out_itemsize: int, out_row_stride: int,
-             stream: Stream) -> Generator[int, None, int]:
-    """A composite dispatched at `t0`, one tile operation at a time.
+def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n: int,
+             trans_b: bool, out_addr: int | None, out_itemsize: int, out_row_stride: int,
+             stream: Stream) -> Generator[int, None, tuple[int, int]]:
+    """A composite ready at `t0` (`origin` refers to it), one tile operation at a time.
 
     The operations are a tile's operand loads (issued together), its GEMM, and
     the store of an output tile. Before each it yields the time the scheduler
     issues it to its engine (never earlier than the one before), and does it
     when resumed, so that the PE can interleave the tiles with its other
-    commands in issue order. Returns when the last tile is done.
+    commands in issue order. Returns when the last tile is done, and the
+    reference of the operation that ended then.
     """
     m, k = a.rows, a.cols
     mt, kt, nt = tiling.mt, tiling.kt, tiling.nt
@@ -137,42 +143,47 @@ def tile_ops(t0: int, tiling: GemmTiling, a: Operand, b: Operand, n: int, trans_
     count = -(-m // mt) * tn * tk  # tiles in m, n, k order, k fastest
     a_reused = kt >= k  # one A row-tile serves every n tile of its row
     streams = not (a.resident and b.resident)
-    loaded = [0] * count  # when tile i's operands are in TCM
+    loaded = [(t0, origin)] * count  # when tile i's operands are in TCM, and what ended last
 
-    def load(i: int, ready: int) -> None:
+    def load(i: int, ready: int, after: int) -> None:
         mi, rest = divmod(i, tn * tk)
         m0, n0, k0 = mi * mt, rest // tk * nt, rest % tk * kt
         mr, kr, nr = min(mt, m - m0), min(kt, k - k0), min(nt, n - n0)
-        done = ready
+        done = (ready, after)
         if not a.resident and not (a_reused and i > 0 and (i - 1) // (tn * tk) == mi):
-            done = max(done, stream.load(ready, a, m0, k0, mr, kr)[1])
+            _, end, ref = stream.load(ready, after, a, m0, k0, mr, kr)
+            done = max(done, (end, ref))
         if not b.resident:
             coords = (n0, k0, nr, kr) if trans_b else (k0, n0, kr, nr)
-            done = max(done, stream.load(ready, b, *coords)[1])
+            _, end, ref = stream.load(ready, after, b, *coords)
+            done = max(done, (end, ref))
         loaded[i] = done
 
-    issued = end = t0
+    issued = t0
+    end = (t0, origin)
     for i in range(min(2, count)):
         if streams:
             yield issued
-        load(i, t0)
+        load(i, t0, origin)
     for i in range(count):
         mi, rest = divmod(i, tn * tk)
         m0, n0, k0 = mi * mt, rest // tk * nt, rest % tk * kt
-        ready = loaded[i] if loaded[i] > t0 else t0
+        ready, after = loaded[i] if loaded[i][0] > t0 else (t0, origin)
         issued = max(issued, ready)
         yield issued
-        _, done = stream.gemm_run(ready, min(mt, m - m0), min(kt, k - k0), min(nt, n - n0))
-        end = max(end, done)
+        _, done, ref = stream.gemm_run(ready, after, min(mt, m - m0), min(kt, k - k0),
+                                       min(nt, n - n0))
+        end = max(end, (done, ref))
         if i + 2 < count:
             issued = max(issued, done)
             if streams:
                 yield issued
-            load(i + 2, done)
+            load(i + 2, done, ref)
         if k0 + kt >= k and out_addr is not None:
             addr = out_addr + (m0 * out_row_stride + n0) * out_itemsize
             issued = max(issued, done)
             yield issued
-            end = max(end, stream.store(done, addr,
-                                        min(mt, m - m0) * min(nt, n - n0) * out_itemsize)[1])
+            nbytes = min(mt, m - m0) * min(nt, n - n0) * out_itemsize
+            _, stored, sref = stream.store(done, ref, addr, nbytes)
+            end = max(end, (stored, sref))
     return end

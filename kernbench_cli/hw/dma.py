@@ -20,7 +20,7 @@ class DmaEngine(InOrderEngine):
     shared resource.
     """
 
-    __slots__ = ("bytes", "local_bandwidth", "setup_ps", "wait_ps")
+    __slots__ = ("bytes", "local_bandwidth", "setup_ps", "wait_ps", "waited", "waited_on")
 
     def __init__(self, config: DmaConfig, local_bandwidth: int):
         super().__init__()
@@ -28,6 +28,8 @@ class DmaEngine(InOrderEngine):
         self.local_bandwidth = local_bandwidth
         self.wait_ps = 0
         self.bytes = 0  # bytes moved
+        self.waited_on = None  # the resource the last transfer waited for (None: none)
+        self.waited = 0  # and how long
 
     def transfer(self, ready: int, nbytes: int, path: Path) -> tuple[int, int]:
         """Move `nbytes` over `path` (its HBM slice, if any, and links).
@@ -38,14 +40,17 @@ class DmaEngine(InOrderEngine):
         start = ready if ready > self.free_at else self.free_at
         resources, latency = path
         streams_from = start + self.setup_ps
+        self.waited_on = None
         if len(resources) == 1:  # one's own HBM slice: the common case, kept lean
             cal = resources[0]
             duration = transfer_ps(nbytes, cal.bandwidth)
             stream_at = cal.book(streams_from, duration)
             cal.carry(stream_at, duration, nbytes)
+            if stream_at > streams_from:
+                self.waited_on = cal
         elif resources:
             duration = transfer_ps(nbytes, min(c.bandwidth for c in resources))
-            stream_at = book(resources, duration, streams_from)
+            stream_at, self.waited_on = book(resources, duration, streams_from)
             for cal in resources:
                 cal.carry(stream_at, duration, nbytes)
         else:
@@ -54,7 +59,8 @@ class DmaEngine(InOrderEngine):
         stream_end = stream_at + duration
         self.free_at = stream_end
         self.busy_ps += self.setup_ps + duration
-        self.wait_ps += stream_at - streams_from
+        self.waited = stream_at - streams_from
+        self.wait_ps += self.waited
         self.bytes += nbytes
         self.ops += 1
         return start, stream_end + latency

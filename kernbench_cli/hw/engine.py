@@ -16,12 +16,13 @@ class InOrderEngine:
     `busy_ps` and `ops` feed the per-engine report.
     """
 
-    __slots__ = ("busy_ps", "free_at", "ops")
+    __slots__ = ("busy_ps", "free_at", "last", "ops")
 
     def __init__(self) -> None:
         self.free_at = 0
         self.busy_ps = 0
         self.ops = 0
+        self.last = -1  # who ran last (the timing pass's op reference), -1: nobody
 
     def occupy(self, ready: int, duration_ps: int) -> tuple[int, int]:
         """Run a command of `duration_ps` that may start at `ready`; (start, end)."""

@@ -38,6 +38,7 @@ class Chunk(NamedTuple):
     slot: int
     arrival: int
     back: int  # ps for the slot's credit to reach the sender (the reverse route's latency)
+    who: int = -1  # the send that moved it (the timing pass's op reference)
 
 
 @dataclass
@@ -46,31 +47,33 @@ class Ring:
 
     slots: int
     slot_bytes: int
-    credits: list[tuple[int, int]] = field(default_factory=list)  # heap of (free time, slot)
+    # heap of (time the slot is free, slot, the receive that freed it or -1)
+    credits: list[tuple[int, int, int]] = field(default_factory=list)
     chunks: deque[Chunk] = field(default_factory=deque)
     sender_waiting: list = field(default_factory=list)  # PEs out of credits, to wake
     receiver_waiting: Any = None  # the PE waiting for a chunk, to wake
 
     def __post_init__(self) -> None:
-        self.credits = [(0, s) for s in range(self.slots)]
+        self.credits = [(0, s, -1) for s in range(self.slots)]
 
     def chunks_for(self, nbytes: int) -> int:
         return chunks_for(nbytes, self.slot_bytes)
 
-    def take_credit(self) -> tuple[int, int] | None:
-        """(time the slot is free, slot) of the earliest free slot, or None."""
+    def take_credit(self) -> tuple[int, int, int] | None:
+        """(time the slot is free, slot, who freed it) of the earliest free slot, or None."""
         return heapq.heappop(self.credits) if self.credits else None
 
-    def give_credit(self, t: int, slot: int) -> None:
-        heapq.heappush(self.credits, (t, slot))
+    def give_credit(self, t: int, slot: int, who: int = -1) -> None:
+        heapq.heappush(self.credits, (t, slot, who))
 
     stash: dict[int, deque[Chunk]] = field(default_factory=dict)  # taken, for a later recv
     busy_ps: int = 0  # time chunks sat in slots, arrival to taken
     ops: int = 0  # chunks that passed through
 
-    def take(self, sender: int, now: int) -> Chunk | None:
+    def take(self, sender: int, now: int, who: int = -1) -> Chunk | None:
         """The next chunk from `sender`: set aside earlier, or the ring's oldest chunks taken
-        until one is from `sender` (each frees its slot at max(now, its arrival)).
+        until one is from `sender` (each frees its slot at max(now, its arrival); `who` is
+        the receive taking them).
 
         None when the ring holds nothing more from anyone.
         """
@@ -80,7 +83,7 @@ class Ring:
         while self.chunks:
             chunk = self.chunks.popleft()
             taken = max(now, chunk.arrival)
-            self.give_credit(taken + chunk.back, chunk.slot)
+            self.give_credit(taken + chunk.back, chunk.slot, who)
             self.busy_ps += taken - chunk.arrival
             self.ops += 1
             if chunk.sender == sender:

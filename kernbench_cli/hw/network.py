@@ -147,21 +147,22 @@ class Calendar:
         return t
 
 
-def book(resources: tuple[Calendar, ...], duration: int, t: int) -> int:
-    """Reserve every resource for `duration` from one common start >= t; return it."""
-    if len(resources) == 1:  # the common case: one's own HBM slice
-        return resources[0].book(t, duration)
-    if not resources:
-        return t
+def book(resources: tuple[Calendar, ...], duration: int,
+         t: int) -> tuple[int, Calendar | None]:
+    """Reserve every resource for `duration` from one common start >= t; (that start, the
+    resource that was busy last before it, or None if none delayed it)."""
+    blocker = None
     while True:
         start = t
         for cal in resources:
-            t = cal.fit(t, duration)
+            fit = cal.fit(t, duration)
+            if fit > t:
+                t, blocker = fit, cal
         if t == start:
             break
     for cal in resources:
         cal.reserve(t, duration)
-    return t
+    return t, blocker
 
 
 @dataclass(frozen=True)

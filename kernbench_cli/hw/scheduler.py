@@ -18,14 +18,17 @@ class Scheduler:
     time (the cost table's `scheduler.plan`, ADR-0064 D3).
     """
 
-    __slots__ = ("busy_ps", "depth", "free_at", "held", "ops")
+    __slots__ = ("busy_ps", "depth", "free_at", "held", "last", "ops", "stalled_by")
 
     def __init__(self, config: SchedulerConfig):
         self.depth = config.queue_depth
         self.free_at = 0
         self.busy_ps = 0
         self.ops = 0
-        self.held: list[int] = []  # min-heap: when each held slot frees (see `hold`)
+        # min-heap of (when a held slot frees, who holds it): see `hold`
+        self.held: list[tuple[int, int]] = []
+        self.stalled_by = -1  # who freed the slot the last command waited for (-1: none)
+        self.last = -1  # the command whose planning last occupied the scheduler
 
     def enqueue(self, cpu: PeCpu, cost_ps: int, plan_ps: int = 0) -> tuple[int, int]:
         """PE_CPU issues a command (`cost_ps` of its time) into the queue, stalling while
@@ -36,10 +39,11 @@ class Scheduler:
         cpu.busy_ps += cost_ps
         cpu.ops += 1
         held = self.held
-        while held and held[0] <= t:
+        while held and held[0][0] <= t:
             heapq.heappop(held)
+        self.stalled_by = -1
         if len(held) >= self.depth:  # full: wait for the first slot to free
-            slot = heapq.heappop(held)
+            slot, self.stalled_by = heapq.heappop(held)
             cpu.stall_ps += slot - t
             t = slot
         cpu.time = t
@@ -49,6 +53,6 @@ class Scheduler:
         self.ops += 1
         return t, self.free_at
 
-    def hold(self, until: int) -> None:
-        """The slot of the command just dispatched frees at `until`."""
-        heapq.heappush(self.held, until)
+    def hold(self, until: int, who: int = -1) -> None:
+        """The slot of the command just dispatched (`who`) frees at `until`."""
+        heapq.heappush(self.held, (until, who))

@@ -52,7 +52,7 @@ import simpy
 from kernbench_cli.errors import KernelError
 from kernbench_cli.hw.composite import GemmTiling, Operand, plan_gemm, tile_ops, traffic
 from kernbench_cli.hw.composite import Stream as TileStream
-from kernbench_cli.hw.engine import cycles_to_ps
+from kernbench_cli.hw.engine import InOrderEngine, cycles_to_ps
 from kernbench_cli.hw.ipcq import Chunk, Ring
 from kernbench_cli.hw.network import Path
 from kernbench_cli.hw.pe import ENGINES, Pe
@@ -79,6 +79,19 @@ OP_FIELDS = ("seq", "pid", "engine", "kind", "issue_ps", "start_ps", "end_ps", "
 
 CPU, SCHED, DMA, GEMM, VEC = range(5)  # engine codes, in the order of `pe.ENGINES`
 PENDING = -1  # `end` of a composite still running
+
+#: Why an operation started when it did, for the critical path: a cause and the
+#: operation it points at, packed as ``cause << CAUSE_SHIFT | pid << PE_SHIFT | index``;
+#: `index` counts a PE's commands, then its composites' tile operations.
+START, ISSUED, SCHEDULER, PRODUCER, ENGINE, CREDIT, MESSAGE, QUEUE, TCM = range(9)
+CAUSES = ("start", "CPU issue", "scheduler", "producer", "engine busy", "IPCQ credit",
+          "IPCQ message", "queue full", "TCM")
+PE_SHIFT, CAUSE_SHIFT = 36, 58
+NOBODY = -1
+
+
+def _why(cause: int, ref: int) -> int:
+    return cause << CAUSE_SHIFT | ref if ref >= 0 else cause << CAUSE_SHIFT | (1 << PE_SHIFT) - 1
 
 
 class TimingError(KernelError):
@@ -169,8 +182,9 @@ class Stuck:
 class _Proc:
     """One PE's walk over its stream, as SimPy event callbacks resume it."""
 
-    __slots__ = ("at", "done", "end", "env", "error", "events", "gen", "last_end", "pid",
-                 "resume_cb", "tcm_peak", "waiting")
+    __slots__ = ("after", "at", "cpu", "current", "done", "end", "env", "error", "events", "gen",
+                 "issue", "last_end", "made", "n", "pid", "resume_cb", "start", "tcm_peak",
+                 "tcm_wait", "tiles", "waiting", "waits", "why")
 
     def __init__(self, env: simpy.Environment, pid: int):
         self.env = env
@@ -181,6 +195,20 @@ class _Proc:
         self.waiting = ""  # what it waits for, while it waits on another PE
         self.end = array("q")  # per command: when its result is ready (PENDING: not yet)
         self.last_end = 0  # the latest end of anything it did
+        # For the critical path (see `Timing._walk`): per command its issue time, start,
+        # and why it started then, and how PE_CPU reached its issue (a `_why`, 0: simply
+        # after the command before); PE_CPU's waits after a command: index -> (until, why)
+        self.n = 0
+        self.issue = array("q")
+        self.start = array("q")
+        self.why = array("q")
+        self.cpu = array("q")
+        self.after: dict[int, tuple[int, int]] = {}
+        self.tiles: list[tuple[int, int, int, int, int]] = []  # (start, end, why, engine, of)
+        self.made: dict[int, int] = {}  # composite -> its last tile operation
+        self.waits: dict[int, tuple] = {}  # op -> (the resource a transfer waited for, ps)
+        self.tcm_wait = NOBODY  # PE_CPU waited for TCM held by this op (-1: no)
+        self.current = 0  # the composite whose tiles run now
         self.events = 0
         self.error: TimingError | None = None  # what stopped it
         self.tcm_peak = (0, 0, 0)  # TCM high water: (bytes, time, command)
@@ -232,7 +260,8 @@ class _Composites:
         self.heap: list[tuple[int, int, _Running]] = []  # (next operation's issue, seq, it)
         self.by_index: dict[int, _Running] = {}
         self.pending = 0  # tile-buffer bytes of composites still running
-        self.ended: list[tuple[int, int, int]] = []  # (end, seq, bytes) of ended composites
+        # (end, seq, bytes, last tile operation) of ended composites
+        self.ended: list[tuple[int, int, int, int]] = []
         self.held = 0  # bytes in `ended`
         self.seq = 0
 
@@ -248,21 +277,23 @@ class _Composites:
             while ended and ended[0][0] <= t:
                 self.held -= heapq.heappop(ended)[2]
             return self.pending + self.held
-        return self.pending + sum(nbytes for end, _, nbytes in ended if end > t)
+        return self.pending + sum(nbytes for end, _, nbytes, _ in ended if end > t)
 
     def start(self, running: _Running) -> None:
         self.pending += running.tcm_bytes
         self.by_index[running.index] = running
 
-    def finish(self, running: _Running) -> None:
+    def finish(self, running: _Running, last: int) -> None:
         self.pending -= running.tcm_bytes
         self.held += running.tcm_bytes
         self.seq += 1
-        heappush(self.ended, (running.end, self.seq, running.tcm_bytes))
+        heappush(self.ended, (running.end, self.seq, running.tcm_bytes, last))
 
-    def holders(self, t: int) -> list[_Running | int]:
-        """What holds tile buffers at `t`: composites running, and ends of ended ones."""
-        return [r for _, _, r in self.heap] + [end for end, _, _ in self.ended if end > t]
+    def holders(self, t: int) -> list[_Running | tuple[int, int]]:
+        """What holds tile buffers at `t`: composites running, and (end, last operation) of
+        ended ones."""
+        return [r for _, _, r in self.heap] + [(end, last) for end, _, _, last in self.ended
+                                                 if end > t]
 
 
 class Timing:
@@ -402,14 +433,25 @@ class Timing:
     # ------------------------------------------------------------------ one PE
 
     def _walk(self, proc: _Proc, pe: Pe) -> Iterator[None]:
-        """Time PE `pe`'s stream; yields (after arranging to be resumed) where it must wait."""
+        """Time PE `pe`'s stream; yields (after arranging to be resumed) where it must wait.
+
+        Besides the times, it records per command its issue, its start and why it
+        started then (`proc.why`, see `CAUSES`), and how PE_CPU got to its issue
+        (`proc.cpu`) or waited after it (`proc.after`): the critical path walks them.
+        """
         pid = pe.pid
         stream = self.program.streams[pid]
         ops, col_a, col_b = stream.op, stream.a, stream.b
         col_size, col_arg, col_src, col_dst = stream.size, stream.arg, stream.src, stream.dst
         col_tcm = stream.tcm
-        n = len(ops)
-        end = proc.end = array("q", bytes(8 * n))
+        n = proc.n = len(ops)
+        zeros = bytes(8 * n)
+        end = proc.end = array("q", zeros)
+        starts = proc.start = array("q", zeros)
+        issued = proc.issue = array("q", zeros)
+        whys = proc.why = array("q", zeros)
+        cpus = proc.cpu = array("q", zeros)
+        after = proc.after
         cpu, sched, dma, gemm, vec = pe.cpu, pe.scheduler, pe.dma, pe.gemm, pe.math
         enqueue, held = sched.enqueue, sched.held  # `hold(t)` is heappush(held, t), inlined
         issue = self.issue
@@ -424,6 +466,8 @@ class Timing:
         gemm_ps: dict[int, int] = {}  # gemm shape -> duration on this PE's array
         comps = _Composites()
         tcm_bytes = self.tcm_bytes
+        made = proc.made  # composite -> its last tile operation (what its result waits for)
+        base = pid << PE_SHIFT  # this PE's op references: base | command index
         log = self.oplog
         if log is not None:
             tcm_base = self.system.amap.pe_tcm_addr(*pe.coord, 0)
@@ -433,6 +477,7 @@ class Timing:
         heap = comps.heap
         for i in range(n):
             op = ops[i]
+            me = base | i
             if comps:  # composites hold tile buffers: tensors may have to wait for room
                 proc.at = i
                 t = cpu.time
@@ -455,6 +500,8 @@ class Timing:
                 if b >= 0 and end[b] == PENDING:
                     proc.at = i
                     yield from self._advance(proc, pe, comps, stop=comps.by_index[b])
+            if proc.tcm_wait >= 0:  # PE_CPU waited for TCM before this command
+                cpus[i], proc.tcm_wait = _why(TCM, proc.tcm_wait), -1
             if op == LOAD:
                 t, dispatched = enqueue(cpu, c_load)
                 addr = col_src[i]
@@ -470,33 +517,45 @@ class Timing:
                     proc.wake_at(t)
                     yield
                 start, done = dma.transfer(dispatched, col_size[i], route)
-                heappush(held, start)
+                whys[i] = (_why(ENGINE, dma.last) if start > dispatched else
+                           _why(SCHEDULER, sched.last) if dispatched > t else _why(ISSUED, me))
+                dma.last = me
+                if dma.waited_on is not None:
+                    proc.waits[me] = (dma.waited_on, dma.waited)
+                heappush(held, (start, me))
                 end[i] = done
                 if log is not None:
                     log.append(pid, DMA, k_load, t, start, done, col_size[i], 0, addr,
                                _tcm(tcm_base, col_dst[i]))
             elif op == MATH:
                 t, ready = enqueue(cpu, c_math)
+                why = _why(SCHEDULER, sched.last) if ready > t else _why(ISSUED, me)
                 a, b = col_a[i], col_b[i]
                 if a >= 0 and end[a] > ready:
-                    ready = end[a]
+                    ready, why = end[a], _why(PRODUCER, made.get(a, base | a))
                 if b >= 0 and end[b] > ready:
-                    ready = end[b]
+                    ready, why = end[b], _why(PRODUCER, made.get(b, base | b))
                 key = (col_arg[i], col_size[i])
                 duration = math_ps.get(key)
                 if duration is None:
                     duration = math_ps[key] = vec.duration_ps(kinds[key[0]][0], key[1])
                 start, done = vec.occupy(ready, duration)
+                whys[i] = _why(ENGINE, vec.last) if start > ready else why
+                vec.last = me
                 vec.elements += col_size[i]
-                heappush(held, start)
+                heappush(held, (start, me))
                 end[i] = done
                 if log is not None:
                     log.append(pid, VEC, kinds[key[0]][1], t, start, done, 0, col_size[i], None,
                                _tcm(tcm_base, col_dst[i]))
             elif op == DOT:
                 t, ready = enqueue(cpu, c_dot)
-                a, b = end[col_a[i]], end[col_b[i]]
-                ready = max(ready, a, b)
+                why = _why(SCHEDULER, sched.last) if ready > t else _why(ISSUED, me)
+                a, b = col_a[i], col_b[i]
+                if end[a] > ready:
+                    ready, why = end[a], _why(PRODUCER, made.get(a, base | a))
+                if end[b] > ready:
+                    ready, why = end[b], _why(PRODUCER, made.get(b, base | b))
                 if comps.heap:
                     proc.at = i
                     yield from self._advance(proc, pe, comps, ready)
@@ -505,22 +564,25 @@ class Timing:
                 if duration is None:
                     duration = gemm_ps[shape] = gemm.duration_ps(*shapes[shape])
                 start, done = gemm.occupy(ready, duration)
+                whys[i] = _why(ENGINE, gemm.last) if start > ready else why
+                gemm.last = me
                 gemm.flops += col_size[i]  # a DOT's size is its flops, 2·m·k·n
-                heappush(held, start)
+                heappush(held, (start, me))
                 end[i] = done
                 if log is not None:
                     log.append(pid, GEMM, k_dot, t, start, done, 0, col_size[i],
                                _tcm(tcm_base, col_src[i]), _tcm(tcm_base, col_dst[i]))
             elif op == STORE:
                 t, ready = enqueue(cpu, c_store)
+                why = _why(SCHEDULER, sched.last) if ready > t else _why(ISSUED, me)
                 addr = col_dst[i]
                 hit = outbound.get(addr >> shift) if shift < 64 else None
                 if hit is None:
                     hit = outbound[addr >> shift] = path(pid, addr, False)
                 route, private = hit
-                a = end[col_a[i]]
-                if a > ready:
-                    ready = a
+                a = col_a[i]
+                if end[a] > ready:
+                    ready, why = end[a], _why(PRODUCER, made.get(a, base | a))
                 if comps.heap:
                     proc.at = i
                     yield from self._advance(proc, pe, comps, ready)
@@ -529,7 +591,11 @@ class Timing:
                     proc.wake_at(t)
                     yield
                 start, done = dma.transfer(ready, col_size[i], route)
-                heappush(held, start)
+                whys[i] = _why(ENGINE, dma.last) if start > ready else why
+                dma.last = me
+                if dma.waited_on is not None:
+                    proc.waits[me] = (dma.waited_on, dma.waited)
+                heappush(held, (start, me))
                 end[i] = done
                 if log is not None:
                     log.append(pid, DMA, k_store, t, start, done, col_size[i], 0,
@@ -537,11 +603,17 @@ class Timing:
             elif op == COMPOSITE:
                 proc.at = i
                 yield from self._dispatch(proc, pe, comps, i)
+                if sched.stalled_by >= 0:
+                    cpus[i] = _why(QUEUE, sched.stalled_by)
                 continue
             elif op == WAIT:
                 t = cpu.issue(c_wait)
-                cpu.wait_until(end[col_a[i]])
+                a = col_a[i]
+                if end[a] > t:
+                    after[i] = (end[a], _why(PRODUCER, made.get(a, base | a)))
+                cpu.wait_until(end[a])
                 done = cpu.time
+                starts[i], whys[i] = t, _why(ISSUED, me)
                 if log is not None:
                     log.append(pid, CPU, k_wait, t, t, done, 0, 0, None, None)
             elif op == SEND:
@@ -550,8 +622,12 @@ class Timing:
                     proc.at = i
                     proc.wake_at(t)
                     yield
-                done = yield from self._send(proc, pe, comps, i, t,
-                                             max(dispatched, end[col_a[i]]))
+                a = col_a[i]
+                ready, why = dispatched, (_why(SCHEDULER, sched.last) if dispatched > t else
+                                          _why(ISSUED, me))
+                if end[a] > ready:
+                    ready, why = end[a], _why(PRODUCER, made.get(a, base | a))
+                done = yield from self._send(proc, pe, comps, i, t, ready, why)
             elif op == RECV:
                 t = cpu.issue(c_recv)
                 if t >= peek():
@@ -561,16 +637,28 @@ class Timing:
                 done = yield from self._recv(proc, pe, i, t)
                 end[i] = done
             elif op == CYCLES:
-                start = cpu.time
+                t0 = cpu.time
                 cpu.issue(cycles_to_ps(col_arg[i], self.clock_hz))
-                done = cpu.time
+                done = t = cpu.time
+                starts[i], whys[i] = t0, _why(ISSUED, me)
                 if log is not None:
-                    log.append(pid, CPU, k_cycles, start, start, done, 0, 0, None, None)
+                    log.append(pid, CPU, k_cycles, t0, t0, done, 0, 0, None, None)
             elif op == READ:
-                cpu.wait_until(end[col_a[i]])
+                a = col_a[i]
+                t = cpu.time
+                if end[a] > t:
+                    after[i] = (end[a], _why(PRODUCER, made.get(a, base | a)))
+                cpu.wait_until(end[a])
+                issued[i] = starts[i] = t
+                whys[i] = _why(ISSUED, me)
                 continue
             else:
                 raise TimingError(f"unknown command kind {op}", pid, i, cpu.time)
+            issued[i] = t
+            if op <= MATH:  # an engine command: LOAD, STORE, DOT, MATH
+                starts[i] = start
+            if sched.stalled_by >= 0 and op not in (WAIT, RECV, CYCLES):
+                cpus[i] = _why(QUEUE, sched.stalled_by)
             if done > last_end:
                 last_end = done
         proc.at = n - 1
@@ -586,12 +674,16 @@ class Timing:
         it) until running composites free their tile buffers.
         """
         pid = pe.pid
+        me = pid << PE_SHIFT | i
         stream = self.program.streams[pid]
-        cpu, gemm, sched, end = pe.cpu, pe.gemm, pe.scheduler, self.procs[pid].end
+        cpu, gemm, sched, end = pe.cpu, pe.gemm, pe.scheduler, proc.end
         t, dispatched = sched.enqueue(cpu, self.issue.composite, self.plan_ps)
+        proc.issue[i] = t
+        why = _why(SCHEDULER, sched.last) if dispatched > t + self.plan_ps else _why(ISSUED, me)
         if stream.arg[i] == NONE:  # never planned: the kernel failed in it
-            heappush(sched.held, dispatched)
-            end[i] = dispatched
+            heappush(sched.held, (dispatched, me))
+            end[i] = proc.start[i] = dispatched
+            proc.why[i] = why
             return
         desc = self.program.composites[stream.arg[i]]
         yield from self._advance(proc, pe, comps, dispatched)
@@ -608,15 +700,20 @@ class Timing:
                 raise TimingError(f"tl.composite: no tile plan for a {desc.m}x{desc.k}x"
                                   f"{desc.n} GEMM fits the {free} B of free TCM", pid, i,
                                   cpu.time)
-            dispatched = release
+            dispatched, freer = release
+            why = _why(TCM, freer)
         sched.free_at = max(sched.free_at, dispatched)  # it held the queue's head until now
-        heappush(sched.held, dispatched)
+        sched.last = me
+        heappush(sched.held, (dispatched, me))
         ready = dispatched
         for dep in (stream.a[i], stream.b[i]):
             if dep >= 0:
                 if end[dep] == PENDING:
                     yield from self._advance(proc, pe, comps, stop=comps.by_index[dep])
-                ready = max(ready, end[dep])
+                if end[dep] > ready:
+                    ready, why = end[dep], _why(PRODUCER, proc.made.get(dep, pid << PE_SHIFT
+                                                                         | dep))
+        proc.start[i], proc.why[i] = ready, why  # ready to run: where its tiles start from
         a = Operand(desc.m, desc.k, desc.a_itemsize, desc.a_tcm, desc.a_addr, desc.a_row_stride)
         b_shape = (desc.n, desc.k) if desc.trans_b else (desc.k, desc.n)
         b = Operand(*b_shape, desc.b_itemsize, desc.b_tcm, desc.b_addr, desc.b_row_stride)
@@ -624,8 +721,9 @@ class Timing:
         self.planned_bytes += traffic(tiling, a, b, desc.n, out is not None, desc.out_itemsize)
         tiles = self._tiles.get(pid)
         if tiles is None:
-            tiles = self._tiles[pid] = self._tile_stream(pe)
-        ops = tile_ops(ready, tiling, a, b, desc.n, desc.trans_b, out, desc.out_itemsize,
+            tiles = self._tiles[pid] = self._tile_stream(proc, pe)
+        proc.current = i
+        ops = tile_ops(ready, me, tiling, a, b, desc.n, desc.trans_b, out, desc.out_itemsize,
                        desc.out_row_stride, tiles)
         private = all(self._path(pid, addr, into)[1] for addr, into in self._operand_ends(desc))
         running = _Running(i, t, dispatched, ops, tiling.tcm_bytes, private)
@@ -654,31 +752,33 @@ class Timing:
                 proc.wake_at(issued)
                 yield
             heapq.heappop(heap)
+            proc.current = running.index
             try:
                 heappush(heap, (running.ops.send(None), seq, running))
             except StopIteration as finished:
-                self._finish(proc, pe, comps, running, finished.value)
+                self._finish(proc, pe, comps, running, *finished.value)
                 if any_end:
                     return
 
     def _next_release(self, proc: _Proc, pe: Pe, comps: _Composites,
                       t: int) -> Iterator[None]:
-        """When the first composite holding tile buffers at `t` ends (running tiles as far
-        as it takes to know); None if none holds any."""
+        """(when, what) the first composite holding tile buffers at `t` ends (running tiles as
+        far as it takes to know), what being its last tile operation; None if none holds any."""
         while True:
             holders = comps.holders(t)
             if not holders:
                 return None
-            ended = [end for end in holders if isinstance(end, int)]
+            ended = [end for end in holders if isinstance(end, tuple)]
             if ended:  # one still running might end before the first known end: run to it
-                yield from self._advance(proc, pe, comps, min(ended))
-                return min(end for end in comps.holders(t) if isinstance(end, int))
+                yield from self._advance(proc, pe, comps, min(ended)[0])
+                return min(end for end in comps.holders(t) if isinstance(end, tuple))
             yield from self._advance(proc, pe, comps, any_end=True)
 
     def _finish(self, proc: _Proc, pe: Pe, comps: _Composites, running: _Running,
-                done: int) -> None:
+                done: int, last: int) -> None:
         running.end = proc.end[running.index] = done
-        comps.finish(running)
+        proc.made[running.index] = last
+        comps.finish(running, last)
         proc.last_end = max(proc.last_end, done)
         log = self.oplog
         if log is not None:
@@ -696,50 +796,71 @@ class Timing:
         buffers fit the TCM together."""
         t = pe.cpu.time
         while tensors + comps.buffers(t) > self.tcm_bytes:
-            t = yield from self._next_release(proc, pe, comps, t)
+            t, proc.tcm_wait = yield from self._next_release(proc, pe, comps, t)
             pe.cpu.wait_until(t)
         used = tensors + comps.buffers(t)
         if used > proc.tcm_peak[0]:
             proc.tcm_peak = (used, t, proc.at)
 
-    def _tile_stream(self, pe: Pe) -> TileStream:
+    def _tile_stream(self, proc: _Proc, pe: Pe) -> TileStream:
+        """How PE `pe`'s composites run tile operations; each is recorded in `proc.tiles`
+        (its reference: the PE's command count plus its position there)."""
         pid, dma, gemm, path, log = pe.pid, pe.dma, pe.gemm, self._path, self.oplog
+        tiles, base = proc.tiles, pid << PE_SHIFT
         if log is not None:
             k_gemm, k_load, k_store = (log.code(k) for k in ("gemm_tile", "load_tile",
                                                               "store_tile"))
 
-        def gemm_run(ready: int, m: int, k: int, n: int) -> tuple[int, int]:
+        def record(engine: InOrderEngine, code: int, ready: int, after: int, start: int,
+                   end: int) -> int:
+            me = base | (proc.n + len(tiles))
+            why = _why(ENGINE, engine.last) if start > ready else _why(PRODUCER, after)
+            tiles.append((start, end, why, code, proc.current))
+            engine.last = me
+            return me
+
+        def gemm_run(ready: int, after: int, m: int, k: int, n: int) -> tuple[int, int, int]:
             start, end = gemm.run(ready, m, k, n)
+            me = record(gemm, GEMM, ready, after, start, end)
             if log is not None:
                 log.append(pid, GEMM, k_gemm, ready, start, end, 0, 2 * m * k * n, None, None)
-            return start, end
+            return start, end, me
 
-        def load(ready: int, op: Operand, r0: int, c0: int, nr: int, nc: int) -> tuple[int, int]:
+        def load(ready: int, after: int, op: Operand, r0: int, c0: int, nr: int,
+                 nc: int) -> tuple[int, int, int]:
             addr = op.addr + (r0 * op.row_stride + c0) * op.itemsize
             nbytes = nr * nc * op.itemsize
             start, end = dma.transfer(ready, nbytes, path(pid, addr, True)[0])
+            me = record(dma, DMA, ready, after, start, end)
+            if dma.waited_on is not None:
+                proc.waits[me] = (dma.waited_on, dma.waited)
             if log is not None:
                 log.append(pid, DMA, k_load, ready, start, end, nbytes, 0, addr, None)
-            return start, end
+            return start, end, me
 
-        def store(ready: int, addr: int, nbytes: int) -> tuple[int, int]:
+        def store(ready: int, after: int, addr: int, nbytes: int) -> tuple[int, int, int]:
             start, end = dma.transfer(ready, nbytes, path(pid, addr, False)[0])
+            me = record(dma, DMA, ready, after, start, end)
+            if dma.waited_on is not None:
+                proc.waits[me] = (dma.waited_on, dma.waited)
             if log is not None:
                 log.append(pid, DMA, k_store, ready, start, end, nbytes, 0, None, addr)
-            return start, end
+            return start, end, me
 
         return TileStream(gemm_run, load, store)
 
     # ------------------------------------------------------------------ IPCQ
 
-    def _send(self, proc: _Proc, pe: Pe, comps: _Composites, i: int, t: int,
-              ready: int) -> Iterator[None]:
-        """The chunks of send `i` (issued at `t`), each on a credit of the receiver's ring
-        (waits for one); returns when the last chunk arrives."""
+    def _send(self, proc: _Proc, pe: Pe, comps: _Composites, i: int, t: int, ready: int,
+              why: int) -> Iterator[None]:
+        """The chunks of send `i` (issued at `t`, its data ready at `ready` for reason
+        `why`), each on a credit of the receiver's ring (waits for one); returns when the
+        last chunk arrives."""
         stream = self.program.streams[pe.pid]
+        me = pe.pid << PE_SHIFT | i
         dst, nbytes = stream.arg[i], stream.size[i]
         direction, ring, route, back = self._pair(pe.pid, dst)
-        cpu, env, log = pe.cpu, self.env, self.oplog
+        cpu, env, log, dma = pe.cpu, self.env, self.oplog, pe.dma
         count = ring.chunks_for(nbytes)
         first = last = None
         for index in range(count):
@@ -753,14 +874,22 @@ class Timing:
                 proc.waiting = ""
                 cpu.wait_until(env.now)
                 credit = ring.take_credit()
-            free_at, slot = credit
+            free_at, slot, freer = credit
+            if free_at > t and cpu.time > t:  # PE_CPU waited for this credit
+                proc.after[i] = (cpu.time, _why(CREDIT, freer))
             size = min(ring.slot_bytes, nbytes - index * ring.slot_bytes)
-            at = max(ready, free_at)
+            at, chunk_why = (free_at, _why(CREDIT, freer)) if free_at > ready else (ready, why)
             if comps.heap:
                 yield from self._advance(proc, pe, comps, at)
-            start, end = pe.dma.transfer(at, size, route)
-            first = start if first is None else first
-            ring.chunks.append(Chunk(pe.pid, index, count, nbytes, slot, end, back))
+            start, end = dma.transfer(at, size, route)
+            if first is None:
+                first = start
+                proc.start[i] = start
+                proc.why[i] = _why(ENGINE, dma.last) if start > at else chunk_why
+            dma.last = me
+            if dma.waited_on is not None:
+                proc.waits[me] = (dma.waited_on, dma.waited)
+            ring.chunks.append(Chunk(pe.pid, index, count, nbytes, slot, end, back, me))
             last = end if last is None or end > last else last
             if log is not None:
                 amap = self.system.amap
@@ -771,19 +900,21 @@ class Timing:
             if waiting is not None:
                 ring.receiver_waiting = None
                 waiting.wake_at(env.now)
-        pe.scheduler.hold(first)
+        pe.scheduler.hold(first, me)
+        proc.end[i] = last
         return last
 
     def _recv(self, proc: _Proc, pe: Pe, i: int, t: int) -> Iterator[None]:
         """Take receive `i`'s chunks from the ring (waits for them); returns when it is done."""
         stream = self.program.streams[pe.pid]
+        me = pe.pid << PE_SHIFT | i
         src, nbytes = stream.arg[i], stream.size[i]
         direction, ring, _, _ = self._pair(src, pe.pid)
         cpu, env = pe.cpu, self.env
-        done = t
+        done, why = t, _why(ISSUED, me)
         for _ in range(ring.chunks_for(nbytes)):
             credits = len(ring.credits)
-            chunk = ring.take(src, cpu.time)
+            chunk = ring.take(src, cpu.time, me)
             while chunk is None:
                 self._wake_senders(ring, credits)
                 ring.receiver_waiting = proc
@@ -794,10 +925,15 @@ class Timing:
                 proc.waiting = ""
                 cpu.wait_until(env.now)
                 credits = len(ring.credits)
-                chunk = ring.take(src, cpu.time)
+                chunk = ring.take(src, cpu.time, me)
             self._wake_senders(ring, credits)
-            done = max(done, cpu.time, chunk.arrival)
+            if chunk.arrival > done:
+                done, why = chunk.arrival, _why(MESSAGE, chunk.who)
+            done = max(done, cpu.time)
         cpu.wait_until(done)
+        proc.start[i], proc.why[i] = done, why  # taking the message is instant
+        if done > t:
+            proc.after[i] = (done, why)
         log = self.oplog
         if log is not None:
             amap = self.system.amap

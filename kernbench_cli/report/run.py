@@ -31,8 +31,8 @@ def _util(busy: int, latency: int) -> float:
     return busy / latency if latency else 0.0
 
 
-def bound(result: RunResult) -> tuple[str | None, float]:
-    """(engine, busy fraction) of the busiest instance of any engine; engine None if < 60%."""
+def busiest(result: RunResult) -> tuple[str | None, float]:
+    """(engine, busy fraction) of the busiest instance of any engine (utilisation)."""
     best, best_u = None, 0.0
     for name, stats in result.engines.items():
         if name == "scheduler" or not stats.instances:
@@ -40,15 +40,75 @@ def bound(result: RunResult) -> tuple[str | None, float]:
         u = _util(max(stats.busy_ps), result.latency_ps)
         if u > best_u:
             best, best_u = name, u
-    return (best if best_u >= BOUND_THRESHOLD else None), best_u
+    return best, best_u
+
+
+def bound(result: RunResult) -> tuple[str | None, float]:
+    """(engine, share of the critical path) of what the path spends most time on; without a
+    path (an old result), the busiest engine if busy above 60%."""
+    path = result.critical_path
+    if path is not None and path.latency_ps:
+        engine, ps = next(iter(path.by_engine.items()))
+        return engine, ps / path.latency_ps
+    name, u = busiest(result)
+    return (name if u >= BOUND_THRESHOLD else None), u
+
+
+def _title(engine: str) -> str:
+    return TITLES.get(engine, engine)
 
 
 def bound_text(result: RunResult) -> str:
-    name, u = bound(result)
+    name, share = bound(result)
     if name is None:
         return (f"latency: no engine is busy {BOUND_THRESHOLD:.0%} of the time (busiest "
-                f"{u:.0%}); dependencies and transfer latencies set the pace")
-    return f"{TITLES[name]}: its busiest instance is busy {u:.1%} of the run"
+                f"{share:.0%}); dependencies and transfer latencies set the pace")
+    stats = result.engines.get(name)
+    util = (f"; its busiest unit is busy {_util(max(stats.busy_ps), result.latency_ps):.1%} "
+            "of the run") if stats is not None and stats.instances else ""
+    pe = result.critical_path.busiest_pe(name) if result.critical_path else None
+    where = f" (most on PE {pe})" if pe is not None and result.num_pes > 1 else ""
+    return f"{_title(name)}: {share:.1%} of the critical path{where}{util}"
+
+
+def critical_path_text(result: RunResult) -> str:
+    path = result.critical_path
+    parts = []
+    for engine, ps in list(path.by_engine.items())[:5]:
+        pe = path.busiest_pe(engine)
+        waits = {r: w for r, w in path.resource_waits().items() if r.startswith(f"{engine} ")}
+        where = (f" ({max(waits, key=waits.get).split(' ', 1)[1]})" if waits else
+                 f" (PE {pe})" if pe is not None and result.num_pes > 1 else "")
+        parts.append(f"{_title(engine)} {ps / path.latency_ps:.1%}{where}")
+    causes = ", ".join(f"{cause} {ps / path.latency_ps:.1%}"
+                       for cause, ps in list(path.by_cause.items())[:4])
+    return f"{', '.join(parts)}; by cause: {causes}"
+
+
+def critical_path_lines(result: RunResult) -> list[str]:
+    """The critical path as JSON lines, one step each, from time 0 to the latency: the PE,
+    the command (its index in the PE's stream) and kernel line, what ran, where the time
+    went and why, and when."""
+    import json
+
+    return [json.dumps({"pid": s.pid, "pe": result.pe_labels[s.pid], "command": s.command,
+                        "line": s.line, "kind": s.kind, "engine": s.engine, "cause": s.cause,
+                        "resource": s.resource or None, "start_ps": s.start_ps,
+                        "end_ps": s.end_ps}, sort_keys=True)
+            for s in result.critical_path.steps]
+
+
+def what_if(result: RunResult) -> list[tuple[str, int]]:
+    """(engine, at most how many ps sooner) if each of the path's top two engines were 2x
+    faster: half its time on the path (an upper bound: another path may take over)."""
+    path = result.critical_path
+    return [(engine, ps // 2) for engine, ps in list(path.by_engine.items())[:2]]
+
+
+def what_if_text(result: RunResult) -> str:
+    bounds = "; ".join(f"{_title(engine)} 2x faster: at most {format_time_ps(ps)} sooner"
+                       for engine, ps in what_if(result))
+    return f"{bounds} (upper bounds: halving their time on the path; another path may take over)"
 
 
 def gemm_efficiency(result: RunResult) -> float:
@@ -100,6 +160,8 @@ def summary(result: RunResult) -> Table:
         ("verification", verification_text(result)),
         ("model checks", invariants_text(result)),
         ("bound by", bound_text(result)),
+        *([("critical path", critical_path_text(result)), ("what if", what_if_text(result))]
+          if result.critical_path is not None and result.latency_ps else []),
         ("GEMM", f"{gemm_efficiency(result):.1%} of peak MAC throughput over the run; "
                  f"array {gemm_array_utilization(result):.1%} used while busy"),
         ("HBM", f"{achieved:.1f} GB/s of {peak:.1f} GB/s peak"),
@@ -182,7 +244,8 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
         row["utilization"] = round(row["utilization"], 6)
         row["utilization_max"] = round(row["utilization_max"], 6)
         engines[name] = row
-    name, u = bound(result)
+    name, share = bound(result)
+    top, util = busiest(result)
     achieved, peak = hbm_bandwidth(result)
     out: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -204,13 +267,20 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
            for i in result.invariants],
         "commands": result.commands,
         "engines": engines,
-        "bound": {"engine": name, "utilization": round(u, 6)},
+        "bound": {"engine": name, "path_share": round(share, 6),
+                  "busiest_engine": top, "utilization": round(util, 6)},
         "gemm_mac_utilization": round(gemm_efficiency(result), 6),
         "gemm_array_utilization": round(gemm_array_utilization(result), 6),
         "hbm_gbps": round(achieved, 6),
         "hbm_peak_gbps": round(peak, 6),
         "bounds_ps": {name: ps for name, (ps, _) in sorted(result.bounds.items())},
     }
+    if result.critical_path is not None:
+        path = result.critical_path
+        out["critical_path"] = {
+            "by_engine": path.by_engine, "by_cause": path.by_cause,
+            "resource_waits": path.resource_waits(), "steps": len(path.steps),
+            "what_if_2x_faster_saves_at_most_ps": dict(what_if(result))}
     if per_pe:
         out["per_pe"] = [
             {"pe": label, "cpu_stall_ps": result.cpu_stall_ps[i],

@@ -9,6 +9,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from kernbench_cli.hw.timing import OpLog
+    from kernbench_cli.sim.critical import CriticalPath
     from kernbench_cli.sim.invariants import Invariant
     from kernbench_cli.sim.trace_file import Trace
 
@@ -72,6 +73,7 @@ class RunResult:
     bounds: dict[str, tuple[int, str]] = field(default_factory=dict)  # name: (ps, how)
     trace: Trace | None = None  # what `run --record` writes (sim.trace_file)
     invariants: list[Invariant] = field(default_factory=list)  # physical checks (all held)
+    critical_path: CriticalPath | None = None
     inputs: dict[str, np.ndarray] = field(default_factory=dict)
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
 

@@ -35,6 +35,7 @@ from kernbench_cli.lang.dtypes import NAMES, TOLERANCE
 from kernbench_cli.lang.memory import Memory
 from kernbench_cli.lang.tl import Launch, functional_pass, kernel_line
 from kernbench_cli.sim import invariants
+from kernbench_cli.sim.critical import critical_path
 from kernbench_cli.sim.host import Host
 from kernbench_cli.sim.kernels import KernelModule
 from kernbench_cli.sim.result import Check, EngineStats, RunResult
@@ -90,6 +91,7 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
         checks = _verify(kernel, host, params, outputs)
     result = _collect(kernel.name, system, timing, params, seed, timing_only, checks)
     result.invariants = model_checks
+    result.critical_path = critical_path(system, timing)
     result.switches = launch.hub.switches
     result.inputs, result.outputs = host.inputs, outputs
     if hasattr(kernel.module, "bounds"):
@@ -141,6 +143,7 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
     result = _collect(f"{trace.kernel} (replay)", system, timing, trace.params, trace.seed,
                       True, [])
     result.invariants = model_checks
+    result.critical_path = critical_path(system, timing)
     result.wall_s = time.perf_counter() - wall
     return result
 

@@ -1,0 +1,83 @@
+"""Insight: the critical path, what-if bounds, timelines, races, TCM high water."""
+
+from __future__ import annotations
+
+import json
+
+from kernbench_cli.hw.network import transfer_ps
+
+
+def _path(run, kernel, topology="default", params=()):
+    result = run(kernel, topology, params, timing_only=True)
+    path = result.critical_path
+    assert sum(path.by_engine.values()) == sum(path.by_cause.values()) == result.latency_ps
+    assert path.steps[0].start_ps == 0 and path.steps[-1].end_ps == result.latency_ps
+    for before, after in zip(path.steps, path.steps[1:], strict=False):
+        assert before.end_ps == after.start_ps  # the steps tile the run
+    return result, path
+
+
+def test_a_load_feeding_a_dot(run, amap):
+    """CPU issue (4 ns), then the 4 KiB load (setup + stream + HBM latency), then the GEMM:
+    2 x 2 folds of 64 + 30 cycles."""
+    topo = amap.topology
+    result, path = _path(run, "load_dot")
+    load = topo.pe.dma.setup + transfer_ps(4096, topo.hbm.bandwidth) + topo.hbm.latency
+    assert path.by_engine == {"gemm": 4 * 94_000, "dma": load, "cpu": 4_000}
+    assert [(s.engine, s.kind, s.line) for s in path.steps] == [
+        ("cpu", "issue load", 13), ("dma", "load", 13), ("gemm", "dot", 14)]
+    assert result.latency_ps == 4_000 + load + 376_000
+
+
+def test_a_chain_of_messages_over_four_pes(run):
+    """The path runs back through each PE's send to the PE before it, to PE 0's load."""
+    _, path = _path(run, "relay")
+    sends = [s.pid for s in path.steps if s.kind == "send"]
+    assert sends == [0, 1, 2]
+    assert path.steps[0].pid == 0 and path.steps[0].kind == "issue load"
+    assert next(iter(path.by_engine)) == "dma"  # the messages' transfers
+    assert path.by_cause["transfer"] > 0.9 * sum(path.by_cause.values())
+
+
+def test_a_cpu_bound_loop_of_tiny_primitives(run):
+    result, path = _path(run, "tiny_ops", "one")
+    assert path.by_cause["CPU issue"] > 0.85 * result.latency_ps
+    # the first MATH waits for the load's data; from then on PE_CPU issuing sets the pace
+    assert [s.kind for s in path.steps][:4] == ["issue load", "load", "issue math",
+                                                "issue math"]
+
+
+def test_a_kernel_bound_by_a_shared_resource(run, amap):
+    """Three PEs load from PE 0's slice: each transfer holds it for 64 KiB at the NoC's rate,
+    so the last one waits for the other two, and the path names the slice."""
+    topo = amap.topology
+    _, path = _path(run, "shared_slice")
+    stream = transfer_ps(65536, topo.noc.bandwidth)
+    assert path.resource_waits() == {"hbm rack=0 sip=0 cube=0 pe=0": 2 * stream}
+    assert path.by_cause["resource wait"] == 2 * stream
+    wait = next(s for s in path.steps if s.cause == "resource wait")
+    assert (wait.kind, wait.line, wait.engine) == ("load", 13, "hbm")
+
+
+def test_the_summary_json_and_file_carry_the_path(cli, tmp_path):
+    out_file = tmp_path / "path.jsonl"
+    code, out, _ = cli("run", "sharded_gemm", "--json", "--critical-path", str(out_file))
+    assert code == 0
+    result = json.loads(out)
+    path = result["critical_path"]
+    assert sum(path["by_engine"].values()) == sum(path["by_cause"].values()) \
+        == result["latency_ps"]
+    assert result["bound"]["engine"] == max(path["by_engine"], key=path["by_engine"].get) \
+        == "gemm"
+    gemm = path["by_engine"]["gemm"]
+    assert path["what_if_2x_faster_saves_at_most_ps"]["gemm"] == gemm // 2
+    steps = [json.loads(line) for line in out_file.read_text().splitlines()]
+    assert len(steps) == path["steps"]
+    assert steps[0]["start_ps"] == 0 and steps[-1]["end_ps"] == result["latency_ps"]
+    assert {"pid", "pe", "command", "line", "kind", "engine", "cause", "start_ps",
+            "end_ps"} <= set(steps[0])
+    code, text, _ = cli("run", "sharded_gemm")
+    assert "critical path  GEMM 96.7% (PE 0), DMA 3.2% (PE 0), CPU 0.0% (PE 0); by cause: " \
+           "execute 96.7%, transfer 3.2%, CPU issue 0.0%" in " ".join(text.split()) \
+        .replace("path GEMM", "path  GEMM")
+    assert "GEMM 2x faster: at most 17.344us sooner" in " ".join(text.split())
