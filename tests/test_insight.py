@@ -81,3 +81,48 @@ def test_the_summary_json_and_file_carry_the_path(cli, tmp_path):
            "execute 96.7%, transfer 3.2%, CPU issue 0.0%" in " ".join(text.split()) \
         .replace("path GEMM", "path  GEMM")
     assert "GEMM 2x faster: at most 17.344us sooner" in " ".join(text.split())
+
+
+def test_a_full_tcm_names_what_holds_it(cli):
+    from pathlib import Path
+
+    path = Path(__file__).parent / "kernels" / "tcm_holders.py"
+    code, _, err = cli("run", str(path))
+    assert code == 1
+    assert err == (f"error: {path}:19: PE (rack=0 sip=0 cube=0 pe=0) at t=16ns: tensors overflow "
+                   "TCM: TCM of PE (rack=0 sip=0 cube=0 pe=0) is full: tl.load needs 256KiB "
+                   "(262144 B); 0 B of 2MiB free, the largest free block is 0 B; held by: 1MiB "
+                   "tl.load (line 16), 512KiB tl.load (line 17), 512KiB multiply (PE_MATH) "
+                   "(line 18)\n")
+
+
+def test_the_tcm_high_water_says_how_much_when_and_where(cli):
+    """tcm_pressure: the composite's 512 KiB of tile buffers, then (after it ends) the
+    1.75 MiB tensor of line 23 alone: that is the most the TCM held."""
+    from pathlib import Path
+
+    path = Path(__file__).parent / "kernels" / "tcm_pressure.py"
+    code, out, _ = cli("run", str(path), "--json", "--per-pe")
+    assert code == 0
+    result = json.loads(out)
+    high = result["tcm_high_water"]
+    assert (high["pe"], high["bytes"], high["line"], high["tcm_bytes"]) == (
+        "rack=0 sip=0 cube=0 pe=0", 1_835_008, 23, 2_097_152)
+    pe0 = result["per_pe"][0]
+    assert (pe0["tcm_high_water_bytes"], pe0["tcm_high_water_ps"]) == (
+        high["bytes"], high["time_ps"])
+    assert result["per_pe"][1]["tcm_high_water_bytes"] == 0  # PE 1 did nothing
+
+
+def test_progress_names_the_pass_and_how_far_it_got():
+    from types import SimpleNamespace
+
+    from kernbench_cli.sim.watch import Watch
+
+    watch = Watch()
+    assert watch.text() == "setting up"
+    watch.begin("functional pass", SimpleNamespace(commands=12_345))
+    assert watch.text().startswith("functional pass: 12,345 commands, ")
+    procs = [SimpleNamespace(done=True), SimpleNamespace(done=False)]
+    watch.begin("timing pass", SimpleNamespace(procs=procs, env=SimpleNamespace(now=2_500_000)))
+    assert watch.text().startswith("timing pass: t=2.5us simulated, 1 of 2 PEs done, ")

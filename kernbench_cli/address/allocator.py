@@ -109,6 +109,10 @@ class FreeListPool:
         self._flush()
         return max(self._lengths, default=0)
 
+    def allocations(self) -> dict[int, int]:
+        """{address: bytes} of every block in use."""
+        return dict(self._sizes)
+
     def alloc(self, nbytes: int, what: str, align: int = DEFAULT_ALIGN) -> int:
         nbytes = max(nbytes, 1)
         cached = self._cached.get(nbytes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -52,10 +53,13 @@ def run(
     module = load_kernel(kernel)
     params = parse_params(module, param or [])
     amap = load_address_map(topology, costs)
-    with _busy(f"simulating {module.name} on {amap.topology.num_pes} PEs"):
+    from kernbench_cli.sim.watch import Watch
+
+    watch = Watch()
+    with _busy(f"{module.name} on {amap.topology.num_pes} PEs", watch):
         result = run_kernel(module, amap, params, seed=seed, timing_only=timing_only,
                             max_commands=max_commands,
-                            oplog=chrome_trace is not None or oplog is not None)
+                            oplog=chrome_trace is not None or oplog is not None, watch=watch)
     if save is not None:
         _save_npz(save, {**result.inputs, **result.outputs})
     if record is not None:
@@ -93,23 +97,41 @@ def replay(
         recorded = Path(data.topology_file)
         topology = str(recorded) if data.topology_file and recorded.is_file() else data.topology
     amap = load_address_map(topology, costs)
-    with _busy(f"replaying {data.kernel} on {amap.topology.num_pes} PEs"):
+    from kernbench_cli.sim.watch import Watch
+
+    watch = Watch()
+    with _busy(f"replaying {data.kernel} on {amap.topology.num_pes} PEs", watch):
         result = replay_trace(data, amap, str(trace),
-                              oplog=chrome_trace is not None or oplog is not None)
+                              oplog=chrome_trace is not None or oplog is not None, watch=watch)
     _write_outputs(chrome_trace, oplog, critical_path, result, amap)
     show(result, as_json, per_pe)
 
 
-def _busy(message: str):
-    """A spinner on stderr while a long run works, only when stderr is a terminal."""
-    import contextlib
+@contextmanager
+def _busy(message: str, watch):
+    """A spinner with the run's progress on stderr (`watch.text()`, twice a second) while a
+    run works; nothing unless stderr is a terminal."""
     import sys
+    import threading
 
     if not sys.stderr.isatty():
-        return contextlib.nullcontext()
+        yield
+        return
     from rich.console import Console
 
-    return Console(stderr=True).status(message)
+    done = threading.Event()
+    with Console(stderr=True).status(message) as status:
+        def follow() -> None:
+            while not done.wait(0.5):
+                status.update(f"{message}: {watch.text()}")
+
+        thread = threading.Thread(target=follow, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
 
 def _write_outputs(chrome_trace: Path | None, oplog: Path | None, critical_path: Path | None,

@@ -29,6 +29,7 @@ import numpy as np
 
 from kernbench_cli.address.allocator import FreeListPool, Sharded
 from kernbench_cli.address.physaddr import PeCoord
+from kernbench_cli.config.units import format_size
 from kernbench_cli.errors import AddressError, KernelError
 from kernbench_cli.hw.composite import plan_gemm
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
@@ -359,11 +360,36 @@ class TL:
         try:
             tcm = self._tcm.alloc(nbytes, what)
         except AddressError as exc:
-            raise KernelError(f"tensors overflow TCM: {exc}") from None
+            raise KernelError(f"tensors overflow TCM: {exc}{self._holders()}") from None
         at = _WIDTH * i
         self._rows[at + _DST] = tcm
         self._rows[at + _TCM] = self._tcm.used
         return Tensor(self, shape, dt, value, i, tcm, nbytes=nbytes)
+
+    def _holders(self) -> str:
+        """'; held by: SIZE CALL (line N), …' for the live tensors, largest first."""
+        live = self._tcm.allocations()
+        if not live:
+            return ""
+        rows, made = self._rows, {}
+        for i in range(len(rows) // _WIDTH - 1, -1, -1):  # the latest command at each offset
+            dst = rows[_WIDTH * i + _DST]
+            if dst in live and dst not in made and rows[_WIDTH * i] != STORE:
+                made[dst] = i
+        held = sorted(live.items(), key=lambda item: (-item[1], item[0]))
+        parts = []
+        for offset, size in held[:5]:
+            i = made.get(offset)
+            if i is None:
+                what = "a tensor"
+            else:
+                op = rows[_WIDTH * i]
+                call = f"{MATH_KINDS[rows[_WIDTH * i + _ARG]][1]} (PE_MATH)" if op == MATH \
+                    else _CALLS[op]
+                what = f"{call} (line {rows[_WIDTH * i + _LINE]})"
+            parts.append(f"{format_size(size)} {what}")
+        more = f", and {len(held) - 5} more" if len(held) > 5 else ""
+        return f"; held by: {', '.join(parts)}{more}"
 
     def _operand_value(self, x: Tensor | Ref) -> np.ndarray:
         if isinstance(x, Tensor):
@@ -518,8 +544,10 @@ def functional_pass(launch: Launch, kernel: Callable[[TL], None]) -> list[TL]:
 
 
 _WIDTH = len(COLUMNS)  # integers a command's row holds
-_ARG, _DST, _TCM = (  # the columns a row gets after it is emitted
-    [name for name, _ in COLUMNS].index(c) for c in ("arg", "dst", "tcm"))
+_ARG, _DST, _LINE, _TCM = (  # the columns a row gets after it is emitted, and its line
+    [name for name, _ in COLUMNS].index(c) for c in ("arg", "dst", "line", "tcm"))
+_CALLS = {LOAD: "tl.load", DOT: "tl.dot", COMPOSITE: "tl.composite",
+          RECV: "tl.recv"}  # what a tensor's producer is called in messages
 
 
 def _columns(rows: list[array]) -> list[Stream]:

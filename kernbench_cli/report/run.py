@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
-from kernbench_cli.config.units import format_time_ps
+from kernbench_cli.config.units import format_size, format_time_ps
 from kernbench_cli.config.units import format_time_short as short
 from kernbench_cli.sim.result import EngineStats, RunResult
 
@@ -141,6 +141,21 @@ def verification_text(result: RunResult) -> str:
     return "; ".join(parts) if parts else "no outputs to check"
 
 
+def tcm_high_water(result: RunResult) -> tuple[int, int, int, int] | None:
+    """(pid, bytes, when, line) of the PE whose TCM held the most."""
+    if not result.tcm_high_water:
+        return None
+    pid = max(range(len(result.tcm_high_water)),
+              key=lambda p: (result.tcm_high_water[p][0], -p))
+    return (pid, *result.tcm_high_water[pid])
+
+
+def tcm_text(result: RunResult) -> str:
+    pid, used, when, line = tcm_high_water(result)
+    return (f"{format_size(used)} of {format_size(result.tcm_bytes)} at most (tensors and tile "
+            f"buffers; PE {pid} at t={format_time_ps(when)}, kernel line {line})")
+
+
 def invariants_text(result: RunResult) -> str:
     names = ", ".join(i.name for i in result.invariants)
     return f"{len(result.invariants)} physical invariants hold ({names})"
@@ -162,6 +177,7 @@ def summary(result: RunResult) -> Table:
         ("bound by", bound_text(result)),
         *([("critical path", critical_path_text(result)), ("what if", what_if_text(result))]
           if result.critical_path is not None and result.latency_ps else []),
+        *([("TCM", tcm_text(result))] if result.tcm_high_water else []),
         ("GEMM", f"{gemm_efficiency(result):.1%} of peak MAC throughput over the run; "
                  f"array {gemm_array_utilization(result):.1%} used while busy"),
         ("HBM", f"{achieved:.1f} GB/s of {peak:.1f} GB/s peak"),
@@ -275,6 +291,11 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
         "hbm_peak_gbps": round(peak, 6),
         "bounds_ps": {name: ps for name, (ps, _) in sorted(result.bounds.items())},
     }
+    high = tcm_high_water(result)
+    if high is not None:
+        pid, used, when, line = high
+        out["tcm_high_water"] = {"pe": result.pe_labels[pid], "bytes": used, "time_ps": when,
+                                 "line": line, "tcm_bytes": result.tcm_bytes}
     if result.critical_path is not None:
         path = result.critical_path
         out["critical_path"] = {
@@ -284,6 +305,10 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
     if per_pe:
         out["per_pe"] = [
             {"pe": label, "cpu_stall_ps": result.cpu_stall_ps[i],
+             **({"tcm_high_water_bytes": result.tcm_high_water[i][0],
+                 "tcm_high_water_ps": result.tcm_high_water[i][1],
+                 "tcm_high_water_line": result.tcm_high_water[i][2]}
+                if result.tcm_high_water else {}),
              **{f"{n}_busy_ps": result.engines[n].busy_ps[i]
                 for n in ("cpu", "scheduler", "dma", "gemm", "math")}}
             for i, label in enumerate(result.pe_labels)]

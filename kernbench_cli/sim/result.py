@@ -74,6 +74,9 @@ class RunResult:
     trace: Trace | None = None  # what `run --record` writes (sim.trace_file)
     invariants: list[Invariant] = field(default_factory=list)  # physical checks (all held)
     critical_path: CriticalPath | None = None
+    #: per PE, the most TCM its tensors and tile buffers held: (bytes, when in ps, kernel line)
+    tcm_high_water: tuple[tuple[int, int, int], ...] = ()
+    tcm_bytes: int = 0  # a PE's TCM
     inputs: dict[str, np.ndarray] = field(default_factory=dict)
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
 

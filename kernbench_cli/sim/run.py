@@ -40,6 +40,7 @@ from kernbench_cli.sim.host import Host
 from kernbench_cli.sim.kernels import KernelModule
 from kernbench_cli.sim.result import Check, EngineStats, RunResult
 from kernbench_cli.sim.trace_file import Trace, TraceError
+from kernbench_cli.sim.watch import Watch
 from kernbench_cli.stream import Program, Stream
 
 #: Shared blocks, reported one row per level over the units a run used.
@@ -48,12 +49,13 @@ SHARED_LEVELS = ("hbm", "sram", "noc", "ucie", "sip_link", "rack_link")
 
 def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], seed: int = 0,
                timing_only: bool = False, max_commands: int = DEFAULT_MAX_COMMANDS,
-               oplog: bool = False) -> RunResult:
+               oplog: bool = False, watch: Watch | None = None) -> RunResult:
     """Run `kernel` on every PE of `amap`'s topology and verify it (unless timing only).
 
     With `oplog`, `result.oplog` lists every engine occupation. `result.trace`
-    is what `kernbench run --record` writes.
+    is what `kernbench run --record` writes. `watch` follows the progress.
     """
+    watch = watch or Watch()
     wall = time.perf_counter()
     system = System(amap)
     memory = Memory(backed=not timing_only)
@@ -70,6 +72,7 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
         except Exception as exc:
             failures[tl.pid] = exc
 
+    watch.begin("functional pass", launch)
     functional_pass(launch, body)
     for exc in failures.values():
         if not isinstance(exc, KernbenchError) and kernel_line(kernel_file, exc.__traceback__) \
@@ -77,6 +80,7 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
             raise exc  # not the kernel's doing: a bug in kernbench keeps its traceback
     program = launch.program
     timing = Timing(system, program, oplog=oplog and not failures)
+    watch.begin("timing pass", timing)
     timing.run()
     if failures:
         raise _first_failure(kernel, kernel_file, system, failures)
@@ -104,7 +108,8 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     return result
 
 
-def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = False) -> RunResult:
+def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = False,
+                 watch: Watch | None = None) -> RunResult:
     """Re-time a recorded trace on `amap`'s topology: the timing pass alone."""
     wall = time.perf_counter()
     system = System(amap)
@@ -131,6 +136,7 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
                           program.gemm_shapes, program.math_kinds, program.composites,
                           program.tcm_peak + [0] * extra)
     timing = Timing(system, program, oplog=oplog)
+    (watch or Watch()).begin("timing pass", timing)
     try:
         timing.run()
     except TimingError as exc:
@@ -275,6 +281,9 @@ def _collect(kernel_name: str, system: System, timing: Timing, params: dict[str,
     topo = system.topology
     gemm = topo.pe.gemm
     hbm_bytes = sum(c.bytes for c in calendars if c.level == "hbm")
+    program = timing.program
+    high_water = tuple((used, when, program.streams[p.pid].line[at] if at < p.n else 0)
+                       for p in timing.procs for used, when, at in (p.tcm_peak,))
     return RunResult(
         kernel=kernel_name, topology=topo.name,
         costs=topo.cost_table.name, num_pes=len(pes), params=dict(params), seed=seed,
@@ -285,6 +294,6 @@ def _collect(kernel_name: str, system: System, timing: Timing, params: dict[str,
         clock_hz=topo.pe.clock,
         flops=sum(pe.gemm.flops for pe in pes), hbm_bytes=hbm_bytes,
         hbm_peak_bytes_per_ps=topo.hbm.bandwidth * len(pes) / 10**12,
-        events=timing.events,
+        events=timing.events, tcm_high_water=high_water, tcm_bytes=topo.pe.tcm.size,
     )
 
