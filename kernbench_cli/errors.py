@@ -72,6 +72,17 @@ class VerificationError(KernelError):
     """A kernel's outputs disagree with its numpy reference."""
 
 
+class RaceError(KernelError):
+    """Data races between PEs (`run --races`): one line each."""
+
+    def __init__(self, races: list[str]):
+        self.races = races
+        super().__init__(races[0] if races else "data races")
+
+    def lines(self) -> list[str]:
+        return list(self.races)
+
+
 class GoldenMismatch(KernbenchError):
     """A result differs from its stored golden."""
 

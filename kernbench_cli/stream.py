@@ -16,8 +16,8 @@ tile buffers come on top of that, in time). The other columns mean, per kind
 ========== ============ ========= ============ ================ ============ ==============
 kind        a, b         size      arg          src              dst          timing
 ========== ============ ========= ============ ================ ============ ==============
-LOAD        -            bytes     -            memory address   TCM offset   DMA
-STORE       tensor       bytes     -            TCM offset       address      DMA
+LOAD        -            bytes     span         memory address   TCM offset   DMA
+STORE       tensor       bytes     span         TCM offset       address      DMA
 DOT         a, b         flops     gemm shape   TCM offset of a  TCM offset   GEMM
 MATH        x, y         elements  math kind    -                TCM offset   MATH
 COMPOSITE   a, b         bytes     composite    a's address      out          SCHED, DMA, GEMM
@@ -28,7 +28,9 @@ CYCLES      -            -         cycles       -                -            CP
 READ        tensor       -         -            -                -            CPU (waits)
 ========== ============ ========= ============ ================ ============ ==============
 
-TCM addresses are offsets in the PE's TCM (the timing pass adds the base of
+A LOAD's or STORE's span is the bytes from its first to one past its last in
+memory (more than its size when rows are strided). TCM addresses are offsets
+in the PE's TCM (the timing pass adds the base of
 the topology it times on). `gemm shape`, `math kind` and `composite` index
 the run's tables in `Program`. A COMPOSITE's operands are TCM tensors (a
 producer, `src` a TCM offset) or memory (`tl.ref`: no producer, `src` an

@@ -126,3 +126,58 @@ def test_progress_names_the_pass_and_how_far_it_got():
     procs = [SimpleNamespace(done=True), SimpleNamespace(done=False)]
     watch.begin("timing pass", SimpleNamespace(procs=procs, env=SimpleNamespace(now=2_500_000)))
     assert watch.text().startswith("timing pass: t=2.5us simulated, 1 of 2 PEs done, ")
+
+
+def _races(cli, name, topology="default"):
+    from pathlib import Path
+
+    from .conftest import test_topology
+
+    path = Path(__file__).parent / "kernels" / f"{name}.py"
+    code, out, err = cli("run", str(path), "-t", test_topology(topology), "--races", "--json")
+    return code, json.loads(out), [line.replace(str(path), name) for line in err.splitlines()]
+
+
+def test_a_race_across_pes_is_found(cli):
+    code, result, err = _races(cli, "race")
+    assert code == 1
+    (race,) = result["races"]
+    assert race["why"] == "unordered" and race["bytes"] == 1024
+    writer, reader = race["accesses"]
+    assert (writer["pe"], writer["line"], writer["write"]) == ("rack=0 sip=0 cube=0 pe=0", 14,
+                                                               True)
+    assert (reader["pe"], reader["line"], reader["write"]) == ("rack=0 sip=0 cube=0 pe=1", 16,
+                                                               False)
+    assert len(err) == 1 and err[0].startswith(
+        "error: race (unordered): PE 0 at race:14 writes 1024 B at HBM rack=0 sip=0 cube=0 "
+        "pe=0 offset=")
+    assert "PE 1 at race:16 reads them during [" in err[0]
+    assert err[0].endswith(": no message orders them")
+
+
+def test_a_race_only_visible_in_time_is_found(cli):
+    """A message orders PE 0's store before PE 1's load, but the store has not landed."""
+    code, result, err = _races(cli, "race_in_flight")
+    assert code == 1
+    (race,) = result["races"]
+    writer, reader = race["accesses"]
+    assert race["why"] == "in flight" and (writer["line"], reader["line"]) == (15, 19)
+    assert reader["start_ps"] < writer["end_ps"]
+    assert err[0].endswith(": the write was still in flight")
+
+
+def test_the_shipped_kernels_have_no_races(run):
+    for kernel, topology, params in (("sharded_gemm", "default", ("mode=primitive",)),
+                                     ("sharded_gemm", "sip", ()),
+                                     ("gqa_attention", "default", ()),
+                                     ("gqa_attention", "two_sips", ("seq_len=1024",))):
+        from kernbench_cli.address import load_address_map
+        from kernbench_cli.sim.kernels import load_kernel, parse_params
+        from kernbench_cli.sim.run import run_kernel
+
+        from .conftest import test_topology
+
+        module = load_kernel(kernel)
+        result = run_kernel(module, load_address_map(test_topology(topology)),
+                            parse_params(module, list(params)), timing_only=True, races=True)
+        assert result.races == [], (kernel, topology)

@@ -11,7 +11,7 @@ import typer
 
 from kernbench_cli.address import load_address_map
 from kernbench_cli.cli.common import CostsOpt, JsonOpt, PerPeOpt, TopologyOpt
-from kernbench_cli.errors import KernbenchError, VerificationError
+from kernbench_cli.errors import KernbenchError, RaceError, VerificationError
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
 
 ChromeTraceOpt = Annotated[Path | None, typer.Option(
@@ -40,6 +40,8 @@ def run(
     chrome_trace: ChromeTraceOpt = None,
     oplog: OplogOpt = None,
     critical_path: CriticalPathOpt = None,
+    races: Annotated[bool, typer.Option(
+        "--races", help="Look for data races between PEs; exit 1 if any.")] = False,
     max_commands: Annotated[int, typer.Option(
         help="Stop a kernel that issues more commands than this (an endless loop).")]
     = DEFAULT_MAX_COMMANDS,
@@ -59,7 +61,8 @@ def run(
     with _busy(f"{module.name} on {amap.topology.num_pes} PEs", watch):
         result = run_kernel(module, amap, params, seed=seed, timing_only=timing_only,
                             max_commands=max_commands,
-                            oplog=chrome_trace is not None or oplog is not None, watch=watch)
+                            oplog=chrome_trace is not None or oplog is not None, watch=watch,
+                            races=races)
     if save is not None:
         _save_npz(save, {**result.inputs, **result.outputs})
     if record is not None:
@@ -68,6 +71,7 @@ def run(
         write_trace(record, result.trace)
     _write_outputs(chrome_trace, oplog, critical_path, result, amap)
     show(result, as_json, per_pe)
+    _races_found(result, amap, module.shown)
     if result.verified is False:
         failed = [c for c in result.checks if not c.passed]
         raise VerificationError("verification failed: " + "; ".join(
@@ -84,6 +88,8 @@ def replay(
     chrome_trace: ChromeTraceOpt = None,
     oplog: OplogOpt = None,
     critical_path: CriticalPathOpt = None,
+    races: Annotated[bool, typer.Option(
+        "--races", help="Look for data races between PEs; exit 1 if any.")] = False,
 ) -> None:
     """Re-time a recorded run without its kernel code or values (for cost sweeps).
 
@@ -102,9 +108,19 @@ def replay(
     watch = Watch()
     with _busy(f"replaying {data.kernel} on {amap.topology.num_pes} PEs", watch):
         result = replay_trace(data, amap, str(trace),
-                              oplog=chrome_trace is not None or oplog is not None, watch=watch)
+                              oplog=chrome_trace is not None or oplog is not None, watch=watch,
+                              races=races)
     _write_outputs(chrome_trace, oplog, critical_path, result, amap)
     show(result, as_json, per_pe)
+    _races_found(result, amap, str(trace))
+
+
+def _races_found(result, amap, shown: str) -> None:
+    """With --races: RaceError listing them, one line each, if there are any."""
+    if result.races:
+        from kernbench_cli.report.run import race_lines
+
+        raise RaceError(race_lines(result, amap, shown))
 
 
 @contextmanager

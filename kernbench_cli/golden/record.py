@@ -2,10 +2,11 @@
 
 A golden is JSON (schema_version 1, sorted keys, two-space indent): the
 case, kernel, topology, cost table, parameters and seed; the latency and
-every engine's total and largest busy time in integer picoseconds with its
-op count; the number of commands and of op-log records per kind; the
-SHA-256 of the op log; and the verification result with the largest error
-rounded to three significant digits. No wall-clock time, no paths.
+every engine's total and largest busy time (and wait, where it waits) in
+integer picoseconds with its op count; the number of commands and of op-log
+records per kind; the SHA-256 of the op log; the number of data races
+between PEs; and the verification result with the largest error rounded to
+three significant digits. No wall-clock time, no paths.
 
 Every field must match exactly, but one: `max_abs_err` may differ in the last
 bit of a float32 `exp` or `log` (numpy picks its SIMD kernels by CPU), and one
@@ -61,6 +62,7 @@ def make_record(case: str, result: RunResult) -> dict[str, Any]:
         "op_counts": dict(sorted(Counter(r[3] for r in result.oplog).items())),
         "oplog_digest": oplog_digest(result.oplog),
         "verified": result.verified,
+        "races": len(result.races or []),
         "max_abs_err": None if err is None else float(f"{err:.3g}"),
     }
 

@@ -46,7 +46,8 @@ def run_case(case: Case, costs: Path | None = None) -> dict[str, Any]:
 
     kernel = load_kernel(case.kernel)
     result = run_kernel(kernel, load_address_map(case.topology, costs),
-                        parse_params(kernel, list(case.params)), seed=case.seed, oplog=True)
+                        parse_params(kernel, list(case.params)), seed=case.seed, oplog=True,
+                        races=True)
     return rec.make_record(case.name, result)
 
 

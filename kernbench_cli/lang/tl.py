@@ -160,8 +160,9 @@ class TL:
         """Start moving `shape` of `dtype` at `ptr` into TCM (rows `stride` apart); lazy."""
         shape_t, dt = _shape(shape), _dtype(dtype)
         nbytes = _nbytes(shape_t, dt)
-        self._memory.check(ptr, _span_bytes(shape_t, dt, stride), "tl.load")
-        i = self._emit(LOAD, NONE, NONE, nbytes, 0, ptr)
+        span = _span_bytes(shape_t, dt, stride)
+        self._memory.check(ptr, span, "tl.load")
+        i = self._emit(LOAD, NONE, NONE, nbytes, span, ptr)
         value = self._memory.read_f32(ptr, shape_t, dt, "tl.load", stride) \
             if self._values else None
         return self._result(i, shape_t, dt, value, "tl.load")
@@ -177,8 +178,9 @@ class TL:
     def store(self, ptr: int, tensor: Tensor, stride: int | None = None) -> None:
         """Write `tensor` to memory at `ptr` (rows `stride` apart)."""
         tensor = self._own(tensor, "store")
-        self._memory.check(ptr, _span_bytes(tensor.shape, tensor.dtype, stride), "tl.store")
-        self._emit(STORE, tensor.cmd, NONE, tensor.nbytes, 0, _offset(tensor.tcm), ptr)
+        span = _span_bytes(tensor.shape, tensor.dtype, stride)
+        self._memory.check(ptr, span, "tl.store")
+        self._emit(STORE, tensor.cmd, NONE, tensor.nbytes, span, _offset(tensor.tcm), ptr)
         if self._values:
             self._memory.write(ptr, _as(tensor.value, tensor.dtype), "tl.store", stride)
 

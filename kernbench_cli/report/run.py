@@ -156,6 +156,11 @@ def tcm_text(result: RunResult) -> str:
             f"buffers; PE {pid} at t={format_time_ps(when)}, kernel line {line})")
 
 
+def race_lines(result: RunResult, amap, shown: str) -> list[str]:
+    """One line per race (see sim.races)."""
+    return [race.text(amap, shown, result.lines) for race in result.races or []]
+
+
 def invariants_text(result: RunResult) -> str:
     names = ", ".join(i.name for i in result.invariants)
     return f"{len(result.invariants)} physical invariants hold ({names})"
@@ -178,6 +183,8 @@ def summary(result: RunResult) -> Table:
         *([("critical path", critical_path_text(result)), ("what if", what_if_text(result))]
           if result.critical_path is not None and result.latency_ps else []),
         *([("TCM", tcm_text(result))] if result.tcm_high_water else []),
+        *([("races", f"{len(result.races)} found between PEs (listed below)" if result.races
+            else "none between PEs")] if result.races is not None else []),
         ("GEMM", f"{gemm_efficiency(result):.1%} of peak MAC throughput over the run; "
                  f"array {gemm_array_utilization(result):.1%} used while busy"),
         ("HBM", f"{achieved:.1f} GB/s of {peak:.1f} GB/s peak"),
@@ -291,6 +298,14 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
         "hbm_peak_gbps": round(peak, 6),
         "bounds_ps": {name: ps for name, (ps, _) in sorted(result.bounds.items())},
     }
+    if result.races is not None:
+        out["races"] = [
+            {"why": r.why, "addr": r.lo, "bytes": r.hi - r.lo,
+             "accesses": [{"pe": result.pe_labels[x.pid], "command": x.command,
+                           "line": result.lines[x.pid][x.command] if result.lines else 0,
+                           "write": x.write, "start_ps": x.start_ps, "end_ps": x.end_ps}
+                          for x in (r.first, r.second)]}
+            for r in result.races]
     high = tcm_high_water(result)
     if high is not None:
         pid, used, when, line = high

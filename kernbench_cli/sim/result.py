@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from kernbench_cli.hw.timing import OpLog
     from kernbench_cli.sim.critical import CriticalPath
     from kernbench_cli.sim.invariants import Invariant
+    from kernbench_cli.sim.races import Race
     from kernbench_cli.sim.trace_file import Trace
 
 
@@ -77,6 +78,8 @@ class RunResult:
     #: per PE, the most TCM its tensors and tile buffers held: (bytes, when in ps, kernel line)
     tcm_high_water: tuple[tuple[int, int, int], ...] = ()
     tcm_bytes: int = 0  # a PE's TCM
+    races: list[Race] | None = None  # data races between PEs, when looked for
+    lines: list = field(default_factory=list)  # per PE, the kernel line of each command
     inputs: dict[str, np.ndarray] = field(default_factory=dict)
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
 

@@ -38,6 +38,7 @@ from kernbench_cli.sim import invariants
 from kernbench_cli.sim.critical import critical_path
 from kernbench_cli.sim.host import Host
 from kernbench_cli.sim.kernels import KernelModule
+from kernbench_cli.sim.races import find_races
 from kernbench_cli.sim.result import Check, EngineStats, RunResult
 from kernbench_cli.sim.trace_file import Trace, TraceError
 from kernbench_cli.sim.watch import Watch
@@ -49,11 +50,13 @@ SHARED_LEVELS = ("hbm", "sram", "noc", "ucie", "sip_link", "rack_link")
 
 def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], seed: int = 0,
                timing_only: bool = False, max_commands: int = DEFAULT_MAX_COMMANDS,
-               oplog: bool = False, watch: Watch | None = None) -> RunResult:
+               oplog: bool = False, watch: Watch | None = None,
+               races: bool = False) -> RunResult:
     """Run `kernel` on every PE of `amap`'s topology and verify it (unless timing only).
 
-    With `oplog`, `result.oplog` lists every engine occupation. `result.trace`
-    is what `kernbench run --record` writes. `watch` follows the progress.
+    With `oplog`, `result.oplog` lists every engine occupation; with `races`,
+    `result.races` the data races between PEs. `result.trace` is what
+    `kernbench run --record` writes. `watch` follows the progress.
     """
     watch = watch or Watch()
     wall = time.perf_counter()
@@ -96,6 +99,8 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     result = _collect(kernel.name, system, timing, params, seed, timing_only, checks)
     result.invariants = model_checks
     result.critical_path = critical_path(system, timing)
+    if races:
+        result.races = find_races(timing, amap)
     result.switches = launch.hub.switches
     result.inputs, result.outputs = host.inputs, outputs
     if hasattr(kernel.module, "bounds"):
@@ -109,7 +114,7 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
 
 
 def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = False,
-                 watch: Watch | None = None) -> RunResult:
+                 watch: Watch | None = None, races: bool = False) -> RunResult:
     """Re-time a recorded trace on `amap`'s topology: the timing pass alone."""
     wall = time.perf_counter()
     system = System(amap)
@@ -150,6 +155,8 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
                       True, [])
     result.invariants = model_checks
     result.critical_path = critical_path(system, timing)
+    if races:
+        result.races = find_races(timing, amap)
     result.wall_s = time.perf_counter() - wall
     return result
 
@@ -285,6 +292,7 @@ def _collect(kernel_name: str, system: System, timing: Timing, params: dict[str,
     high_water = tuple((used, when, program.streams[p.pid].line[at] if at < p.n else 0)
                        for p in timing.procs for used, when, at in (p.tcm_peak,))
     return RunResult(
+        lines=[s.line for s in program.streams],
         kernel=kernel_name, topology=topo.name,
         costs=topo.cost_table.name, num_pes=len(pes), params=dict(params), seed=seed,
         timing_only=timing_only, latency_ps=timing.latency_ps,
