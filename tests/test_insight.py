@@ -112,6 +112,9 @@ def test_the_tcm_high_water_says_how_much_when_and_where(cli):
     assert (pe0["tcm_high_water_bytes"], pe0["tcm_high_water_ps"]) == (
         high["bytes"], high["time_ps"])
     assert result["per_pe"][1]["tcm_high_water_bytes"] == 0  # PE 1 did nothing
+    code, out, _ = cli("run", str(path))
+    assert "TCM            1,835,008 B (87.5%) of 2MiB at most (tensors and tile buffers; PE" \
+           "\n               0 at t=266.929us, kernel line 23)" in out
 
 
 def test_progress_names_the_pass_and_how_far_it_got():

@@ -179,17 +179,23 @@ def test_an_endless_kernel_stops_at_the_command_limit(cli):
                    "the limit)\n")
 
 
-def test_chrome_trace_has_an_event_per_op_log_record(cli, run, tmp_path):
+def test_chrome_trace_has_a_slice_per_engine_record(cli, run, tmp_path):
     path = tmp_path / "trace.json"
     code, _, _ = cli("run", "sharded_gemm", *SMALL, "--chrome-trace", str(path))
     assert code == 0
     data = json.loads(path.read_text())
     result = run("sharded_gemm", "default", ("M=32", "K=128", "N=512"))
-    events = [e for e in data["traceEvents"] if e["ph"] == "X"]
-    assert len(events) == len(result.oplog)
-    names = {(e["pid"], e["args"]["name"]) for e in data["traceEvents"] if e["name"] ==
-             "process_name"}
-    assert (0, "PE 0 (rack=0 sip=0 cube=0 pe=0)") in names and len(names) == 16
+    processes = {e["pid"]: e["args"]["name"] for e in data["traceEvents"]
+                 if e["name"] == "process_name"}
+    events = [e for e in data["traceEvents"] if e["ph"] == "X" and e["pid"] < result.num_pes
+              and e["cat"] in ("dma", "gemm", "math")]  # an engine slice per engine record
+    assert len(events) == sum(1 for r in result.oplog if r[2] in ("dma", "gemm", "math"))
+    assert sum(1 for e in data["traceEvents"] if e["ph"] == "b" and e["name"] == "composite") \
+        == sum(1 for r in result.oplog if r[3] == "composite")
+    assert sorted(set(processes.values()) - {f"PE {p} ({label})" for p, label in
+                                              enumerate(result.pe_labels)}) == [
+        "shared resources"]
+    assert processes[0] == "PE 0 (rack=0 sip=0 cube=0 pe=0)"
     first = min(events, key=lambda e: (e["ts"], e["pid"]))
     assert first["name"] == "load" and first["cat"] == "dma"
     assert first["args"]["src"].startswith("HBM rack=0 sip=0 cube=0 pe=0 ")

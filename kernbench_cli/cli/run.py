@@ -15,7 +15,8 @@ from kernbench_cli.errors import KernbenchError, RaceError, VerificationError
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
 
 ChromeTraceOpt = Annotated[Path | None, typer.Option(
-    "--chrome-trace", help="Write a Chrome/Perfetto trace of every engine's commands here.")]
+    "--chrome-trace",
+    help="Write a Perfetto/Chrome timeline here: engines, shared resources, rings, critical path.")]
 OplogOpt = Annotated[Path | None, typer.Option(
     "--oplog", help="Write the op log here: a JSON line per command, addresses decoded.")]
 CriticalPathOpt = Annotated[Path | None, typer.Option(

@@ -20,7 +20,8 @@ class DmaEngine(InOrderEngine):
     shared resource.
     """
 
-    __slots__ = ("bytes", "local_bandwidth", "setup_ps", "wait_ps", "waited", "waited_on")
+    __slots__ = ("bytes", "local_bandwidth", "setup_ps", "stream_at", "wait_ps", "waited",
+                 "waited_on")
 
     def __init__(self, config: DmaConfig, local_bandwidth: int):
         super().__init__()
@@ -30,6 +31,7 @@ class DmaEngine(InOrderEngine):
         self.bytes = 0  # bytes moved
         self.waited_on = None  # the resource the last transfer waited for (None: none)
         self.waited = 0  # and how long
+        self.stream_at = 0  # when the last transfer's bytes began to stream (to `free_at`)
 
     def transfer(self, ready: int, nbytes: int, path: Path) -> tuple[int, int]:
         """Move `nbytes` over `path` (its HBM slice, if any, and links).
@@ -57,6 +59,7 @@ class DmaEngine(InOrderEngine):
             duration = transfer_ps(nbytes, self.local_bandwidth)
             stream_at = streams_from
         stream_end = stream_at + duration
+        self.stream_at = stream_at
         self.free_at = stream_end
         self.busy_ps += self.setup_ps + duration
         self.waited = stream_at - streams_from

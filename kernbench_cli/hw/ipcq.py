@@ -52,6 +52,8 @@ class Ring:
     chunks: deque[Chunk] = field(default_factory=deque)
     sender_waiting: list = field(default_factory=list)  # PEs out of credits, to wake
     receiver_waiting: Any = None  # the PE waiting for a chunk, to wake
+    #: with an op log: (time, +1) when a sender uses a credit, (time, -1) when it is back
+    trail: list[tuple[int, int]] | None = None
 
     def __post_init__(self) -> None:
         self.credits = [(0, s, -1) for s in range(self.slots)]
@@ -84,6 +86,8 @@ class Ring:
             chunk = self.chunks.popleft()
             taken = max(now, chunk.arrival)
             self.give_credit(taken + chunk.back, chunk.slot, who)
+            if self.trail is not None:
+                self.trail.append((taken + chunk.back, -1))
             self.busy_ps += taken - chunk.arrival
             self.ops += 1
             if chunk.sender == sender:

@@ -55,12 +55,14 @@ from kernbench_cli.hw.composite import Stream as TileStream
 from kernbench_cli.hw.engine import InOrderEngine, cycles_to_ps
 from kernbench_cli.hw.ipcq import Chunk, Ring
 from kernbench_cli.hw.network import Path
-from kernbench_cli.hw.pe import ENGINES, Pe
+from kernbench_cli.hw.oplog import OP_FIELDS, OpLog, Slice
+from kernbench_cli.hw.pe import Pe
 from kernbench_cli.hw.system import System
 from kernbench_cli.stream import (
     COMPOSITE,
     CYCLES,
     DOT,
+    KINDS,
     LOAD,
     MATH,
     NONE,
@@ -72,10 +74,6 @@ from kernbench_cli.stream import (
     Composite,
     Program,
 )
-
-#: Fields of one op-log record, as `OpLog` iterates them.
-OP_FIELDS = ("seq", "pid", "engine", "kind", "issue_ps", "start_ps", "end_ps", "bytes", "flops",
-             "src", "dst")
 
 CPU, SCHED, DMA, GEMM, VEC = range(5)  # engine codes, in the order of `pe.ENGINES`
 PENDING = -1  # `end` of a composite still running
@@ -100,73 +98,6 @@ class TimingError(KernelError):
     def __init__(self, message: str, pid: int, index: int, time_ps: int):
         super().__init__(message)
         self.pid, self.index, self.time_ps = pid, index, time_ps
-
-
-class OpLog:
-    """Every engine occupation of a run, as columns; iterates records as tuples (`OP_FIELDS`).
-
-    A record is a command, or one tile of a composite, or one chunk of a
-    send. Addresses absent from a record are None. `ordered` sorts the
-    records by start time, PE, then the order the PE made them.
-    """
-
-    def __init__(self) -> None:
-        self.pid = array("i")
-        self.engine = array("B")
-        self.kind = array("H")
-        self.times = array("q")  # issue, start, end per record
-        self.amounts = array("q")  # bytes, flops per record
-        self.addrs = array("q")  # src, dst per record (-1: none)
-        self.kinds: list[str] = []
-        self._codes: dict[str, int] = {}
-
-    def code(self, kind: str) -> int:
-        """The code of record kind `kind` ("load", "gemm_tile", "exp", …)."""
-        code = self._codes.get(kind)
-        if code is None:
-            code = self._codes[kind] = len(self.kinds)
-            self.kinds.append(kind)
-        return code
-
-    def append(self, pid: int, engine: int, kind: int, issue: int, start: int, end: int,
-               nbytes: int, flops: int, src: int | None, dst: int | None) -> None:
-        self.pid.append(pid)
-        self.engine.append(engine)
-        self.kind.append(kind)
-        self.times.extend((issue, start, end))
-        self.amounts.extend((nbytes, flops))
-        self.addrs.extend((-1 if src is None else src, -1 if dst is None else dst))
-
-    def ordered(self) -> OpLog:
-        """The same records by (start time, PE, the order the PE made them)."""
-        times, pids = self.times, self.pid
-        order = sorted(range(len(pids)), key=lambda r: (times[3 * r + 1], pids[r], r))
-        out = OpLog()
-        out.kinds, out._codes = self.kinds, self._codes
-        for name in ("pid", "engine", "kind"):
-            col = getattr(self, name)
-            getattr(out, name).extend(col[r] for r in order)
-        for name, width in (("times", 3), ("amounts", 2), ("addrs", 2)):
-            col = getattr(self, name)
-            getattr(out, name).extend(v for r in order for v in col[width * r:width * r + width])
-        return out
-
-    def __len__(self) -> int:
-        return len(self.pid)
-
-    def __iter__(self) -> Iterator[tuple]:
-        kinds, times, amounts, addrs = self.kinds, self.times, self.amounts, self.addrs
-        for seq, (pid, engine, kind) in enumerate(zip(self.pid, self.engine, self.kind,
-                                                      strict=True)):
-            src, dst = addrs[2 * seq], addrs[2 * seq + 1]
-            yield (seq, pid, ENGINES[engine], kinds[kind], times[3 * seq], times[3 * seq + 1],
-                   times[3 * seq + 2], amounts[2 * seq], amounts[2 * seq + 1],
-                   None if src < 0 else src, None if dst < 0 else dst)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, OpLog) and list(self) == list(other)
-
-    __hash__ = None  # mutable
 
 
 @dataclass
@@ -383,8 +314,11 @@ class Timing:
             direction = system.arrival_direction(a, b)
             route = system.network.route(a, b)
             back = system.network.route(b, a).latency_ps
-            hit = self._pairs[(src, dst)] = (direction, system.pes[dst].rings[direction],
-                                             (route.resources, route.latency_ps), back)
+            ring = system.pes[dst].rings[direction]
+            if self.oplog is not None and ring.trail is None:
+                ring.trail = self.oplog.rings.setdefault(f"PE ({b}) {direction} ring", [])
+            hit = self._pairs[(src, dst)] = (direction, ring, (route.resources, route.latency_ps),
+                                             back)
         return hit
 
     def _mark_shared(self) -> None:
@@ -473,11 +407,14 @@ class Timing:
             tcm_base = self.system.amap.pe_tcm_addr(*pe.coord, 0)
             k_load, k_store, k_dot, k_wait, k_cycles = (
                 log.code(k) for k in ("load", "store", "dot", "wait", "cycles"))
+            marks = array("q")  # PE_CPU's time per command: on reaching it, before its issue
         last_end = tcm_peak = 0
         heap = comps.heap
         for i in range(n):
             op = ops[i]
             me = base | i
+            if log is not None:
+                marks.append(cpu.time)
             if comps:  # composites hold tile buffers: tensors may have to wait for room
                 proc.at = i
                 t = cpu.time
@@ -485,7 +422,11 @@ class Timing:
                     yield from self._advance(proc, pe, comps, t)
                 used = col_tcm[i] + comps.buffers(t, prune=True)
                 if used > tcm_bytes:
-                    yield from self._tcm_room(proc, pe, comps, col_tcm[i])
+                    # Only a command that takes TCM waits for it. Without one, the excess is
+                    # a plan made (and counted) at issue for a composite the scheduler holds
+                    # until the buffers before it free: those never coexist.
+                    if col_tcm[i] > (col_tcm[i - 1] if i else 0):
+                        yield from self._tcm_room(proc, pe, comps, col_tcm[i])
                 elif used > tcm_peak:
                     proc.tcm_peak = (used, t, i)
                 tcm_peak = proc.tcm_peak[0]
@@ -500,6 +441,8 @@ class Timing:
                 if b >= 0 and end[b] == PENDING:
                     proc.at = i
                     yield from self._advance(proc, pe, comps, stop=comps.by_index[b])
+            if log is not None:
+                marks.append(cpu.time)
             if proc.tcm_wait >= 0:  # PE_CPU waited for TCM before this command
                 cpus[i], proc.tcm_wait = _why(TCM, proc.tcm_wait), -1
             if op == LOAD:
@@ -526,7 +469,8 @@ class Timing:
                 end[i] = done
                 if log is not None:
                     log.append(pid, DMA, k_load, t, start, done, col_size[i], 0, addr,
-                               _tcm(tcm_base, col_dst[i]))
+                               _tcm(tcm_base, col_dst[i]), i, True,
+                               (dma.stream_at, dma.free_at), log.path(route[0]))
             elif op == MATH:
                 t, ready = enqueue(cpu, c_math)
                 why = _why(SCHEDULER, sched.last) if ready > t else _why(ISSUED, me)
@@ -547,7 +491,7 @@ class Timing:
                 end[i] = done
                 if log is not None:
                     log.append(pid, VEC, kinds[key[0]][1], t, start, done, 0, col_size[i], None,
-                               _tcm(tcm_base, col_dst[i]))
+                               _tcm(tcm_base, col_dst[i]), i, True)
             elif op == DOT:
                 t, ready = enqueue(cpu, c_dot)
                 why = _why(SCHEDULER, sched.last) if ready > t else _why(ISSUED, me)
@@ -571,7 +515,7 @@ class Timing:
                 end[i] = done
                 if log is not None:
                     log.append(pid, GEMM, k_dot, t, start, done, 0, col_size[i],
-                               _tcm(tcm_base, col_src[i]), _tcm(tcm_base, col_dst[i]))
+                               _tcm(tcm_base, col_src[i]), _tcm(tcm_base, col_dst[i]), i, True)
             elif op == STORE:
                 t, ready = enqueue(cpu, c_store)
                 why = _why(SCHEDULER, sched.last) if ready > t else _why(ISSUED, me)
@@ -599,7 +543,8 @@ class Timing:
                 end[i] = done
                 if log is not None:
                     log.append(pid, DMA, k_store, t, start, done, col_size[i], 0,
-                               _tcm(tcm_base, col_src[i]), addr)
+                               _tcm(tcm_base, col_src[i]), addr, i, True,
+                               (dma.stream_at, dma.free_at), log.path(route[0]))
             elif op == COMPOSITE:
                 proc.at = i
                 yield from self._dispatch(proc, pe, comps, i)
@@ -615,7 +560,7 @@ class Timing:
                 done = cpu.time
                 starts[i], whys[i] = t, _why(ISSUED, me)
                 if log is not None:
-                    log.append(pid, CPU, k_wait, t, t, done, 0, 0, None, None)
+                    log.append(pid, CPU, k_wait, t, t, done, 0, 0, None, None, i)
             elif op == SEND:
                 t, dispatched = enqueue(cpu, c_send)
                 if t >= peek():
@@ -642,7 +587,7 @@ class Timing:
                 done = t = cpu.time
                 starts[i], whys[i] = t0, _why(ISSUED, me)
                 if log is not None:
-                    log.append(pid, CPU, k_cycles, t0, t0, done, 0, 0, None, None)
+                    log.append(pid, CPU, k_cycles, t0, t0, done, 0, 0, None, None, i)
             elif op == READ:
                 a = col_a[i]
                 t = cpu.time
@@ -664,6 +609,9 @@ class Timing:
         proc.at = n - 1
         yield from self._advance(proc, pe, comps, None)  # the composites still running
         proc.last_end = max(proc.last_end, last_end)
+        if log is not None:
+            marks.append(cpu.time)
+            log.cpu.extend(self._cpu_slices(proc, marks))
 
     # ------------------------------------------------------------------ composites
 
@@ -679,6 +627,10 @@ class Timing:
         cpu, gemm, sched, end = pe.cpu, pe.gemm, pe.scheduler, proc.end
         t, dispatched = sched.enqueue(cpu, self.issue.composite, self.plan_ps)
         proc.issue[i] = t
+        planned = dispatched
+        log = self.oplog
+        if log is not None and self.plan_ps:
+            log.scheduler.append(Slice(pid, dispatched - self.plan_ps, dispatched, "plan", i))
         why = _why(SCHEDULER, sched.last) if dispatched > t + self.plan_ps else _why(ISSUED, me)
         if stream.arg[i] == NONE:  # never planned: the kernel failed in it
             heappush(sched.held, (dispatched, me))
@@ -703,6 +655,8 @@ class Timing:
             dispatched, freer = release
             why = _why(TCM, freer)
         sched.free_at = max(sched.free_at, dispatched)  # it held the queue's head until now
+        if log is not None and dispatched > planned:
+            log.scheduler.append(Slice(pid, planned, dispatched, "wait for TCM", i))
         sched.last = me
         heappush(sched.held, (dispatched, me))
         ready = dispatched
@@ -789,7 +743,33 @@ class Timing:
             src = stream.src[i] if not desc.a_tcm else _tcm(tcm_base, stream.src[i]) or 0
             dst = stream.dst[i] if desc.out_addr >= 0 else tcm_base + stream.dst[i]
             log.append(pe.pid, SCHED, log.code("composite"), running.issued, running.dispatched,
-                       done, stream.size[i], 2 * desc.m * desc.k * desc.n, src, dst)
+                       done, stream.size[i], 2 * desc.m * desc.k * desc.n, src, dst, i, True)
+
+    def _cpu_slices(self, proc: _Proc, marks: array) -> Iterator[Slice]:
+        """PE_CPU's time command by command, from `marks` (its time on reaching each command,
+        then before its issue; last, its time at the end): waits for TCM, the issue cost,
+        then a stall for a queue slot and the command's own wait (a value, a message, a
+        credit)."""
+        pid, stream, issue = proc.pid, self.program.streams[proc.pid], self.issue
+        cost = {LOAD: issue.load, STORE: issue.store, DOT: issue.dot, MATH: issue.math,
+                COMPOSITE: issue.composite, WAIT: issue.wait, SEND: issue.send,
+                RECV: issue.recv, READ: 0}
+        waits = {WAIT: "wait", RECV: "recv", READ: "read", SEND: "wait for IPCQ credit"}
+        for i in range(proc.n):
+            reached, before, after = marks[2 * i], marks[2 * i + 1], marks[2 * i + 2]
+            op = stream.op[i]
+            if before > reached:
+                yield Slice(pid, reached, before, "wait for TCM", i)
+            spent = (cycles_to_ps(stream.arg[i], self.clock_hz) if op == CYCLES else cost[op])
+            issued = before + spent
+            if spent:
+                yield Slice(pid, before, issued, "cycles" if op == CYCLES else
+                            f"issue {KINDS[op]}", i)
+            if proc.issue[i] > issued:
+                yield Slice(pid, issued, proc.issue[i], "stall: queue full", i)
+                issued = proc.issue[i]
+            if after > issued:
+                yield Slice(pid, issued, after, waits.get(op, "stall"), i)
 
     def _tcm_room(self, proc: _Proc, pe: Pe, comps: _Composites, tensors: int) -> Iterator[None]:
         """Stall PE_CPU until its tensors (`tensors` bytes) and the running composites' tile
@@ -823,28 +803,33 @@ class Timing:
             start, end = gemm.run(ready, m, k, n)
             me = record(gemm, GEMM, ready, after, start, end)
             if log is not None:
-                log.append(pid, GEMM, k_gemm, ready, start, end, 0, 2 * m * k * n, None, None)
+                log.append(pid, GEMM, k_gemm, ready, start, end, 0, 2 * m * k * n, None, None,
+                           proc.current)
             return start, end, me
 
         def load(ready: int, after: int, op: Operand, r0: int, c0: int, nr: int,
                  nc: int) -> tuple[int, int, int]:
             addr = op.addr + (r0 * op.row_stride + c0) * op.itemsize
             nbytes = nr * nc * op.itemsize
-            start, end = dma.transfer(ready, nbytes, path(pid, addr, True)[0])
+            route = path(pid, addr, True)[0]
+            start, end = dma.transfer(ready, nbytes, route)
             me = record(dma, DMA, ready, after, start, end)
             if dma.waited_on is not None:
                 proc.waits[me] = (dma.waited_on, dma.waited)
             if log is not None:
-                log.append(pid, DMA, k_load, ready, start, end, nbytes, 0, addr, None)
+                log.append(pid, DMA, k_load, ready, start, end, nbytes, 0, addr, None,
+                           proc.current, False, (dma.stream_at, dma.free_at), log.path(route[0]))
             return start, end, me
 
         def store(ready: int, after: int, addr: int, nbytes: int) -> tuple[int, int, int]:
-            start, end = dma.transfer(ready, nbytes, path(pid, addr, False)[0])
+            route = path(pid, addr, False)[0]
+            start, end = dma.transfer(ready, nbytes, route)
             me = record(dma, DMA, ready, after, start, end)
             if dma.waited_on is not None:
                 proc.waits[me] = (dma.waited_on, dma.waited)
             if log is not None:
-                log.append(pid, DMA, k_store, ready, start, end, nbytes, 0, None, addr)
+                log.append(pid, DMA, k_store, ready, start, end, nbytes, 0, None, addr,
+                           proc.current, False, (dma.stream_at, dma.free_at), log.path(route[0]))
             return start, end, me
 
         return TileStream(gemm_run, load, store)
@@ -882,6 +867,8 @@ class Timing:
             if comps.heap:
                 yield from self._advance(proc, pe, comps, at)
             start, end = dma.transfer(at, size, route)
+            if ring.trail is not None:
+                ring.trail.append((at, 1))
             if first is None:
                 first = start
                 proc.start[i] = start
@@ -895,7 +882,8 @@ class Timing:
                 amap = self.system.amap
                 log.append(pe.pid, DMA, log.code("send"), t, start, end, size, 0,
                            _tcm(amap.pe_tcm_addr(*pe.coord, 0), stream.src[i]),
-                           amap.pe_ipcq_slot_addr(*self.system.coords[dst], direction, slot))
+                           amap.pe_ipcq_slot_addr(*self.system.coords[dst], direction, slot),
+                           i, index == 0, (dma.stream_at, dma.free_at), log.path(route[0]))
             waiting = ring.receiver_waiting
             if waiting is not None:
                 ring.receiver_waiting = None
@@ -939,7 +927,7 @@ class Timing:
             amap = self.system.amap
             log.append(pe.pid, CPU, log.code("recv"), t, t, done, nbytes, 0,
                        amap.pe_ipcq_slot_addr(*pe.coord, direction, 0),
-                       _tcm(amap.pe_tcm_addr(*pe.coord, 0), stream.dst[i]))
+                       _tcm(amap.pe_tcm_addr(*pe.coord, 0), stream.dst[i]), i)
         return done
 
     @staticmethod

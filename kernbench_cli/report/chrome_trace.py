@@ -1,22 +1,47 @@
-"""The op log as a Chrome trace (chrome://tracing, ui.perfetto.dev).
+"""A run's timeline in the Trace Event format (ui.perfetto.dev, chrome://tracing).
 
-One process per PE, one thread per engine, one complete event ("X") per op
-log record: name = the command kind, time in microseconds (picosecond
-precision), args = bytes, flops, and the decoded source and destination.
+Processes and tracks:
+
+- one process per PE, with a track per engine, each showing only what that
+  engine did, one slice at a time:
+  - ``CPU``: issuing each command (``issue load``, ``cycles``) and every wait
+    (``stall: queue full``, ``wait for TCM``, ``wait``, ``recv``, ``read``,
+    ``wait for IPCQ credit``);
+  - ``scheduler``: planning composites (``plan``) and holding one whose
+    tiles do not fit the free TCM (``wait for TCM``); a counter
+    ``scheduler queue`` of the commands holding queue slots;
+  - ``DMA``: each transfer while it holds the engine, setup to its last byte
+    leaving (a wait for a busy HBM slice, SRAM port or link included, args
+    ``wait_ns``); ``GEMM`` and ``MATH``: each command or tile operation;
+  - async tracks: ``queued`` (a command from its issue to its engine taking
+    it), ``in flight`` (a transfer's bytes from leaving to arriving: the
+    path latency) and ``composite`` (a composite from issue to its last tile);
+- ``shared resources``: a track per HBM slice, SRAM port and link a transfer
+  used, a slice per transfer while it streams over it;
+- ``IPCQ rings``: a counter per ring used, its slots whose credit is out
+  (from a sender taking it to its return);
+- flow arrows along the critical path, from each of its steps to the next.
+
+Times are whole nanoseconds, floored from the model's picoseconds (the op log
+and JSON keep picoseconds); floor keeps slices that do not overlap in
+picoseconds from overlapping here. Slices carry the command's kernel line.
 Keys are sorted, so equal runs give equal files.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 from typing import Any
 
 from kernbench_cli.address.physaddr import AddressMap
 from kernbench_cli.errors import AddressError
-from kernbench_cli.hw.timing import OP_FIELDS
+from kernbench_cli.hw.oplog import OpLog
+from kernbench_cli.hw.pe import ENGINES
 from kernbench_cli.sim.result import RunResult
 
-ENGINE_ORDER = ("cpu", "scheduler", "dma", "gemm", "math")
+TRACKS = {"cpu": "CPU", "scheduler": "scheduler", "dma": "DMA", "gemm": "GEMM", "math": "MATH"}
 
 
 def decoded(amap: AddressMap, addr: int | None, cache: dict[int, str]) -> str | None:
@@ -33,25 +58,186 @@ def decoded(amap: AddressMap, addr: int | None, cache: dict[int, str]) -> str | 
     return text
 
 
+def _us(ns: int) -> float:
+    """Trace time (microseconds) of `ns` nanoseconds: exact to the nanosecond when read back."""
+    return ns / 1000
+
+
+class _Builder:
+    def __init__(self, result: RunResult, amap: AddressMap):
+        self.result, self.amap = result, amap
+        self.events: list[dict[str, Any]] = []
+        self.slices: dict[tuple[int, int], list[tuple[int, int]]] = {}  # track -> (ns, ns)
+        self.async_id = 0
+        self.cache: dict[int, str] = {}
+
+    def line(self, pid: int, command: int) -> int:
+        lines = self.result.lines[pid] if pid < len(self.result.lines) else ()
+        return lines[command] if 0 <= command < len(lines) else 0
+
+    def meta(self, pid: int, tid: int | None, name: str, sort: int) -> None:
+        if tid is None:
+            self.events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                                "args": {"name": name}})
+            self.events.append({"ph": "M", "name": "process_sort_index", "pid": pid,
+                                "tid": 0, "args": {"sort_index": sort}})
+        else:
+            self.events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                                "args": {"name": name}})
+            self.events.append({"ph": "M", "name": "thread_sort_index", "pid": pid,
+                                "tid": tid, "args": {"sort_index": sort}})
+
+    def slice(self, pid: int, tid: int, name: str, start_ps: int, end_ps: int,
+              args: dict[str, Any], cat: str) -> None:
+        start, end = start_ps // 1000, end_ps // 1000
+        self.events.append({"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid,
+                            "ts": _us(start), "dur": _us(end - start), "args": args})
+        self.slices.setdefault((pid, tid), []).append((start, end))
+
+    def span(self, pid: int, name: str, start_ps: int, end_ps: int,
+             args: dict[str, Any]) -> None:
+        """An async slice of process `pid` (its own row in the `name` group)."""
+        self.async_id += 1
+        common = {"cat": name, "name": name, "pid": pid, "tid": 0, "id": self.async_id}
+        self.events.append({**common, "ph": "b", "ts": _us(start_ps // 1000), "args": args})
+        self.events.append({**common, "ph": "e", "ts": _us(end_ps // 1000)})
+
+    def counter(self, pid: int, name: str, key: str, changes: list[tuple[int, int]]) -> None:
+        """A counter track from (time in ps, +n/-n) changes: its value at each time it moves."""
+        value, last = 0, None
+        points: list[tuple[int, int]] = [(0, 0)]
+        for t, delta in sorted(changes):
+            value += delta
+            ns = t // 1000
+            if points[-1][0] == ns:
+                points[-1] = (ns, value)
+            else:
+                points.append((ns, value))
+        for ns, value in points:
+            if value != last:
+                self.events.append({"ph": "C", "name": name, "pid": pid, "tid": 0,
+                                    "ts": _us(ns), "args": {key: value}})
+                last = value
+
+    # ------------------------------------------------------------------ the parts
+
+    def pes(self, log: OpLog) -> None:
+        result = self.result
+        for pid, label in enumerate(result.pe_labels):
+            self.meta(pid, None, f"PE {pid} ({label})", pid)
+            for tid, engine in enumerate(ENGINES):
+                self.meta(pid, tid, TRACKS[engine], tid)
+        cpu, sched = ENGINES.index("cpu"), ENGINES.index("scheduler")
+        for s in log.cpu:
+            self.slice(s.pid, cpu, s.name, s.start_ps, s.end_ps,
+                       {"line": self.line(s.pid, s.command)}, "cpu")
+        for s in log.scheduler:
+            self.slice(s.pid, sched, s.name, s.start_ps, s.end_ps,
+                       {"line": self.line(s.pid, s.command)}, "scheduler")
+        queue: dict[int, list[tuple[int, int]]] = {}
+        streams, amap, cache = log.streams, self.amap, self.cache
+        for seq, pid, engine, kind, issue, start, end, nbytes, flops, src, dst in log:
+            line = self.line(pid, log.command[seq])
+            if log.queued[seq]:
+                queue.setdefault(pid, []).extend(((issue, 1), (start, -1)))
+                if start > issue:
+                    self.span(pid, "queued", issue, start, {"kind": kind, "line": line})
+            if engine == "cpu":  # PE_CPU's time is in `log.cpu`
+                continue
+            args = {"line": line, "bytes": nbytes, "flops": flops,
+                    "src": decoded(amap, src, cache), "dst": decoded(amap, dst, cache)}
+            if engine == "scheduler":  # a composite: its life, not scheduler time
+                self.span(pid, "composite", issue, end, args)
+                continue
+            held_until = streams[2 * seq + 1]
+            if engine == "dma":
+                args["wait_ns"] = (streams[2 * seq] - start) // 1000
+                if end > held_until:
+                    self.span(pid, "in flight", held_until, end, {"kind": kind, "line": line})
+            self.slice(pid, ENGINES.index(engine), kind, start, held_until, args, engine)
+        for pid in sorted(queue):
+            self.counter(pid, "scheduler queue", "commands", queue[pid])
+
+    def resources(self, log: OpLog, pid: int) -> dict[str, int]:
+        """The shared-resources process `pid`: a track per resource; their tids by name."""
+        names = sorted({name for path in log.paths for name in path})
+        tids = {name: tid for tid, name in enumerate(names)}
+        if not names:
+            return tids
+        self.meta(pid, None, "shared resources", pid)
+        for name, tid in tids.items():
+            self.meta(pid, tid, name, tid)
+        for seq, pe, _, kind, _, _, _, nbytes, _, _, _ in log:
+            via = log.via[seq]
+            if via < 0:
+                continue
+            at, until = log.streams[2 * seq], log.streams[2 * seq + 1]
+            args = {"pe": pe, "bytes": nbytes, "line": self.line(pe, log.command[seq])}
+            for name in log.paths[via]:
+                self.slice(pid, tids[name], kind, at, until, args, "resource")
+        return tids
+
+    def rings(self, log: OpLog, pid: int) -> None:
+        if not log.rings:
+            return
+        self.meta(pid, None, "IPCQ rings", pid)
+        for name in sorted(log.rings):
+            self.counter(pid, name, "slots", log.rings[name])
+
+    def flows(self, resources: dict[str, int], resource_pid: int) -> None:
+        """Arrows from each step of the critical path to the next, each end inside a slice of
+        the step's track (steps with no slice there, e.g. a credit's way back, are skipped)."""
+        path = self.result.critical_path
+        if path is None:
+            return
+        points = []
+        for step in path.steps:
+            if step.engine in TRACKS:
+                track = (step.pid, ENGINES.index(step.engine))
+            elif step.resource in resources:
+                track = (resource_pid, resources[step.resource])
+            else:
+                continue
+            point = self._inside(track, step.start_ps // 1000, step.end_ps // 1000)
+            if point is not None and (not points or points[-1] != (track, point)):
+                points.append((track, point))
+        for n, ((a, at), (b, bt)) in enumerate(itertools.pairwise(points)):
+            common = {"cat": "critical path", "name": "critical path", "id": n + 1}
+            self.events.append({**common, "ph": "s", "pid": a[0], "tid": a[1], "ts": _us(at)})
+            self.events.append({**common, "ph": "f", "bp": "e", "pid": b[0], "tid": b[1],
+                                "ts": _us(bt)})
+
+    def _inside(self, track: tuple[int, int], start: int, end: int) -> int | None:
+        """A time in [start, end] inside a slice of `track` (strictly inside if it can be)."""
+        slices = self.slices.get(track)
+        if not slices:
+            return None
+        i = bisect.bisect_right(slices, (end, end)) - 1  # the last slice starting by `end`
+        while i >= 0 and slices[i][1] >= start:  # (a track's slices do not overlap)
+            s0, s1 = slices[i]
+            lo, hi = max(s0, start), min(s1, end)
+            if lo <= hi:
+                return min(max((lo + hi) // 2, s0 + 1), s1 - 1) if s1 - s0 >= 2 else s0
+            i -= 1
+        return None
+
+    def build(self) -> dict[str, Any]:
+        result, log = self.result, self.result.oplog
+        self.pes(log)
+        shared = result.num_pes
+        resources = self.resources(log, shared)
+        self.rings(log, shared + 1)
+        for track in self.slices.values():
+            track.sort()
+        self.flows(resources, shared)
+        return {"displayTimeUnit": "ns", "traceEvents": self.events,
+                "otherData": {"kernel": result.kernel, "topology": result.topology,
+                              "latency_ps": result.latency_ps}}
+
+
 def chrome_trace(result: RunResult, amap: AddressMap) -> dict[str, Any]:
-    events: list[dict[str, Any]] = []
-    for pid, label in enumerate(result.pe_labels):
-        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                       "args": {"name": f"PE {pid} ({label})"}})
-        for tid, engine in enumerate(ENGINE_ORDER):
-            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                           "args": {"name": engine}})
-    cache: dict[int, str] = {}
-    for record in result.oplog:
-        op = dict(zip(OP_FIELDS, record, strict=True))
-        args = {"bytes": op["bytes"], "flops": op["flops"], "issue_ps": op["issue_ps"],
-                "src": decoded(amap, op["src"], cache), "dst": decoded(amap, op["dst"], cache)}
-        events.append({"ph": "X", "name": op["kind"], "cat": op["engine"], "pid": op["pid"],
-                       "tid": ENGINE_ORDER.index(op["engine"]), "ts": op["start_ps"] / 1e6,
-                       "dur": (op["end_ps"] - op["start_ps"]) / 1e6, "args": args})
-    return {"displayTimeUnit": "ns", "traceEvents": events,
-            "otherData": {"kernel": result.kernel, "topology": result.topology,
-                          "latency_ps": result.latency_ps}}
+    """The Trace Event object of `result` (run with an op log)."""
+    return _Builder(result, amap).build()
 
 
 def dumps(trace: dict[str, Any]) -> str:

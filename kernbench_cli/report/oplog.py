@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterator
 
 from kernbench_cli.address.physaddr import AddressMap
-from kernbench_cli.hw.timing import OP_FIELDS
+from kernbench_cli.hw.oplog import OP_FIELDS
 from kernbench_cli.report.chrome_trace import decoded
 from kernbench_cli.sim.result import RunResult
 

@@ -152,8 +152,9 @@ def tcm_high_water(result: RunResult) -> tuple[int, int, int, int] | None:
 
 def tcm_text(result: RunResult) -> str:
     pid, used, when, line = tcm_high_water(result)
-    return (f"{format_size(used)} of {format_size(result.tcm_bytes)} at most (tensors and tile "
-            f"buffers; PE {pid} at t={format_time_ps(when)}, kernel line {line})")
+    share = used / result.tcm_bytes if result.tcm_bytes else 0.0
+    return (f"{used:,} B ({share:.1%}) of {format_size(result.tcm_bytes)} at most (tensors "
+            f"and tile buffers; PE {pid} at t={format_time_ps(when)}, kernel line {line})")
 
 
 def race_lines(result: RunResult, amap, shown: str) -> list[str]:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from kernbench_cli.hw.timing import OpLog
+    from kernbench_cli.hw.oplog import OpLog
     from kernbench_cli.sim.critical import CriticalPath
     from kernbench_cli.sim.invariants import Invariant
     from kernbench_cli.sim.races import Race
