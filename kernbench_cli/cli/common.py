@@ -18,6 +18,13 @@ CostsOpt = Annotated[
     Path | None,
     typer.Option("--costs", help="Cost-table TOML; overrides the one the topology names."),
 ]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", metavar="KEY=VALUE",
+                 help="Override a topology key (hbm.bandwidth=409.6GB/s, pe.gemm.rows=64) or, "
+                      "prefixed costs., a cost-table key (costs.issue.composite=80ns); "
+                      "repeatable."),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
 PerPeOpt = Annotated[bool, typer.Option("--per-pe", help="Also show each PE.")]
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from kernbench_cli.cli.common import SetOpt
 from kernbench_cli.errors import GoldenMismatch
 
 app = typer.Typer(help="Golden results: regenerate after an intended model change; check in CI.",
@@ -33,12 +35,16 @@ def regen(
 
 
 @app.command("check")
-def check_cmd(only: OnlyOpt = None, directory: DirOpt = None, costs: CostsOpt = None) -> None:
-    """Run every golden case; exit 1 with a table of differences if any result moved."""
-    _run(only, directory, costs, write=False)
+def check_cmd(only: OnlyOpt = None, directory: DirOpt = None, costs: CostsOpt = None,
+              sets: SetOpt = None) -> None:
+    """Run every golden case; exit 1 with a table of differences if any result moved.
+
+    With --set, every case runs with the overrides: which goldens would a change move?"""
+    _run(only, directory, costs, write=False, sets=sets or ())
 
 
-def _run(only: str | None, directory: Path | None, costs: Path | None, write: bool) -> None:
+def _run(only: str | None, directory: Path | None, costs: Path | None, write: bool,
+         sets: Sequence[str] = ()) -> None:
     from rich.console import Console
 
     from kernbench_cli.errors import KernbenchError
@@ -56,7 +62,7 @@ def _run(only: str | None, directory: Path | None, costs: Path | None, write: bo
     err = Console(stderr=True)
     differences = do_regen(folder, only, write,
                            progress=lambda name: err.print(f"[dim]running {name}[/dim]"),
-                           costs=costs)
+                           costs=costs, sets=sets)
     out = Console()
     if differences:
         out.print(difference_table(differences))

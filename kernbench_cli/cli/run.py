@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from kernbench_cli.address import load_address_map
-from kernbench_cli.cli.common import CostsOpt, JsonOpt, PerPeOpt, TopologyOpt
+from kernbench_cli.cli.common import CostsOpt, JsonOpt, PerPeOpt, SetOpt, TopologyOpt
 from kernbench_cli.errors import KernbenchError, RaceError, VerificationError
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
 
@@ -27,6 +27,7 @@ def run(
     kernel: Annotated[str, typer.Argument(help="Kernel name (sharded_gemm, …) or .py path.")],
     topology: TopologyOpt = None,
     costs: CostsOpt = None,
+    sets: SetOpt = None,
     param: Annotated[list[str] | None, typer.Option(
         "--param", "-p", help="Kernel parameter as name=value; repeatable.")] = None,
     per_pe: PerPeOpt = False,
@@ -55,7 +56,7 @@ def run(
         raise KernbenchError("--save needs values: it cannot go with --timing-only")
     module = load_kernel(kernel)
     params = parse_params(module, param or [])
-    amap = load_address_map(topology, costs)
+    amap = load_address_map(topology, costs, sets or ())
     from kernbench_cli.sim.watch import Watch
 
     watch = Watch()
@@ -84,6 +85,7 @@ def replay(
     trace: Annotated[Path, typer.Argument(help="A trace written by `kernbench run --record`.")],
     topology: TopologyOpt = None,
     costs: CostsOpt = None,
+    sets: SetOpt = None,
     per_pe: PerPeOpt = False,
     as_json: JsonOpt = False,
     chrome_trace: ChromeTraceOpt = None,
@@ -103,7 +105,7 @@ def replay(
     if topology is None:
         recorded = Path(data.topology_file)
         topology = str(recorded) if data.topology_file and recorded.is_file() else data.topology
-    amap = load_address_map(topology, costs)
+    amap = load_address_map(topology, costs, sets or ())
     from kernbench_cli.sim.watch import Watch
 
     watch = Watch()

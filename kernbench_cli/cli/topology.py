@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from kernbench_cli.address import load_address_map
-from kernbench_cli.cli.common import CostsOpt
+from kernbench_cli.cli.common import CostsOpt, SetOpt
 
 app = typer.Typer(help="Inspect and check topology files.", no_args_is_help=True)
 
@@ -22,11 +22,12 @@ TopologyArg = Annotated[
 def show(
     topology: TopologyArg = None,
     costs: CostsOpt = None,
+    sets: SetOpt = None,
     toml: Annotated[bool, typer.Option(
         "--toml", help="Print every key as TOML instead, defaults filled in.")] = False,
 ) -> None:
     """Print the system tree and the compiled PE resource map."""
-    amap = load_address_map(topology, costs)
+    amap = load_address_map(topology, costs, sets or ())
     if toml:
         from kernbench_cli.config.writer import topology_toml
 
@@ -45,9 +46,10 @@ def show(
 def validate(
     topology: Annotated[Path, typer.Argument(help="Topology TOML file.")],
     costs: CostsOpt = None,
+    sets: SetOpt = None,
 ) -> None:
     """Check a topology (and its cost table): exit 0, or list every problem and exit 2."""
-    amap = load_address_map(str(topology), costs)
+    amap = load_address_map(str(topology), costs, sets or ())
     topo = amap.topology
     s = topo.system
     print(f"{topology}: ok: {s.racks} rack x {s.sips_per_rack} SIP x {s.cubes_per_sip} cubes x "

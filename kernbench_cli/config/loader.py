@@ -14,8 +14,10 @@ layout lives, in `address.physaddr.AddressMap.compile`.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import tomllib
-from dataclasses import fields, replace
+from collections.abc import Sequence
+from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -82,26 +84,101 @@ def _has_required(cls: type) -> bool:
     return any(f.metadata.get("default", None) is REQUIRED for f in fields(cls))
 
 
-def load_costs(path: Path | str) -> CostTable:
-    """Load a cost table (ADR-0064) from TOML."""
-    path = Path(path)
-    problems: list[str] = []
-    table = build(CostTable, read_toml(path), "", path, problems)
+#: The prefix of a `--set` key that addresses the cost table rather than the topology.
+COSTS_PREFIX = "costs."
+
+
+def parse_sets(items: Sequence[str]) -> dict[str, tuple[Any, str]]:
+    """`--set KEY=VALUE` items as {dotted key: (value, the item as given)}.
+
+    VALUE is read as a TOML value when it is one (``4``, ``[4, 2]``, ``true``,
+    ``"os"``) and as a string otherwise (``204.8GB/s``, ``80ns``, ``os``), so
+    it is then checked exactly as the same value in a file would be.
+    """
+    out: dict[str, tuple[Any, str]] = {}
+    problems = []
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not part for part in key.split(".")):
+            problems.append(f"--set {item!r}: expected KEY=VALUE, KEY a dotted TOML path "
+                            "(hbm.bandwidth=409.6GB/s, costs.issue.composite=80ns)")
+            continue
+        try:
+            value = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw.strip()
+        out[key] = (value, item)
     if problems:
         raise ConfigError(problems)
+    return out
+
+
+def _apply_sets(table: dict[str, Any], sets: dict[str, tuple[Any, str]],
+                problems: list[str]) -> dict[str, Any]:
+    """`table` with the `sets` written in at their dotted keys."""
+    for key, (value, item) in sets.items():
+        *parents, last = key.split(".")
+        at = table
+        for depth, part in enumerate(parents):
+            nxt = at.setdefault(part, {})
+            if not isinstance(nxt, dict):
+                problems.append(f"--set {item}: {'.'.join(parents[:depth + 1])} is a value, "
+                                "not a table")
+                break
+            at = nxt
+        else:
+            at[last] = value
+    return table
+
+
+def _blame_sets(problems: list[str], file: Path, sets: dict[str, tuple[Any, str]],
+                prefix: str = "") -> list[str]:
+    """Problems at a key a `--set` gave (or under a table it made) blamed on the `--set`."""
+    out = []
+    for problem in problems:
+        for key, (_, item) in sets.items():
+            for path in (key, *(key.rsplit(".", n)[0] for n in range(1, key.count(".") + 1))):
+                start = f"{file}: {path}: "
+                if problem.startswith(start):
+                    problem = f"--set {item}: {prefix}{path}: {problem[len(start):]}"
+                    break
+            else:
+                continue
+            break
+        out.append(problem)
+    return out
+
+
+def load_costs(path: Path | str, sets: dict[str, tuple[Any, str]] | None = None) -> CostTable:
+    """Load a cost table (ADR-0064) from TOML, with `sets` (keys relative to the table)."""
+    path = Path(path)
+    problems: list[str] = []
+    raw = _apply_sets(read_toml(path), sets or {}, problems)
+    table = build(CostTable, raw, "", path, problems)
+    if problems:
+        raise ConfigError(_blame_sets(problems, path, sets or {}, COSTS_PREFIX))
     return replace(table, name=table.name or path.stem, source=path)
 
 
-def load_topology(path: Path | str, costs: Path | str | None = None) -> Topology:
-    """Load a topology and the cost table it names (`costs` overrides that).
+def load_topology(path: Path | str, costs: Path | str | None = None,
+                  sets: Sequence[str] = ()) -> Topology:
+    """Load a topology and the cost table it names (`costs` overrides that), with the
+    `--set KEY=VALUE` overrides `sets` (``costs.``-prefixed keys go to the cost table).
 
     The cost-table path in the file is relative to the topology file.
     """
     path = Path(path)
     problems: list[str] = []
-    topo: Topology = build(Topology, read_toml(path), "", path, problems)
+    parsed = parse_sets(sets)
+    topo_sets = {k: v for k, v in parsed.items() if not k.startswith(COSTS_PREFIX)}
+    cost_sets = {k[len(COSTS_PREFIX):]: v for k, v in parsed.items()
+                 if k.startswith(COSTS_PREFIX)}
+    raw = _apply_sets(read_toml(path), topo_sets, problems)
+    topo: Topology = build(Topology, raw, "", path, problems)
     if not problems:
         problems.extend(_check_meshes(topo, path))
+    problems = _blame_sets(problems, path, topo_sets)
     if costs is not None:
         cost_path = Path(costs)
     elif topo.costs:
@@ -112,8 +189,21 @@ def load_topology(path: Path | str, costs: Path | str | None = None) -> Topology
         problems.append(f"{path}: costs: no such file {str(cost_path)!r}")
     if problems:
         raise ConfigError(problems)
-    cost_table = load_costs(cost_path)
-    return replace(topo, name=topo.name or path.stem, source=path, cost_table=cost_table)
+    cost_table = load_costs(cost_path, cost_sets)
+    return replace(topo, name=topo.name or path.stem, source=path, cost_table=cost_table,
+                   overrides=tuple(item for _, item in parsed.values()))
+
+
+def config_digest(config: Any) -> str:
+    """8 hex digits of a hash of a configuration's resolved values (not its name, description,
+    file or cost-table path): equal digests, equal configurations."""
+    def values(obj: Any) -> Any:
+        if is_dataclass(obj):
+            return tuple((f.name, values(getattr(obj, f.name))) for f in fields(obj)
+                         if not f.metadata.get("internal")
+                         and f.name not in ("name", "description", "costs"))
+        return obj
+    return hashlib.sha256(repr(values(config)).encode()).hexdigest()[:8]
 
 
 def _check_meshes(topo: Topology, path: Path) -> list[str]:

@@ -350,6 +350,7 @@ class Topology(Frozen):
     # Filled by the loader, not read from TOML:
     source: Path | None = field(default=None, metadata={"internal": True})
     cost_table: CostTable = field(default_factory=CostTable, metadata={"internal": True})
+    overrides: tuple[str, ...] = field(default=(), metadata={"internal": True})  # --set items
 
     @property
     def num_pes(self) -> int:

@@ -10,7 +10,7 @@ writes nothing.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,13 +39,13 @@ def select(pattern: str | None) -> list[Case]:
     return [c for c in CASES if pattern is None or fnmatch.fnmatch(c.name, pattern)]
 
 
-def run_case(case: Case, costs: Path | None = None) -> dict[str, Any]:
+def run_case(case: Case, costs: Path | None = None, sets: Sequence[str] = ()) -> dict[str, Any]:
     from kernbench_cli.address import load_address_map
     from kernbench_cli.sim.kernels import load_kernel, parse_params
     from kernbench_cli.sim.run import run_kernel
 
     kernel = load_kernel(case.kernel)
-    result = run_kernel(kernel, load_address_map(case.topology, costs),
+    result = run_kernel(kernel, load_address_map(case.topology, costs, sets),
                         parse_params(kernel, list(case.params)), seed=case.seed, oplog=True,
                         races=True)
     return rec.make_record(case.name, result)
@@ -53,7 +53,7 @@ def run_case(case: Case, costs: Path | None = None) -> dict[str, Any]:
 
 def regen(directory: Path, pattern: str | None, write: bool,
           progress: Callable[[str], None] = lambda _: None,
-          costs: Path | None = None) -> list[Difference]:
+          costs: Path | None = None, sets: Sequence[str] = ()) -> list[Difference]:
     cases = select(pattern)
     olds = {}
     for case in cases:  # read (and so check) every golden before running anything
@@ -62,7 +62,7 @@ def regen(directory: Path, pattern: str | None, write: bool,
     differences: list[Difference] = []
     for case in cases:
         progress(case.name)
-        new = run_case(case, costs)
+        new = run_case(case, costs, sets)
         old = olds[case.name]
         if old is None:
             differences.append(Difference(case.name, "(file)", None, "new"))

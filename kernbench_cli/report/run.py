@@ -176,7 +176,9 @@ def summary(result: RunResult) -> Table:
     rate = result.commands / result.wall_s if result.wall_s else 0.0
     rows = [
         ("kernel", f"{result.kernel}  ({params})"),
-        ("topology", f"{result.topology}: {result.num_pes} PEs; costs {result.costs}"),
+        ("topology", f"{result.topology} #{result.topology_digest}: {result.num_pes} PEs; "
+                     f"costs {result.costs} #{result.costs_digest}"),
+        *([("set", " ".join(result.overrides))] if result.overrides else []),
         ("latency", format_time_ps(result.latency_ps)),
         ("verification", verification_text(result)),
         ("model checks", invariants_text(result)),
@@ -276,6 +278,9 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
         "kernel": result.kernel,
         "topology": result.topology,
         "costs": result.costs,
+        "topology_digest": result.topology_digest,
+        "costs_digest": result.costs_digest,
+        "overrides": list(result.overrides),
         "pes": result.num_pes,
         "params": result.params,
         "seed": result.seed,

@@ -64,6 +64,9 @@ class RunResult:
     checks: list[Check]
     oplog: OpLog | None  # with run_kernel(oplog=True): every engine occupation
     wall_s: float = 0.0
+    topology_digest: str = ""  # `config.loader.config_digest` of the resolved configurations
+    costs_digest: str = ""
+    overrides: tuple[str, ...] = ()  # the --set items, as given
     switches: int = 0
     events: int = 0
     peak_flops_per_ps: float = 0.0

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from kernbench_cli.address.physaddr import AddressMap
+from kernbench_cli.config.loader import config_digest
 from kernbench_cli.config.units import format_time_ps
 from kernbench_cli.errors import (
     AddressError,
@@ -294,7 +295,9 @@ def _collect(kernel_name: str, system: System, timing: Timing, params: dict[str,
     return RunResult(
         lines=[s.line for s in program.streams],
         kernel=kernel_name, topology=topo.name,
-        costs=topo.cost_table.name, num_pes=len(pes), params=dict(params), seed=seed,
+        costs=topo.cost_table.name, topology_digest=config_digest(topo),
+        costs_digest=config_digest(topo.cost_table), overrides=topo.overrides,
+        num_pes=len(pes), params=dict(params), seed=seed,
         timing_only=timing_only, latency_ps=timing.latency_ps,
         commands=timing.program.commands, engines=engines, pe_labels=labels,
         cpu_stall_ps=tuple(pe.cpu.stall_ps for pe in pes), checks=checks, oplog=timing.oplog,
