@@ -87,3 +87,9 @@ class GoldenMismatch(KernbenchError):
     """A result differs from its stored golden."""
 
     exit_code = 1
+
+
+class SweepError(KernbenchError):
+    """Points of a sweep failed (each row says why); the others completed."""
+
+    exit_code = 1

@@ -1,0 +1,121 @@
+"""`kernbench sweep`: one kernel over axes of `--set` keys and parameters, on local workers."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from kernbench_cli.cli.common import CostsOpt, JsonOpt, TopologyOpt
+from kernbench_cli.errors import KernbenchError, SweepError
+
+
+def sweep(
+    kernel: Annotated[str, typer.Argument(help="Kernel name (sharded_gemm, …) or .py path.")],
+    topology: TopologyOpt = None,
+    costs: CostsOpt = None,
+    sets: Annotated[list[str] | None, typer.Option(
+        "--set", metavar="KEY=V1,V2,…",
+        help="A topology or costs. key and its values (an axis if several); repeatable.")]
+    = None,
+    param: Annotated[list[str] | None, typer.Option(
+        "--param", "-p", metavar="NAME=V1,V2,…",
+        help="A kernel parameter and its values (an axis if several); repeatable.")] = None,
+    zipped: Annotated[bool, typer.Option(
+        "--zip", help="Pair the axes' values in order instead of taking every combination.")]
+    = False,
+    seed: Annotated[int, typer.Option(help="Seed of the input data.")] = 0,
+    timing_only: Annotated[bool, typer.Option(
+        "--timing-only", help="Skip values and verification (faster).")] = False,
+    jobs: Annotated[int | None, typer.Option(
+        "--jobs", "-j", help="Worker processes (default: the CPU count).")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Write a row per finished point to this .jsonl or .csv file.")] = None,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Skip the points already in --out; append the rest.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run KERNEL at every point of the axes; a table of the points, as given."""
+    from kernbench_cli.sweep import Results, Spec, points, run_local
+
+    if out is not None and out.suffix not in (".jsonl", ".csv"):
+        raise KernbenchError(f"--out {str(out)!r}: the results file must end in .jsonl or .csv")
+    if resume and out is None:
+        raise KernbenchError("--resume needs --out, the results file to resume")
+    if jobs is not None and jobs < 1:
+        raise KernbenchError(f"--jobs {jobs}: needs at least one worker")
+    todo = points(sets or [], param or [], zipped)
+    axis_keys = list(todo[0].axes) if todo else []
+    results = Results(out, axis_keys)
+    if resume:
+        results.load()
+    rows: dict[int, dict[str, Any]] = {}
+    for point in todo:
+        if point.key in results.done:
+            rows[point.index] = {**results.done[point.key], "point": point.index}
+    left = [p for p in todo if p.index not in rows]
+    spec = Spec(kernel, topology, str(costs) if costs else None, seed, timing_only)
+    handle = results.open(fresh=not resume)
+    tty = sys.stderr.isatty()
+    try:
+        with _progress(len(left), tty) as advance:
+            def on_row(row: dict[str, Any]) -> None:
+                rows[row["point"]] = row
+                results.write(handle, row)
+                advance(row)
+
+            if left:
+                run_local(spec, left, jobs or os.cpu_count() or 1, on_row)
+    finally:
+        if handle is not None:
+            handle.close()
+    ordered = [rows[p.index] for p in todo]
+    if as_json:
+        import json
+
+        typer.echo(json.dumps(ordered, sort_keys=True, indent=2))
+    else:
+        from rich.console import Console
+
+        from kernbench_cli.report.sweep import sweep_table
+
+        Console().print(sweep_table(ordered))
+    failed = [r for r in ordered if r["error"]]
+    if failed:
+        raise SweepError(f"{len(failed)} of {len(ordered)} points failed (their rows say why)")
+
+
+class _progress:
+    """A Rich progress bar with ETA on terminals; one line per finished point otherwise."""
+
+    def __init__(self, total: int, tty: bool):
+        self.total, self.tty, self.done = total, tty, 0
+        self.bar = None
+
+    def __enter__(self):
+        if self.tty and self.total:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+            self.bar = Progress("sweep", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                                console=Console(stderr=True), transient=True)
+            self.bar.__enter__()
+            self.task = self.bar.add_task("sweep", total=self.total)
+        return self.advance
+
+    def advance(self, row: dict[str, Any]) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.advance(self.task)
+            return
+        axes = " ".join(f"{k}={v}" for k, v in row["axes"].items())
+        what = f"error: {row['error']}" if row["error"] else \
+            f"latency {row['result']['latency_ns']:g} ns"
+        typer.echo(f"point {self.done}/{self.total} ({axes}): {what}", err=True)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)

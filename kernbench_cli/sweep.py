@@ -1,0 +1,265 @@
+"""Sweeps: many runs of one kernel over axes of `--set` keys and kernel parameters.
+
+An axis is a `--set KEY=V1,V2,…` or `-p NAME=V1,V2,…` with more than one
+value (commas inside brackets or quotes do not split: `pe_mesh=[4,2],[8,1]`
+is two values). The points are the cartesian product of the axes, the first
+axis slowest (or, with `zip`, the axes side by side). Each point is a full
+`run` in a worker process; its row holds the axes' values and the run's
+`--json` object, or the error that stopped it.
+
+Rows are written to the results file (`.jsonl` or `.csv`) in point order, a
+row only once its point is done, each line flushed: the file is valid after
+an interrupt, and `resume` skips the points already in it. A point whose
+worker process dies (killed, out of memory) is run once more, alone in a new
+worker, then recorded as failed with the reason; a kernel, verification or
+configuration error is that point's row, not the end of the sweep.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernbench_cli.errors import KernbenchError, ParamError
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run of a sweep: its index and the `--set` and `-p` items that make it."""
+
+    index: int
+    sets: tuple[str, ...]
+    params: tuple[str, ...]
+
+    @property
+    def axes(self) -> dict[str, str]:
+        """KEY -> value of every item (fixed ones too), as given."""
+        return dict(item.split("=", 1) for item in (*self.sets, *self.params))
+
+    @property
+    def key(self) -> str:
+        return json.dumps(self.axes, sort_keys=True)
+
+
+@dataclass
+class Spec:
+    """What every point shares."""
+
+    kernel: str
+    topology: str | None = None
+    costs: str | None = None
+    seed: int = 0
+    timing_only: bool = False
+
+
+def split_values(text: str) -> list[str]:
+    """`V1,V2,…` split at commas outside brackets and quotes."""
+    out, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(text[start:i])
+            start = i + 1
+    out.append(text[start:])
+    return out
+
+
+def _axes(items: Sequence[str], option: str) -> list[list[str]]:
+    """Each item's list of `KEY=value` alternatives."""
+    axes = []
+    for item in items:
+        key, sep, values = item.partition("=")
+        if not sep or not key.strip():
+            raise ParamError(f"{option} {item!r}: expected KEY=V1,V2,…")
+        parts = split_values(values)
+        if any(not part.strip() for part in parts):
+            raise ParamError(f"{option} {item!r}: an empty value")
+        axes.append([f"{key.strip()}={part.strip()}" for part in parts])
+    return axes
+
+
+def points(sets: Sequence[str], params: Sequence[str], zipped: bool = False) -> list[Point]:
+    """The points of a sweep, in order: the product of the axes (first axis slowest), or
+    with `zipped`, the i-th value of every axis together (all axes the same length)."""
+    set_axes, param_axes = _axes(sets, "--set"), _axes(params, "-p")
+    axes = set_axes + param_axes
+    if zipped:
+        lengths = {len(a) for a in axes if len(a) > 1}
+        if len(lengths) > 1:
+            raise ParamError(f"--zip needs axes of one length; got {sorted(lengths)} values")
+        n = lengths.pop() if lengths else 1
+        combos: Iterator[tuple[str, ...]] = (tuple(a[i] if len(a) > 1 else a[0] for a in axes)
+                                              for i in range(n))
+    else:
+        combos = itertools.product(*axes)
+    out = []
+    for index, combo in enumerate(combos):
+        out.append(Point(index, tuple(combo[:len(set_axes)]), tuple(combo[len(set_axes):])))
+    return out
+
+
+def run_point(spec: Spec, point: Point) -> dict[str, Any]:
+    """The row of one point: its run's `--json` object, or the error that stopped it."""
+    from kernbench_cli.address import load_address_map
+    from kernbench_cli.report.run import to_json
+    from kernbench_cli.sim.kernels import load_kernel, parse_params
+    from kernbench_cli.sim.run import run_kernel
+
+    row: dict[str, Any] = {"point": point.index, "axes": point.axes}
+    try:
+        module = load_kernel(spec.kernel)
+        amap = load_address_map(spec.topology, Path(spec.costs) if spec.costs else None,
+                                point.sets)
+        result = run_kernel(module, amap, parse_params(module, list(point.params)),
+                            seed=spec.seed, timing_only=spec.timing_only)
+    except KernbenchError as exc:
+        return {**row, "error": " / ".join(exc.lines()), "result": None}
+    out = to_json(result)
+    if result.verified is False:
+        return {**row, "error": "verification failed", "result": out}
+    return {**row, "error": None, "result": out}
+
+
+# ---------------------------------------------------------------------- results files
+
+CSV_RESULT = ("latency_ps", "bound", "verified", "gemm_mac_utilization", "hbm_gbps")
+
+
+def _csv_row(row: dict[str, Any], axis_keys: list[str]) -> list[Any]:
+    result = row["result"] or {}
+    values = [row["point"], *(row["axes"].get(k, "") for k in axis_keys)]
+    values += [result.get("latency_ps", ""), (result.get("bound") or {}).get("engine") or "",
+               result.get("verified", ""), result.get("gemm_mac_utilization", ""),
+               result.get("hbm_gbps", ""), row["error"] or ""]
+    return values
+
+
+@dataclass
+class Results:
+    """The results file: rows appended in point order, flushed one by one."""
+
+    path: Path | None
+    axis_keys: list[str]
+    done: dict[str, dict[str, Any]] = field(default_factory=dict)  # point key -> row (resume)
+
+    @property
+    def csv(self) -> bool:
+        return self.path is not None and self.path.suffix == ".csv"
+
+    def load(self) -> None:
+        """The rows already in the file (a torn last line is dropped, as if never written)."""
+        if self.path is None or not self.path.is_file():
+            return
+        text = self.path.read_text()
+        if not text.endswith("\n"):  # an interrupted write: keep the complete lines only
+            text = text[:text.rfind("\n") + 1]
+            self.path.write_text(text)
+        if self.csv:
+            for rec in csv.DictReader(io.StringIO(text)):
+                axes = {k: rec[k] for k in self.axis_keys}
+                self.done[json.dumps(axes, sort_keys=True)] = {
+                    "point": int(rec["point"]), "axes": axes, "error": rec["error"] or None,
+                    "result": None}
+            return
+        for line in text.splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                raise KernbenchError(f"{self.path}: not a sweep results file "
+                                     "(a line is not JSON); --resume needs one") from None
+            self.done[json.dumps(row["axes"], sort_keys=True)] = row
+
+    def open(self, fresh: bool):
+        if self.path is None:
+            return None
+        handle = self.path.open("w" if fresh else "a", newline="")
+        if self.csv and (fresh or handle.tell() == 0):
+            csv.writer(handle).writerow(["point", *self.axis_keys, *CSV_RESULT, "error"])
+            handle.flush()
+        return handle
+
+    def write(self, handle, row: dict[str, Any]) -> None:
+        if handle is None:
+            return
+        if self.csv:
+            csv.writer(handle).writerow(_csv_row(row, self.axis_keys))
+        else:
+            handle.write(json.dumps(row, sort_keys=True) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+# ---------------------------------------------------------------------- the pool
+
+def run_local(spec: Spec, todo: list[Point], jobs: int,
+              on_row: Callable[[dict[str, Any]], None],
+              worker: Callable[[Spec, Point], dict[str, Any]] = run_point) -> None:
+    """Run `todo` on `jobs` worker processes; `on_row` gets each row in point order.
+
+    When a worker dies, the pool goes with it and every point then running
+    fails alike; so each of those is run again alone in a process of its own,
+    which tells the point that kills its worker (it dies again: a failed row)
+    from those that went down with it (they complete).
+    """
+    pending = list(todo)
+    ready: dict[int, dict[str, Any]] = {}
+    order = [p.index for p in todo]
+    emitted = 0
+
+    def emit() -> None:
+        nonlocal emitted
+        while emitted < len(order) and order[emitted] in ready:
+            on_row(ready.pop(order[emitted]))
+            emitted += 1
+
+    while pending:
+        suspects: list[Point] = []
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            running: dict[Future, Point] = {}
+            while (pending or running) and not suspects:
+                while pending and len(running) < jobs:
+                    point = pending.pop(0)
+                    running[pool.submit(worker, spec, point)] = point
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    point = running.pop(future)
+                    try:
+                        ready[point.index] = future.result()
+                    except BrokenProcessPool:
+                        suspects.append(point)
+                emit()
+            suspects += running.values()  # still running when the pool broke
+        for point in sorted(suspects, key=lambda p: p.index):
+            row = _alone(spec, point, worker)
+            ready[point.index] = row if row is not None else {
+                "point": point.index, "axes": point.axes, "result": None,
+                "error": "its worker process died, and again when it ran alone (killed, or "
+                         "out of memory)"}
+        emit()
+    emit()
+
+
+def _alone(spec: Spec, point: Point,
+           worker: Callable[[Spec, Point], dict[str, Any]]) -> dict[str, Any] | None:
+    """`point` run in a worker process of its own; None if that process dies too."""
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        try:
+            return pool.submit(worker, spec, point).result()
+        except BrokenProcessPool:
+            return None

@@ -1,0 +1,134 @@
+"""`kernbench sweep`: points, rows equal to single runs, results files, resume, dead workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from kernbench_cli.sweep import Point, Spec, points, run_local, run_point, split_values
+
+from .conftest import TESTS
+
+LOAD_DOT = str(TESTS / "kernels" / "load_dot.py")
+AXES = ("--set", "hbm.bandwidth=102.4GB/s,204.8GB/s", "--set", "costs.issue.load=4ns,10ns")
+
+
+def test_points_are_the_product_first_axis_slowest_or_zipped():
+    got = points(["a.b=1,2", "c=[4,2],[8,1]"], ["n=7"])
+    assert [(p.sets, p.params) for p in got] == [
+        (("a.b=1", "c=[4,2]"), ("n=7",)), (("a.b=1", "c=[8,1]"), ("n=7",)),
+        (("a.b=2", "c=[4,2]"), ("n=7",)), (("a.b=2", "c=[8,1]"), ("n=7",))]
+    zipped = points(["a=1,2"], ["n=3,4"], zipped=True)
+    assert [(p.sets, p.params) for p in zipped] == [(("a=1",), ("n=3",)), (("a=2",), ("n=4",))]
+    assert split_values('"x,y",[1,2],3') == ['"x,y"', "[1,2]", "3"]
+
+
+def test_each_row_is_the_run_of_its_point_alone(cli):
+    code, out, _ = cli("sweep", LOAD_DOT, *AXES, "--jobs", "2", "--json")
+    assert code == 0
+    rows = json.loads(out)
+    assert [r["axes"] for r in rows] == [
+        {"hbm.bandwidth": bw, "costs.issue.load": cost}
+        for bw in ("102.4GB/s", "204.8GB/s") for cost in ("4ns", "10ns")]
+    for row in rows:
+        code, alone, _ = cli("run", LOAD_DOT, "--json",
+                             *(x for k, v in row["axes"].items() for x in ("--set", f"{k}={v}")))
+        assert code == 0
+        alone = json.loads(alone)
+        for key in ("latency_ps", "engines", "checks", "critical_path", "topology_digest",
+                    "costs_digest"):
+            assert json.dumps(row["result"][key], sort_keys=True) == \
+                json.dumps(alone[key], sort_keys=True)
+
+
+def test_an_interrupted_sweep_resumes_without_rerunning_its_points(cli, tmp_path):
+    out = tmp_path / "r.jsonl"
+    code, _, _ = cli("sweep", LOAD_DOT, *AXES, "--jobs", "1", "--out", str(out))
+    assert code == 0
+    lines = out.read_text().splitlines()
+    assert [json.loads(line)["point"] for line in lines] == [0, 1, 2, 3]
+    # as if stopped while writing the third row; the first row's latency marked, to see
+    # that --resume keeps it rather than running the point again
+    first = json.loads(lines[0])
+    first["result"]["latency_ps"] = 1
+    out.write_text(json.dumps(first, sort_keys=True) + "\n" + lines[1] + "\n" + lines[2][:40])
+    code, text, err = cli("sweep", LOAD_DOT, *AXES, "--jobs", "1", "--out", str(out),
+                          "--resume", "--json")
+    assert code == 0
+    rows = json.loads(text)
+    assert rows[0]["result"]["latency_ps"] == 1  # not run again
+    assert [json.loads(line)["point"] for line in out.read_text().splitlines()] == [0, 1, 2, 3]
+    assert err.count("point ") == 2  # only the two points that were missing ran
+
+
+def test_a_csv_results_file(cli, tmp_path):
+    out = tmp_path / "r.csv"
+    code, _, _ = cli("sweep", LOAD_DOT, *AXES, "--jobs", "2", "--out", str(out))
+    assert code == 0
+    lines = out.read_text().splitlines()
+    assert lines[0] == ("point,hbm.bandwidth,costs.issue.load,latency_ps,bound,verified,"
+                        "gemm_mac_utilization,hbm_gbps,error")
+    assert lines[1].startswith("0,102.4GB/s,4ns,540000,gemm,True,")
+    assert len(lines) == 5
+
+
+def _dies_once(spec: Spec, point: Point) -> dict:
+    """A worker that SIGKILLs its own process the first time it meets point 1."""
+    marker = Path(spec.costs)  # (the test passes a marker path here)
+    if point.index == 1 and not marker.exists():
+        marker.write_text("killed")
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"point": point.index, "axes": point.axes, "error": None, "result": {"pid": 0}}
+
+
+def _always_dies(spec: Spec, point: Point) -> dict:
+    if point.index == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"point": point.index, "axes": point.axes, "error": None, "result": {"pid": 0}}
+
+
+def test_a_killed_worker_is_retried_and_the_sweep_completes(tmp_path):
+    todo = points(["a=1,2,3,4"], [])
+    rows = []
+    run_local(Spec("k", costs=str(tmp_path / "marker")), todo, 2, rows.append,
+              worker=_dies_once)
+    assert [(r["point"], r["error"]) for r in rows] == [(0, None), (1, None), (2, None),
+                                                        (3, None)]
+    rows.clear()
+    run_local(Spec("k"), todo, 2, rows.append, worker=_always_dies)
+    assert [(r["point"], r["error"]) for r in rows] == [
+        (0, None), (1, "its worker process died, and again when it ran alone (killed, or out "
+                       "of memory)"),
+        (2, None), (3, None)]
+
+
+def test_a_failing_point_is_a_row_not_a_crash(cli):
+    code, out, err = cli("sweep", LOAD_DOT, "--set", "pe.gemm.rows=32,0", "--json")
+    assert code == 1
+    rows = json.loads(out)
+    assert rows[0]["error"] is None
+    assert rows[1]["error"] == "--set pe.gemm.rows=0: pe.gemm.rows: expected a positive " \
+                               "integer, got 0"
+    assert err.endswith("error: 1 of 2 points failed (their rows say why)\n")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--set", "a=1,2", "-p", "n=1,2,3", "--zip"), "--zip needs axes of one length; got [2, 3] "
+                                                    "values"),
+    (("--out", "r.txt"), "--out 'r.txt': the results file must end in .jsonl or .csv"),
+    (("--resume",), "--resume needs --out, the results file to resume"),
+    (("--set", "a"), "--set 'a': expected KEY=V1,V2,…"),
+    (("--set", "a=1,,2"), "--set 'a=1,,2': an empty value"),
+])
+def test_bad_sweep_options_are_one_line(cli, args, message):
+    code, out, err = cli("sweep", LOAD_DOT, *args)
+    assert (code, out, err) == (2, "", f"error: {message}\n")
+
+
+def test_run_point_reports_a_verification_failure_as_its_error(tmp_path):
+    row = run_point(Spec(LOAD_DOT, timing_only=True), points([], [])[0])
+    assert (row["error"], row["result"]["verified"]) == (None, None)
