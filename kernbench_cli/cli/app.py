@@ -12,7 +12,7 @@ import sys
 import typer
 from typer.core import TyperGroup
 
-from kernbench_cli.cli import addr, golden, kernels, run, sweep, topology
+from kernbench_cli.cli import addr, compare, golden, kernels, run, sweep, topology
 from kernbench_cli.errors import KernbenchError
 
 
@@ -43,6 +43,7 @@ app = typer.Typer(
 app.command("run")(run.run)
 app.command("replay")(run.replay)
 app.command("sweep")(sweep.sweep)
+app.command("compare")(compare.compare)
 app.command("kernels")(kernels.kernels)
 app.command("decode")(addr.decode)
 app.command("encode")(addr.encode)

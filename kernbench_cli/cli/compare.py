@@ -1,0 +1,29 @@
+"""`kernbench compare`: runs side by side."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kernbench_cli.cli.common import JsonOpt
+
+
+def compare(
+    files: Annotated[list[Path], typer.Argument(
+        help="`run --json` outputs, or sweep .jsonl files (a run per row).")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Runs side by side: latency, each engine's busy time and utilisation, verdicts, with the
+    change against the first."""
+    from kernbench_cli.report.compare import compare_json, compare_table, load_runs
+
+    runs = load_runs(files)
+    if as_json:
+        typer.echo(json.dumps(compare_json(runs), sort_keys=True, indent=2))
+        return
+    from rich.console import Console
+
+    Console().print(compare_table(runs))

@@ -1,0 +1,112 @@
+"""Runs side by side (`kernbench compare`): each metric, and its change against the first run.
+
+A run is a `run --json` object, or a row of a sweep's `.jsonl` (its
+`result`). Metrics: the latency, each engine's mean busy time and
+utilisation, the verdicts (bound by, verified, physical invariants held).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from kernbench_cli.config.units import format_time_ps
+from kernbench_cli.errors import KernbenchError
+
+
+def load_runs(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
+    """(label, run --json object) of every run in `paths`; a file is one object or JSON lines."""
+    runs = []
+    for path in paths:
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise KernbenchError(f"{path}: cannot read: {exc.strerror}") from None
+        try:
+            whole = json.loads(text)
+        except json.JSONDecodeError:
+            whole = None
+        if isinstance(whole, dict) and "latency_ps" in whole:
+            runs.append((path.name, whole))
+            continue
+        for n, line in enumerate(text.splitlines(), 1):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                raise KernbenchError(f"{path}:{n}: not JSON: expected `run --json` output or a "
+                                     "sweep's .jsonl rows") from None
+            result = row.get("result") if isinstance(row, dict) else None
+            if not isinstance(result, dict) or "latency_ps" not in result:
+                raise KernbenchError(f"{path}:{n}: no run result here (a failed sweep point, "
+                                     "or not kernbench output)")
+            axes = " ".join(f"{k}={v}" for k, v in row.get("axes", {}).items())
+            runs.append((f"{path.name}#{row.get('point', n - 1)} {axes}".rstrip(), result))
+    if len(runs) < 2:
+        raise KernbenchError(f"compare needs at least two runs; got {len(runs)}")
+    return runs
+
+
+def metrics(runs: list[tuple[str, dict[str, Any]]]) -> dict[str, list[Any]]:
+    """{metric: its value in each run (None where a run has no such engine)}."""
+    out: dict[str, list[Any]] = {"latency_ps": [r["latency_ps"] for _, r in runs]}
+    engines = sorted({name for _, r in runs for name in r.get("engines", {})})
+    for name in engines:
+        stats = [r.get("engines", {}).get(name) for _, r in runs]
+        out[f"{name}.busy_ps"] = [s["busy_ps"] if s else None for s in stats]
+        out[f"{name}.utilization"] = [s["utilization"] if s else None for s in stats]
+    out["bound"] = [(r.get("bound") or {}).get("engine") for _, r in runs]
+    out["verified"] = [r.get("verified") for _, r in runs]
+    out["invariants_held"] = [
+        sum(1 for c in r.get("checks", []) if c.get("kind") == "invariant" and c.get("passed"))
+        for _, r in runs]
+    return out
+
+
+def deltas(values: list[Any]) -> list[float | None]:
+    """Each value's change against the first, in percent (None where not numeric)."""
+    first = values[0]
+    out = []
+    for v in values:
+        numeric = isinstance(v, (int, float)) and not isinstance(v, bool)
+        if not numeric or not isinstance(first, (int, float)) or isinstance(first, bool) \
+                or first == 0:
+            out.append(None)
+        else:
+            out.append(round((v - first) / first * 100, 3))
+    return out
+
+
+def _cell(name: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if name.endswith("_ps"):
+        return format_time_ps(value)
+    if name.endswith("utilization"):
+        return f"{value:.1%}"
+    return str(value)
+
+
+def compare_table(runs: list[tuple[str, dict[str, Any]]]) -> Table:
+    table = Table(title="Compare: change against the first run", title_style="bold")
+    table.add_column("metric", style="bold")
+    for label, _ in runs:
+        table.add_column(label, justify="right", overflow="fold")
+    for name, values in metrics(runs).items():
+        cells = []
+        for value, delta in zip(values, deltas(values), strict=True):
+            text = _cell(name, value)
+            if delta is not None and values is not None and cells:
+                text += f" ({delta:+.1f}%)"
+            cells.append(text)
+        table.add_row(name, *cells)
+    return table
+
+
+def compare_json(runs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    table = metrics(runs)
+    return {"runs": [label for label, _ in runs],
+            "metrics": {name: {"values": values, "delta_pct": deltas(values)}
+                        for name, values in table.items()}}
