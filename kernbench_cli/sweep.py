@@ -59,6 +59,7 @@ class Spec:
     costs: str | None = None
     seed: int = 0
     timing_only: bool = False
+    trace: str | None = None  # replay this recording at every point instead of running
 
 
 def split_values(text: str) -> list[str]:
@@ -122,6 +123,8 @@ def run_point(spec: Spec, point: Point) -> dict[str, Any]:
     from kernbench_cli.sim.run import run_kernel
 
     row: dict[str, Any] = {"point": point.index, "axes": point.axes}
+    if spec.trace is not None:
+        return _replay_point(spec, point, row)
     try:
         module = load_kernel(spec.kernel)
         amap = load_address_map(spec.topology, Path(spec.costs) if spec.costs else None,
@@ -134,6 +137,49 @@ def run_point(spec: Spec, point: Point) -> dict[str, Any]:
     if result.verified is False:
         return {**row, "error": "verification failed", "result": out}
     return {**row, "error": None, "result": out}
+
+
+def _replay_point(spec: Spec, point: Point, row: dict[str, Any]) -> dict[str, Any]:
+    """A point of a replayed sweep: the recording re-timed with the point's `--set`s."""
+    from kernbench_cli.address import load_address_map
+    from kernbench_cli.report.run import to_json
+    from kernbench_cli.sim.run import replay_trace
+    from kernbench_cli.sim.trace_file import read_trace
+
+    try:
+        trace = read_trace(Path(spec.trace))
+        amap = load_address_map(spec.topology or trace.topology,
+                                Path(spec.costs) if spec.costs else None, point.sets)
+        result = replay_trace(trace, amap, spec.trace)
+    except KernbenchError as exc:
+        return {**row, "error": " / ".join(exc.lines()), "result": None}
+    return {**row, "error": None, "result": to_json(result), "replayed": True}
+
+
+def cost_only(todo: list[Point]) -> bool:
+    """Whether the points differ in cost-table keys only (so one recording serves them all)."""
+    from kernbench_cli.config.loader import COSTS_PREFIX
+
+    first = todo[0]
+    return len(todo) > 1 and all(p.params == first.params for p in todo) and all(
+        a == b or a.startswith(COSTS_PREFIX)
+        for p in todo for a, b in zip(p.sets, first.sets, strict=True))
+
+
+def record(spec: Spec, point: Point, path: Path) -> None:
+    """Run `point` timing-only and write its command trace to `path` (for a replayed sweep)."""
+    from kernbench_cli.address import load_address_map
+    from kernbench_cli.config.loader import COSTS_PREFIX
+    from kernbench_cli.sim.kernels import load_kernel, parse_params
+    from kernbench_cli.sim.run import run_kernel
+    from kernbench_cli.sim.trace_file import write_trace
+
+    module = load_kernel(spec.kernel)
+    sets = [s for s in point.sets if not s.startswith(COSTS_PREFIX)]
+    amap = load_address_map(spec.topology, Path(spec.costs) if spec.costs else None, sets)
+    result = run_kernel(module, amap, parse_params(module, list(point.params)), seed=spec.seed,
+                        timing_only=True)
+    write_trace(path, result.trace)
 
 
 # ---------------------------------------------------------------------- results files
@@ -228,9 +274,10 @@ def run_local(spec: Spec, todo: list[Point], jobs: int,
             on_row(ready.pop(order[emitted]))
             emitted += 1
 
+    context = _worker_context()
     while pending:
         suspects: list[Point] = []
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
             running: dict[Future, Point] = {}
             while (pending or running) and not suspects:
                 while pending and len(running) < jobs:
@@ -255,10 +302,20 @@ def run_local(spec: Spec, todo: list[Point], jobs: int,
     emit()
 
 
+def _worker_context():
+    """Workers start from a fresh interpreter (forkserver), one BLAS thread each: N workers
+    on N cores, not N x the BLAS's threads spinning against each other."""
+    import multiprocessing
+
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    return multiprocessing.get_context("forkserver")
+
+
 def _alone(spec: Spec, point: Point,
            worker: Callable[[Spec, Point], dict[str, Any]]) -> dict[str, Any] | None:
     """`point` run in a worker process of its own; None if that process dies too."""
-    with ProcessPoolExecutor(max_workers=1) as pool:
+    with ProcessPoolExecutor(max_workers=1, mp_context=_worker_context()) as pool:
         try:
             return pool.submit(worker, spec, point).result()
         except BrokenProcessPool:

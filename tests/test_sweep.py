@@ -132,3 +132,31 @@ def test_bad_sweep_options_are_one_line(cli, args, message):
 def test_run_point_reports_a_verification_failure_as_its_error(tmp_path):
     row = run_point(Spec(LOAD_DOT, timing_only=True), points([], [])[0])
     assert (row["error"], row["result"]["verified"]) == (None, None)
+
+
+def test_a_cost_only_sweep_records_once_and_replays_each_point(cli):
+    """Only cost-table keys vary: one recording, replayed per point; each row equals the
+    point's own timing-only run."""
+    code, out, _ = cli("sweep", "gqa_attention", "--set", "costs.issue.math=4ns,8ns",
+                       "--set", "costs.issue.composite=40ns,80ns", "--timing-only", "--json")
+    assert code == 0
+    rows = json.loads(out)
+    assert all(row.get("replayed") for row in rows)
+    for row in rows:
+        code, alone, _ = cli("run", "gqa_attention", "--timing-only", "--json",
+                             *(x for k, v in row["axes"].items() for x in ("--set", f"{k}={v}")))
+        alone = json.loads(alone)
+        for key in ("latency_ps", "engines", "critical_path", "costs_digest"):
+            assert json.dumps(row["result"][key], sort_keys=True) == \
+                json.dumps(alone[key], sort_keys=True), key
+    latency = {(r["axes"]["costs.issue.math"], r["axes"]["costs.issue.composite"]):
+               r["result"]["latency_ps"] for r in rows}
+    assert latency["8ns", "40ns"] > latency["4ns", "40ns"]  # PE_CPU issues MATH on the path
+
+
+def test_replay_sweeps_take_no_parameter_axes(cli, tmp_path):
+    trace = tmp_path / "t.kbtrace"
+    assert cli("run", LOAD_DOT, "--record", str(trace))[0] == 0
+    assert cli("sweep", LOAD_DOT, "--replay", str(trace), "-p", "n=1,2") == (
+        2, "", "error: --replay: -p cannot vary (the recording fixed the kernel's "
+               "parameters)\n")

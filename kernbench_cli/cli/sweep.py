@@ -36,10 +36,15 @@ def sweep(
         "--out", help="Write a row per finished point to this .jsonl or .csv file.")] = None,
     resume: Annotated[bool, typer.Option(
         "--resume", help="Skip the points already in --out; append the rest.")] = False,
+    replay: Annotated[Path | None, typer.Option(
+        "--replay", help="Replay this recording (run --record) at every point; only --set "
+                         "axes, no -p.")] = None,
+    no_replay: Annotated[bool, typer.Option(
+        "--no-replay", help="Run every point, even when only cost-table keys vary.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Run KERNEL at every point of the axes; a table of the points, as given."""
-    from kernbench_cli.sweep import Results, Spec, points, run_local
+    from kernbench_cli.sweep import Results, Spec, cost_only, points, record, run_local
 
     if out is not None and out.suffix not in (".jsonl", ".csv"):
         raise KernbenchError(f"--out {str(out)!r}: the results file must end in .jsonl or .csv")
@@ -57,9 +62,22 @@ def sweep(
         if point.key in results.done:
             rows[point.index] = {**results.done[point.key], "point": point.index}
     left = [p for p in todo if p.index not in rows]
-    spec = Spec(kernel, topology, str(costs) if costs else None, seed, timing_only)
+    spec = Spec(kernel, topology, str(costs) if costs else None, seed, timing_only,
+                str(replay) if replay else None)
+    if replay is not None and any(p.params != todo[0].params for p in todo):
+        raise KernbenchError("--replay: -p cannot vary (the recording fixed the kernel's "
+                             "parameters)")
     handle = results.open(fresh=not resume)
     tty = sys.stderr.isatty()
+    scratch = None
+    if replay is None and timing_only and not no_replay and left and cost_only(todo):
+        # one recording serves every point: record once, replay each
+        import tempfile
+
+        scratch = tempfile.TemporaryDirectory(prefix="kernbench-sweep-")
+        trace = Path(scratch.name) / "sweep.kbtrace"
+        record(spec, todo[0], trace)
+        spec.trace = str(trace)
     try:
         with _progress(len(left), tty) as advance:
             def on_row(row: dict[str, Any]) -> None:
@@ -72,6 +90,8 @@ def sweep(
     finally:
         if handle is not None:
             handle.close()
+        if scratch is not None:
+            scratch.cleanup()
     ordered = [rows[p.index] for p in todo]
     if as_json:
         import json

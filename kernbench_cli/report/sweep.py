@@ -22,7 +22,8 @@ def sweep_table(rows: list[dict[str, Any]]) -> Table:
                          min_width=min(max(widest, len(last)), 20))
     for name in ("latency", "vs first", "bound by", "GEMM MAC", "result"):
         table.add_column(name, justify="left" if name in ("bound by", "result") else "right",
-                         no_wrap=name == "result")
+                         min_width=11 if name == "result" else None,
+                         max_width=36 if name == "result" else None)
     first = next((r["result"]["latency_ps"] for r in rows[:1] if r["result"]), None)
     for row in rows:
         result = row["result"]
