@@ -160,3 +160,36 @@ def test_replay_sweeps_take_no_parameter_axes(cli, tmp_path):
     assert cli("sweep", LOAD_DOT, "--replay", str(trace), "-p", "n=1,2") == (
         2, "", "error: --replay: -p cannot vary (the recording fixed the kernel's "
                "parameters)\n")
+
+
+def test_plot_draws_the_sweep(cli, tmp_path):
+    pytest.importorskip("matplotlib")
+    png, svg, again = tmp_path / "s.png", tmp_path / "s.svg", tmp_path / "again.svg"
+    for path in (png, svg, again):
+        code, _, _ = cli("sweep", LOAD_DOT, *AXES, "--timing-only", "--plot", str(path),
+                         "--x", "hbm.bandwidth")
+        assert code == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = svg.read_text()
+    assert "hbm.bandwidth (GB/s)" in text and "latency (us)" in text
+    assert "costs.issue.load=10ns" in text  # a line per value of the other axis
+    assert again.read_bytes() == svg.read_bytes()  # deterministic
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--plot", "s.gif"), "--plot 's.gif': the figure must end in .png, .svg, .pdf"),
+    (("--plot", "s.png", "--y", "speed"), "--y 'speed': one of latency, "
+                                          "gemm_mac_utilization, hbm_gbps"),
+    (("--plot", "s.png", "--x", "hbm.latency"), "--x 'hbm.latency': not a swept axis (axes: "
+                                                "hbm.bandwidth, costs.issue.load)"),
+])
+def test_bad_plot_options_are_one_line(cli, args, message):
+    assert cli("sweep", LOAD_DOT, *AXES, *args) == (2, "", f"error: {message}\n")
+
+
+def test_plot_without_matplotlib_says_how_to_install_it(cli, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    assert cli("sweep", LOAD_DOT, "--plot", "s.png") == (
+        2, "", "error: --plot needs matplotlib: pip install 'kernbench[plot]'\n")

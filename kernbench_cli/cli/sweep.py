@@ -41,6 +41,14 @@ def sweep(
                          "axes, no -p.")] = None,
     no_replay: Annotated[bool, typer.Option(
         "--no-replay", help="Run every point, even when only cost-table keys vary.")] = False,
+    plot: Annotated[Path | None, typer.Option(
+        "--plot", help="Draw the sweep to this .png, .svg or .pdf (needs kernbench[plot]).")]
+    = None,
+    x: Annotated[str | None, typer.Option(
+        "--x", help="The axis along the plot's x (default: the first that varies).")] = None,
+    y: Annotated[str, typer.Option(
+        "--y", help="The plot's metric: latency, gemm_mac_utilization or hbm_gbps.")]
+    = "latency",
     as_json: JsonOpt = False,
 ) -> None:
     """Run KERNEL at every point of the axes; a table of the points, as given."""
@@ -54,6 +62,10 @@ def sweep(
         raise KernbenchError(f"--jobs {jobs}: needs at least one worker")
     todo = points(sets or [], param or [], zipped)
     axis_keys = list(todo[0].axes) if todo else []
+    if plot is not None:
+        from kernbench_cli.report.plot import check
+
+        check(plot, x, y, axis_keys)
     results = Results(out, axis_keys)
     if resume:
         results.load()
@@ -103,6 +115,11 @@ def sweep(
         from kernbench_cli.report.sweep import sweep_table
 
         Console().print(sweep_table(ordered))
+    if plot is not None:
+        from kernbench_cli.report.plot import plot as draw
+
+        where = topology or "default"
+        draw(plot, ordered, x, y, f"{kernel} on {where}: {len(ordered)} points")
     failed = [r for r in ordered if r["error"]]
     if failed:
         raise SweepError(f"{len(failed)} of {len(ordered)} points failed (their rows say why)")
