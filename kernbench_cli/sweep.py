@@ -302,6 +302,96 @@ def run_local(spec: Spec, todo: list[Point], jobs: int,
     emit()
 
 
+# ---------------------------------------------------------------------- Dask
+
+def bundle(spec: Spec) -> dict[str, bytes]:
+    """The files a point reads from the client's disk, by a name relative to a folder the
+    worker makes: the kernel (.py path), the topology (TOML path) and the cost table it names,
+    the `--costs` file. Shipped kernels and topologies, given by name, need none."""
+    import tomllib
+
+    files: dict[str, bytes] = {}
+    if spec.kernel.endswith(".py"):
+        files["kernel/" + Path(spec.kernel).name] = Path(spec.kernel).read_bytes()
+    if spec.topology and spec.topology.endswith(".toml"):
+        topo = Path(spec.topology)
+        files["topology/" + topo.name] = topo.read_bytes()
+        try:
+            named = tomllib.loads(files["topology/" + topo.name].decode()).get("costs", "")
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+            named = ""  # the worker's load reports the file's problem as a row
+        if named and (topo.parent / named).is_file():
+            files["topology/" + named] = (topo.parent / named).read_bytes()
+    if spec.costs:
+        files["costs/" + Path(spec.costs).name] = Path(spec.costs).read_bytes()
+    if spec.trace:
+        files["trace/" + Path(spec.trace).name] = Path(spec.trace).read_bytes()
+    return files
+
+
+def run_bundled(spec: Spec, files: dict[str, bytes], point: Point) -> dict[str, Any]:
+    """`run_point` on a worker that has only `files` of the client's disk (see `bundle`)."""
+    import tempfile
+
+    if not files:
+        return run_point(spec, point)
+    with tempfile.TemporaryDirectory(prefix="kernbench-point-") as folder:
+        root = Path(folder)
+        for name, data in files.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_bytes(data)
+
+        def local(path: str | None, kind: str) -> str | None:
+            if path is None or f"{kind}/{Path(path).name}" not in files:
+                return path
+            return str(root / kind / Path(path).name)
+
+        here = Spec(local(spec.kernel, "kernel"), local(spec.topology, "topology"),
+                    local(spec.costs, "costs"), spec.seed, spec.timing_only,
+                    local(spec.trace, "trace"))
+        row = run_point(here, point)
+    if row["error"]:  # name the client's files, not the worker's copies
+        row["error"] = row["error"].replace(str(root) + "/kernel/", "").replace(
+            str(root) + "/", "")
+    return row
+
+
+def run_dask(address: str, spec: Spec, todo: list[Point],
+             on_row: Callable[[dict[str, Any]], None]) -> None:
+    """Run `todo` on the Dask cluster at `address`; `on_row` gets each row in point order.
+    A task whose worker dies is retried by Dask once, then is a failed row."""
+    try:
+        from distributed import Client, as_completed
+    except ImportError:
+        raise KernbenchError("--dask needs Dask: pip install 'kernbench[dask]'") from None
+    files = bundle(spec)
+    try:
+        client = Client(address, timeout="10s")
+    except (OSError, TimeoutError) as exc:
+        raise KernbenchError(f"--dask {address}: cannot reach the scheduler: {exc}") from None
+    ready: dict[int, dict[str, Any]] = {}
+    order = [p.index for p in todo]
+    emitted = 0
+    try:
+        shipped = client.scatter(files, broadcast=True) if files else files
+        futures = {client.submit(run_bundled, spec, shipped, point, pure=False, retries=1,
+                                 key=f"kernbench-point-{point.index}-{os.getpid()}"): point
+                   for point in todo}
+        for future in as_completed(futures):
+            point = futures[future]
+            try:
+                ready[point.index] = future.result()
+            except Exception as exc:
+                ready[point.index] = {"point": point.index, "axes": point.axes,
+                                      "result": None,
+                                      "error": f"Dask: {type(exc).__name__}: {exc}"}
+            while emitted < len(order) and order[emitted] in ready:
+                on_row(ready.pop(order[emitted]))
+                emitted += 1
+    finally:
+        client.close()
+
+
 def _worker_context():
     """Workers start from a fresh interpreter (forkserver), one BLAS thread each: N workers
     on N cores, not N x the BLAS's threads spinning against each other."""

@@ -193,3 +193,47 @@ def test_plot_without_matplotlib_says_how_to_install_it(cli, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
     assert cli("sweep", LOAD_DOT, "--plot", "s.png") == (
         2, "", "error: --plot needs matplotlib: pip install 'kernbench[plot]'\n")
+
+
+def test_a_dask_cluster_gives_the_local_pools_rows(cli):
+    """A real distributed.LocalCluster with 2 worker processes: the same rows, field for
+    field, as the local pool."""
+    distributed = pytest.importorskip("distributed")
+    code, local, _ = cli("sweep", LOAD_DOT, *AXES, "--jobs", "2", "--json")
+    assert code == 0
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        code, remote, err = cli("sweep", LOAD_DOT, *AXES, "--dask", cluster.scheduler_address,
+                                "--json")
+    assert code == 0, err
+    assert json.loads(remote) == json.loads(local)
+
+
+def test_a_points_files_travel_with_it(tmp_path):
+    """The kernel and topology files go with the task: the worker needs none of the client's
+    disk (here they are gone before the point runs)."""
+    from kernbench_cli.resources import resolve_topology
+    from kernbench_cli.sweep import bundle, run_bundled
+
+    kernel = tmp_path / "mine.py"
+    kernel.write_text(Path(LOAD_DOT).read_text())
+    topo = tmp_path / "t.toml"
+    topo.write_text(Path(resolve_topology("default")).read_text().replace(
+        'costs = "costs/default.toml"', 'costs = "c.toml"'))
+    (tmp_path / "c.toml").write_text('name = "mine"\n[issue]\nload = "10ns"\n')
+    spec = Spec(str(kernel), str(topo))
+    files = bundle(spec)
+    assert sorted(files) == ["kernel/mine.py", "topology/c.toml", "topology/t.toml"]
+    for path in (kernel, topo, tmp_path / "c.toml"):
+        path.unlink()
+    row = run_bundled(spec, files, points([], [])[0])
+    assert row["error"] is None
+    assert row["result"]["costs"] == "mine" and row["result"]["latency_ps"] == 546_000
+
+
+def test_dask_without_the_extra_says_how_to_install_it(cli, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed
+    assert cli("sweep", LOAD_DOT, "--dask", "tcp://127.0.0.1:8786") == (
+        2, "", "error: --dask needs Dask: pip install 'kernbench[dask]'\n")

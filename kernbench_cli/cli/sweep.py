@@ -49,10 +49,14 @@ def sweep(
     y: Annotated[str, typer.Option(
         "--y", help="The plot's metric: latency, gemm_mac_utilization or hbm_gbps.")]
     = "latency",
+    dask: Annotated[str | None, typer.Option(
+        "--dask", metavar="ADDRESS", envvar="DASK_SCHEDULER_ADDRESS",
+        help="Run the points on this Dask scheduler (tcp://HOST:8786; needs kernbench[dask]).")]
+    = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run KERNEL at every point of the axes; a table of the points, as given."""
-    from kernbench_cli.sweep import Results, Spec, cost_only, points, record, run_local
+    from kernbench_cli.sweep import Results, Spec, cost_only, points, record, run_dask, run_local
 
     if out is not None and out.suffix not in (".jsonl", ".csv"):
         raise KernbenchError(f"--out {str(out)!r}: the results file must end in .jsonl or .csv")
@@ -97,7 +101,9 @@ def sweep(
                 results.write(handle, row)
                 advance(row)
 
-            if left:
+            if left and dask:
+                run_dask(dask, spec, left, on_row)
+            elif left:
                 run_local(spec, left, jobs or os.cpu_count() or 1, on_row)
     finally:
         if handle is not None:
