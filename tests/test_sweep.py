@@ -237,3 +237,32 @@ def test_dask_without_the_extra_says_how_to_install_it(cli, monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed
     assert cli("sweep", LOAD_DOT, "--dask", "tcp://127.0.0.1:8786") == (
         2, "", "error: --dask needs Dask: pip install 'kernbench[dask]'\n")
+
+
+def test_a_sweep_killed_mid_way_leaves_a_valid_file_that_resumes(tmp_path):
+    """A real sweep process SIGKILLed once its first rows are written: every line of the file
+    is a whole row, and --resume runs the rest only."""
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "r.jsonl"
+    args = [sys.executable, "-m", "kernbench_cli", "sweep", "gqa_attention", "-p",
+            "seq_len=4096,8192,16384,32768,65536", "--timing-only", "--jobs", "1", "--out",
+            str(out)]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if out.is_file() and out.read_text().count("\n") >= 2:
+            break
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its workers
+    proc.wait()
+    lines = out.read_text().splitlines()
+    finished = [json.loads(line)["point"] for line in lines if line.endswith("}")]
+    assert 2 <= len(finished) < 5 and finished == list(range(len(finished)))
+    done = subprocess.run([*args, "--resume"], capture_output=True, text=True, check=True)
+    assert done.stderr.count("point ") == 5 - len(finished)  # only the missing points ran
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["point"] for r in rows] == [0, 1, 2, 3, 4]
