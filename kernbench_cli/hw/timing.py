@@ -750,10 +750,7 @@ class Timing:
         then before its issue; last, its time at the end): waits for TCM, the issue cost,
         then a stall for a queue slot and the command's own wait (a value, a message, a
         credit)."""
-        pid, stream, issue = proc.pid, self.program.streams[proc.pid], self.issue
-        cost = {LOAD: issue.load, STORE: issue.store, DOT: issue.dot, MATH: issue.math,
-                COMPOSITE: issue.composite, WAIT: issue.wait, SEND: issue.send,
-                RECV: issue.recv, READ: 0}
+        pid, stream, cost = proc.pid, self.program.streams[proc.pid], issue_costs(self.issue)
         waits = {WAIT: "wait", RECV: "recv", READ: "read", SEND: "wait for IPCQ credit"}
         for i in range(proc.n):
             reached, before, after = marks[2 * i], marks[2 * i + 1], marks[2 * i + 2]
@@ -938,6 +935,14 @@ class Timing:
             for proc in ring.sender_waiting:
                 proc.wake_at(at)
             ring.sender_waiting.clear()
+
+
+def issue_costs(issue) -> dict[int, int]:
+    """PE_CPU's issue cost (ps) per command kind, from the cost table's `issue` section
+    (CYCLES: its own count; READ: none)."""
+    return {LOAD: issue.load, STORE: issue.store, DOT: issue.dot, MATH: issue.math,
+            COMPOSITE: issue.composite, WAIT: issue.wait, SEND: issue.send, RECV: issue.recv,
+            READ: 0}
 
 
 def _tcm(base: int, offset: int) -> int | None:

@@ -46,6 +46,7 @@ from kernbench_cli.hw.timing import (
     TCM,
     VEC,
     Timing,
+    issue_costs,
 )
 from kernbench_cli.stream import (
     COMPOSITE,
@@ -128,10 +129,7 @@ class _Walk:
         self.system, self.timing = system, timing
         self.procs, self.streams = timing.procs, timing.program.streams
         topo = system.topology
-        issue = topo.cost_table.issue
-        self.costs = {LOAD: issue.load, STORE: issue.store, DOT: issue.dot, MATH: issue.math,
-                      COMPOSITE: issue.composite, WAIT: issue.wait, SEND: issue.send,
-                      RECV: issue.recv, READ: 0}
+        self.costs = issue_costs(topo.cost_table.issue)
         self.setup = topo.pe.dma.setup
         self.clock = topo.pe.clock
         self.steps: list[Step] = []
