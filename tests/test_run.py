@@ -250,3 +250,13 @@ def test_oplog_file_has_every_command_with_decoded_addresses(cli, run, tmp_path)
     assert first["dst_text"] == "TCM rack=0 sip=0 cube=0 pe=0 offset=0x0"
     store = next(r for r in records if r["kind"] == "store")
     assert store["src_text"].startswith("TCM") and store["dst_text"].startswith("HBM")
+
+
+def test_version(cli):
+    import tomllib
+
+    from kernbench_cli import __version__
+
+    assert cli("--version") == (0, f"kernbench {__version__}\n", "")
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert project["project"]["version"] == __version__  # one version, said twice

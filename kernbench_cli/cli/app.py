@@ -8,6 +8,7 @@ Typer program.
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 from typer.core import TyperGroup
@@ -40,6 +41,23 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+def _version(show: bool) -> None:
+    if show:
+        from kernbench_cli import __version__
+
+        typer.echo(f"kernbench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option(
+        "--version", help="Print the version and exit.", is_eager=True, callback=_version)]
+    = False,
+) -> None:
+    """Benchmark Triton-like kernels on a model of an HBM near-memory accelerator."""
+
+
 app.command("run")(run.run)
 app.command("replay")(run.replay)
 app.command("sweep")(sweep.sweep)
