@@ -260,3 +260,10 @@ def test_version(cli):
     assert cli("--version") == (0, f"kernbench {__version__}\n", "")
     project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     assert project["project"]["version"] == __version__  # one version, said twice
+
+
+def test_piped_output_has_no_trailing_padding(cli):
+    code, out, _ = cli("run", "gqa_attention")
+    assert code == 0
+    assert out.count("\n") > 20 and not [line for line in out.splitlines() if line.endswith(" ")]
+    assert max(len(line) for line in out.splitlines()) <= 80

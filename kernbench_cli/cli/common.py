@@ -29,6 +29,22 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object ins
 PerPeOpt = Annotated[bool, typer.Option("--per-pe", help="Also show each PE.")]
 
 
+def echo_rich(*renderables) -> None:
+    """Print Rich renderables: as they are on a terminal; piped, without the padding Rich
+    puts at the end of lines (so `grep`, `diff` and files see clean text)."""
+    import sys
+
+    from rich.console import Console
+
+    console = Console()
+    if console.is_terminal:
+        console.print(*renderables)
+        return
+    with console.capture() as capture:
+        console.print(*renderables)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in capture.get().splitlines()))
+
+
 def parse_int(text: str, what: str) -> int:
     """Hex (``0x…``, ``_`` allowed) or decimal; AddressError names `what` and the text."""
     clean = text.strip().replace("_", "")

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from kernbench_cli.cli.common import JsonOpt
+from kernbench_cli.cli.common import JsonOpt, echo_rich
 
 
 def compare(
@@ -24,6 +24,4 @@ def compare(
     if as_json:
         typer.echo(json.dumps(compare_json(runs), sort_keys=True, indent=2))
         return
-    from rich.console import Console
-
-    Console().print(compare_table(runs))
+    echo_rich(compare_table(runs))

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from kernbench_cli.address import load_address_map
-from kernbench_cli.cli.common import CostsOpt, JsonOpt, PerPeOpt, SetOpt, TopologyOpt
+from kernbench_cli.cli.common import CostsOpt, JsonOpt, PerPeOpt, SetOpt, TopologyOpt, echo_rich
 from kernbench_cli.errors import KernbenchError, RaceError, VerificationError
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
 
@@ -186,9 +186,7 @@ def show(result, as_json: bool, per_pe: bool) -> None:
     if as_json:
         typer.echo(json.dumps(report.to_json(result, per_pe), sort_keys=True, indent=2))
     else:
-        from rich.console import Console
-
-        Console().print(report.render(result, per_pe))
+        echo_rich(report.render(result, per_pe))
 
 
 def _save_npz(path: Path, arrays: dict) -> None:

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kernbench_cli.cli.common import CostsOpt, JsonOpt, TopologyOpt
+from kernbench_cli.cli.common import CostsOpt, JsonOpt, TopologyOpt, echo_rich
 from kernbench_cli.errors import KernbenchError, SweepError
 
 
@@ -116,11 +116,9 @@ def sweep(
 
         typer.echo(json.dumps(ordered, sort_keys=True, indent=2))
     else:
-        from rich.console import Console
-
         from kernbench_cli.report.sweep import sweep_table
 
-        Console().print(sweep_table(ordered))
+        echo_rich(sweep_table(ordered))
     if plot is not None:
         from kernbench_cli.report.plot import plot as draw
 
