@@ -267,3 +267,12 @@ def test_piped_output_has_no_trailing_padding(cli):
     assert code == 0
     assert out.count("\n") > 20 and not [line for line in out.splitlines() if line.endswith(" ")]
     assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_a_misaligned_load_names_the_alignment_its_dtype_needs(cli):
+    path = Path(__file__).parent / "kernels" / "misaligned.py"
+    code, out, err = cli("run", str(path))
+    assert (code, out) == (1, "")
+    assert err == (f"error: {path}:12: PE (rack=0 sip=0 cube=0 pe=0) at t=0ns: tl.load: "
+                   "address 0x2000000002 is not aligned for f32: it needs a multiple of 4 B "
+                   "(2 B past one)\n")

@@ -34,7 +34,7 @@ from kernbench_cli.errors import AddressError, KernelError
 from kernbench_cli.hw.composite import plan_gemm
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
 from kernbench_cli.lang.bridge import Hub, PeThread
-from kernbench_cli.lang.dtypes import DTYPES, dtype, promote
+from kernbench_cli.lang.dtypes import DTYPES, NAMES, dtype, promote
 from kernbench_cli.lang.memory import Memory
 from kernbench_cli.lang.tensor import Handle, Ref, Tensor
 from kernbench_cli.stream import (
@@ -161,6 +161,7 @@ class TL:
         shape_t, dt = _shape(shape), _dtype(dtype)
         nbytes = _nbytes(shape_t, dt)
         span = _span_bytes(shape_t, dt, stride)
+        _aligned(ptr, dt, "tl.load")
         self._memory.check(ptr, span, "tl.load")
         i = self._emit(LOAD, NONE, NONE, nbytes, span, ptr)
         value = self._memory.read_f32(ptr, shape_t, dt, "tl.load", stride) \
@@ -172,6 +173,7 @@ class TL:
         shape_t, dt = _shape(shape), _dtype(dtype)
         if len(shape_t) != 2:
             raise KernelError(f"tl.ref: shape must be 2D, got {list(shape_t)}")
+        _aligned(ptr, dt, "tl.ref")
         self._memory.check(ptr, _span_bytes(shape_t, dt, stride), "tl.ref")
         return Ref(ptr, shape_t, dt, shape_t[1] if stride is None else stride)
 
@@ -179,6 +181,7 @@ class TL:
         """Write `tensor` to memory at `ptr` (rows `stride` apart)."""
         tensor = self._own(tensor, "store")
         span = _span_bytes(tensor.shape, tensor.dtype, stride)
+        _aligned(ptr, tensor.dtype, "tl.store")
         self._memory.check(ptr, span, "tl.store")
         self._emit(STORE, tensor.cmd, NONE, tensor.nbytes, span, _offset(tensor.tcm), ptr)
         if self._values:
@@ -594,6 +597,14 @@ def _dtype(name: Any) -> np.dtype:
 
 def _nbytes(shape: tuple[int, ...], dt: np.dtype) -> int:
     return math.prod(shape) * dt.itemsize
+
+
+def _aligned(ptr: int, dt: np.dtype, what: str) -> None:
+    """A memory address must be a multiple of its dtype's size (the DMA moves whole
+    elements)."""
+    if isinstance(ptr, (int, np.integer)) and ptr % dt.itemsize:
+        raise KernelError(f"{what}: address {ptr:#x} is not aligned for {NAMES[dt]}: it "
+                          f"needs a multiple of {dt.itemsize} B ({ptr % dt.itemsize} B past one)")
 
 
 def _span_bytes(shape: tuple[int, ...], dt: np.dtype, stride: int | None) -> int:
