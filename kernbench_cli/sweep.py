@@ -196,6 +196,16 @@ def _csv_row(row: dict[str, Any], axis_keys: list[str]) -> list[Any]:
     return values
 
 
+def _csv_result(rec: dict[str, str]) -> dict[str, Any] | None:
+    """What a `.csv` row kept of a run's result (None: the point had none)."""
+    if not rec["latency_ps"]:
+        return None
+    return {"latency_ps": int(rec["latency_ps"]), "bound": {"engine": rec["bound"] or None},
+            "verified": {"True": True, "False": False}.get(rec["verified"]),
+            "gemm_mac_utilization": float(rec["gemm_mac_utilization"]),
+            "hbm_gbps": float(rec["hbm_gbps"])}
+
+
 @dataclass
 class Results:
     """The results file: rows appended in point order, flushed one by one."""
@@ -221,7 +231,7 @@ class Results:
                 axes = {k: rec[k] for k in self.axis_keys}
                 self.done[json.dumps(axes, sort_keys=True)] = {
                     "point": int(rec["point"]), "axes": axes, "error": rec["error"] or None,
-                    "result": None}
+                    "result": _csv_result(rec)}
             return
         for line in text.splitlines():
             try:

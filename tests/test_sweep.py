@@ -74,6 +74,11 @@ def test_a_csv_results_file(cli, tmp_path):
                         "gemm_mac_utilization,hbm_gbps,error")
     assert lines[1].startswith("0,102.4GB/s,4ns,540000,gemm,True,")
     assert len(lines) == 5
+    code, text, err = cli("sweep", LOAD_DOT, *AXES, "--out", str(out), "--resume", "--json")
+    assert (code, err) == (0, "")  # nothing left to run; the rows come from the file
+    rows = json.loads(text)
+    assert [r["result"]["latency_ps"] for r in rows] == [540_000, 546_000, 520_000, 526_000]
+    assert rows[0]["result"]["bound"] == {"engine": "gemm"}
 
 
 def _dies_once(spec: Spec, point: Point) -> dict:

@@ -784,9 +784,8 @@ class Timing:
         (its reference: the PE's command count plus its position there)."""
         pid, dma, gemm, path, log = pe.pid, pe.dma, pe.gemm, self._path, self.oplog
         tiles, base = proc.tiles, pid << PE_SHIFT
-        if log is not None:
-            k_gemm, k_load, k_store = (log.code(k) for k in ("gemm_tile", "load_tile",
-                                                              "store_tile"))
+        k_gemm, k_load, k_store = (log.code(k) for k in ("gemm_tile", "load_tile", "store_tile")) \
+            if log is not None else (0, 0, 0)
 
         def record(engine: InOrderEngine, code: int, ready: int, after: int, start: int,
                    end: int) -> int:
@@ -804,30 +803,26 @@ class Timing:
                            proc.current)
             return start, end, me
 
-        def load(ready: int, after: int, op: Operand, r0: int, c0: int, nr: int,
-                 nc: int) -> tuple[int, int, int]:
-            addr = op.addr + (r0 * op.row_stride + c0) * op.itemsize
-            nbytes = nr * nc * op.itemsize
-            route = path(pid, addr, True)[0]
+        def move(ready: int, after: int, addr: int, nbytes: int, inbound: bool,
+                 code: int) -> tuple[int, int, int]:
+            route = path(pid, addr, inbound)[0]
             start, end = dma.transfer(ready, nbytes, route)
             me = record(dma, DMA, ready, after, start, end)
             if dma.waited_on is not None:
                 proc.waits[me] = (dma.waited_on, dma.waited)
             if log is not None:
-                log.append(pid, DMA, k_load, ready, start, end, nbytes, 0, addr, None,
+                log.append(pid, DMA, code, ready, start, end, nbytes, 0,
+                           addr if inbound else None, None if inbound else addr,
                            proc.current, False, (dma.stream_at, dma.free_at), log.path(route[0]))
             return start, end, me
 
+        def load(ready: int, after: int, op: Operand, r0: int, c0: int, nr: int,
+                 nc: int) -> tuple[int, int, int]:
+            addr = op.addr + (r0 * op.row_stride + c0) * op.itemsize
+            return move(ready, after, addr, nr * nc * op.itemsize, True, k_load)
+
         def store(ready: int, after: int, addr: int, nbytes: int) -> tuple[int, int, int]:
-            route = path(pid, addr, False)[0]
-            start, end = dma.transfer(ready, nbytes, route)
-            me = record(dma, DMA, ready, after, start, end)
-            if dma.waited_on is not None:
-                proc.waits[me] = (dma.waited_on, dma.waited)
-            if log is not None:
-                log.append(pid, DMA, k_store, ready, start, end, nbytes, 0, None, addr,
-                           proc.current, False, (dma.stream_at, dma.free_at), log.path(route[0]))
-            return start, end, me
+            return move(ready, after, addr, nbytes, False, k_store)
 
         return TileStream(gemm_run, load, store)
 

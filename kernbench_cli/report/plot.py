@@ -87,7 +87,8 @@ def plot(path: Path, rows: list[dict[str, Any]], x: str | None, y: str, title: s
     done = [r for r in rows if r["result"] is not None]
     base = [0.0] * len(done)
     for engine in ENGINES:
-        busy = [r["result"]["engines"].get(engine, {}).get("busy_ps", 0) / 1e6 for r in done]
+        busy = [r["result"].get("engines", {}).get(engine, {}).get("busy_ps", 0) / 1e6
+                for r in done]
         bottom.bar(range(len(done)), busy, bottom=base, label=engine.upper())
         base = [a + b for a, b in zip(base, busy, strict=True)]
     bottom.set_xticks(range(len(done)), [str(r["point"]) for r in done])

@@ -1,4 +1,4 @@
-"""Launch a kernel on a system and collect a `RunResult` (DESIGN.md, data flow 4-7).
+"""Launch a kernel on a system and collect a `RunResult`: set up inputs, run, verify, report.
 
 A run is two passes. The functional pass (`lang`) runs every PE's kernel in
 program order with values and emits its command stream; every argument,
