@@ -13,6 +13,15 @@ drift).
 from __future__ import annotations
 
 
+def clip(value: object, width: int = 40) -> str:
+    """`repr(value)` for a message, cut in the middle past `width` characters, so a hostile
+    value (a number with 10^5 digits) still gives a one-line error."""
+    text = repr(value)
+    if len(text) <= width:
+        return text
+    return f"{text[:width // 2]}…{text[-8:]} ({len(text):,} characters)"
+
+
 class KernbenchError(Exception):
     """Root of every error a user can cause."""
 

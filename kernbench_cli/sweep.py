@@ -129,7 +129,8 @@ def run_point(spec: Spec, point: Point) -> dict[str, Any]:
         module = load_kernel(spec.kernel)
         amap = load_address_map(spec.topology, Path(spec.costs) if spec.costs else None,
                                 point.sets)
-        result = run_kernel(module, amap, parse_params(module, list(point.params)),
+        result = run_kernel(module, amap,
+                            parse_params(module, list(point.params), amap.topology.num_pes),
                             seed=spec.seed, timing_only=spec.timing_only)
     except KernbenchError as exc:
         return {**row, "error": " / ".join(exc.lines()), "result": None}
@@ -177,8 +178,8 @@ def record(spec: Spec, point: Point, path: Path) -> None:
     module = load_kernel(spec.kernel)
     sets = [s for s in point.sets if not s.startswith(COSTS_PREFIX)]
     amap = load_address_map(spec.topology, Path(spec.costs) if spec.costs else None, sets)
-    result = run_kernel(module, amap, parse_params(module, list(point.params)), seed=spec.seed,
-                        timing_only=True)
+    params = parse_params(module, list(point.params), amap.topology.num_pes)
+    result = run_kernel(module, amap, params, seed=spec.seed, timing_only=True)
     write_trace(path, result.trace)
 
 

@@ -39,6 +39,18 @@ PARAMS = {
     "skew": 0.0,
 }
 CHOICES = {"dtype": ("f16", "bf16", "f32")}
+PARAM_INFO = {
+    "model": "a preset of heads_q, heads_kv, head_dim (custom: as given)",
+    "batch": ("sequences decoded at once, one query token each", "sequences"),
+    "seq_len": ("KV-cache length, split over the PEs; default 4096, or 2 per PE on grids "
+                "of more than 2048 PEs", "tokens"),
+    "heads_q": ("query heads", "heads"),
+    "heads_kv": ("KV heads (a group of heads_q / heads_kv query heads shares one)", "heads"),
+    "head_dim": ("dimension of a head", "elements"),
+    "chunk": ("KV positions a PE streams per step (at most its shard)", "tokens"),
+    "dtype": "element type of Q, K, V and the output (f32 softmax)",
+    "skew": "> 0 plants one dominant key per group (tests the log-sum-exp merge)",
+}
 PRESETS = {
     "model": {
         "custom": {},
@@ -46,6 +58,11 @@ PRESETS = {
         "llama3-70b": {"heads_q": 64, "heads_kv": 8, "head_dim": 128},
     }
 }
+
+
+def scaled_defaults(num_pes):
+    """seq_len keeps at least 2 positions per PE, so the default runs on any topology."""
+    return {"seq_len": max(4096, 2 * num_pes)}
 
 
 def _check(host, p):

@@ -23,6 +23,22 @@ PARAMS = {
     "tile_k": 64,
 }
 CHOICES = {"mode": ("composite", "primitive"), "dtype": ("f16", "bf16", "f32")}
+PARAM_INFO = {
+    "M": ("rows of A and C", "elements"),
+    "K": ("columns of A, rows of B (the reduction)", "elements"),
+    "N": ("columns of B and C, split over the PEs; default 4096, or 16 per PE on grids "
+          "of more than 256 PEs", "elements"),
+    "dtype": "element type of A, B and C (f32 accumulation)",
+    "mode": "composite: one tl.composite GEMM per PE; primitive: hand-tiled load/dot/store",
+    "tile_m": ("tile rows (mode=primitive)", "elements"),
+    "tile_n": ("tile columns (mode=primitive)", "elements"),
+    "tile_k": ("tile depth (mode=primitive)", "elements"),
+}
+
+
+def scaled_defaults(num_pes):
+    """N keeps 16 columns per PE on large grids, so the default runs on any topology."""
+    return {"N": max(4096, 16 * num_pes)}
 
 
 def setup(host, p):

@@ -114,7 +114,7 @@ def test_report_shows_the_bound_and_hbm_bandwidth(cli):
     assert code == 0
     assert "memory bound" in out and "KV cache 262144 B / (16 PEs x HBM bandwidth)" in out
     assert "GB/s of 1638.4 GB/s peak" in out
-    assert "│ IPCQ" in out and "│ NoC" in out and "│ UCIe" in out
+    assert "│ ipcq" in out and "│ noc" in out and "│ ucie" in out
 
 
 @pytest.mark.parametrize(("params", "message"), [

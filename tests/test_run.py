@@ -218,7 +218,8 @@ def test_kernels_name_shows_parameters_choices_and_presets(cli):
     code, out, _ = cli("kernels", "gqa_attention")
     assert code == 0
     assert "stores the output [batch, heads_q, D]" in out  # docstrings are not Rich markup
-    assert "│ seq_len   │ 4096    │ int   │" in out
+    assert "│ seq_len   │ 4096    │ tokens    │ KV-cache length, split over the PEs;" in out
+    assert "│ dtype     │ f16     │ str       │ element type" in out
     assert "-p model=llama3-8b sets heads_q=32, heads_kv=8, head_dim=128" in out
     assert cli("kernels", "nope")[0] == 2
 

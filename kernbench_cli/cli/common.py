@@ -38,10 +38,10 @@ def echo_rich(*renderables) -> None:
 
     console = Console()
     if console.is_terminal:
-        console.print(*renderables)
+        console.print(*renderables, sep="\n")
         return
     with console.capture() as capture:
-        console.print(*renderables)
+        console.print(*renderables, sep="\n")
     sys.stdout.write("".join(line.rstrip() + "\n" for line in capture.get().splitlines()))
 
 
@@ -55,3 +55,44 @@ def parse_int(text: str, what: str) -> int:
     if value < 0:
         raise AddressError(f"{what} {text!r} is negative")
     return value
+
+
+def plain_metavars() -> None:
+    """Help in the usual Unix form: ``--seed INT``, ``--save PATH``, ``KERNEL``.
+
+    Recent Typer labels options ``<int>``, flags ``<bool>`` and a required
+    argument ``{kernel}``; this puts back what users of other tools read
+    (a flag shows no value; an argument shows its upper-case name). An
+    option's own ``metavar`` (``KEY=VALUE``) is kept. Older Typer (real click)
+    needs none of it and is left alone.
+    """
+    from typer import core
+
+    param = getattr(core, "_TyperParameter", None)
+    if param is None or not hasattr(param, "display_type") or getattr(param, "_plain", False):
+        return
+    typed = param.display_type
+    labels = {"int": "INT", "integer": "INT", "float": "NUMBER", "str": "TEXT", "text": "TEXT",
+              "path": "PATH", "file": "PATH", "directory": "DIR"}
+
+    def display_type(self, ctx):
+        if getattr(self, "is_flag", False):
+            return None
+        if isinstance(self, core.TyperArgument):
+            return None  # its name column says it already
+        label = typed(self, ctx).strip("<>")
+        if label.startswith("list[") and label.endswith("]"):
+            label = label[5:-1]
+        return labels.get(label.lower(), label.upper())
+
+    def usage_name(self) -> str:
+        name = self.display_name_raw.upper()
+        name = name if self.required else f"[{name}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+    param.display_type = display_type
+    if hasattr(core.TyperArgument, "_usage_display_name"):
+        core.TyperArgument._usage_display_name = usage_name
+    if hasattr(core.TyperArgument, "_rich_display_name"):
+        core.TyperArgument._rich_display_name = lambda self: self.display_name_raw.upper()
+    param._plain = True

@@ -9,15 +9,15 @@ import typer
 
 def kernels(
     name: Annotated[str | None, typer.Argument(
-        help="A kernel name or .py path: show its parameters.")] = None,
+        help="A kernel name or .py path: show its parameters.", metavar="KERNEL")] = None,
 ) -> None:
     """List the shipped kernels, or one kernel's parameters, defaults, choices and presets."""
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
+    from kernbench_cli.cli.common import echo_rich
     from kernbench_cli.sim.kernels import load_kernel, shipped_kernels
 
-    console = Console()
     if name is None:
         table = Table(title="Kernels (kernbench kernels NAME for parameters)")
         table.add_column("kernel")
@@ -25,23 +25,20 @@ def kernels(
         for kernel_name in shipped_kernels():
             doc = (load_kernel(kernel_name).module.__doc__ or "").strip().splitlines()
             table.add_row(kernel_name, doc[0] if doc else "")
-        console.print(table)
+        echo_rich(table)
         return
     kernel = load_kernel(name)
     doc = (kernel.module.__doc__ or "").strip()
-    if doc:
-        console.print(doc, markup=False, highlight=False)
     table = Table(title=f"{kernel.name} parameters (-p name=value)")
-    for col in ("parameter", "default", "type", "choices"):
-        table.add_column(col)
+    for col in ("parameter", "default", "unit", "description"):
+        table.add_column(col, overflow="fold")
     for param, default in kernel.params.items():
+        text, unit = kernel.info(param)
         choices = kernel.choices.get(param) or tuple(kernel.presets.get(param, {}))
-        table.add_row(param, str(default), type(default).__name__,
-                      ", ".join(map(str, choices)))
-    console.print(table)
-    for param, presets in kernel.presets.items():
-        for value, sets in presets.items():
-            if sets:
-                console.print(f"-p {param}={value} sets "
-                              + ", ".join(f"{k}={v}" for k, v in sets.items()), markup=False,
-                              highlight=False)
+        if choices:
+            text += f" (one of: {', '.join(map(str, choices))})"
+        table.add_row(param, str(default), unit or type(default).__name__, text)
+    lines = [f"-p {param}={value} sets " + ", ".join(f"{k}={v}" for k, v in sets.items())
+             for param, presets in kernel.presets.items() for value, sets in presets.items()
+             if sets]
+    echo_rich(*([Text(doc), ""] if doc else []), table, *(Text(line) for line in lines))

@@ -55,8 +55,8 @@ def run(
     if save is not None and timing_only:
         raise KernbenchError("--save needs values: it cannot go with --timing-only")
     module = load_kernel(kernel)
-    params = parse_params(module, param or [])
     amap = load_address_map(topology, costs, sets or ())
+    params = parse_params(module, param or [], amap.topology.num_pes)
     from kernbench_cli.sim.watch import Watch
 
     watch = Watch()

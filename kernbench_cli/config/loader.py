@@ -22,23 +22,29 @@ from pathlib import Path
 from typing import Any
 
 from kernbench_cli.config.schema import KINDS, REQUIRED, CostTable, Topology
-from kernbench_cli.errors import ConfigError
+from kernbench_cli.errors import ConfigError, KernbenchError, clip
+from kernbench_cli.fileio import read_input
 from kernbench_cli.resources import data_dir
+
+#: Bytes of a TOML file worth reading: the shipped rack topology is 2 KiB.
+MAX_TOML_BYTES = 16 * 2**20
 
 
 def read_toml(path: Path) -> dict[str, Any]:
     """Parse a TOML file; every failure becomes a one-line ConfigError."""
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except FileNotFoundError:
-        raise ConfigError([f"{path}: no such file"]) from None
-    except IsADirectoryError:
-        raise ConfigError([f"{path}: is a directory, expected a TOML file"]) from None
+        data = read_input(path, MAX_TOML_BYTES, "a TOML file")
+        return tomllib.loads(data.decode())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([f"{path}: invalid TOML: {exc}"]) from None
     except UnicodeDecodeError:
         raise ConfigError([f"{path}: invalid TOML: not UTF-8 text"]) from None
+    except RecursionError:
+        raise ConfigError([f"{path}: invalid TOML: arrays or tables nested too deep"]) from None
+    except ValueError as exc:  # an integer of thousands of digits
+        raise ConfigError([f"{path}: invalid TOML: {str(exc).split(';')[0]}"]) from None
+    except KernbenchError as exc:
+        raise ConfigError([str(exc)]) from None
 
 
 def build(cls: type, table: dict[str, Any], where: str, file: Path, problems: list[str]) -> Any:
@@ -101,14 +107,14 @@ def parse_sets(items: Sequence[str]) -> dict[str, tuple[Any, str]]:
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not key or any(not part for part in key.split(".")):
-            problems.append(f"--set {item!r}: expected KEY=VALUE, KEY a dotted TOML path "
+            problems.append(f"--set {clip(item)}: expected KEY=VALUE, KEY a dotted TOML path "
                             "(hbm.bandwidth=409.6GB/s, costs.issue.composite=80ns)")
             continue
         try:
             value = tomllib.loads(f"v = {raw}")["v"]
-        except tomllib.TOMLDecodeError:
+        except (ValueError, RecursionError):  # not TOML (or a number of 10^5 digits): text
             value = raw.strip()
-        out[key] = (value, item)
+        out[key] = (value, item if len(item) <= 80 else f"{item[:60]}… ({len(item):,} characters)")
     if problems:
         raise ConfigError(problems)
     return out

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kernbench_cli.config import units
+from kernbench_cli.errors import clip
 
 REQUIRED = object()
 
@@ -64,26 +65,33 @@ config = dataclass(repr=False, eq=False)
 
 def _count(value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"expected a positive integer, got {value!r}")
-    return value
+        raise ValueError(f"expected a positive integer, got {clip(value)}")
+    return _in_range(value)
 
 
 def _offset(value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"expected a non-negative integer (hex allowed: 0x10_0000), got {value!r}")
+        raise ValueError("expected a non-negative integer (hex allowed: 0x10_0000), "
+                         f"got {clip(value)}")
+    return _in_range(value)
+
+
+def _in_range(value: int) -> int:
+    if value >= units.LIMIT:
+        raise ValueError(f"{clip(value)} is out of range: it must be below 2^62")
     return value
 
 
 def _string(value: object) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {value!r}")
+        raise ValueError(f"expected a string, got {clip(value)}")
     return value
 
 
 def _dataflow(value: object) -> str:
     if value not in ("os", "ws", "is"):
         raise ValueError(f"expected \"os\", \"ws\" or \"is\" (output, weight or input "
-                         f"stationary), got {value!r}")
+                         f"stationary), got {clip(value)}")
     return value
 
 
@@ -91,9 +99,10 @@ def _mesh(value: object) -> tuple[int, int]:
     if (
         not isinstance(value, list)
         or len(value) != 2
-        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
+        or not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v < 2**31
+                   for v in value)
     ):
-        raise ValueError(f"expected [columns, rows], two positive integers, got {value!r}")
+        raise ValueError(f"expected [columns, rows], two positive integers, got {clip(value)}")
     return (value[0], value[1])
 
 
@@ -101,7 +110,7 @@ def _positive(parse):
     def check(value: object) -> int:
         parsed = parse(value)
         if parsed <= 0:
-            raise ValueError(f"must be greater than zero, got {value!r}")
+            raise ValueError(f"must be greater than zero, got {clip(value)}")
         return parsed
 
     return check

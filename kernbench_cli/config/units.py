@@ -21,7 +21,9 @@ Parsing raises `UnitError`; the config loader adds file and key to it.
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
+
+from kernbench_cli.errors import clip
 
 _SIZE = {
     "B": 1,
@@ -35,23 +37,32 @@ _BANDWIDTH = {f"{unit}/s": scale for unit, scale in _SIZE.items()}
 _QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*([A-Za-zµ/]+)\s*$")
 
 
+#: Every stored quantity is below this (picoseconds, bytes, hertz): simulated times and
+#: sizes stay exact 64-bit integers wherever numpy holds them.
+LIMIT = 2**62
+_LONGEST = 64  # characters of a quantity string worth parsing
+
+
 class UnitError(ValueError):
     """A quantity string that does not parse; the message says what was expected."""
 
 
 def _parse(text: object, units: dict[str, int], what: str, example: str, base: str) -> int:
     if not isinstance(text, str):
-        raise UnitError(f"expected {what} such as {example!r}, got {text!r}")
-    match = _QUANTITY.match(text)
+        raise UnitError(f"expected {what} such as {example!r}, got {clip(text)}")
+    match = _QUANTITY.match(text) if len(text) <= _LONGEST else None
     if match is None or match.group(2) not in units:
         names = ", ".join(units)
-        raise UnitError(f"expected {what} such as {example!r} (units: {names}), got {text!r}")
+        raise UnitError(f"expected {what} such as {example!r} (units: {names}), got "
+                        f"{clip(text)}")
     try:
         value = Decimal(match.group(1)) * units[match.group(2)]
-    except InvalidOperation:  # pragma: no cover - the regex admits only valid decimals
-        raise UnitError(f"expected {what} such as {example!r}, got {text!r}") from None
-    if value != value.to_integral_value():
-        raise UnitError(f"{text!r} is not a whole number of {base}")
+        if value >= LIMIT:
+            raise UnitError(f"{text!r} is out of range: it must be below 2^62 {base}")
+        if value != value.to_integral_value():
+            raise UnitError(f"{text!r} is not a whole number of {base}")
+    except ArithmeticError:  # decimal.Overflow of an exponent like 1e999999999
+        raise UnitError(f"{text!r} is out of range: it must be below 2^62 {base}") from None
     return int(value)
 
 

@@ -45,9 +45,9 @@ def run_case(case: Case, costs: Path | None = None, sets: Sequence[str] = ()) ->
     from kernbench_cli.sim.run import run_kernel
 
     kernel = load_kernel(case.kernel)
-    result = run_kernel(kernel, load_address_map(case.topology, costs, sets),
-                        parse_params(kernel, list(case.params)), seed=case.seed, oplog=True,
-                        races=True)
+    amap = load_address_map(case.topology, costs, sets)
+    params = parse_params(kernel, list(case.params), amap.topology.num_pes)
+    result = run_kernel(kernel, amap, params, seed=case.seed, oplog=True, races=True)
     return rec.make_record(case.name, result)
 
 

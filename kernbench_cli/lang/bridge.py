@@ -57,6 +57,7 @@ class Hub:
         self.ready: deque[PeThread] = deque()
         self.switches = 0
         self.glet: greenlet | None = None
+        self.current: PeThread | None = None  # the PE whose kernel runs (or ran last)
 
     def thread(self, pid: int) -> PeThread:
         return PeThread(self, pid)
@@ -68,6 +69,6 @@ class Hub:
             thread.glet = greenlet(target, parent=self.glet)
         self.ready.extend(threads)
         while self.ready:
-            thread = self.ready.popleft()
+            thread = self.current = self.ready.popleft()
             self.switches += 1
             thread.glet.switch()

@@ -19,9 +19,6 @@ from kernbench_cli.sim.result import EngineStats, RunResult
 
 SCHEMA_VERSION = 1
 
-TITLES = {"cpu": "CPU", "scheduler": "SCHED", "dma": "DMA", "gemm": "GEMM", "math": "MATH",
-          "ipcq": "IPCQ", "hbm": "HBM", "sram": "SRAM", "noc": "NoC", "ucie": "UCIe",
-          "sip_link": "SIP link", "rack_link": "rack link"}
 
 #: Below this busy fraction no single engine is said to bound a kernel.
 BOUND_THRESHOLD = 0.6
@@ -54,10 +51,6 @@ def bound(result: RunResult) -> tuple[str | None, float]:
     return (name if u >= BOUND_THRESHOLD else None), u
 
 
-def _title(engine: str) -> str:
-    return TITLES.get(engine, engine)
-
-
 def bound_text(result: RunResult) -> str:
     name, share = bound(result)
     if name is None:
@@ -68,7 +61,7 @@ def bound_text(result: RunResult) -> str:
             "of the run") if stats is not None and stats.instances else ""
     pe = result.critical_path.busiest_pe(name) if result.critical_path else None
     where = f" (most on PE {pe})" if pe is not None and result.num_pes > 1 else ""
-    return f"{_title(name)}: {share:.1%} of the critical path{where}{util}"
+    return f"{name}: {share:.1%} of the critical path{where}{util}"
 
 
 def critical_path_text(result: RunResult) -> str:
@@ -79,7 +72,7 @@ def critical_path_text(result: RunResult) -> str:
         waits = {r: w for r, w in path.resource_waits().items() if r.startswith(f"{engine} ")}
         where = (f" ({max(waits, key=waits.get).split(' ', 1)[1]})" if waits else
                  f" (PE {pe})" if pe is not None and result.num_pes > 1 else "")
-        parts.append(f"{_title(engine)} {ps / path.latency_ps:.1%}{where}")
+        parts.append(f"{engine} {ps / path.latency_ps:.1%}{where}")
     causes = ", ".join(f"{cause} {ps / path.latency_ps:.1%}"
                        for cause, ps in list(path.by_cause.items())[:4])
     return f"{', '.join(parts)}; by cause: {causes}"
@@ -106,7 +99,7 @@ def what_if(result: RunResult) -> list[tuple[str, int]]:
 
 
 def what_if_text(result: RunResult) -> str:
-    bounds = "; ".join(f"{_title(engine)} 2x faster: at most {format_time_ps(ps)} sooner"
+    bounds = "; ".join(f"{engine} 2x faster: at most {format_time_ps(ps)} sooner"
                        for engine, ps in what_if(result))
     return f"{bounds} (upper bounds: halving their time on the path; another path may take over)"
 
@@ -210,7 +203,7 @@ def engine_table(result: RunResult) -> Table:
         table.add_column(col, justify="left" if col == "engine" else "right")
     for name, stats in result.engines.items():
         row = _engine_numbers(stats, result.latency_ps)
-        table.add_row(TITLES[name], str(stats.instances), short(row["busy_min_ps"]),
+        table.add_row(name, str(stats.instances), short(row["busy_min_ps"]),
                       short(row["busy_ps"]), short(row["busy_max_ps"]),
                       short(row["wait_ps"]) if stats.wait_ps else "-", short(row["idle_ps"]),
                       f"{row['utilization']:.1%}", f"{row['ops']:,}")
@@ -222,7 +215,7 @@ def per_pe_table(result: RunResult) -> Table:
     table.add_column("PE r.s.c.p")
     names = [n for n in ("cpu", "scheduler", "dma", "gemm", "math") if n in result.engines]
     for name in names:
-        table.add_column(TITLES[name], justify="right")
+        table.add_column(name, justify="right")
     table.add_column("CPU stall", justify="right")
     for i, label in enumerate(result.pe_labels):
         cells = [short(result.engines[n].busy_ps[i]) for n in names]

@@ -7,6 +7,13 @@ A kernel module defines:
     (int, float, bool or str).
 ``CHOICES`` (optional)
     allowed values of str parameters.
+``PARAM_INFO`` (optional)
+    ``{param: "description"}`` or ``{param: ("description", "unit")}``, shown by
+    ``kernbench kernels NAME``.
+``scaled_defaults(num_pes)`` (optional)
+    defaults that depend on the grid (a size that must divide over the PEs),
+    applied over ``PARAMS`` before presets and ``-p`` values, so the defaults
+    run on any topology.
 ``PRESETS`` (optional)
     ``{param: {value: {other params}}}``: choosing the value sets the others
     (``-p model=llama3-8b``), unless given explicitly too.
@@ -25,6 +32,7 @@ A kernel module defines:
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +40,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from kernbench_cli.errors import ParamError
+from kernbench_cli.errors import ParamError, clip
 from kernbench_cli.resources import data_dir
 
 REQUIRED_NAMES = ("PARAMS", "setup", "kernel", "reference", "outputs")
@@ -57,6 +65,11 @@ class KernelModule:
     def presets(self) -> dict[str, dict[str, dict[str, Any]]]:
         return getattr(self.module, "PRESETS", {})
 
+    def info(self, param: str) -> tuple[str, str]:
+        """(description, unit) of a parameter, as `PARAM_INFO` gives them ("" if not)."""
+        entry = getattr(self.module, "PARAM_INFO", {}).get(param, "")
+        return (entry, "") if isinstance(entry, str) else (str(entry[0]), str(entry[1]))
+
     def fn(self, name: str) -> Callable:
         return getattr(self.module, name)
 
@@ -69,6 +82,10 @@ def load_kernel(spec: str) -> KernelModule:
     """A shipped kernel by name, or a kernel file by path."""
     path = Path(spec)
     if path.suffix == ".py" or len(path.parts) > 1:
+        if path.suffix != ".py":
+            raise ParamError(f"kernel file {spec!r}: a kernel is a Python file ending in .py")
+        if path.is_dir():
+            raise ParamError(f"kernel file {spec!r} is a folder")
         if not path.is_file():
             raise ParamError(f"no kernel file {spec!r}")
         shown = spec
@@ -84,17 +101,71 @@ def load_kernel(spec: str) -> KernelModule:
     sys.path.insert(0, str(path.parent))  # a kernel may import helpers beside it
     try:
         loader_spec.loader.exec_module(module)
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except OSError as exc:
+        raise ParamError(f"{shown}: cannot read the kernel: {exc.strerror or exc}") from None
+    except BaseException as exc:  # SyntaxError, ImportError, sys.exit() at import, …
         line = _line_in(exc, str(path))
         raise ParamError(f"{shown}:{line}: loading the kernel failed: "
                           f"{type(exc).__name__}: {exc}") from None
     finally:
         sys.path.remove(str(path.parent))
+        sys.modules.pop(module_name, None)
     missing = [n for n in REQUIRED_NAMES if not hasattr(module, n)]
     if missing:
         raise ParamError(f"{shown}: a kernel module must define {', '.join(missing)}")
-    sys.modules.pop(module_name, None)
+    _check_module(module, shown)
     return KernelModule(path.stem, path.resolve(), shown, module)
+
+
+def _check_module(module: ModuleType, shown: str) -> None:
+    """The types of a kernel module's tables and functions (see the module docstring)."""
+    def bad(what: str) -> ParamError:
+        return ParamError(f"{shown}: {what}")
+
+    optional = tuple(n for n in ("bounds", "scaled_defaults") if hasattr(module, n))
+    for name in REQUIRED_NAMES[1:] + optional:
+        if not callable(getattr(module, name)):
+            raise bad(f"{name} must be a function, not {type(getattr(module, name)).__name__}")
+    params = module.PARAMS
+    if not isinstance(params, dict):
+        raise bad(f"PARAMS must be a dict of name: default, not {type(params).__name__}")
+    for name, default in params.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise bad(f"PARAMS: parameter name {name!r} is not an identifier")
+        if type(default) not in _KIND_NAMES and type(default) is not str:
+            raise bad(f"PARAMS[{name!r}]: a default must be an int, float, bool or str, "
+                      f"not {type(default).__name__}")
+    choices = getattr(module, "CHOICES", {})
+    if not isinstance(choices, dict):
+        raise bad(f"CHOICES must be a dict of parameter: allowed values, not "
+                  f"{type(choices).__name__}")
+    for name, allowed in choices.items():
+        if name not in params:
+            raise bad(f"CHOICES names {name!r}, which is not in PARAMS")
+        if not isinstance(allowed, (tuple, list)) or params[name] not in allowed:
+            raise bad(f"CHOICES[{name!r}] must be a tuple of values holding the default "
+                      f"{params[name]!r}")
+    presets = getattr(module, "PRESETS", {})
+    if not isinstance(presets, dict):
+        raise bad(f"PRESETS must be a dict of parameter: {{value: {{params}}}}, not "
+                  f"{type(presets).__name__}")
+    for name, table in presets.items():
+        if name not in params:
+            raise bad(f"PRESETS names {name!r}, which is not in PARAMS")
+        if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
+            raise bad(f"PRESETS[{name!r}] must be a dict of value: {{params}}")
+        for value, sets in table.items():
+            for other, setting in sets.items():
+                if other not in params or type(setting) is not type(params[other]):
+                    raise bad(f"PRESETS[{name!r}][{value!r}]: {other!r} is not a parameter "
+                              "or has the wrong type")
+    info = getattr(module, "PARAM_INFO", {})
+    if not isinstance(info, dict) or not all(
+            k in params and isinstance(v, (str, tuple)) for k, v in info.items()):
+        raise bad("PARAM_INFO must be a dict of parameter: description or "
+                  "(description, unit)")
 
 
 def _line_in(exc: BaseException, filename: str) -> int | str:
@@ -108,8 +179,10 @@ def _line_in(exc: BaseException, filename: str) -> int | str:
     return line
 
 
-def parse_params(kernel: KernelModule, overrides: list[str]) -> dict[str, Any]:
-    """Defaults, then presets, then ``name=value`` overrides, each checked against its type."""
+def parse_params(kernel: KernelModule, overrides: list[str],
+                 num_pes: int | None = None) -> dict[str, Any]:
+    """Defaults (scaled to `num_pes` PEs when the kernel says how), then presets, then
+    ``name=value`` overrides, each checked against its type."""
     given: dict[str, Any] = {}
     for item in overrides:
         name, sep, text = item.partition("=")
@@ -125,14 +198,35 @@ def parse_params(kernel: KernelModule, overrides: list[str]) -> dict[str, Any]:
             raise ParamError(f"parameter {name}: {given[name]!r} is not one of "
                               f"{', '.join(map(str, allowed))}")
     params = dict(kernel.params)
+    if num_pes is not None and hasattr(kernel.module, "scaled_defaults"):
+        params.update(_scaled(kernel, num_pes))
     for name, table in kernel.presets.items():
         choice = given.get(name, params[name])
         if choice not in table:
             raise ParamError(f"parameter {name}: unknown preset {choice!r} (presets: "
                               f"{', '.join(map(str, table))})")
+        clash = [f"{k}={given[k]}" for k, v in table[choice].items()
+                 if name in given and k in given and given[k] != v]
+        if clash:
+            raise ParamError(f"parameter {name}={choice} sets "
+                             f"{', '.join(f'{k}={table[choice][k]}' for k in table[choice])}; "
+                             f"-p {' -p '.join(clash)} contradicts it (give one or the other)")
         params.update(table[choice])
     params.update(given)
     return params
+
+
+def _scaled(kernel: KernelModule, num_pes: int) -> dict[str, Any]:
+    try:
+        scaled = kernel.module.scaled_defaults(num_pes)
+    except Exception as exc:
+        raise ParamError(f"{kernel.shown}: scaled_defaults({num_pes}) failed: "
+                         f"{type(exc).__name__}: {exc}") from None
+    if not isinstance(scaled, dict) or not all(
+            k in kernel.params and type(v) is type(kernel.params[k]) for k, v in scaled.items()):
+        raise ParamError(f"{kernel.shown}: scaled_defaults must return a dict of parameters "
+                         "with the types of their PARAMS defaults")
+    return scaled
 
 
 def _convert(name: str, text: str, default: Any) -> Any:
@@ -143,12 +237,22 @@ def _convert(name: str, text: str, default: Any) -> Any:
                 raise ValueError
             return text.lower() in ("true", "1", "yes")
         if kind is int:
-            return int(text, 0)
+            value = int(text.replace("_", ""), 0) if len(text) <= 40 else None
+            if value is None or not -2**63 <= value < 2**63:
+                raise ParamError(f"parameter {name}: {clip(text)} is out of range (a 64-bit "
+                                 "integer)")
+            return value
         if kind is float:
-            return float(text)
+            value = float(text)
+            if not math.isfinite(value):
+                raise ParamError(f"parameter {name}: expected a finite number, got "
+                                 f"{clip(text)}")
+            return value
     except ValueError:
-        raise ParamError(f"parameter {name}: expected {_KIND_NAMES[kind]}, got {text!r}") from None
+        raise ParamError(f"parameter {name}: expected {_KIND_NAMES[kind]}, got "
+                         f"{clip(text)}") from None
     return text
+
 
 
 _KIND_NAMES = {bool: "true or false", int: "an integer", float: "a number"}

@@ -12,10 +12,12 @@ lower PE index), at the time the failing PE got to it.
 
 from __future__ import annotations
 
+import inspect
 import time
 from typing import Any
 
 import numpy as np
+from greenlet import GreenletExit
 
 from kernbench_cli.address.physaddr import AddressMap
 from kernbench_cli.config.loader import config_digest
@@ -35,6 +37,7 @@ from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
 from kernbench_cli.lang.dtypes import NAMES, TOLERANCE
 from kernbench_cli.lang.memory import Memory
 from kernbench_cli.lang.tl import Launch, functional_pass, kernel_line
+from kernbench_cli.lang.watchdog import DEFAULT_KERNEL_TIMEOUT, KernelTimeout, watchdog
 from kernbench_cli.sim import invariants
 from kernbench_cli.sim.critical import critical_path
 from kernbench_cli.sim.host import Host
@@ -52,12 +55,15 @@ SHARED_LEVELS = ("hbm", "sram", "noc", "ucie", "sip_link", "rack_link")
 def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], seed: int = 0,
                timing_only: bool = False, max_commands: int = DEFAULT_MAX_COMMANDS,
                oplog: bool = False, watch: Watch | None = None,
-               races: bool = False) -> RunResult:
+               races: bool = False,
+               kernel_timeout: float = DEFAULT_KERNEL_TIMEOUT) -> RunResult:
     """Run `kernel` on every PE of `amap`'s topology and verify it (unless timing only).
 
     With `oplog`, `result.oplog` lists every engine occupation; with `races`,
     `result.races` the data races between PEs. `result.trace` is what
-    `kernbench run --record` writes. `watch` follows the progress.
+    `kernbench run --record` writes. `watch` follows the progress. A kernel
+    whose Python issues no command for `kernel_timeout` seconds is stopped
+    (`lang.watchdog`).
     """
     watch = watch or Watch()
     wall = time.perf_counter()
@@ -65,7 +71,7 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     memory = Memory(backed=not timing_only)
     host = Host(system, memory, seed, timing_only)
     args = _setup(kernel, host, params)
-    fn = kernel.fn("kernel")
+    fn = _kernel_fn(kernel, args)
     kernel_file = fn.__code__.co_filename
     launch = Launch(system, memory, timing_only, kernel_file, max_commands)
     failures: dict[int, BaseException] = {}
@@ -73,11 +79,17 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     def body(tl) -> None:
         try:
             fn(tl, **args)
-        except Exception as exc:
+        except (KeyboardInterrupt, KernelTimeout, GreenletExit):
+            raise
+        except BaseException as exc:  # sys.exit() and the like are the kernel's errors too
             failures[tl.pid] = exc
 
     watch.begin("functional pass", launch)
-    functional_pass(launch, body)
+    try:
+        with watchdog(lambda: launch.commands, kernel_timeout):
+            functional_pass(launch, body)
+    except KernelTimeout as exc:
+        raise _timed_out(kernel, kernel_file, system, launch, exc) from None
     for exc in failures.values():
         if not isinstance(exc, KernbenchError) and kernel_line(kernel_file, exc.__traceback__) \
                 is None:
@@ -162,6 +174,32 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
     return result
 
 
+def _kernel_fn(kernel: KernelModule, args: dict[str, Any]):
+    """The module's `kernel`, checked to be a function that takes ``tl`` and `args`."""
+    fn = kernel.fn("kernel")
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        raise KernelError(f"{kernel.shown}: kernel must be a function, not "
+                          f"{type(fn).__name__}")
+    try:
+        inspect.signature(fn).bind(None, **args)
+    except TypeError as exc:
+        raise KernelError(f"{kernel.shown}:{code.co_firstlineno}: kernel() does not take the "
+                          f"arguments setup returns ({', '.join(args) or 'none'}): "
+                          f"{exc}") from None
+    return fn
+
+
+def _timed_out(kernel: KernelModule, kernel_file: str, system: System, launch: Launch,
+               exc: KernelTimeout) -> KernelError:
+    line = kernel_line(kernel_file, exc.__traceback__)
+    thread = launch.hub.current
+    pe = f" PE ({system.coords[thread.pid]})" if thread is not None else ""
+    return KernelError(f"{kernel.shown}:{line if line else '?'}:{pe} issued no command for "
+                       f"{exc.limit:g} s of wall-clock time: an endless loop in the kernel's "
+                       "Python? (--kernel-timeout changes the limit)")
+
+
 def _setup(kernel: KernelModule, host: Host, params: dict[str, Any]) -> dict[str, Any]:
     try:
         args = kernel.fn("setup")(host, dict(params))
@@ -169,7 +207,9 @@ def _setup(kernel: KernelModule, host: Host, params: dict[str, Any]) -> dict[str
         raise
     except ValueError as exc:
         raise ParamError(f"{kernel.name}: {exc}") from None
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
         raise _located(kernel, exc, "setup") from exc
     if not isinstance(args, dict):
         raise ParamError(f"{kernel.shown}: setup must return the kernel's arguments as a dict")
@@ -179,16 +219,22 @@ def _setup(kernel: KernelModule, host: Host, params: dict[str, Any]) -> dict[str
 def _call(kernel: KernelModule, name: str, *args: Any) -> Any:
     try:
         return kernel.fn(name)(*args)
-    except KernbenchError:
+    except (KernbenchError, KeyboardInterrupt):
         raise
-    except Exception as exc:
+    except BaseException as exc:
         raise _located(kernel, exc, name) from exc
 
 
 def _located(kernel: KernelModule, exc: BaseException, where: str) -> KernelError:
     line = kernel_line(str(kernel.path), exc.__traceback__)
-    return KernelError(f"{kernel.shown}:{line if line else '?'}: in {where}: "
-                       f"{type(exc).__name__}: {exc}")
+    return KernelError(f"{kernel.shown}:{line if line else '?'}: in {where}: {_what(exc)}")
+
+
+def _what(exc: BaseException) -> str:
+    """An exception from a kernel module's code, as its error message says it."""
+    if isinstance(exc, SystemExit):
+        return f"the kernel called sys.exit({exc.code!r})"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _first_failure(kernel: KernelModule, kernel_file: str, system: System,
@@ -201,7 +247,7 @@ def _first_failure(kernel: KernelModule, kernel_file: str, system: System,
              f"at t={format_time_ps(system.pes[pid].cpu.time)}")
     if isinstance(exc, KernbenchError):
         return KernelError(f"{where}: {exc}")
-    return KernelError(f"{where}: {type(exc).__name__}: {exc}")
+    return KernelError(f"{where}: {_what(exc)}")
 
 
 def _deadlock(shown: str, system: System, program: Program, stuck: list[Stuck]) -> DeadlockError:

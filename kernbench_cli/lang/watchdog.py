@@ -1,0 +1,58 @@
+"""A wall-clock limit on a kernel's Python between commands (`--kernel-timeout`).
+
+The functional pass runs kernels as plain Python, so a kernel looping without
+issuing a command would hang the run. A timer (SIGALRM, `setitimer`) looks at
+the command count a few times a second; when it has not moved for `limit`
+seconds, the signal handler raises `KernelTimeout` inside the kernel's own
+frame, so its traceback holds the kernel line it was on. `KernelTimeout` is a
+`BaseException` so a kernel's ``except Exception`` cannot swallow it, and it
+stops the whole pass (every other PE would loop the same way).
+
+A signal handler only runs on the main thread: elsewhere (a Dask worker's
+thread) the watch is off and `--max-commands` is the only limit.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from contextlib import contextmanager
+
+#: Seconds of no command before a kernel is stopped (`--kernel-timeout`; 0 turns it off).
+DEFAULT_KERNEL_TIMEOUT = 60.0
+
+
+class KernelTimeout(BaseException):
+    """No command issued for `limit` seconds of wall-clock time."""
+
+    def __init__(self, limit: float):
+        super().__init__(limit)
+        self.limit = limit
+
+
+@contextmanager
+def watchdog(progress, limit: float):
+    """Stop the code in the block with `KernelTimeout` once ``progress()`` (a count of
+    commands) has not changed for `limit` seconds."""
+    if limit <= 0 or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    tick = min(0.25, limit / 4)
+    seen = [progress(), time.monotonic()]
+
+    def check(signum, frame) -> None:
+        now, count = time.monotonic(), progress()
+        if count != seen[0]:
+            seen[0], seen[1] = count, now
+        elif now - seen[1] >= limit:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            raise KernelTimeout(limit)
+
+    previous = signal.signal(signal.SIGALRM, check)
+    signal.setitimer(signal.ITIMER_REAL, tick, tick)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
