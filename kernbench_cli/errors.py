@@ -58,6 +58,11 @@ class AddressError(KernbenchError):
     """An address or address field that the layout or topology does not allow."""
 
 
+class NotInTopology(AddressError):
+    """An address the layout allows that names a place this topology does not have (a rack
+    beyond ``system.racks``, HBM beyond the slices, a reserved resource range)."""
+
+
 class KernelError(KernbenchError):
     """A kernel, its parameters or its launch is wrong."""
 

@@ -44,14 +44,37 @@ def test_decode_accepts_decimal(cli):
 @pytest.mark.parametrize(("addr", "message"), [
     ("zz", "address 'zz' is not a number (hex 0x…, or decimal)"),
     ("0x8000000000000", "address 0x8000000000000 is wider than 51 bits"),
-    ("0xe000001234", "cube = 3 does not exist in topology 'default' "
-                     "(system.cubes_per_sip = 2: 0..1)"),
-    ("0x3f000000", "pe_offset 0x3f000000 falls in reserved space of the PE resource window "
-                   "(no [pe.resources] range holds it)"),
+    ("0x" + "f" * 100_000, "address 0xfffffffffffffffffff…ffffffff (100,002 digits) is too "
+                           "large"),
+    ("9" * 100_000, "address '9999999999999999999…9999999' (100,002 characters) is not a "
+                    "number (hex 0x…, or decimal)"),
 ])
 def test_decode_errors_are_one_line_exit_2(cli, addr, message):
     code, out, err = cli("decode", addr)
     assert (code, out, err) == (2, "", f"error: {message}\n")
+
+
+@pytest.mark.parametrize(("addr", "code", "problem", "lines"), [
+    ("0xe000001234", 3, "not in topology 'default': cube = 3 does not exist in topology "
+                        "'default' (system.cubes_per_sip = 2: 0..1)",
+     ["0xe000001234: not in topology 'default' (the fields as they stand)",
+      "  addr       0xe000001234", "  rack       0               [50:47]",
+      "  sip        0               [46:43]", "  cube       3               [42:38]",
+      "  window     1 HBM           [37]", "  hbm_offset 0x1234          [36:0]"]),
+    ("0x3f000000", 3, "not in topology 'default': pe_offset 0x3f000000 falls in reserved space "
+                      "of the PE resource window (no [pe.resources] range holds it)", None),
+    ("0x1c00000000", 2, "not a valid PhysAddr: unit_type = 7 is not a unit type (PE=0, MCPU=1, "
+                        "SRAM=2)", None),
+])
+def test_decode_shows_the_fields_of_any_51_bit_address(cli, addr, code, problem, lines):
+    got, out, err = cli("decode", addr)
+    assert (got, err) == (code, f"error: {problem}\n")
+    assert out.splitlines()[1] == f"  addr       {int(addr, 16):#x}"
+    if lines:
+        assert out.splitlines() == lines
+    got, out, _ = cli("decode", addr, "--json")
+    obj = json.loads(out)
+    assert (got, obj["addr"], obj["problem"]) == (code, int(addr, 16), problem)
 
 
 def test_negative_address_is_rejected(cli):

@@ -26,7 +26,7 @@ from kernbench_cli.address.resource_map import (
 )
 from kernbench_cli.config.schema import Topology
 from kernbench_cli.config.units import format_size
-from kernbench_cli.errors import AddressError, ConfigError
+from kernbench_cli.errors import AddressError, ConfigError, NotInTopology
 
 #: Component names, as `kernbench encode` and `Decoded.component` spell them.
 PE_COMPONENTS = ("tcm", "ipcq", "scratchpad", "regfile", "status")
@@ -135,13 +135,13 @@ class AddressMap:
             addr |= field.put(value)
             count, key = self._extent[name]
             if value >= count:
-                raise AddressError(f"{name} = {value} does not exist in topology "
+                raise NotInTopology(f"{name} = {value} does not exist in topology "
                                    f"{self.topology.name!r} ({key} = {count}: 0..{count - 1})")
         return addr
 
     def _within(self, what: str, offset: int, limit: int, key: str) -> None:
         if not 0 <= offset < limit:
-            raise AddressError(f"{what} offset {offset:#x} is outside {key} "
+            raise NotInTopology(f"{what} offset {offset:#x} is outside {key} "
                                f"({format_size(limit)}: 0x0..{limit - 1:#x})")
 
     # -------------------------------------------------------------- factories
@@ -284,11 +284,11 @@ class AddressMap:
         self._coords(pe=pe)
         r = self.resources.find(off)
         if r is None:
-            raise AddressError(f"pe_offset {off:#x} falls in reserved space of the PE resource "
+            raise NotInTopology(f"pe_offset {off:#x} falls in reserved space of the PE resource "
                                "window (no [pe.resources] range holds it)")
         comp_off = off - r.start
         if comp_off >= r.used:
-            raise AddressError(f"{r.name} offset {comp_off:#x} is reserved: only "
+            raise NotInTopology(f"{r.name} offset {comp_off:#x} is reserved: only "
                                f"{format_size(r.used)} of pe.resources.{r.name} is in use "
                                f"({USED_BY.get(r.name, 'the range')})")
         if r.name != "ipcq":

@@ -14,7 +14,7 @@ import typer
 
 from kernbench_cli.address import load_address_map
 from kernbench_cli.cli.common import JsonOpt, TopologyOpt, parse_int
-from kernbench_cli.errors import AddressError
+from kernbench_cli.errors import AddressError, NotInTopology
 
 
 class Component(StrEnum):
@@ -35,21 +35,47 @@ class Direction(StrEnum):
     S = "S"
 
 
+#: `kernbench decode`'s exit code for an address the layout allows but the topology lacks.
+EXIT_NOT_IN_TOPOLOGY = 3
+
+
 def decode(
-    addr: Annotated[str, typer.Argument(help="Address: hex (0x…, _ allowed) or decimal.")],
+    addr: Annotated[str, typer.Argument(help="Address: hex (0x…, _ allowed) or decimal.",
+                                        metavar="ADDR")],
     topology: TopologyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Decode a 51-bit PhysAddr into its fields and the component it names."""
+    """Decode a 51-bit PhysAddr into its fields and the component it names.
+
+    The fields of any 51-bit address are shown. Exit 0 when the topology has
+    the place it names; 3 when the layout allows it but the topology does not
+    have it (a rack too many, HBM past the slices); 2 when the layout itself
+    forbids it (an unknown unit type) or the address is not a 51-bit number.
+    """
     from kernbench_cli.address import layout as L
 
     value = parse_int(addr, "address")
-    decoded = load_address_map(topology).decode(value)
+    if value >> L.ADDR_BITS:
+        raise AddressError(f"address {value:#x} is wider than {L.ADDR_BITS} bits")
+    amap = load_address_map(topology)
+    try:
+        decoded, problem, code = amap.decode(value), None, 0
+    except NotInTopology as exc:
+        verdict = f"not in topology {amap.topology.name!r}"
+        decoded, problem, code = None, f"{verdict}: {exc}", EXIT_NOT_IN_TOPOLOGY
+    except AddressError as exc:
+        verdict = "not a valid PhysAddr"
+        decoded, problem, code = None, f"{verdict}: {exc}", exc.exit_code
+    fields = L.HBM_LAYOUT if L.WINDOW.get(value) == L.HBM_WINDOW else L.RESOURCE_LAYOUT
     if as_json:
-        print(json.dumps(decoded.to_dict(), indent=2))
-        return
-    print(decoded.text)
-    fields = L.HBM_LAYOUT if decoded.kind == "hbm" else L.RESOURCE_LAYOUT
+        out = decoded.to_dict() if decoded else {
+            "addr": value, "kind": "hbm" if fields is L.HBM_LAYOUT else "pe_resource",
+            **{f.name: f.get(value) for f in fields if f is not L.WINDOW}}
+        if problem:
+            out["problem"] = problem
+        print(json.dumps(out, indent=2))
+        raise typer.Exit(code)
+    print(decoded.text if decoded else f"{value:#x}: {verdict} (the fields as they stand)")
     print(f"  {'addr':<11}{value:#x}")
     for f in fields:
         bits = f"[{f.hi}:{f.lo}]" if f.width > 1 else f"[{f.hi}]"
@@ -58,11 +84,21 @@ def decode(
         if f is L.WINDOW:
             note = " HBM" if shown == L.HBM_WINDOW else " PE resource"
         elif f is L.UNIT_TYPE:
-            note = f" {decoded.unit_type}"
+            note = f" {decoded.unit_type}" if decoded else _unit_name(L, shown)
         text = f"{shown:#x}" if f.width > 8 else str(shown)
         print(f"  {f.name:<11}{text + note:<16}{bits}")
-    if decoded.component not in ("hbm",):
+    if decoded and decoded.component not in ("hbm",):
         print(f"  {'component':<11}{decoded.component} +{decoded.component_offset:#x}")
+    if problem:
+        typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(code)
+
+
+def _unit_name(L, bits: int) -> str:
+    try:
+        return f" {L.UnitType(bits).name}"
+    except ValueError:
+        return " none"
 
 
 def encode(

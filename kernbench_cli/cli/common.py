@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from kernbench_cli.errors import AddressError
+from kernbench_cli.errors import AddressError, clip
 
 TopologyOpt = Annotated[
     str | None,
@@ -51,9 +51,14 @@ def parse_int(text: str, what: str) -> int:
     try:
         value = int(clean, 16) if clean.lower().startswith("0x") else int(clean, 10)
     except ValueError:
-        raise AddressError(f"{what} {text!r} is not a number (hex 0x…, or decimal)") from None
+        raise AddressError(f"{what} {clip(text)} is not a number (hex 0x…, or decimal)") \
+            from None
     if value < 0:
-        raise AddressError(f"{what} {text!r} is negative")
+        raise AddressError(f"{what} {clip(text)} is negative")
+    if value >> 64:  # wider than any field: say so without printing 10^5 digits
+        shown = hex(value)
+        raise AddressError(f"{what} {shown[:21]}…{shown[-8:]} ({len(shown):,} digits) is too "
+                           "large")
     return value
 
 
