@@ -14,6 +14,12 @@ from kernbench_cli.errors import ConfigError
 _PACKAGE = Path(__file__).resolve().parent
 
 
+def installed() -> bool:
+    """Whether the shipped files are the wheel's copies (an installed package), not a
+    checkout's."""
+    return (_PACKAGE / "_data").is_dir()
+
+
 def data_dir(kind: str) -> Path:
     """The directory of shipped `kind` files: "kernels", "topologies" or "goldens"."""
     installed = _PACKAGE / "_data" / kind

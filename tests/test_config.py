@@ -9,6 +9,7 @@ import pytest
 
 from kernbench_cli.address import AddressMap
 from kernbench_cli.config import load_costs, load_topology
+from kernbench_cli.config.loader import config_digest
 from kernbench_cli.config.schema import Topology
 from kernbench_cli.errors import ConfigError
 from kernbench_cli.resources import data_dir, resolve_topology
@@ -193,3 +194,24 @@ def test_exact_units_parse_back_to_the_same_integer(kind, value, text):
 
     assert exact(kind, value) == text
     assert KINDS[kind][0](text) == value
+
+
+def test_a_shipped_topology_copied_anywhere_loads_with_its_shipped_costs(tmp_path, cli):
+    copy = tmp_path / "mine.toml"
+    copy.write_text(shipped("sip").read_text())
+    code, _, err = cli("topology", "validate", str(copy))
+    assert (code, err) == (0, "")
+    assert load_topology(copy).cost_table.source.resolve() == \
+        (data_dir("topologies") / "costs" / "default.toml").resolve()
+
+
+def test_topology_show_toml_is_portable_and_readable(tmp_path, cli):
+    code, text, _ = cli("topology", "show", "sip", "--toml")
+    assert code == 0
+    assert 'costs = "default"' in text.splitlines()
+    assert "cube_mesh = [4, 2]" in text.splitlines() and "pe_mesh = [4, 4]" in text.splitlines()
+    assert "start = 0x1000000" in text.splitlines()
+    copy = tmp_path / "elsewhere" / "shown.toml"
+    copy.parent.mkdir()
+    copy.write_text(text)
+    assert config_digest(load_topology(copy)) == config_digest(load_topology(shipped("sip")))

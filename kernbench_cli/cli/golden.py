@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from kernbench_cli.cli.common import SetOpt
-from kernbench_cli.errors import GoldenMismatch
+from kernbench_cli.cli.common import SetOpt, echo_rich
+from kernbench_cli.errors import GoldenMismatch, KernbenchError
 
 app = typer.Typer(help="Golden results: regenerate after an intended model change; check in CI.",
                   no_args_is_help=True)
@@ -17,7 +17,8 @@ app = typer.Typer(help="Golden results: regenerate after an intended model chang
 OnlyOpt = Annotated[str | None, typer.Option(
     "--only", help="Only the cases whose name matches this pattern (fnmatch, e.g. 'gqa*').")]
 DirOpt = Annotated[Path | None, typer.Option(
-    "--dir", help="The goldens folder (default: the shipped goldens/).")]
+    "--dir", metavar="DIR",
+    help="The goldens folder (default: the checkout's goldens/; regen creates a new one).")]
 CostsOpt = Annotated[Path | None, typer.Option(
     "--costs", help="Run every case with this cost table instead of its topology's.")]
 
@@ -43,17 +44,34 @@ def check_cmd(only: OnlyOpt = None, directory: DirOpt = None, costs: CostsOpt = 
     _run(only, directory, costs, write=False, sets=sets or ())
 
 
+def _default_folder(write: bool) -> Path:
+    """The shipped goldens: in a checkout its goldens/ folder; in an installed package,
+    ./goldens when there is one to write, else a refusal (the package is not for editing)."""
+    from kernbench_cli.resources import data_dir, installed
+
+    if not write or not installed():
+        return data_dir("goldens")
+    if Path("goldens").is_dir():
+        return Path("goldens")
+    raise KernbenchError("golden regen: the shipped goldens are part of the installed package "
+                         f"({data_dir('goldens')}); give --dir FOLDER (created if missing), or "
+                         "run it in a checkout")
+
+
 def _run(only: str | None, directory: Path | None, costs: Path | None, write: bool,
          sets: Sequence[str] = ()) -> None:
     from rich.console import Console
 
-    from kernbench_cli.errors import KernbenchError
     from kernbench_cli.golden.run import regen as do_regen
     from kernbench_cli.golden.run import select
     from kernbench_cli.report.golden import difference_table
-    from kernbench_cli.resources import data_dir
-
-    folder = directory or data_dir("goldens")
+    folder = directory or _default_folder(write)
+    if write and not folder.is_dir():
+        try:
+            folder.mkdir(parents=True)
+        except OSError as exc:
+            raise KernbenchError(f"--dir {folder}: cannot create the folder: "
+                                 f"{exc.strerror or exc}") from None
     if not folder.is_dir():
         raise KernbenchError(f"goldens folder {str(folder)!r} does not exist")
     cases = select(only)
@@ -63,15 +81,14 @@ def _run(only: str | None, directory: Path | None, costs: Path | None, write: bo
     differences = do_regen(folder, only, write,
                            progress=lambda name: err.print(f"[dim]running {name}[/dim]"),
                            costs=costs, sets=sets)
-    out = Console()
     if differences:
-        out.print(difference_table(differences))
+        echo_rich(difference_table(differences))
     changed = len({d.case for d in differences})
     if write:
-        out.print(f"{len(cases)} cases run; {changed} goldens written or removed in {folder}")
+        typer.echo(f"{len(cases)} cases run; {changed} goldens written or removed in {folder}")
         return
     if differences:
         raise GoldenMismatch(f"{len(differences)} differences in {changed} of {len(cases)} "
                              "golden cases; if the change is intended, run `kernbench golden "
                              "regen` and add a CHANGELOG entry")
-    out.print(f"{len(cases)} golden case{'s match' if len(cases) > 1 else ' matches'}")
+    typer.echo(f"{len(cases)} golden case{'s match' if len(cases) > 1 else ' matches'}")

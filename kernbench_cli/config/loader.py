@@ -185,19 +185,33 @@ def load_topology(path: Path | str, costs: Path | str | None = None,
     if not problems:
         problems.extend(_check_meshes(topo, path))
     problems = _blame_sets(problems, path, topo_sets)
-    if costs is not None:
-        cost_path = Path(costs)
-    elif topo.costs:
-        cost_path = path.parent / topo.costs
-    else:
-        cost_path = data_dir("topologies") / "costs" / "default.toml"
-    if costs is None and topo.costs and not problems and not cost_path.is_file():
-        problems.append(f"{path}: costs: no such file {str(cost_path)!r}")
+    cost_path = Path(costs) if costs is not None else _cost_path(path, topo.costs)
+    if costs is None and topo.costs and not problems and cost_path is None:
+        problems.append(f"{path}: costs: no such file {str(path.parent / topo.costs)!r} and no "
+                        f"shipped cost table {Path(topo.costs).stem!r} (shipped: "
+                        f"{', '.join(p.stem for p in sorted(_shipped_costs().glob('*.toml')))})")
     if problems:
         raise ConfigError(problems)
     cost_table = load_costs(cost_path, cost_sets)
     return replace(topo, name=topo.name or path.stem, source=path, cost_table=cost_table,
                    overrides=tuple(item for _, item in parsed.values()))
+
+
+def _shipped_costs() -> Path:
+    return data_dir("topologies") / "costs"
+
+
+def _cost_path(topology_file: Path, costs: str) -> Path | None:
+    """The cost table a topology names: a path relative to the topology file (or absolute);
+    failing that, a shipped table of that name (``"default"`` or ``"costs/default.toml"``),
+    so a shipped topology copied anywhere still loads. No `costs` key: the shipped default."""
+    if not costs:
+        return _shipped_costs() / "default.toml"
+    beside = topology_file.parent / costs
+    if beside.is_file():
+        return beside
+    shipped = _shipped_costs() / f"{Path(costs).stem}.toml"
+    return shipped if shipped.is_file() and Path(costs).suffix in ("", ".toml") else None
 
 
 def config_digest(config: Any) -> str:

@@ -6,6 +6,7 @@ topology, so it is the resolved form of a file that leaves keys out.
 
 from __future__ import annotations
 
+import re
 from dataclasses import fields
 from decimal import Decimal
 from typing import Any
@@ -14,6 +15,7 @@ import tomli_w
 
 from kernbench_cli.config import units
 from kernbench_cli.config.schema import Topology
+from kernbench_cli.resources import data_dir
 
 _EXACT = {
     "time": (("s", 10**12), ("ms", 10**9), ("us", 10**6), ("ns", 10**3), ("ps", 1)),
@@ -52,8 +54,17 @@ def _table(obj: Any) -> dict[str, Any]:
 
 
 def topology_toml(topology: Topology) -> str:
-    """The whole topology as TOML; its cost table by absolute path."""
+    """The whole topology as portable TOML: its cost table by name when it is a shipped
+    one (else by absolute path), meshes on one line, resource starts in hex."""
     data = _table(topology)
     source = topology.cost_table.source
-    data["costs"] = str(source.resolve()) if source is not None else ""
-    return tomli_w.dumps(data)
+    shipped = data_dir("topologies") / "costs"
+    if source is not None and source.resolve().parent == shipped.resolve():
+        data["costs"] = source.stem
+    else:
+        data["costs"] = str(source.resolve()) if source is not None else ""
+    text = tomli_w.dumps(data)
+    text = re.sub(r"\[\n((?:    -?\d+,\n)+)\]",
+                  lambda m: "[" + ", ".join(re.findall(r"-?\d+", m.group(1))) + "]", text)
+    return re.sub(r"^(start|offset) = (\d+)$", lambda m: f"{m.group(1)} = {int(m.group(2)):#x}",
+                  text, flags=re.MULTILINE)
