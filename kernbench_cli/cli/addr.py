@@ -103,15 +103,16 @@ def _unit_name(L, bits: int) -> str:
 
 def encode(
     component: Annotated[Component, typer.Argument(help="What the address names.")],
-    rack: Annotated[str, typer.Option(help="Rack index.")] = "0",
-    sip: Annotated[str, typer.Option(help="SIP index in the rack.")] = "0",
-    cube: Annotated[str, typer.Option(help="Cube index in the SIP.")] = "0",
-    pe: Annotated[str, typer.Option(help="PE index in the cube (0 for sram, mcpu).")] = "0",
+    rack: Annotated[str, typer.Option(help="Rack index.", metavar="INT")] = "0",
+    sip: Annotated[str, typer.Option(help="SIP index in the rack.", metavar="INT")] = "0",
+    cube: Annotated[str, typer.Option(help="Cube index in the SIP.", metavar="INT")] = "0",
+    pe: Annotated[str, typer.Option(help="PE index in the cube (0 for sram, mcpu).",
+                                    metavar="INT")] = "0",
     offset: Annotated[str, typer.Option(help="Byte offset in the component (in the slot "
-                                               "with --dir/--slot).")] = "0",
+                                               "with --dir/--slot).", metavar="INT")] = "0",
     direction: Annotated[Direction | None, typer.Option("--dir", help="IPCQ ring direction.")]
     = None,
-    slot: Annotated[str | None, typer.Option(help="IPCQ ring slot.")] = None,
+    slot: Annotated[str | None, typer.Option(help="IPCQ ring slot.", metavar="INT")] = None,
     topology: TopologyOpt = None,
 ) -> None:
     """Build a PhysAddr from its parts (the inverse of decode) and print it in hex."""

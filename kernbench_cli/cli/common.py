@@ -12,7 +12,7 @@ from kernbench_cli.errors import AddressError, clip
 TopologyOpt = Annotated[
     str | None,
     typer.Option("--topology", "-t", help="Topology name (default, sip, rack) or TOML path.",
-                 show_default="default"),
+                 show_default="default", metavar="NAME|PATH"),
 ]
 CostsOpt = Annotated[
     Path | None,
@@ -25,6 +25,12 @@ SetOpt = Annotated[
                       "prefixed costs., a cost-table key (costs.issue.composite=80ns); "
                       "repeatable."),
 ]
+SeedOpt = Annotated[int, typer.Option(
+    help="Seed of the input data (the same seed, the same inputs).", min=0,
+    metavar="INT")]
+ParamOpt = Annotated[list[str] | None, typer.Option(
+    "--param", "-p", metavar="NAME=VALUE",
+    help="Kernel parameter (`kernbench kernels KERNEL` lists them); repeatable.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
 PerPeOpt = Annotated[bool, typer.Option("--per-pe", help="Also show each PE.")]
 

@@ -15,7 +15,8 @@ app = typer.Typer(help="Golden results: regenerate after an intended model chang
                   no_args_is_help=True)
 
 OnlyOpt = Annotated[str | None, typer.Option(
-    "--only", help="Only the cases whose name matches this pattern (fnmatch, e.g. 'gqa*').")]
+    "--only", metavar="PATTERN",
+    help="Only the cases whose name matches this pattern (fnmatch, e.g. 'gqa*').")]
 DirOpt = Annotated[Path | None, typer.Option(
     "--dir", metavar="DIR",
     help="The goldens folder (default: the checkout's goldens/; regen creates a new one).")]

@@ -10,9 +10,19 @@ from typing import Annotated
 import typer
 
 from kernbench_cli.address import load_address_map
-from kernbench_cli.cli.common import CostsOpt, JsonOpt, PerPeOpt, SetOpt, TopologyOpt, echo_rich
+from kernbench_cli.cli.common import (
+    CostsOpt,
+    JsonOpt,
+    ParamOpt,
+    PerPeOpt,
+    SeedOpt,
+    SetOpt,
+    TopologyOpt,
+    echo_rich,
+)
 from kernbench_cli.errors import KernbenchError, RaceError, VerificationError
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
+from kernbench_cli.lang.watchdog import DEFAULT_KERNEL_TIMEOUT
 
 ChromeTraceOpt = Annotated[Path | None, typer.Option(
     "--chrome-trace",
@@ -24,17 +34,17 @@ CriticalPathOpt = Annotated[Path | None, typer.Option(
 
 
 def run(
-    kernel: Annotated[str, typer.Argument(help="Kernel name (sharded_gemm, …) or .py path.")],
+    kernel: Annotated[str, typer.Argument(help="Kernel name (sharded_gemm, …) or .py path.",
+                                          metavar="KERNEL")],
     topology: TopologyOpt = None,
     costs: CostsOpt = None,
     sets: SetOpt = None,
-    param: Annotated[list[str] | None, typer.Option(
-        "--param", "-p", help="Kernel parameter as name=value; repeatable.")] = None,
+    param: ParamOpt = None,
     per_pe: PerPeOpt = False,
     as_json: JsonOpt = False,
     save: Annotated[Path | None, typer.Option(
         help="Write inputs and outputs to this .npz file.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the input data.")] = 0,
+    seed: SeedOpt = 0,
     timing_only: Annotated[bool, typer.Option(
         "--timing-only", help="Skip values and verification (faster; for sweeps).")] = False,
     record: Annotated[Path | None, typer.Option(
@@ -45,8 +55,12 @@ def run(
     races: Annotated[bool, typer.Option(
         "--races", help="Look for data races between PEs; exit 1 if any.")] = False,
     max_commands: Annotated[int, typer.Option(
-        help="Stop a kernel that issues more commands than this (an endless loop).")]
-    = DEFAULT_MAX_COMMANDS,
+        help="Stop a kernel that issues more commands than this (an endless loop).", min=1,
+        metavar="INT")] = DEFAULT_MAX_COMMANDS,
+    kernel_timeout: Annotated[float, typer.Option(
+        help="Stop a kernel whose Python issues no command for this many seconds of wall "
+             "time (an endless loop); 0: no limit.", min=0, metavar="SECONDS")]
+    = DEFAULT_KERNEL_TIMEOUT,
 ) -> None:
     """Run KERNEL on every PE of the topology, verify it, and report the time."""
     from kernbench_cli.sim.kernels import load_kernel, parse_params
@@ -62,7 +76,7 @@ def run(
     watch = Watch()
     with _busy(f"{module.name} on {amap.topology.num_pes} PEs", watch):
         result = run_kernel(module, amap, params, seed=seed, timing_only=timing_only,
-                            max_commands=max_commands,
+                            max_commands=max_commands, kernel_timeout=kernel_timeout,
                             oplog=chrome_trace is not None or oplog is not None, watch=watch,
                             races=races)
     if save is not None:

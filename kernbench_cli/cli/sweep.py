@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kernbench_cli.cli.common import CostsOpt, JsonOpt, TopologyOpt, echo_rich
+from kernbench_cli.cli.common import CostsOpt, JsonOpt, SeedOpt, TopologyOpt, echo_rich
 from kernbench_cli.errors import KernbenchError, SweepError
 
 
@@ -27,11 +27,12 @@ def sweep(
     zipped: Annotated[bool, typer.Option(
         "--zip", help="Pair the axes' values in order instead of taking every combination.")]
     = False,
-    seed: Annotated[int, typer.Option(help="Seed of the input data.")] = 0,
+    seed: SeedOpt = 0,
     timing_only: Annotated[bool, typer.Option(
         "--timing-only", help="Skip values and verification (faster).")] = False,
     jobs: Annotated[int | None, typer.Option(
-        "--jobs", "-j", help="Worker processes (default: the CPU count).")] = None,
+        "--jobs", "-j", help="Worker processes (default: the CPU count).", metavar="INT")]
+    = None,
     out: Annotated[Path | None, typer.Option(
         "--out", help="Write a row per finished point to this .jsonl or .csv file.")] = None,
     resume: Annotated[bool, typer.Option(
@@ -45,9 +46,11 @@ def sweep(
         "--plot", help="Draw the sweep to this .png, .svg or .pdf (needs kernbench[plot]).")]
     = None,
     x: Annotated[str | None, typer.Option(
-        "--x", help="The axis along the plot's x (default: the first that varies).")] = None,
+        "--x", metavar="AXIS",
+        help="The axis along the plot's x (default: the first that varies).")] = None,
     y: Annotated[str, typer.Option(
-        "--y", help="The plot's metric: latency, gemm_mac_utilization or hbm_gbps.")]
+        "--y", metavar="METRIC",
+        help="The plot's metric: latency, gemm_mac_utilization or hbm_gbps.")]
     = "latency",
     dask: Annotated[str | None, typer.Option(
         "--dask", metavar="ADDRESS", envvar="DASK_SCHEDULER_ADDRESS",

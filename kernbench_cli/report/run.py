@@ -289,7 +289,7 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
            for i in result.invariants],
         "commands": result.commands,
         "engines": engines,
-        "bound": {"engine": name, "path_share": round(share, 6),
+        "bound": {"by": name or "latency", "engine": name, "path_share": round(share, 6),
                   "busiest_engine": top, "utilization": round(util, 6)},
         "gemm_mac_utilization": round(gemm_efficiency(result), 6),
         "gemm_array_utilization": round(gemm_array_utilization(result), 6),

@@ -166,12 +166,29 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
     invariants.enforce(model_checks)
     result = _collect(f"{trace.kernel} (replay)", system, timing, trace.params, trace.seed,
                       True, [])
+    result.bounds = _shipped_bounds(trace, topo)
     result.invariants = model_checks
     result.critical_path = critical_path(system, timing)
     if races:
         result.races = find_races(timing, amap)
     result.wall_s = time.perf_counter() - wall
     return result
+
+
+def _shipped_bounds(trace: Trace, topology) -> dict[str, tuple[int, str]]:
+    """The bounds a shipped kernel states for a replayed trace of it (the kernel's code is
+    not needed to time the trace, only to state its bounds); none for other kernels."""
+    from kernbench_cli.sim.kernels import load_kernel, shipped_kernels
+
+    if trace.kernel not in shipped_kernels():
+        return {}
+    module = load_kernel(trace.kernel).module
+    if not hasattr(module, "bounds"):
+        return {}
+    try:
+        return module.bounds(topology, dict(trace.params))
+    except Exception:  # params the kernel's version here does not know: state no bound
+        return {}
 
 
 def _kernel_fn(kernel: KernelModule, args: dict[str, Any]):

@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from kernbench_cli.errors import KernbenchError
-from kernbench_cli.fileio import atomic_write
+from kernbench_cli.errors import KernbenchError, clip
+from kernbench_cli.fileio import atomic_write, read_input
 from kernbench_cli.stream import (
     COLUMNS,
     COMPOSITE,
@@ -55,6 +55,10 @@ VERSION = 3
 MAGIC = FORMAT.encode() + b"\n"
 #: PE_MATH op classes a trace may name (the `[pe.math.op_cycles]` keys).
 MATH_CLASSES = ("add", "mul", "div", "cmp", "exp", "log", "sqrt", "reduce", "cast")
+
+
+#: Bytes of a (compressed) trace file worth reading.
+MAX_TRACE_BYTES = 2**34
 
 
 class TraceError(KernbenchError):
@@ -100,10 +104,10 @@ def write_trace(path: Path, trace: Trace) -> None:
 def read_trace(path: Path) -> Trace:
     """Read and check a trace file; TraceError names what is wrong."""
     try:
-        with gzip.open(path, "rb") as handle:
-            data = handle.read()
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such file") from None
+        raw = read_input(path, MAX_TRACE_BYTES, "a trace file")
+        data = gzip.decompress(raw)
+    except KernbenchError as exc:
+        raise TraceError(str(exc)) from None
     except (OSError, EOFError, zlib.error) as exc:
         raise TraceError(f"{path}: not a kernbench trace ({exc})") from None
     if data.startswith(MAGIC):
@@ -114,8 +118,9 @@ def read_trace(path: Path) -> Trace:
         body, head = len(data), data
     try:
         header = json.loads(head)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise TraceError(f"{path}: not a kernbench trace (header: {exc})") from None
+    except (ValueError, RecursionError) as exc:  # not JSON, nested too deep, 10^5 digits
+        raise TraceError(f"{path}: not a kernbench trace (header: "
+                         f"{str(exc).split(';')[0]})") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise TraceError(f"{path}: not a kernbench trace (no format {FORMAT!r})")
     if header.get("version") != VERSION:
@@ -123,8 +128,8 @@ def read_trace(path: Path) -> Trace:
                          f"kernbench reads ({VERSION}); record the run again")
     try:
         return _trace(header, memoryview(data)[body:])
-    except (KeyError, TypeError, ValueError) as exc:
-        what = f"no {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
+    except (KeyError, TypeError, ValueError, OverflowError, IndexError, AttributeError) as exc:
+        what = f"no {clip(exc.args[0])}" if isinstance(exc, KeyError) else str(exc)[:300]
         raise TraceError(f"{path}: damaged trace: {what}") from None
 
 
@@ -248,8 +253,8 @@ def _little(col: array) -> array:
 
 
 def _int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{what} holds {value!r}, not an integer")
+    if isinstance(value, bool) or not isinstance(value, int) or not -2**63 <= value < 2**63:
+        raise ValueError(f"{what} holds {clip(value)}, not a 64-bit integer")
     return value
 
 
