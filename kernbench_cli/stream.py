@@ -54,11 +54,13 @@ NONE = -1
 
 #: PE_MATH commands: (op class of `[pe.math.op_cycles]`, name in the op log); a MATH
 #: command's `arg` indexes this table (a program carries it, so traces say what they mean).
+#: New kinds are appended, so older traces keep their meaning.
 MATH_KINDS: tuple[tuple[str, str], ...] = (
     ("add", "fill"), ("add", "add"), ("add", "subtract"), ("add", "negative"),
     ("mul", "multiply"), ("div", "divide"), ("cmp", "maximum"), ("cmp", "minimum"),
     ("exp", "exp"), ("log", "log"), ("sqrt", "sqrt"), ("reduce", "max"), ("reduce", "sum"),
-    ("cast", "cast"))
+    ("cast", "cast"), ("sqrt", "rsqrt"), ("div", "reciprocal"), ("add", "abs"),
+    ("exp", "tanh"), ("cmp", "where"))
 
 #: (column, array typecode): the layout of a stream and of a trace file.
 COLUMNS = (("op", "B"), ("a", "i"), ("b", "i"), ("size", "q"), ("arg", "q"), ("src", "q"),

@@ -190,11 +190,11 @@ class GemmConfig(Frozen):
 class MathOpCycles(Frozen):
     """Cycles one lane spends per element, by operation class."""
 
-    add: int = key("count", 1, "add, sub, neg.", "One-cycle FP adder.")
+    add: int = key("count", 1, "add, sub, neg, abs, fill.", "One-cycle FP adder.")
     mul: int = key("count", 1, "mul.", "One-cycle pipelined FP multiplier.")
     div: int = key("count", 4, "div, reciprocal.", "Iterative divider, about 4x a multiply.")
     cmp: int = key("count", 1, "maximum, minimum, where.", "One-cycle comparator.")
-    exp: int = key("count", 4, "exp.", "Special-function unit, about 4x a multiply.")
+    exp: int = key("count", 4, "exp, tanh.", "Special-function unit, about 4x a multiply.")
     log: int = key("count", 4, "log.", "Special-function unit.")
     sqrt: int = key("count", 4, "sqrt, rsqrt.", "Special-function unit.")
     reduce: int = key("count", 1, "max and sum reductions, per input element.",

@@ -62,9 +62,21 @@ if TYPE_CHECKING:
 
 F32 = DTYPES["f32"]
 #: The PE_MATH kind (`MATH_KINDS` index) of each numpy function `tl` computes with.
-_KIND_OF = {fn: [name for _, name in MATH_KINDS].index(fn.__name__) for fn in (
-    np.add, np.subtract, np.negative, np.multiply, np.divide, np.maximum, np.minimum, np.exp,
-    np.log, np.sqrt, np.max, np.sum)}
+def _rsqrt(x: np.ndarray) -> np.ndarray:
+    return 1 / np.sqrt(x)
+
+
+def _select(cond: np.ndarray, x: Any, y: Any) -> np.ndarray:
+    return np.where(cond != 0, x, y)
+
+
+_rsqrt.__name__, _select.__name__ = "rsqrt", "where"
+_KIND_OF = {fn: [name for _, name in MATH_KINDS].index(name) for fn, name in (
+    (np.add, "add"), (np.subtract, "subtract"), (np.negative, "negative"),
+    (np.multiply, "multiply"), (np.divide, "divide"), (np.maximum, "maximum"),
+    (np.minimum, "minimum"), (np.exp, "exp"), (np.log, "log"), (np.sqrt, "sqrt"),
+    (np.max, "max"), (np.sum, "sum"), (_rsqrt, "rsqrt"), (np.reciprocal, "reciprocal"),
+    (np.absolute, "abs"), (np.tanh, "tanh"), (_select, "where"))}
 _FILL, _CAST = (MATH_KINDS.index(kind) for kind in (("add", "fill"), ("cast", "cast")))
 _MATH_CALLS = tuple(f"tl.{name}" for _, name in MATH_KINDS)  # how TCM errors name them
 F64 = np.dtype(np.float64)
@@ -264,6 +276,45 @@ class TL:
     def sqrt(self, x: Tensor) -> Tensor:
         return self._unary(np.sqrt, x)
 
+    def rsqrt(self, x: Tensor) -> Tensor:
+        """1 / sqrt(x), one PE_MATH command (the `sqrt` op class)."""
+        return self._unary(_rsqrt, x)
+
+    def reciprocal(self, x: Tensor) -> Tensor:
+        """1 / x, one PE_MATH command (the `div` op class)."""
+        return self._unary(np.reciprocal, x)
+
+    def abs(self, x: Tensor) -> Tensor:
+        return self._unary(np.absolute, x)
+
+    def tanh(self, x: Tensor) -> Tensor:
+        """One PE_MATH command (the `exp` op class: the special-function unit)."""
+        return self._unary(np.tanh, x)
+
+    def where(self, cond: Tensor, x: Tensor | float, y: Tensor | float) -> Tensor:
+        """`x` where `cond` is non-zero, else `y`; shapes broadcast. PE_MATH's `cmp` class:
+        one command, or two passes when `x` and `y` are both tensors (a command names two
+        producers, as the unit reads two operand streams)."""
+        cond = self._own(cond, "where")
+        for v in (x, y):
+            if not isinstance(v, _SCALARS_OR_TENSORS):
+                raise KernelError(f"tl.where: x and y must be tensors or numbers, got "
+                                  f"{type(v).__name__}")
+        tensors = [self._own(v, "where") for v in (x, y) if isinstance(v, Tensor)]
+        shape = _broadcast(cond.shape, *(v.shape for v in tensors))
+        if shape is None:
+            raise KernelError("tl.where: shapes " + " and ".join(
+                str(list(v.shape)) for v in (cond, *tensors)) + " do not broadcast")
+        dt = promote(*(v.dtype for v in tensors)) if tensors else F32
+        values = (cond.value, *(v.value if isinstance(v, Tensor) else v for v in (x, y)))
+        kind, count = _KIND_OF[_select], math.prod(shape)
+        if len(tensors) < 2:
+            return self._math(kind, cond.cmd, tensors[0].cmd if tensors else NONE, shape, dt,
+                              count, _select, *values)
+        first = self._math(kind, cond.cmd, tensors[0].cmd, shape, dt, count, _select, *values)
+        return self._math(kind, first.cmd, tensors[1].cmd, shape, dt, count, _identity,
+                          first.value)
+
     def maximum(self, x: Tensor | float, y: Tensor | float) -> Tensor:
         return self._binary(np.maximum, x, y)
 
@@ -450,8 +501,9 @@ class TL:
         return self._result(i, shape, dt, value, _MATH_CALLS[kind])
 
     def _unary(self, fn: Callable, x: Tensor) -> Tensor:
-        x = self._own(x, fn.__name__)
-        return self._math(_KIND_OF[fn], x.cmd, NONE, x.shape, x.dtype, x.numel, fn, x.value)
+        kind = _KIND_OF[fn]
+        x = self._own(x, MATH_KINDS[kind][1])
+        return self._math(kind, x.cmd, NONE, x.shape, x.dtype, x.numel, fn, x.value)
 
     def _binary(self, fn: Callable, x: Any, y: Any) -> Tensor:
         if x.__class__ is Tensor and x._tl is self:  # the common cases first, kept lean
