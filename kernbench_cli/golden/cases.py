@@ -30,4 +30,10 @@ CASES: tuple[Case, ...] = (
          ("model=llama3-8b", "seq_len=32768")),
     Case("gqa_attention.rack", "gqa_attention", "rack",
          ("heads_q=4", "heads_kv=1", "head_dim=32", "seq_len=16384")),
+    Case("softmax.default", "softmax", "default"),
+    Case("softmax.sip", "softmax", "sip"),
+    Case("softmax.rack", "softmax", "rack", ("cols=256",)),
+    Case("rmsnorm.default", "rmsnorm", "default"),
+    Case("rmsnorm.llama3-8b.sip", "rmsnorm", "sip", ("model=llama3-8b",)),
+    Case("rmsnorm.rack", "rmsnorm", "rack", ("cols=256",)),
 )
