@@ -37,11 +37,21 @@ PerPeOpt = Annotated[bool, typer.Option("--per-pe", help="Also show each PE.")]
 
 def echo_rich(*renderables) -> None:
     """Print Rich renderables: as they are on a terminal; piped, without the padding Rich
-    puts at the end of lines (so `grep`, `diff` and files see clean text)."""
+    puts at the end of lines (so `grep`, `diff` and files see clean text). Table cells
+    too wide for the terminal wrap instead of ending in "…"."""
     import sys
 
     from rich.console import Console
+    from rich.table import Table
 
+    def fold(items) -> None:  # a narrow terminal wraps a cell; it never cuts a number
+        for item in items:
+            if isinstance(item, Table):
+                for column in item.columns:
+                    column.overflow = "fold"
+            fold(getattr(item, "renderables", ()))
+
+    fold(renderables)
     console = Console()
     if console.is_terminal:
         console.print(*renderables, sep="\n")

@@ -33,13 +33,10 @@ def show(
 
         typer.echo(topology_toml(amap.topology), nl=False)
         return
-    from rich.console import Console
-
+    from kernbench_cli.cli.common import echo_rich
     from kernbench_cli.report.topology import resource_table, system_tree
 
-    console = Console()
-    console.print(system_tree(amap))
-    console.print(resource_table(amap))
+    echo_rich(system_tree(amap), resource_table(amap))
 
 
 @app.command()
