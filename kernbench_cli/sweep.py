@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from kernbench_cli.errors import KernbenchError, ParamError
+from kernbench_cli.fileio import read_input
 
 
 @dataclass(frozen=True)
@@ -223,24 +224,28 @@ class Results:
         """The rows already in the file (a torn last line is dropped, as if never written)."""
         if self.path is None or not self.path.is_file():
             return
-        text = self.path.read_text()
+        try:
+            text = read_input(self.path, 2**32, "a sweep results file").decode()
+        except UnicodeDecodeError:
+            raise KernbenchError(f"{self.path}: not a sweep results file (not text); "
+                                 "--resume needs one") from None
         if not text.endswith("\n"):  # an interrupted write: keep the complete lines only
             text = text[:text.rfind("\n") + 1]
             self.path.write_text(text)
-        if self.csv:
-            for rec in csv.DictReader(io.StringIO(text)):
-                axes = {k: rec[k] for k in self.axis_keys}
-                self.done[json.dumps(axes, sort_keys=True)] = {
-                    "point": int(rec["point"]), "axes": axes, "error": rec["error"] or None,
-                    "result": _csv_result(rec)}
-            return
-        for line in text.splitlines():
-            try:
+        try:
+            if self.csv:
+                for rec in csv.DictReader(io.StringIO(text)):
+                    axes = {k: rec[k] for k in self.axis_keys}
+                    self.done[json.dumps(axes, sort_keys=True)] = {
+                        "point": int(rec["point"]), "axes": axes, "error": rec["error"] or None,
+                        "result": _csv_result(rec)}
+                return
+            for line in text.splitlines():
                 row = json.loads(line)
-            except json.JSONDecodeError:
-                raise KernbenchError(f"{self.path}: not a sweep results file "
-                                     "(a line is not JSON); --resume needs one") from None
-            self.done[json.dumps(row["axes"], sort_keys=True)] = row
+                self.done[json.dumps(row["axes"], sort_keys=True)] = row
+        except (ValueError, KeyError, TypeError, RecursionError, csv.Error):
+            raise KernbenchError(f"{self.path}: not a sweep results file of these axes; "
+                                 "--resume needs one") from None
 
     def open(self, fresh: bool):
         if self.path is None:

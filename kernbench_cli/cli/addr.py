@@ -74,6 +74,8 @@ def decode(
         if problem:
             out["problem"] = problem
         print(json.dumps(out, indent=2))
+        if problem:
+            typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(code)
     print(decoded.text if decoded else f"{value:#x}: {verdict} (the fields as they stand)")
     print(f"  {'addr':<11}{value:#x}")

@@ -137,9 +137,15 @@ def main() -> None:
     """Console entry point."""
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        code = app()
-        sys.stdout.flush()
+        try:
+            app()
+        finally:  # the command has ended: a late Ctrl-C no longer interrupts anything
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            sys.stdout.flush()
+    except KeyboardInterrupt:  # between start-up and the command, or while it ends
+        typer.echo("interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
     except BrokenPipeError:
         _quiet_stdout()
-        code = EXIT_BROKEN_PIPE
-    sys.exit(code)
+        sys.exit(EXIT_BROKEN_PIPE)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import sys
 from array import array
 from collections import deque
@@ -30,7 +31,7 @@ import numpy as np
 from kernbench_cli.address.allocator import FreeListPool, Sharded
 from kernbench_cli.address.physaddr import PeCoord
 from kernbench_cli.config.units import format_size
-from kernbench_cli.errors import AddressError, KernelError
+from kernbench_cli.errors import AddressError, KernelError, clip
 from kernbench_cli.hw.composite import plan_gemm
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
 from kernbench_cli.lang.bridge import Hub, PeThread
@@ -382,8 +383,8 @@ class TL:
 
     def cycles(self, n: int) -> None:
         """Spend `n` PE_CPU cycles (explicit CPU time)."""
-        if not isinstance(n, int) or n < 0:
-            raise KernelError(f"tl.cycles expects a non-negative integer, got {n!r}")
+        if not isinstance(n, int) or not 0 <= n < 2**62:
+            raise KernelError(f"tl.cycles expects an integer from 0 to 2^62, got {clip(n)}")
         self._emit(CYCLES, NONE, NONE, 0, n)
 
     # ------------------------------------------------------------ internals
@@ -632,14 +633,17 @@ def _shape(shape: Any) -> tuple[int, ...]:
     if shape.__class__ is tuple and shape and all(
             n.__class__ is int and n > 0 for n in shape):
         return shape
-    if isinstance(shape, int):
+    if isinstance(shape, (int, np.integer)):
         shape = (shape,)
     try:
-        out = tuple(int(n) for n in shape)
-    except (TypeError, ValueError):
-        raise KernelError(f"shape must be a sequence of integers, got {shape!r}") from None
+        out = tuple(operator.index(n) for n in shape)
+    except TypeError:
+        raise KernelError(f"shape must be a sequence of integers, got {clip(shape)}") from None
     if not out or any(n <= 0 for n in out):
-        raise KernelError(f"shape must be non-empty with positive sizes, got {list(out)}")
+        raise KernelError(f"shape must be non-empty with positive sizes, got {clip(list(out))}")
+    if math.prod(out) >= 2**40:
+        raise KernelError(f"shape {clip(list(out))} has {math.prod(out):.3g} elements: more "
+                          "than any memory holds")
     return out
 
 

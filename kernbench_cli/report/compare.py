@@ -15,6 +15,10 @@ from rich.table import Table
 
 from kernbench_cli.config.units import format_time_ps
 from kernbench_cli.errors import KernbenchError
+from kernbench_cli.fileio import read_input
+
+#: Bytes of a results file worth reading.
+MAX_RESULTS_BYTES = 2**32
 
 
 def load_runs(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
@@ -22,12 +26,13 @@ def load_runs(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
     runs = []
     for path in paths:
         try:
-            text = path.read_text()
-        except OSError as exc:
-            raise KernbenchError(f"{path}: cannot read: {exc.strerror}") from None
+            text = read_input(path, MAX_RESULTS_BYTES, "a results file").decode()
+        except UnicodeDecodeError:
+            raise KernbenchError(f"{path}: not text: expected `run --json` output or a "
+                                 "sweep's .jsonl rows") from None
         try:
             whole = json.loads(text)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             whole = None
         if isinstance(whole, dict) and "latency_ps" in whole:
             runs.append((path.name, whole))
@@ -35,14 +40,15 @@ def load_runs(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
         for n, line in enumerate(text.splitlines(), 1):
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):
                 raise KernbenchError(f"{path}:{n}: not JSON: expected `run --json` output or a "
                                      "sweep's .jsonl rows") from None
             result = row.get("result") if isinstance(row, dict) else None
             if not isinstance(result, dict) or "latency_ps" not in result:
                 raise KernbenchError(f"{path}:{n}: no run result here (a failed sweep point, "
                                      "or not kernbench output)")
-            axes = " ".join(f"{k}={v}" for k, v in row.get("axes", {}).items())
+            axes = row.get("axes")
+            axes = " ".join(f"{k}={v}" for k, v in axes.items()) if isinstance(axes, dict) else ""
             runs.append((f"{path.name}#{row.get('point', n - 1)} {axes}".rstrip(), result))
     if len(runs) < 2:
         raise KernbenchError(f"compare needs at least two runs; got {len(runs)}")

@@ -28,6 +28,7 @@ from kernbench_cli.errors import (
     KernbenchError,
     KernelError,
     ParamError,
+    clip,
 )
 from kernbench_cli.hw.ipcq import chunks_for
 from kernbench_cli.hw.pe import ENGINES
@@ -117,7 +118,7 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     result.switches = launch.hub.switches
     result.inputs, result.outputs = host.inputs, outputs
     if hasattr(kernel.module, "bounds"):
-        result.bounds = _call(kernel, "bounds", amap.topology, params)
+        result.bounds = _checked_bounds(kernel, _call(kernel, "bounds", amap.topology, params))
     topo = amap.topology
     result.trace = Trace(kernel.name, dict(params), seed, topo.name,
                          str(topo.source.resolve()) if topo.source else "",
@@ -173,6 +174,16 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
         result.races = find_races(timing, amap)
     result.wall_s = time.perf_counter() - wall
     return result
+
+
+def _checked_bounds(kernel: KernelModule, bounds: Any) -> dict[str, tuple[int, str]]:
+    if not isinstance(bounds, dict) or not all(
+            isinstance(k, str) and isinstance(v, tuple) and len(v) == 2
+            and isinstance(v[0], int) and v[0] >= 0 and isinstance(v[1], str)
+            for k, v in bounds.items()):
+        raise KernelError(f"{kernel.shown}: bounds() must return a dict of name: "
+                          "(picoseconds, how), not " + clip(bounds))
+    return bounds
 
 
 def _shipped_bounds(trace: Trace, topology) -> dict[str, tuple[int, str]]:
@@ -306,11 +317,20 @@ def _check_unreceived(shown: str, launch: Launch) -> None:
 def _verify(kernel: KernelModule, host: Host, params: dict[str, Any],
             outputs: dict[str, np.ndarray]) -> list[Check]:
     expected = _call(kernel, "reference", host, params)
+    for what, table in (("reference", expected), ("outputs", outputs)):
+        if not isinstance(table, dict):
+            raise KernelError(f"{kernel.shown}: {what}() must return a dict of name: array, "
+                              f"not {type(table).__name__}")
     checks = []
-    for name in sorted(expected):
+    for name in sorted(expected, key=str):
         if name not in outputs:
             raise KernelError(f"{kernel.shown}: outputs() returned no {name!r}")
         got, want = outputs[name], expected[name]
+        for what, value in (("output", got), ("reference", want)):
+            if not isinstance(value, np.ndarray) or (value.dtype.kind not in "fiu" and \
+                    value.dtype not in NAMES):
+                raise KernelError(f"{kernel.shown}: {what} {name!r} is not an array of "
+                                  f"numbers (got {type(value).__name__})")
         if got.shape != want.shape:
             raise KernelError(f"{kernel.shown}: output {name!r} has shape {list(got.shape)}, "
                               f"the reference {list(want.shape)}")

@@ -151,20 +151,21 @@ def _trace(header: dict[str, Any], columns: memoryview) -> Trace:
         raise ValueError(f"{len(columns) - at} bytes after the last column")
     program = Program(
         streams,
-        [_tuple(s, 3, "gemm_shapes") for s in header["gemm_shapes"]],
-        [_kind(k) for k in header["math_kinds"]],
+        [_tuple(s, 3, "gemm_shapes") for s in _list(header["gemm_shapes"], "gemm_shapes")],
+        [_kind(k) for k in _list(header["math_kinds"], "math_kinds")],
         [Composite(*_tuple(c, len(Composite._fields), "composites"))
-         for c in header["composites"]],
+         for c in _list(header["composites"], "composites")],
         _ints(header["tcm_peak"], "tcm_peak"))
     if len(program.tcm_peak) != len(streams):
         raise ValueError("tcm_peak does not have one entry per PE")
-    memory = [(int(_int(a, "memory")), int(_int(n, "memory")), str(name))
-              for a, n, name in header["memory"]]
+    memory = [(_int(a, "memory"), _int(n, "memory"), _str(name, "memory"))
+              for a, n, name in _list(header["memory"], "memory")]
     if not isinstance(header["params"], dict):
         raise ValueError("params is not an object")
     check_program(program, memory)
-    return Trace(str(header["kernel"]), header["params"], _int(header.get("seed", 0), "seed"),
-                 str(header["topology"]), str(header.get("topology_file", "")), memory, program)
+    return Trace(_str(header["kernel"], "kernel"), header["params"],
+                 _int(header.get("seed", 0), "seed"), _str(header["topology"], "topology"),
+                 _str(header.get("topology_file", ""), "topology_file"), memory, program)
 
 
 def check_program(program: Program, memory: list[tuple[int, int, str]]) -> None:
@@ -259,9 +260,19 @@ def _int(value: Any, what: str) -> int:
 
 
 def _ints(values: Any, what: str) -> list[int]:
+    return [_int(v, what) for v in _list(values, what)]
+
+
+def _list(values: Any, what: str) -> list:
     if not isinstance(values, list):
         raise ValueError(f"{what} is not a list")
-    return [_int(v, what) for v in values]
+    return values
+
+
+def _str(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} holds {clip(value)}, not a string")
+    return value
 
 
 def _tuple(values: Any, n: int, what: str) -> tuple:
