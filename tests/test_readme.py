@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,3 +28,96 @@ def test_ci_checks_the_goldens_after_the_tests():
     ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
           if line and not line.startswith(("#", "echo"))]
     assert ci.index(readme_command("test")) < ci.index(".venv/bin/kernbench golden check")
+
+
+# ------------------------------------------------------------ the commands the README shows
+
+#: Shown commands not run here: the sweep example takes a minute (its rows are the
+#: sweep tests' business).
+NOT_RUN = ("kernbench sweep ",)
+
+
+def shown_commands(text: str) -> list[tuple[str, list[str]]]:
+    """(command, the output shown under it) for every ``$ kernbench …`` in a code block."""
+    shown, blocks, block = [], [], None
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            if block is None:
+                block = []
+            else:
+                blocks.append(block)
+                block = None
+        elif block is not None:
+            block.append(line)
+    for lines in blocks:
+        i = 0
+        while i < len(lines):
+            if not lines[i].startswith("$ kernbench"):
+                i += 1
+                continue
+            command = lines[i][2:]
+            while command.endswith("\\"):
+                i += 1
+                command = command[:-1] + lines[i].strip()
+            i += 1
+            output = []
+            while i < len(lines) and not lines[i].startswith("$ "):
+                output.append(lines[i])
+                i += 1
+            while output and not output[-1].strip():
+                output.pop()
+            shown.append((command, output))
+    return shown
+
+
+def _same(shown: str, got: str) -> bool:
+    if shown.startswith("simulated "):  # wall-clock time: only the command count
+        return shown.split(" in ")[0] == got.split(" in ")[0]
+    return shown == got
+
+
+def _matches(shown: list[str], got: list[str]) -> bool:
+    """`shown` is `got`, where a line "…" stands for any lines, and the wall-clock part of
+    the `simulated` line (after " in ") is not compared."""
+    if not shown:
+        return not got
+    if shown[0] == "…":
+        return any(_matches(shown[1:], got[k:]) for k in range(len(got) + 1))
+    return bool(got) and _same(shown[0], got[0]) and _matches(shown[1:], got[1:])
+
+
+@pytest.mark.parametrize(("command", "output"), [
+    pytest.param(c, o, id=c[:60]) for doc in ("README.md", "docs/kernels.md")
+    for c, o in shown_commands((ROOT / doc).read_text()) if not c.startswith(NOT_RUN)])
+def test_the_readme_shows_what_the_cli_prints(cli, monkeypatch, command, output):
+    monkeypatch.setenv("COLUMNS", "80")
+    _, out, err = cli(*shlex.split(command)[1:])
+    got = (out + err).splitlines()
+    assert _matches(output, got), "\n".join(["shown:", *output, "printed:", *got])
+
+
+def test_every_json_key_is_documented(cli):
+    import json
+
+    _, out, _ = cli("run", "gqa_attention", "--json", "--per-pe", "--races")
+    obj = json.loads(out)
+    named = ("engines", "params", "by_engine", "by_cause", "resource_waits", "bounds_ps",
+             "what_if_2x_faster_saves_at_most_ps")  # keyed by names, not fixed keys
+    keys = set()
+
+    def walk(value, parent: str) -> None:
+        if isinstance(value, dict):
+            for key, sub in value.items():
+                if parent not in named:
+                    keys.add(key)
+                walk(sub, "" if parent in named else key)
+        elif isinstance(value, list):
+            for sub in value:
+                walk(sub, parent)
+
+    walk(obj, "")
+    text = (ROOT / "README.md").read_text()
+    table = text[text.index("### The `--json` object"):text.index("### The timeline")]
+    missing = sorted(k for k in keys if f"`{k}" not in table and f"{k}`" not in table
+                     and f" {k}," not in table)
+    assert not missing, f"README's --json table misses {missing}"

@@ -50,11 +50,11 @@ def test_a_load_feeding_a_dot_drawn_to_the_nanosecond(run, amap):
     pe = "PE 0 (rack=0 sip=0 cube=0 pe=0)"
     tracks = _tracks(trace)
     ns = lambda ps: ps // 1000  # noqa: E731
-    assert tracks[pe, "CPU"] == [("issue load", 0, 4), ("issue dot", 4, ns(4000 + issue.dot))]
-    assert tracks[pe, "DMA"] == [("load", 4, ns(issue.load + streamed))]
+    assert tracks[pe, "cpu"] == [("issue load", 0, 4), ("issue dot", 4, ns(4000 + issue.dot))]
+    assert tracks[pe, "dma"] == [("load", 4, ns(issue.load + streamed))]
     assert tracks["shared resources", "hbm rack=0 sip=0 cube=0 pe=0"] == [
         ("load", ns(issue.load + topo.pe.dma.setup), ns(issue.load + streamed))]
-    assert tracks[pe, "GEMM"] == [("dot", ns(landed), ns(landed + 376_000))]
+    assert tracks[pe, "gemm"] == [("dot", ns(landed), ns(landed + 376_000))]
     assert (pe, "scheduler") not in tracks  # no composite: the scheduler never plans
     spans = {(e["name"], e["ph"]): round(e["ts"] * 1000) for e in trace["traceEvents"]
              if e["ph"] in "be"}
@@ -144,7 +144,7 @@ def test_the_scheduler_track_shows_planning_and_holding_not_composites(run):
     first_end = next(r for r in result.oplog if r[3] == "composite")[6] // 1000
     assert tracks[pe, "scheduler"] == [("plan", 44, 294), ("plan", 294, 544),
                                        ("wait for TCM", 544, first_end)]
-    assert [name for name, *_ in tracks[pe, "CPU"]] == [
+    assert [name for name, *_ in tracks[pe, "cpu"]] == [
         "issue load", "issue composite", "issue composite", "issue wait", "wait",
         "issue wait", "wait"]
     assert result.engines["scheduler"].busy_ps == (500_000,)

@@ -48,7 +48,7 @@ def echo_rich(*renderables) -> None:
         for item in items:
             if isinstance(item, Table):
                 for column in item.columns:
-                    column.overflow = "fold"
+                    column.overflow = "fold"  # (a no_wrap column is shrunk last)
             fold(getattr(item, "renderables", ()))
 
     fold(renderables)

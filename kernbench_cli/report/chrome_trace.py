@@ -41,7 +41,7 @@ from kernbench_cli.hw.oplog import OpLog
 from kernbench_cli.hw.pe import ENGINES
 from kernbench_cli.sim.result import RunResult
 
-TRACKS = {"cpu": "CPU", "scheduler": "scheduler", "dma": "DMA", "gemm": "GEMM", "math": "MATH"}
+TRACKS = {name: name for name in ("cpu", "scheduler", "dma", "gemm", "math")}  # engine names
 
 
 def decoded(amap: AddressMap, addr: int | None, cache: dict[int, str]) -> str | None:

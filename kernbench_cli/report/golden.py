@@ -20,7 +20,7 @@ def _cell(value) -> str:
 
 def difference_table(differences) -> Table:
     table = Table(title=f"Golden differences ({len(differences)})")
-    table.add_column("case / field", no_wrap=True, min_width=40)
+    table.add_column("case / field", overflow="fold")
     table.add_column("old", justify="right")
     table.add_column("new", justify="right")
     table.add_column("delta %", justify="right")

@@ -197,9 +197,9 @@ def summary(result: RunResult) -> Table:
 
 
 def engine_table(result: RunResult) -> Table:
-    table = Table(title="Engines: busy time across units; wait, idle and util of the mean")
-    for col in ("engine", "units", "busy min", "busy mean", "busy max", "wait", "idle", "util",
-                "ops"):
+    table = Table(title="Engines: busy time (min, mean, max over the n units); wait, idle "
+                        "and util of the mean")
+    for col in ("engine", "n", "min", "mean", "max", "wait", "idle", "util", "ops"):
         table.add_column(col, justify="left" if col == "engine" else "right")
     for name, stats in result.engines.items():
         row = _engine_numbers(stats, result.latency_ps)
