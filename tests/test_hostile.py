@@ -495,3 +495,17 @@ def test_an_internal_error_is_one_line_exit_70_with_the_traceback_in_a_file(cli,
     report = Path(err.rsplit(" ", 1)[1].rstrip(")\n"))
     assert "ZeroDivisionError: a bug" in report.read_text()
     report.unlink()
+
+
+def test_no_numpy_warning_reaches_the_terminal(tmp_path):
+    """NaN and overflow in a kernel's values are the verification's business; numpy's
+    RuntimeWarnings stay quiet (the installed CLI, so Python's own warning output shows)."""
+    kernel = tmp_path / "nan.py"
+    kernel.write_text(BASE.replace(
+        "    tl.store(tl.shard(x), t)",
+        "    u = tl.log(t - 10.0) + tl.sqrt(t - 10.0) + tl.reciprocal(t * 0.0) "
+        "+ tl.exp(t * 1e6)\n    tl.store(tl.shard(x), u.to('f16').to('f32'))"))
+    proc = _spawn(["run", str(kernel), "-t", ONE], tmp_path)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err) == (0, "")
+    assert "latency" in out

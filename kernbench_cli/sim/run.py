@@ -12,6 +12,7 @@ lower PE index), at the time the failing PE got to it.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import time
 from typing import Any
@@ -53,6 +54,17 @@ from kernbench_cli.stream import Program, Stream
 SHARED_LEVELS = ("hbm", "sram", "noc", "ucie", "sip_link", "rack_link")
 
 
+def _quiet(fn):
+    """Run `fn` with numpy's floating-point warnings off: a kernel's NaNs and overflows are
+    judged by verification (and the kernel writer's reference), not printed by numpy."""
+    @functools.wraps(fn)
+    def quiet(*args, **kwargs):
+        with np.errstate(all="ignore"):
+            return fn(*args, **kwargs)
+    return quiet
+
+
+@_quiet
 def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], seed: int = 0,
                timing_only: bool = False, max_commands: int = DEFAULT_MAX_COMMANDS,
                oplog: bool = False, watch: Watch | None = None,
@@ -79,7 +91,8 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
 
     def body(tl) -> None:
         try:
-            fn(tl, **args)
+            with np.errstate(all="ignore"):  # a greenlet has its own context: see `_quiet`
+                fn(tl, **args)
         except (KeyboardInterrupt, KernelTimeout, GreenletExit):
             raise
         except BaseException as exc:  # sys.exit() and the like are the kernel's errors too
