@@ -137,35 +137,33 @@ def _check_module(module: ModuleType, shown: str) -> None:
         if type(default) not in _KIND_NAMES and type(default) is not str:
             raise bad(f"PARAMS[{name!r}]: a default must be an int, float, bool or str, "
                       f"not {type(default).__name__}")
-    choices = getattr(module, "CHOICES", {})
-    if not isinstance(choices, dict):
-        raise bad(f"CHOICES must be a dict of parameter: allowed values, not "
-                  f"{type(choices).__name__}")
-    for name, allowed in choices.items():
-        if name not in params:
-            raise bad(f"CHOICES names {name!r}, which is not in PARAMS")
+    def table(name: str, shape: str) -> dict:
+        """An optional table keyed by parameters (CHOICES, PRESETS, PARAM_INFO)."""
+        value = getattr(module, name, {})
+        if not isinstance(value, dict):
+            raise bad(f"{name} must be a dict of parameter: {shape}, not "
+                      f"{type(value).__name__}")
+        for key in value:
+            if key not in params:
+                raise bad(f"{name} names {key!r}, which is not in PARAMS")
+        return value
+
+    for name, allowed in table("CHOICES", "allowed values").items():
         if not isinstance(allowed, (tuple, list)) or params[name] not in allowed:
             raise bad(f"CHOICES[{name!r}] must be a tuple of values holding the default "
                       f"{params[name]!r}")
-    presets = getattr(module, "PRESETS", {})
-    if not isinstance(presets, dict):
-        raise bad(f"PRESETS must be a dict of parameter: {{value: {{params}}}}, not "
-                  f"{type(presets).__name__}")
-    for name, table in presets.items():
-        if name not in params:
-            raise bad(f"PRESETS names {name!r}, which is not in PARAMS")
-        if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
+    for name, presets in table("PRESETS", "{value: {params}}").items():
+        if not isinstance(presets, dict) or not all(isinstance(v, dict)
+                                                    for v in presets.values()):
             raise bad(f"PRESETS[{name!r}] must be a dict of value: {{params}}")
-        for value, sets in table.items():
+        for value, sets in presets.items():
             for other, setting in sets.items():
                 if other not in params or type(setting) is not type(params[other]):
                     raise bad(f"PRESETS[{name!r}][{value!r}]: {other!r} is not a parameter "
                               "or has the wrong type")
-    info = getattr(module, "PARAM_INFO", {})
-    if not isinstance(info, dict) or not all(
-            k in params and isinstance(v, (str, tuple)) for k, v in info.items()):
-        raise bad("PARAM_INFO must be a dict of parameter: description or "
-                  "(description, unit)")
+    for name, info in table("PARAM_INFO", "description or (description, unit)").items():
+        if not isinstance(info, str) and not (isinstance(info, tuple) and len(info) == 2):
+            raise bad(f"PARAM_INFO[{name!r}] must be a description or (description, unit)")
 
 
 def _line_in(exc: BaseException, filename: str) -> int | str:
