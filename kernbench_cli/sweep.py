@@ -25,6 +25,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -293,7 +294,7 @@ def run_local(spec: Spec, todo: list[Point], jobs: int,
     context = _worker_context()
     while pending:
         suspects: list[Point] = []
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        with _pool(jobs, context) as pool:
             running: dict[Future, Point] = {}
             while (pending or running) and not suspects:
                 while pending and len(running) < jobs:
@@ -421,8 +422,30 @@ def _worker_context():
 def _alone(spec: Spec, point: Point,
            worker: Callable[[Spec, Point], dict[str, Any]]) -> dict[str, Any] | None:
     """`point` run in a worker process of its own; None if that process dies too."""
-    with ProcessPoolExecutor(max_workers=1, mp_context=_worker_context()) as pool:
+    with _pool(1, _worker_context()) as pool:
         try:
             return pool.submit(worker, spec, point).result()
         except BrokenProcessPool:
             return None
+
+
+@contextmanager
+def _pool(jobs: int, context) -> Iterator[ProcessPoolExecutor]:
+    """A pool of `jobs` workers that leave Ctrl-C to the sweep: on an interrupt the workers
+    are stopped at once (their points are not finished) and the interrupt goes on."""
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context,
+                             initializer=_leave_interrupts) as pool:
+        try:
+            yield pool
+        except KeyboardInterrupt:
+            for process in list(getattr(pool, "_processes", {}).values()):
+                process.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def _leave_interrupts() -> None:
+    """In a worker: Ctrl-C reaches the whole process group; the sweep handles it."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -509,3 +509,21 @@ def test_no_numpy_warning_reaches_the_terminal(tmp_path):
     out, err = proc.communicate(timeout=60)
     assert (proc.returncode, err) == (0, "")
     assert "latency" in out
+
+
+def test_ctrl_c_stops_a_sweep_and_its_workers(tmp_path):
+    """Ctrl-C reaches the whole process group: the workers leave it to the sweep, which stops
+    them at once and exits 130; the results file keeps the points that finished."""
+    proc = subprocess.Popen(
+        [*_kernbench(), "sweep", "gqa_attention", "-t", "sip", "-p", "model=llama3-8b",
+         "-p", "seq_len=65536,131072,262144,524288", "--timing-only", "--out", "s.jsonl",
+         "-j", "2"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    time.sleep(1.5)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err
+    assert (proc.returncode, err.splitlines()[-1]) == (130, "interrupted"), err
+    rows = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert len(rows) < 4 and all(row["result"] for row in rows)
+    assert not list(tmp_path.glob(".*.tmp"))
