@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -20,6 +19,8 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None], what: str) -> No
     the file gets the usual mode (0666 less the umask). `what` names the option
     or command in errors (``--save``).
     """
+    import tempfile  # here: the light commands (decode) read inputs but write nothing
+
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise KernbenchError(f"{what} {path}: folder {str(folder)!r} does not exist")
