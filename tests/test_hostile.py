@@ -77,7 +77,7 @@ for item in ("novalue", "=5", "a..b=1", ".=1", "hbm=5"):
 # ------------------------------------------------------------ files given where input is read
 
 FILE_KINDS = ("missing", "folder", "loop", "fifo", "device", "empty", "binary", "latin1",
-              "nested_arrays", "nested_tables")
+              "nested_arrays", "nested_tables", "under_a_file")
 for kind in FILE_KINDS:
     case(f"topology-file-{kind}", ("topology", "validate", f"{{file:{kind}:toml}}"), 2)
     case(f"costs-file-{kind}", ("topology", "validate", "default", "--costs",
@@ -264,6 +264,8 @@ def corpus(tmp_path_factory):
                 path.write_text("a = " + "{b = " * 3000 + "1" + "}" * 3000 + "\n")
             elif kind == "txt":
                 path.write_text(BASE)
+            elif kind == "under_a_file":  # the cases name path/x: the OS refuses to look
+                path.write_text("")
     (files / "txt.py").unlink()
     (files / "txt.txt").write_text(BASE)
     shipped = (ROOT / "topologies" / "default.toml").read_text().replace(
@@ -340,7 +342,8 @@ def _expand(arg: str, corpus: dict, tmp: Path) -> str:
     if kind == "file":
         name, ext = rest
         suffix = "txt" if name == "txt" else ext
-        return str(corpus["files"] / f"{name}.{suffix}")
+        path = corpus["files"] / f"{name}.{suffix}"
+        return str(path / "x" if name == "under_a_file" else path)
     if kind == "kernel":
         return str(corpus["kernels"] / f"{rest[0]}.py")
     if kind == "trace":
