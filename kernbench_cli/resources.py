@@ -26,6 +26,14 @@ def data_dir(kind: str) -> Path:
     return installed if installed.is_dir() else _PACKAGE.parent / kind
 
 
+def shipped_costs_name(path: Path | None) -> str | None:
+    """The name of the shipped cost table at `path` ("default"), or None if it is not one."""
+    shipped = data_dir("topologies") / "costs"
+    if path is not None and path.resolve().parent == shipped.resolve():
+        return path.stem
+    return None
+
+
 def shipped_topologies() -> list[str]:
     return sorted(p.stem for p in data_dir("topologies").glob("*.toml"))
 

@@ -50,4 +50,11 @@ def validate(
     topo = amap.topology
     s = topo.system
     print(f"{topology}: ok: {s.racks} rack x {s.sips_per_rack} SIP x {s.cubes_per_sip} cubes x "
-          f"{s.pes_per_cube} PEs = {topo.num_pes} PEs; costs {topo.cost_table.source}")
+          f"{s.pes_per_cube} PEs = {topo.num_pes} PEs; costs {_costs_shown(topo)}")
+
+
+def _costs_shown(topo) -> str:
+    from kernbench_cli.resources import shipped_costs_name
+
+    name = shipped_costs_name(topo.cost_table.source)
+    return f"{name} (shipped)" if name else str(topo.cost_table.source)

@@ -15,7 +15,7 @@ import tomli_w
 
 from kernbench_cli.config import units
 from kernbench_cli.config.schema import Topology
-from kernbench_cli.resources import data_dir
+from kernbench_cli.resources import shipped_costs_name
 
 _EXACT = {
     "time": (("s", 10**12), ("ms", 10**9), ("us", 10**6), ("ns", 10**3), ("ps", 1)),
@@ -58,11 +58,7 @@ def topology_toml(topology: Topology) -> str:
     one (else by absolute path), meshes on one line, resource starts in hex."""
     data = _table(topology)
     source = topology.cost_table.source
-    shipped = data_dir("topologies") / "costs"
-    if source is not None and source.resolve().parent == shipped.resolve():
-        data["costs"] = source.stem
-    else:
-        data["costs"] = str(source.resolve()) if source is not None else ""
+    data["costs"] = shipped_costs_name(source) or (str(source.resolve()) if source else "")
     text = tomli_w.dumps(data)
     text = re.sub(r"\[\n((?:    -?\d+,\n)+)\]",
                   lambda m: "[" + ", ".join(re.findall(r"-?\d+", m.group(1))) + "]", text)
