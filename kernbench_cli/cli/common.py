@@ -11,8 +11,8 @@ from kernbench_cli.errors import AddressError, clip
 
 TopologyOpt = Annotated[
     str | None,
-    typer.Option("--topology", "-t", help="Topology name (default, sip, rack) or TOML path.",
-                 show_default="default", metavar="NAME|PATH"),
+    typer.Option("--topology", "-t", metavar="NAME|PATH",
+                 help="Topology name (default, sip, rack) or TOML path; without it, default."),
 ]
 CostsOpt = Annotated[
     Path | None,

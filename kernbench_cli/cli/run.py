@@ -97,7 +97,9 @@ def run(
 
 def replay(
     trace: Annotated[Path, typer.Argument(help="A trace written by `kernbench run --record`.")],
-    topology: TopologyOpt = None,
+    topology: Annotated[str | None, typer.Option(
+        "--topology", "-t", metavar="NAME|PATH",
+        help="Topology name or TOML path; without it, the trace's own.")] = None,
     costs: CostsOpt = None,
     sets: SetOpt = None,
     per_pe: PerPeOpt = False,

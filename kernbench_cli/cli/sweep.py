@@ -9,13 +9,16 @@ from typing import Annotated, Any
 
 import typer
 
-from kernbench_cli.cli.common import CostsOpt, JsonOpt, SeedOpt, TopologyOpt, echo_rich
+from kernbench_cli.cli.common import CostsOpt, JsonOpt, SeedOpt, echo_rich
 from kernbench_cli.errors import KernbenchError, SweepError
 
 
 def sweep(
     kernel: Annotated[str, typer.Argument(help="Kernel name (sharded_gemm, …) or .py path.")],
-    topology: TopologyOpt = None,
+    topology: Annotated[str | None, typer.Option(
+        "--topology", "-t", metavar="NAME|PATH",
+        help="Topology name or TOML path; without it, default (with --replay, the "
+             "recording's).")] = None,
     costs: CostsOpt = None,
     sets: Annotated[list[str] | None, typer.Option(
         "--set", metavar="KEY=V1,V2,…",
