@@ -228,6 +228,17 @@ for name in ("truncated", "appended", "no_magic", "deep_header", "digits_header"
     case(f"trace-{name}", ("replay", f"{{trace:{name}}}"), 2)
 
 
+# ------------------------------------------------------------ results files for compare
+
+RESULT_KEYS = ("latency_ps", "engines", "bound", "checks")
+for key in RESULT_KEYS:
+    for name in TRACE_VALUES:
+        harmless = (key, name) in {("engines", "dict"), ("bound", "dict"), ("checks", "list"),
+                                   ("latency_ps", "huge")}
+        case(f"results-{key}-{name}", ("compare", "{results:good}", f"{{results:{key}.{name}}}"),
+             0 if harmless else 2)
+
+
 # ------------------------------------------------------------ the fixtures the cases name
 
 
@@ -306,8 +317,17 @@ def corpus(tmp_path_factory):
     write("no_magic", head, magic=b"")
     write("deep_header", b"[" * 100_000 + b"]" * 100_000)
     write("digits_header", b'{"format": ' + HUGE.encode() + b"}")
+    results = root / "results"
+    results.mkdir()
+    ran = CliRunner().invoke(app, ["run", str(TESTS / "kernels" / "tiny_ops.py"), "-t", ONE,
+                                   "--json"])
+    run = json.loads(ran.stdout)
+    (results / "good.json").write_text(json.dumps(run))
+    for key in RESULT_KEYS:
+        for name, value in TRACE_VALUES.items():
+            (results / f"{key}.{name}.json").write_text(json.dumps({**run, key: value}))
     return {"root": root, "files": files, "tomls": tomls, "kernels": kernels, "traces": traces,
-            "gemm_topology": gemm_topology}
+            "results": results, "gemm_topology": gemm_topology}
 
 
 def _set_key(text: str, table: str, key: str, value: str) -> str:
@@ -348,6 +368,8 @@ def _expand(arg: str, corpus: dict, tmp: Path) -> str:
         return str(corpus["kernels"] / f"{rest[0]}.py")
     if kind == "trace":
         return str(corpus["traces"] / f"{'.'.join(rest)}.trace")
+    if kind == "results":
+        return str(corpus["results"] / f"{rest[0]}.json")
     if kind == "gemm_topology":
         return corpus["gemm_topology"]
     raise AssertionError(arg)
@@ -381,7 +403,7 @@ def test_the_corpus_is_large_and_covers_every_class():
     assert len(CASES) >= 150
     prefixes = {c.id.split("-")[0] for c in CASES}
     assert prefixes == {"toml", "set", "topology", "costs", "run", "replay", "kernel",
-                        "decode", "encode", "cli", "trace"}
+                        "decode", "encode", "cli", "trace", "results"}
 
 
 # ------------------------------------------------------------ signals, pipes and hangs:

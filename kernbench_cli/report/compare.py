@@ -35,7 +35,7 @@ def load_runs(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
         except (ValueError, RecursionError):
             whole = None
         if isinstance(whole, dict) and "latency_ps" in whole:
-            runs.append((path.name, whole))
+            runs.append((path.name, _checked(whole, str(path))))
             continue
         for n, line in enumerate(text.splitlines(), 1):
             try:
@@ -49,10 +49,31 @@ def load_runs(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
                                      "or not kernbench output)")
             axes = row.get("axes")
             axes = " ".join(f"{k}={v}" for k, v in axes.items()) if isinstance(axes, dict) else ""
-            runs.append((f"{path.name}#{row.get('point', n - 1)} {axes}".rstrip(), result))
+            runs.append((f"{path.name}#{row.get('point', n - 1)} {axes}".rstrip(),
+                         _checked(result, f"{path}:{n}")))
     if len(runs) < 2:
         raise KernbenchError(f"compare needs at least two runs; got {len(runs)}")
     return runs
+
+
+def _checked(run: dict[str, Any], where: str) -> dict[str, Any]:
+    """`run` if it has the shape of a `run --json` object where `metrics` reads it."""
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    engines = run.get("engines", {})
+    problem = (
+        "latency_ps is not a time" if not number(run["latency_ps"]) or run["latency_ps"] < 0
+        else
+        "engines is not an object of engines" if not isinstance(engines, dict) or not all(
+            isinstance(e, dict) and number(e.get("busy_ps")) and number(e.get("utilization"))
+            for e in engines.values()) else
+        "bound is not an object" if not isinstance(run.get("bound", {}), dict) else
+        "checks is not a list of objects" if not isinstance(run.get("checks", []), list)
+        or not all(isinstance(c, dict) for c in run.get("checks", [])) else None)
+    if problem:
+        raise KernbenchError(f"{where}: not a `run --json` object: {problem}")
+    return run
 
 
 def metrics(runs: list[tuple[str, dict[str, Any]]]) -> dict[str, list[Any]]:
