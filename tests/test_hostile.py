@@ -552,3 +552,15 @@ def test_ctrl_c_stops_a_sweep_and_its_workers(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
     assert len(rows) < 4 and all(row["result"] for row in rows)
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_running_out_of_memory_is_a_one_line_error(cli, monkeypatch):
+    from kernbench_cli.sim import run as sim_run
+
+    def too_big(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(sim_run, "run_kernel", too_big)
+    assert cli("run", "sharded_gemm") == (1, "", "error: this machine ran out of memory (a "
+                                          "smaller problem, or --timing-only, which keeps no "
+                                          "values)\n")

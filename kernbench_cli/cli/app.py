@@ -52,6 +52,10 @@ class KernbenchGroup(TyperGroup):
         except BrokenPipeError:  # `kernbench … | head`: the reader has all it wanted
             _quiet_stdout()
             raise typer.Exit(EXIT_BROKEN_PIPE) from None
+        except MemoryError:  # not a bug: a problem too large for this machine
+            typer.echo("error: this machine ran out of memory (a smaller problem, or "
+                       "--timing-only, which keeps no values)", err=True)
+            raise typer.Exit(1) from None
         except (typer.Exit, typer.Abort):
             raise
         except _CLICK_ERROR as exc:
