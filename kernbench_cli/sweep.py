@@ -136,6 +136,8 @@ def run_point(spec: Spec, point: Point) -> dict[str, Any]:
                             seed=spec.seed, timing_only=spec.timing_only)
     except KernbenchError as exc:
         return {**row, "error": " / ".join(exc.lines()), "result": None}
+    except MemoryError:
+        return {**row, "error": "the worker ran out of memory", "result": None}
     out = to_json(result)
     if result.verified is False:
         return {**row, "error": "verification failed", "result": out}
@@ -156,6 +158,8 @@ def _replay_point(spec: Spec, point: Point, row: dict[str, Any]) -> dict[str, An
         result = replay_trace(trace, amap, spec.trace)
     except KernbenchError as exc:
         return {**row, "error": " / ".join(exc.lines()), "result": None}
+    except MemoryError:
+        return {**row, "error": "the worker ran out of memory", "result": None}
     return {**row, "error": None, "result": to_json(result), "replayed": True}
 
 
