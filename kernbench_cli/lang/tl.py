@@ -62,7 +62,8 @@ if TYPE_CHECKING:
     from kernbench_cli.hw.system import System
 
 F32 = DTYPES["f32"]
-#: The PE_MATH kind (`MATH_KINDS` index) of each numpy function `tl` computes with.
+
+
 def _rsqrt(x: np.ndarray) -> np.ndarray:
     return 1 / np.sqrt(x)
 
@@ -71,7 +72,7 @@ def _select(cond: np.ndarray, x: Any, y: Any) -> np.ndarray:
     return np.where(cond != 0, x, y)
 
 
-_rsqrt.__name__, _select.__name__ = "rsqrt", "where"
+#: The PE_MATH kind (`MATH_KINDS` index) of each function `tl` computes values with.
 _KIND_OF = {fn: [name for _, name in MATH_KINDS].index(name) for fn, name in (
     (np.add, "add"), (np.subtract, "subtract"), (np.negative, "negative"),
     (np.multiply, "multiply"), (np.divide, "divide"), (np.maximum, "maximum"),
