@@ -26,10 +26,14 @@ def data_dir(kind: str) -> Path:
     return installed if installed.is_dir() else _PACKAGE.parent / kind
 
 
+def costs_dir() -> Path:
+    """The folder of the shipped cost tables."""
+    return data_dir("topologies") / "costs"
+
+
 def shipped_costs_name(path: Path | None) -> str | None:
     """The name of the shipped cost table at `path` ("default"), or None if it is not one."""
-    shipped = data_dir("topologies") / "costs"
-    if path is not None and path.resolve().parent == shipped.resolve():
+    if path is not None and path.resolve().parent == costs_dir().resolve():
         return path.stem
     return None
 

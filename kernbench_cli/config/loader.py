@@ -24,7 +24,7 @@ from typing import Any
 from kernbench_cli.config.schema import KINDS, REQUIRED, CostTable, Topology
 from kernbench_cli.errors import ConfigError, KernbenchError, clip
 from kernbench_cli.fileio import read_input
-from kernbench_cli.resources import data_dir
+from kernbench_cli.resources import costs_dir
 
 #: Bytes of a TOML file worth reading: the shipped rack topology is 2 KiB.
 MAX_TOML_BYTES = 16 * 2**20
@@ -189,7 +189,7 @@ def load_topology(path: Path | str, costs: Path | str | None = None,
     if costs is None and topo.costs and not problems and cost_path is None:
         problems.append(f"{path}: costs: no such file {str(path.parent / topo.costs)!r} and no "
                         f"shipped cost table {Path(topo.costs).stem!r} (shipped: "
-                        f"{', '.join(p.stem for p in sorted(_shipped_costs().glob('*.toml')))})")
+                        f"{', '.join(p.stem for p in sorted(costs_dir().glob('*.toml')))})")
     if problems:
         raise ConfigError(problems)
     cost_table = load_costs(cost_path, cost_sets)
@@ -197,20 +197,16 @@ def load_topology(path: Path | str, costs: Path | str | None = None,
                    overrides=tuple(item for _, item in parsed.values()))
 
 
-def _shipped_costs() -> Path:
-    return data_dir("topologies") / "costs"
-
-
 def _cost_path(topology_file: Path, costs: str) -> Path | None:
     """The cost table a topology names: a path relative to the topology file (or absolute);
     failing that, a shipped table of that name (``"default"`` or ``"costs/default.toml"``),
     so a shipped topology copied anywhere still loads. No `costs` key: the shipped default."""
     if not costs:
-        return _shipped_costs() / "default.toml"
+        return costs_dir() / "default.toml"
     beside = topology_file.parent / costs
     if beside.is_file():
         return beside
-    shipped = _shipped_costs() / f"{Path(costs).stem}.toml"
+    shipped = costs_dir() / f"{Path(costs).stem}.toml"
     return shipped if shipped.is_file() and Path(costs).suffix in ("", ".toml") else None
 
 

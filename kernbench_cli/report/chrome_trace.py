@@ -41,8 +41,6 @@ from kernbench_cli.hw.oplog import OpLog
 from kernbench_cli.hw.pe import ENGINES
 from kernbench_cli.sim.result import RunResult
 
-TRACKS = {name: name for name in ("cpu", "scheduler", "dma", "gemm", "math")}  # engine names
-
 
 def decoded(amap: AddressMap, addr: int | None, cache: dict[int, str]) -> str | None:
     """The human form of `addr` (None stays None), memoised in `cache`."""
@@ -126,7 +124,7 @@ class _Builder:
         for pid, label in enumerate(result.pe_labels):
             self.meta(pid, None, f"PE {pid} ({label})", pid)
             for tid, engine in enumerate(ENGINES):
-                self.meta(pid, tid, TRACKS[engine], tid)
+                self.meta(pid, tid, engine, tid)  # a track per engine, by its name
         cpu, sched = ENGINES.index("cpu"), ENGINES.index("scheduler")
         for s in log.cpu:
             self.slice(s.pid, cpu, s.name, s.start_ps, s.end_ps,
@@ -192,7 +190,7 @@ class _Builder:
             return
         points = []
         for step in path.steps:
-            if step.engine in TRACKS:
+            if step.engine in ENGINES:
                 track = (step.pid, ENGINES.index(step.engine))
             elif step.resource in resources:
                 track = (resource_pid, resources[step.resource])

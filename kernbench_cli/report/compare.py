@@ -61,16 +61,18 @@ def _checked(run: dict[str, Any], where: str) -> dict[str, Any]:
     def number(value: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
 
-    engines = run.get("engines", {})
-    problem = (
-        "latency_ps is not a time" if not number(run["latency_ps"]) or run["latency_ps"] < 0
-        else
-        "engines is not an object of engines" if not isinstance(engines, dict) or not all(
+    engines, checks = run.get("engines", {}), run.get("checks", [])
+    problem = None
+    if not number(run["latency_ps"]) or run["latency_ps"] < 0:
+        problem = "latency_ps is not a time"
+    elif not isinstance(engines, dict) or not all(
             isinstance(e, dict) and number(e.get("busy_ps")) and number(e.get("utilization"))
-            for e in engines.values()) else
-        "bound is not an object" if not isinstance(run.get("bound", {}), dict) else
-        "checks is not a list of objects" if not isinstance(run.get("checks", []), list)
-        or not all(isinstance(c, dict) for c in run.get("checks", [])) else None)
+            for e in engines.values()):
+        problem = "engines is not an object of engines"
+    elif not isinstance(run.get("bound", {}), dict):
+        problem = "bound is not an object"
+    elif not isinstance(checks, list) or not all(isinstance(c, dict) for c in checks):
+        problem = "checks is not a list of objects"
     if problem:
         raise KernbenchError(f"{where}: not a `run --json` object: {problem}")
     return run
