@@ -5,12 +5,15 @@ kernel with values; the timing pass (`hw.timing`) times the streams; a trace
 file (`kernbench run --record`) is the streams written to disk. The stream is
 the one thing `lang` and `hw` share, so it lives below both.
 
-A stream is a set of columns (compact `array`s, about 49 bytes per command),
+A stream is a set of columns (compact `array`s, about 53 bytes per command),
 not an object per command. Column `a` and `b` name the commands whose results
 a command consumes (its producers: the timing pass starts it no earlier than
 they end); `line` is the kernel line that issued it; `tcm` is the TCM bytes
 the PE's tensors hold once the command's result has its place (composite
-tile buffers come on top of that, in time). The other columns mean, per kind
+tile buffers come on top of that, in time); `rows` is, for a LOAD or STORE,
+the rows of its block that lie apart in memory (1 when it is contiguous; 0
+for other kinds): with the size and span it gives the row length and stride
+the HBM model needs (pages opened). The other columns mean, per kind
 (`-` is ``NONE``):
 
 ========== ============ ========= ============ ================ ============ ==============
@@ -64,7 +67,7 @@ MATH_KINDS: tuple[tuple[str, str], ...] = (
 
 #: (column, array typecode): the layout of a stream and of a trace file.
 COLUMNS = (("op", "B"), ("a", "i"), ("b", "i"), ("size", "q"), ("arg", "q"), ("src", "q"),
-           ("dst", "q"), ("line", "i"), ("tcm", "i"))
+           ("dst", "q"), ("line", "i"), ("tcm", "i"), ("rows", "i"))
 
 
 class Stream:

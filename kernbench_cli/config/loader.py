@@ -233,4 +233,9 @@ def _check_meshes(topo: Topology, path: Path) -> list[str]:
             problems.append(
                 f"{path}: system.{mesh_key}: [{cols}, {rows}] holds {cols * rows} {what} "
                 f"but system.{count_key} is {count}")
+    hbm = topo.hbm
+    if hbm.refresh_time >= hbm.refresh_interval:
+        problems.append(f"{path}: hbm.refresh_time: {hbm.refresh_time:,} ps is not shorter than "
+                        f"hbm.refresh_interval ({hbm.refresh_interval:,} ps): the slice would "
+                        "never be free")
     return problems

@@ -82,6 +82,18 @@ def _in_range(value: int) -> int:
     return value
 
 
+def _cycles(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"expected a non-negative integer, got {clip(value)}")
+    return _in_range(value)
+
+
+def _bool(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {clip(value)}")
+    return value
+
+
 def _string(value: object) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {clip(value)}")
@@ -119,6 +131,8 @@ def _positive(parse):
 KINDS: dict[str, tuple[Any, str]] = {
     "count": (_count, "integer >= 1"),
     "offset": (_offset, "byte offset (integer, hex allowed)"),
+    "cycles": (_cycles, "integer >= 0 (cycles)"),
+    "bool": (_bool, "true or false"),
     "string": (_string, "string"),
     "path": (_string, "path, relative to this file"),
     "mesh": (_mesh, "[columns, rows]"),
@@ -173,6 +187,28 @@ class DmaConfig(Frozen):
     setup: int = key(
         "time", "20ns", "Fixed cost of one DMA transfer before its first byte moves.",
         "About 20 cycles of descriptor fetch and address translation at 1 GHz.")
+    setup_overlap: bool = key(
+        "bool", True, "A transfer's setup overlaps the streaming of the one before it (a "
+        "two-stage pipeline: the next descriptor is prepared while the current one streams); "
+        "false: setup starts only when the engine is idle.",
+        "DMA engines fetch and translate the next descriptor while one streams.")
+    outstanding: int = key(
+        "size", "64KiB", "Bytes one transfer may have in flight (requests sent, not yet "
+        "answered). A window of W bytes over a path with round trip R streams at most W bytes "
+        "per R: the first W bytes at the path's bandwidth, each next W one round trip (or, if "
+        "longer, W at the bandwidth) after the W before.",
+        "64 outstanding requests of one 1 KiB HBM page each: the read-request limit of a PCIe-"
+        "class DMA channel (AMD PG195 XDMA: 2-64 per channel).")
+
+
+@config
+class GemmPasses(Frozen):
+    """How many times the array runs a GEMM's folds, by the wider operand's dtype."""
+
+    f16: int = key("count", 1, "16-bit operands (f16, bf16): the array's native rate.",
+                   "A bf16/f16 systolic array does one MAC per cell per cycle.")
+    f32: int = key("count", 3, "32-bit operands (f32): each fold runs this many times.",
+                   "f32 as three bf16 passes (bf16x3, as TPUs do for f32 at 'high' precision).")
 
 
 @config
@@ -184,6 +220,7 @@ class GemmConfig(Frozen):
         "dataflow", "os", "What stays in the array: outputs (os), weights, i.e. B (ws), or "
         "inputs, i.e. A (is). Sets the GEMM cycle count (equal to SCALE-Sim 3.0.0's + 1).",
         "Output stationary, as the TPU-style arrays SCALE-Sim models by default.")
+    passes: GemmPasses = section(GemmPasses, "Array passes per GEMM, by operand width.")
 
 
 @config
@@ -203,10 +240,29 @@ class MathOpCycles(Frozen):
 
 
 @config
+class MathLatency(Frozen):
+    """Pipeline depth by operation class: cycles from a command's last element entering the
+    pipeline to its result being ready for a dependent command."""
+
+    add: int = key("cycles", 4, "add, sub, neg, abs, fill.", "A 4-stage FP32 adder.")
+    mul: int = key("cycles", 4, "mul.", "A 4-stage FP32 multiplier (FMA-class pipeline).")
+    div: int = key("cycles", 12, "div, reciprocal.", "Iterative divider: about 3x a multiply.")
+    cmp: int = key("cycles", 2, "maximum, minimum, where.", "A 2-stage comparator.")
+    exp: int = key("cycles", 8, "exp, tanh.", "Special-function unit: table lookup and a "
+                   "polynomial, about 2x a multiply.")
+    log: int = key("cycles", 8, "log.", "Special-function unit.")
+    sqrt: int = key("cycles", 8, "sqrt, rsqrt.", "Special-function unit.")
+    reduce: int = key("cycles", 8, "max and sum reductions.", "A 32-lane tree: 5 levels of "
+                      "adders plus the final lane merge.")
+    cast: int = key("cycles", 2, "dtype conversion.", "A 2-stage converter.")
+
+
+@config
 class MathConfig(Frozen):
     lanes: int = key("count", 32, "Vector lanes of PE_MATH (elements per cycle).",
                      "A 32-lane FP32 vector unit (1 KiB/cycle of operands).")
     op_cycles: MathOpCycles = section(MathOpCycles, "Cycles per element per lane, by op class.")
+    latency: MathLatency = section(MathLatency, "Pipeline latency by op class (cycles).")
 
 
 @config
@@ -277,6 +333,24 @@ class HbmConfig(Frozen):
         "One HBM3 channel: 64 bits x 6.4 Gb/s = 51.2 GB/s (JESD238; 16 per stack = 819 GB/s).")
     latency: int = key("time", "100ns", "Access latency of an HBM read or write.",
                        "Typical loaded HBM access latency, about 100 ns.")
+    refresh_interval: int = key(
+        "time", "3.9us", "tREFI: time between all-bank refreshes.",
+        "JESD238 HBM3 tREFI = 3.9 us (Ramulator2 HBM3 preset: nREFI 6240 at 0.625 ns).")
+    refresh_time: int = key(
+        "time", "260ns", "tRFC: time a refresh takes the slice away; streams run at "
+        "1 - refresh_time / refresh_interval of the bandwidth (0ns: no refresh).",
+        "JESD238 tRFCab for an 8 Gb HBM3 die (Table 84, as Ramulator2 derives it): 260 ns, "
+        "so streams get 93.3% of the pin rate.")
+    page_size: int = key(
+        "size", "1KiB", "DRAM row (page) of one channel: an access opens every page it "
+        "touches.", "HBM3 pseudo-channel row: 256 columns x 32 bits (Ramulator2 HBM3).")
+    activate_window: int = key(
+        "time", "15ns", "tFAW: a channel opens at most 4 rows per window, so a transfer "
+        "that opens P pages takes at least P x tFAW / (4 x channels).",
+        "Ramulator2 HBM3_6400Mbps: nFAW 24 x 0.625 ns = 15 ns.")
+    channels: int = key(
+        "count", 1, "HBM channels in one PE's slice (each has its own activate window).",
+        "One HBM3 channel of 51.2 GB/s per PE, as hbm.bandwidth.")
 
 
 @config

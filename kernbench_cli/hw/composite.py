@@ -5,10 +5,13 @@ free: two buffers each for the A and B tiles that must be streamed from
 memory (operands already in TCM are used in place) and two f32 accumulators,
 so loads of the next tiles and the store of the last output tile overlap the
 GEMM of the current one. Among the plans that fit, it takes the one with the
-smallest estimated time: ``max(GEMM cycles, DMA cycles)`` in steady state,
+smallest estimated time (`PlanCosts`): in steady state the longest of the
+GEMM cycles, the DMA cycles (a setup per transfer, and each tile's bytes at
+the HBM stream rate or, if longer, the time to open its DRAM pages), and
+half of a tile's load round (its loads plus the access latency: with
+prefetch distance two a tile's operands have two GEMMs' time to arrive);
 plus what the pipeline cannot hide (loading the first tile, storing the
-last), where DMA cycles count a setup per transfer and bytes at the HBM
-bandwidth. Ties go to larger tiles.
+last, each with its latency). Ties go to larger tiles.
 
 `tile_ops` runs the plan: tiles in m, n, k order; operands of tile i+2
 load when tile i's buffers free (prefetch distance two), each output tile is
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from kernbench_cli.hw.gemm import gemm_cycles
+from kernbench_cli.hw.network import pages_opened
 
 ACC_BYTES = 4  # f32 accumulators
 
@@ -38,6 +42,26 @@ class Operand(NamedTuple):
     resident: bool
     addr: int = 0
     row_stride: int = 0  # elements between rows in memory
+
+
+class PlanCosts(NamedTuple):
+    """What the planner's estimate needs of the PE and its memory, in PE cycles."""
+
+    bytes_per_cycle: float  # the HBM stream rate
+    setup_cycles: float  # a DMA transfer's setup
+    latency_cycles: float  # a tile load's access latency
+    page_bytes: int = 0  # DRAM page (0: no page cost)
+    page_cycles: float = 0.0  # to open one page (tFAW / activates)
+    passes: int = 1  # array passes per fold, by operand width
+
+
+def _move_cycles(costs: PlanCosts, rows: int, row_bytes: int, stride_bytes: int) -> float:
+    """Estimated streaming cycles of a block: its bytes at the stream rate, or its pages."""
+    stream = rows * row_bytes / costs.bytes_per_cycle
+    if not costs.page_bytes:
+        return stream
+    pages = pages_opened(0, rows, row_bytes, max(stride_bytes, row_bytes), costs.page_bytes)
+    return max(stream, pages * costs.page_cycles)
 
 
 @dataclass(frozen=True)
@@ -69,11 +93,14 @@ def _k_sizes(k: int) -> list[int]:
 @functools.lru_cache(maxsize=1024)
 def plan_gemm(m: int, k: int, n: int, a_bytes: int, b_bytes: int, out_bytes: int,
               a_resident: bool, b_resident: bool, rows: int, cols: int, dataflow: str,
-              tcm_free: int, hbm_bytes_per_cycle: float,
-              setup_cycles: float) -> GemmTiling | None:
-    """The best tiling that fits `tcm_free` bytes, or None when none does."""
+              tcm_free: int, costs: PlanCosts, a_stride: int = 0, b_stride: int = 0,
+              trans_b: bool = False) -> GemmTiling | None:
+    """The best tiling that fits `tcm_free` bytes, or None when none does. Operand rows lie
+    `a_stride` / `b_stride` elements apart in memory (0: packed)."""
     best, best_key = None, None
-    bw = hbm_bytes_per_cycle
+    setup, lat = costs.setup_cycles, costs.latency_cycles
+    a_row = (a_stride or k) * a_bytes
+    b_row = (b_stride or (k if trans_b else n)) * b_bytes
     for kt in _k_sizes(k):
         for mt in _sizes(m, rows):
             for nt in _sizes(n, cols):
@@ -83,17 +110,22 @@ def plan_gemm(m: int, k: int, n: int, a_bytes: int, b_bytes: int, out_bytes: int
                 if need > tcm_free:
                     continue
                 tm, tn, tk = -(-m // mt), -(-n // nt), -(-k // kt)
-                cycles = tm * tn * tk * gemm_cycles(mt, kt, nt, rows, cols, dataflow)
-                a_count = 0 if a_resident else (tm if tk == 1 else tm * tn * tk)
-                b_count = 0 if b_resident else tm * tn * tk
-                moved = (a_count * mt * kt * a_bytes + b_count * kt * nt * b_bytes
-                         + m * n * out_bytes)
+                count = tm * tn * tk
+                cycles = count * gemm_cycles(mt, kt, nt, rows, cols, dataflow) * costs.passes
+                a_count = 0 if a_resident else (tm if tk == 1 else count)
+                b_count = 0 if b_resident else count
+                load_a = 0.0 if a_resident else _move_cycles(costs, mt, kt * a_bytes, a_row)
+                load_b = 0.0 if b_resident else (
+                    _move_cycles(costs, nt, kt * b_bytes, b_row) if trans_b else
+                    _move_cycles(costs, kt, nt * b_bytes, b_row))
+                store = _move_cycles(costs, mt, nt * out_bytes, n * out_bytes)
                 transfers = a_count + b_count + tm * tn
-                dma = transfers * setup_cycles + moved / bw
-                first = ((0 if a_resident else mt * kt * a_bytes)
-                         + (0 if b_resident else kt * nt * b_bytes)) / bw
-                exposed = first + 2 * setup_cycles + mt * nt * out_bytes / bw
-                key = (max(cycles, dma) + exposed, -mt * nt, -kt)
+                dma = transfers * setup + a_count * load_a + b_count * load_b + tm * tn * store
+                first = load_a + load_b + 2 * setup + lat
+                # prefetch distance two: a tile's loads have two GEMMs' time to land
+                round_trip = count * first / 2 if a_count or b_count else 0.0
+                exposed = first + setup + store + lat
+                key = (max(cycles, dma, round_trip) + exposed, -mt * nt, -kt)
                 if best_key is None or key < best_key:
                     best, best_key = GemmTiling(mt, kt, nt, need), key
     return best
@@ -108,9 +140,10 @@ class Stream:
     (start, end, the operation's own reference).
     """
 
-    gemm_run: Callable[[int, int, int, int, int], tuple[int, int, int]]
+    gemm_run: Callable[[int, int, int, int, int], tuple[int, int, int]]  # (ready, after, m, k, n)
     load: Callable[[int, int, Operand, int, int, int, int], tuple[int, int, int]]
-    store: Callable[[int, int, int, int], tuple[int, int, int]]  # (ready, after, addr, nbytes)
+    #: (ready, after, addr, rows, row bytes, stride bytes) of an output tile
+    store: Callable[[int, int, int, int, int, int], tuple[int, int, int]]
 
 
 def traffic(tiling: GemmTiling, a: Operand, b: Operand, n: int, out: bool,
@@ -183,7 +216,8 @@ def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n
             addr = out_addr + (m0 * out_row_stride + n0) * out_itemsize
             issued = max(issued, done)
             yield issued
-            nbytes = min(mt, m - m0) * min(nt, n - n0) * out_itemsize
-            _, stored, sref = stream.store(done, ref, addr, nbytes)
+            _, stored, sref = stream.store(done, ref, addr, min(mt, m - m0),
+                                           min(nt, n - n0) * out_itemsize,
+                                           out_row_stride * out_itemsize)
             end = max(end, (stored, sref))
     return end

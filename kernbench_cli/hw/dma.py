@@ -4,66 +4,98 @@ from __future__ import annotations
 
 from kernbench_cli.config.schema import DmaConfig
 from kernbench_cli.hw.engine import InOrderEngine
-from kernbench_cli.hw.network import Path, book, transfer_ps
+from kernbench_cli.hw.network import Calendar, Path, book, transfer_ps
 
 
 class DmaEngine(InOrderEngine):
-    """In-order DMA: ``setup + bytes / path bottleneck bandwidth + path latency`` per transfer.
+    """In-order DMA: setup, then the bytes stream over the path, then its latency.
 
-    The engine is held from the start of a transfer until its last byte
-    leaves: setup, then waiting until every resource of the path is free
-    (see `hw.network`), then streaming. `busy_ps` counts setup and streaming;
-    the wait is `wait_ps`, time the engine is held but moves nothing. The
-    path latency (HBM access, link hops) is added to the completion only, so
-    the engine pipelines transfers as a real DMA with several outstanding
-    requests does. `local_bandwidth` is used for a copy that crosses no
-    shared resource.
+    A transfer is a two-stage pipeline: *setup* (`pe.dma.setup`: descriptor
+    fetch, address translation), then *streaming*. With `setup_overlap` the
+    next transfer's setup runs while the one before streams (it starts when
+    that one began to stream); without it, setup starts when the engine is
+    idle. Streaming waits until every resource of the path is free (see
+    `hw.network`) and takes the longest of:
+
+    - ``bytes / the path's bottleneck bandwidth``;
+    - the window: with `outstanding` = W bytes in flight and a round trip R,
+      the first W bytes stream at the bottleneck rate and each next W may
+      start one round trip (or, if longer, W at the bottleneck rate) after
+      the W before: ``(ceil(bytes / W) - 1) x max(R, W / bw) + rest / bw``;
+    - for an HBM end, the time to open the DRAM pages it touches
+      (`Calendar.opening_ps`).
+
+    The engine is held from its start to the end of streaming; `busy_ps`
+    counts setup not hidden under the transfer before, and streaming; the
+    wait for a busy resource is `wait_ps`. The path latency (memory access,
+    link hops) is added to the completion only. `local_bandwidth` is used for
+    a copy that crosses no shared resource.
     """
 
-    __slots__ = ("bytes", "local_bandwidth", "setup_ps", "stream_at", "wait_ps", "waited",
-                 "waited_on")
+    __slots__ = ("bytes", "local_bandwidth", "outstanding", "overlap", "setup_ps", "stream_at",
+                 "wait_ps", "waited", "waited_on")
 
     def __init__(self, config: DmaConfig, local_bandwidth: int):
         super().__init__()
         self.setup_ps = config.setup
+        self.overlap = config.setup_overlap
+        self.outstanding = config.outstanding
         self.local_bandwidth = local_bandwidth
         self.wait_ps = 0
         self.bytes = 0  # bytes moved
-        self.waited_on = None  # the resource the last transfer waited for (None: none)
+        self.waited_on: Calendar | None = None  # the resource the last transfer waited for
         self.waited = 0  # and how long
         self.stream_at = 0  # when the last transfer's bytes began to stream (to `free_at`)
 
-    def transfer(self, ready: int, nbytes: int, path: Path) -> tuple[int, int]:
-        """Move `nbytes` over `path` (its HBM slice, if any, and links).
+    def stream_ps(self, nbytes: int, path: Path, pages: int = 0) -> int:
+        """How long `nbytes` stream over `path` (opening `pages` DRAM pages at its HBM end)."""
+        resources, _, round_trip = path
+        bandwidth = (min(c.bandwidth for c in resources) if len(resources) > 1 else
+                     resources[0].bandwidth if resources else self.local_bandwidth)
+        duration = transfer_ps(nbytes, bandwidth)
+        window = self.outstanding
+        if nbytes > window:
+            rounds = -(-nbytes // window) - 1
+            windowed = (rounds * max(round_trip, transfer_ps(window, bandwidth))
+                        + transfer_ps(nbytes - rounds * window, bandwidth))
+            duration = max(duration, windowed)
+        if pages and resources and resources[0].faw_ps:
+            duration = max(duration, resources[0].opening_ps(pages))
+        return duration
 
-        Returns (start, end): the engine takes it at `start`; the data is at
-        the destination at `end`.
+    def transfer(self, ready: int, nbytes: int, path: Path, pages: int = 0) -> tuple[int, int]:
+        """Move `nbytes` over `path` (its HBM slice, if any, and links), opening `pages`
+        DRAM pages at its HBM end.
+
+        Returns (start, end): the engine takes it at `start` (its setup begins);
+        the data is at the destination at `end`.
         """
-        start = ready if ready > self.free_at else self.free_at
-        resources, latency = path
-        streams_from = start + self.setup_ps
+        before = self.free_at
+        start = max(ready, self.stream_at if self.overlap else before)
+        resources = path[0]
+        setup_end = start + self.setup_ps
+        streams_from = setup_end if setup_end > before else before
+        duration = self.stream_ps(nbytes, path, pages)
         self.waited_on = None
         if len(resources) == 1:  # one's own HBM slice: the common case, kept lean
             cal = resources[0]
-            duration = transfer_ps(nbytes, cal.bandwidth)
             stream_at = cal.book(streams_from, duration)
             cal.carry(stream_at, duration, nbytes)
             if stream_at > streams_from:
                 self.waited_on = cal
         elif resources:
-            duration = transfer_ps(nbytes, min(c.bandwidth for c in resources))
             stream_at, self.waited_on = book(resources, duration, streams_from)
             for cal in resources:
                 cal.carry(stream_at, duration, nbytes)
         else:
-            duration = transfer_ps(nbytes, self.local_bandwidth)
             stream_at = streams_from
         stream_end = stream_at + duration
         self.stream_at = stream_at
         self.free_at = stream_end
-        self.busy_ps += self.setup_ps + duration
+        hidden = min(setup_end, before) - start  # setup under the transfer before
+        self.busy_ps += self.setup_ps - (hidden if hidden > 0 else 0) + duration
         self.waited = stream_at - streams_from
         self.wait_ps += self.waited
         self.bytes += nbytes
         self.ops += 1
-        return start, stream_end + latency
+        return start, stream_end + path[1]

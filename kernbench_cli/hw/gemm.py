@@ -36,21 +36,32 @@ def gemm_cycles(m: int, k: int, n: int, rows: int, cols: int, dataflow: str = "o
     raise ValueError(f"unknown dataflow {dataflow!r} (known: {', '.join(DATAFLOWS)})")
 
 
-class GemmEngine(InOrderEngine):
-    """In-order GEMM engine; one `run` per dot or per composite tile. `flops` counts 2·m·k·n."""
+def gemm_passes(config: GemmConfig, width: int) -> int:
+    """Times the array runs a GEMM's folds for operands `width` bytes wide (the wider of
+    the two): `pe.gemm.passes.f32` for 4-byte operands, `.f16` for narrower ones."""
+    return config.passes.f32 if width >= 4 else config.passes.f16
 
-    __slots__ = ("clock_hz", "cols", "dataflow", "flops", "rows")
+
+class GemmEngine(InOrderEngine):
+    """In-order GEMM engine; one `run` per dot or per composite tile. `flops` counts 2·m·k·n.
+
+    A GEMM takes `gemm_cycles` times the passes its operand width needs
+    (`gemm_passes`): an f32 GEMM on a bf16 array runs every fold several times.
+    """
+
+    __slots__ = ("clock_hz", "cols", "config", "dataflow", "flops", "rows")
 
     def __init__(self, config: GemmConfig, clock_hz: int):
         super().__init__()
         self.rows, self.cols, self.clock_hz = config.rows, config.cols, clock_hz
         self.dataflow = config.dataflow
+        self.config = config
         self.flops = 0
 
-    def duration_ps(self, m: int, k: int, n: int) -> int:
-        return cycles_to_ps(gemm_cycles(m, k, n, self.rows, self.cols, self.dataflow),
-                            self.clock_hz)
+    def duration_ps(self, m: int, k: int, n: int, width: int) -> int:
+        cycles = gemm_cycles(m, k, n, self.rows, self.cols, self.dataflow)
+        return cycles_to_ps(cycles * gemm_passes(self.config, width), self.clock_hz)
 
-    def run(self, ready: int, m: int, k: int, n: int) -> tuple[int, int]:
+    def run(self, ready: int, m: int, k: int, n: int, width: int) -> tuple[int, int]:
         self.flops += 2 * m * k * n
-        return self.occupy(ready, self.duration_ps(m, k, n))
+        return self.occupy(ready, self.duration_ps(m, k, n, width))

@@ -28,11 +28,21 @@ reaches the others of its rack through one link to a rack switch
 (`sip_link`, up and down) attached at PE 0 of its cube 0, and racks through
 `rack_link`; a transfer between SIPs goes from its PE to that port and from
 the other SIP's port down to its PE the same way.
+
+HBM. A slice streams at ``bandwidth x (1 - refresh_time / refresh_interval)``
+(refresh takes it away that share of the time; its calendar holds that
+rate, the invariants hold it to the configured peak), and a transfer that
+opens P DRAM pages (rows) takes at least ``P x activate_window / (4 x
+channels)`` (tFAW: four activates per window per channel), so short or
+strided accesses cost more than a stream of the same bytes. Pages opened
+are counted by `pages_opened`: every page a row of the access touches,
+except the one the previous row ended in (still open).
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 from array import array
 from dataclasses import dataclass
 
@@ -57,14 +67,17 @@ class Calendar:
     need their bookings taken in global time order.
     """
 
-    __slots__ = ("bandwidth", "busy_ps", "bytes", "ends", "latency_ps", "level", "name", "ops",
-                 "overdrawn", "shared", "starts", "user")
+    __slots__ = ("activates", "bandwidth", "busy_ps", "bytes", "ends", "faw_ps", "latency_ps",
+                 "level", "name", "ops", "overdrawn", "page_bytes", "shared", "starts", "user")
 
     def __init__(self, level: str, name: str, bandwidth: int, latency_ps: int):
         self.level = level
         self.name = name
-        self.bandwidth = bandwidth
+        self.bandwidth = bandwidth  # the rate transfers are timed at (an HBM slice: refresh off)
         self.latency_ps = latency_ps
+        self.page_bytes = 0  # DRAM page of an HBM slice (0: not DRAM)
+        self.faw_ps = 0  # tFAW, and the activates allowed in it (4 per channel)
+        self.activates = 1
         self.starts = array("q")  # machine integers: 16 B an interval, not ~80 in lists
         self.ends = array("q")
         self.busy_ps = 0
@@ -73,6 +86,10 @@ class Calendar:
         self.user = -1
         self.shared = False
         self.overdrawn: tuple[int, int, int] | None = None  # (start, ps, bytes) too fast
+
+    def opening_ps(self, pages: int) -> int:
+        """Least time to open `pages` DRAM pages: tFAW per `activates` pages (0 if not DRAM)."""
+        return -(-pages * self.faw_ps // self.activates)
 
     def use(self, pid: int) -> None:
         """PE `pid` will book this calendar."""
@@ -175,8 +192,27 @@ class Route:
 
 
 #: What a DMA needs of a transfer's way: every resource on it (the HBM slice first, if
-#: one end is HBM) and the latency to cross them.
-Path = tuple[tuple[Calendar, ...], int]
+#: one end is HBM), the latency to cross them (with the memory's access), and the round
+#: trip a request and its answer take (that latency plus the links' way back).
+Path = tuple[tuple[Calendar, ...], int, int]
+
+
+@functools.lru_cache(maxsize=4096)
+def pages_opened(offset: int, rows: int, row_bytes: int, stride_bytes: int, page: int) -> int:
+    """DRAM pages a block of `rows` rows of `row_bytes`, `stride_bytes` apart, opens when it
+    starts `offset` bytes into a page: every page a row touches, except the page the row
+    before ended in (still open)."""
+    if row_bytes <= 0:
+        return 0
+    if rows <= 1 or stride_bytes == row_bytes:  # contiguous
+        return (offset + rows * row_bytes - 1) // page + 1
+    opened, last = 0, -1
+    for r in range(rows):
+        first = (offset + r * stride_bytes) // page
+        end = (offset + r * stride_bytes + row_bytes - 1) // page
+        opened += end - first + (0 if first == last else 1)
+        last = end
+    return opened
 
 
 class Network:
@@ -211,7 +247,10 @@ class Network:
         if cal is None:
             hbm = self.topology.hbm
             name = f"rack={coord.rack} sip={coord.sip} cube={coord.cube} pe={coord.pe}"
-            cal = self._calendars[key] = Calendar("hbm", name, hbm.bandwidth, hbm.latency)
+            cal = self._calendars[key] = Calendar("hbm", name, hbm_stream_bandwidth(hbm),
+                                                  hbm.latency)
+            cal.page_bytes, cal.faw_ps = hbm.page_size, hbm.activate_window
+            cal.activates = 4 * hbm.channels
         return cal
 
     def sram(self, coord: PeCoord) -> Calendar:
@@ -232,8 +271,10 @@ class Network:
         memory = (self.hbm(hbm_at) if hbm_at is not None else
                   self.sram(sram_at) if sram_at is not None else None)
         if memory is None:
-            return route.resources, route.latency_ps
-        return (memory, *route.resources), route.latency_ps + memory.latency_ps
+            return route.resources, route.latency_ps, 2 * route.latency_ps
+        latency = route.latency_ps + memory.latency_ps
+        # X-Y routes cross the same links per level both ways: the way back takes as long
+        return (memory, *route.resources), latency, latency + route.latency_ps
 
     def route(self, src: PeCoord, dst: PeCoord) -> Route:
         """Links from PE `src` to PE `dst` (cached)."""
@@ -285,6 +326,11 @@ class Network:
         x, y = {"E": (cols - 1, rows // 2), "W": (0, rows // 2), "N": (cols // 2, 0),
                 "S": (cols // 2, rows - 1)}[side]
         return y * cols + x
+
+
+def hbm_stream_bandwidth(hbm) -> int:
+    """B/s an HBM slice streams at: its peak less the share of time refresh takes."""
+    return hbm.bandwidth * (hbm.refresh_interval - hbm.refresh_time) // hbm.refresh_interval
 
 
 #: (cube, PE) of a SIP where its link to the rack switch attaches.

@@ -50,11 +50,19 @@ from heapq import heappush
 import simpy
 
 from kernbench_cli.errors import KernelError
-from kernbench_cli.hw.composite import GemmTiling, Operand, plan_gemm, tile_ops, traffic
+from kernbench_cli.hw.composite import (
+    GemmTiling,
+    Operand,
+    PlanCosts,
+    plan_gemm,
+    tile_ops,
+    traffic,
+)
 from kernbench_cli.hw.composite import Stream as TileStream
 from kernbench_cli.hw.engine import InOrderEngine, cycles_to_ps
+from kernbench_cli.hw.gemm import gemm_passes
 from kernbench_cli.hw.ipcq import Chunk, Ring
-from kernbench_cli.hw.network import Path
+from kernbench_cli.hw.network import Path, pages_opened
 from kernbench_cli.hw.oplog import OP_FIELDS, OpLog, Slice
 from kernbench_cli.hw.pe import Pe
 from kernbench_cli.hw.system import System
@@ -239,8 +247,6 @@ class Timing:
         self.plan_ps = topo.cost_table.scheduler.plan
         self.tcm_bytes = topo.pe.tcm.size
         self.clock_hz = topo.pe.clock
-        self.hbm_bytes_per_cycle = topo.hbm.bandwidth / topo.pe.clock
-        self.setup_cycles = topo.pe.dma.setup * topo.pe.clock / 10**12
         self.oplog = OpLog() if oplog else None
         self.procs = [_Proc(self.env, pe.pid) for pe in system.pes]
         self.stuck: list[Stuck] = []
@@ -253,7 +259,8 @@ class Timing:
         self._paths: dict[tuple[int, bool, int], tuple[Path, bool]] = {}
         self._pairs: dict[tuple[int, int], tuple[str, Ring, Path, int]] = {}
         self._math = [(kind, name) for kind, name in program.math_kinds]
-        self._math_ps: dict[tuple[int, int], int] = {}  # (math kind, elements) -> duration
+        # (math kind, elements) -> (issue time, latency)
+        self._math_ps: dict[tuple[int, int], tuple[int, int]] = {}
         self._tiles: dict[int, TileStream] = {}  # per PE: how its composites move tiles
 
     # ------------------------------------------------------------------ the run
@@ -304,6 +311,21 @@ class Timing:
                 self._paths[key] = hit
         return hit
 
+    def _plan_costs(self, pid: int, desc: Composite) -> PlanCosts:
+        """The planner's view of composite `desc` on PE `pid`: the rate, latency and pages of
+        the memory its first operand in memory (or its output) lives in."""
+        topo, clock = self.system.topology, self.clock_hz
+        ends = self._operand_ends(desc)
+        resources, latency, _ = self._path(pid, *ends[0])[0] if ends else ((), 0, 0)
+        rate = min((c.bandwidth for c in resources), default=self.system.pes[pid].dma.
+                   local_bandwidth)
+        hbm = resources[0] if resources and resources[0].page_bytes else None
+        width = max(desc.a_itemsize, desc.b_itemsize)
+        return PlanCosts(rate / clock, topo.pe.dma.setup * clock / 10**12,
+                         latency * clock / 10**12, hbm.page_bytes if hbm else 0,
+                         hbm.opening_ps(1) * clock / 10**12 if hbm else 0.0,
+                         gemm_passes(topo.pe.gemm, width))
+
     def _pair(self, src: int, dst: int) -> tuple[str, Ring, Path, int]:
         """(ring direction, the receiver's ring, links, the credits' way back in ps) of IPCQ
         messages from `src` to `dst`."""
@@ -317,8 +339,8 @@ class Timing:
             ring = system.pes[dst].rings[direction]
             if self.oplog is not None and ring.trail is None:
                 ring.trail = self.oplog.rings.setdefault(f"PE ({b}) {direction} ring", [])
-            hit = self._pairs[(src, dst)] = (direction, ring, (route.resources, route.latency_ps),
-                                             back)
+            hit = self._pairs[(src, dst)] = (direction, ring, (route.resources, route.latency_ps,
+                                                               route.latency_ps + back), back)
         return hit
 
     def _mark_shared(self) -> None:
@@ -377,7 +399,7 @@ class Timing:
         stream = self.program.streams[pid]
         ops, col_a, col_b = stream.op, stream.a, stream.b
         col_size, col_arg, col_src, col_dst = stream.size, stream.arg, stream.src, stream.dst
-        col_tcm = stream.tcm
+        col_tcm, col_rows = stream.tcm, stream.rows
         n = proc.n = len(ops)
         zeros = bytes(8 * n)
         end = proc.end = array("q", zeros)
@@ -459,7 +481,9 @@ class Timing:
                     proc.at = i
                     proc.wake_at(t)
                     yield
-                start, done = dma.transfer(dispatched, col_size[i], route)
+                start, done = dma.transfer(dispatched, col_size[i], route,
+                                           _pages(route, addr, col_rows[i], col_size[i],
+                                                  col_arg[i]))
                 whys[i] = (_why(ENGINE, dma.last) if start > dispatched else
                            _why(SCHEDULER, sched.last) if dispatched > t else _why(ISSUED, me))
                 dma.last = me
@@ -480,10 +504,13 @@ class Timing:
                 if b >= 0 and end[b] > ready:
                     ready, why = end[b], _why(PRODUCER, made.get(b, base | b))
                 key = (col_arg[i], col_size[i])
-                duration = math_ps.get(key)
-                if duration is None:
-                    duration = math_ps[key] = vec.duration_ps(kinds[key[0]][0], key[1])
-                start, done = vec.occupy(ready, duration)
+                cost = math_ps.get(key)
+                if cost is None:  # (issue time, pipeline latency)
+                    op_class = kinds[key[0]][0]
+                    cost = math_ps[key] = (vec.duration_ps(op_class, key[1]),
+                                           vec.latency[op_class])
+                start, done = vec.occupy(ready, cost[0])
+                done += cost[1]
                 whys[i] = _why(ENGINE, vec.last) if start > ready else why
                 vec.last = me
                 vec.elements += col_size[i]
@@ -491,7 +518,7 @@ class Timing:
                 end[i] = done
                 if log is not None:
                     log.append(pid, VEC, kinds[key[0]][1], t, start, done, 0, col_size[i], None,
-                               _tcm(tcm_base, col_dst[i]), i, True)
+                               _tcm(tcm_base, col_dst[i]), i, True, (start, done - cost[1]))
             elif op == DOT:
                 t, ready = enqueue(cpu, c_dot)
                 why = _why(SCHEDULER, sched.last) if ready > t else _why(ISSUED, me)
@@ -534,7 +561,9 @@ class Timing:
                     proc.at = i
                     proc.wake_at(t)
                     yield
-                start, done = dma.transfer(ready, col_size[i], route)
+                start, done = dma.transfer(ready, col_size[i], route,
+                                           _pages(route, addr, col_rows[i], col_size[i],
+                                                  col_arg[i]))
                 whys[i] = _why(ENGINE, dma.last) if start > ready else why
                 dma.last = me
                 if dma.waited_on is not None:
@@ -643,8 +672,8 @@ class Timing:
             free = self.tcm_bytes - stream.tcm[i] - comps.buffers(dispatched)
             tiling = plan_gemm(desc.m, desc.k, desc.n, desc.a_itemsize, desc.b_itemsize,
                                desc.out_itemsize, desc.a_tcm, desc.b_tcm, gemm.rows,
-                               gemm.cols, gemm.dataflow, free, self.hbm_bytes_per_cycle,
-                               self.setup_cycles)
+                               gemm.cols, gemm.dataflow, free, self._plan_costs(pid, desc),
+                               desc.a_row_stride, desc.b_row_stride, desc.trans_b)
             if tiling is not None:
                 break
             release = yield from self._next_release(proc, pe, comps, dispatched)
@@ -784,6 +813,7 @@ class Timing:
         (its reference: the PE's command count plus its position there)."""
         pid, dma, gemm, path, log = pe.pid, pe.dma, pe.gemm, self._path, self.oplog
         tiles, base = proc.tiles, pid << PE_SHIFT
+        composites, args = self.program.composites, self.program.streams[pid].arg
         k_gemm, k_load, k_store = (log.code(k) for k in ("gemm_tile", "load_tile", "store_tile")) \
             if log is not None else (0, 0, 0)
 
@@ -796,17 +826,21 @@ class Timing:
             return me
 
         def gemm_run(ready: int, after: int, m: int, k: int, n: int) -> tuple[int, int, int]:
-            start, end = gemm.run(ready, m, k, n)
+            desc = composites[args[proc.current]]
+            start, end = gemm.run(ready, m, k, n, max(desc.a_itemsize, desc.b_itemsize))
             me = record(gemm, GEMM, ready, after, start, end)
             if log is not None:
                 log.append(pid, GEMM, k_gemm, ready, start, end, 0, 2 * m * k * n, None, None,
                            proc.current)
             return start, end, me
 
-        def move(ready: int, after: int, addr: int, nbytes: int, inbound: bool,
-                 code: int) -> tuple[int, int, int]:
+        def move(ready: int, after: int, addr: int, rows: int, row_bytes: int, stride: int,
+                 inbound: bool, code: int) -> tuple[int, int, int]:
             route = path(pid, addr, inbound)[0]
-            start, end = dma.transfer(ready, nbytes, route)
+            nbytes = rows * row_bytes
+            page = route[0][0].page_bytes if route[0] else 0
+            pages = pages_opened(addr % page, rows, row_bytes, stride, page) if page else 0
+            start, end = dma.transfer(ready, nbytes, route, pages)
             me = record(dma, DMA, ready, after, start, end)
             if dma.waited_on is not None:
                 proc.waits[me] = (dma.waited_on, dma.waited)
@@ -819,10 +853,12 @@ class Timing:
         def load(ready: int, after: int, op: Operand, r0: int, c0: int, nr: int,
                  nc: int) -> tuple[int, int, int]:
             addr = op.addr + (r0 * op.row_stride + c0) * op.itemsize
-            return move(ready, after, addr, nr * nc * op.itemsize, True, k_load)
+            return move(ready, after, addr, nr, nc * op.itemsize, op.row_stride * op.itemsize,
+                        True, k_load)
 
-        def store(ready: int, after: int, addr: int, nbytes: int) -> tuple[int, int, int]:
-            return move(ready, after, addr, nbytes, False, k_store)
+        def store(ready: int, after: int, addr: int, rows: int, row_bytes: int,
+                  stride: int) -> tuple[int, int, int]:
+            return move(ready, after, addr, rows, row_bytes, stride, False, k_store)
 
         return TileStream(gemm_run, load, store)
 
@@ -938,6 +974,18 @@ def issue_costs(issue) -> dict[int, int]:
     return {LOAD: issue.load, STORE: issue.store, DOT: issue.dot, MATH: issue.math,
             COMPOSITE: issue.composite, WAIT: issue.wait, SEND: issue.send, RECV: issue.recv,
             READ: 0}
+
+
+def _pages(path: Path, addr: int, rows: int, nbytes: int, span: int) -> int:
+    """DRAM pages a load or store of `rows` rows (`nbytes` in all, over `span` bytes from
+    `addr`) opens at the HBM end of `path` (0 if it has none)."""
+    resources = path[0]
+    page = resources[0].page_bytes if resources else 0
+    if not page or not nbytes:
+        return 0
+    row = nbytes // rows
+    stride = (span - row) // (rows - 1) if rows > 1 else row
+    return pages_opened(addr % page, rows, row, stride, page)
 
 
 def _tcm(base: int, offset: int) -> int | None:

@@ -32,7 +32,7 @@ from kernbench_cli.address.allocator import FreeListPool, Sharded
 from kernbench_cli.address.physaddr import PeCoord
 from kernbench_cli.config.units import format_size
 from kernbench_cli.errors import AddressError, KernelError, clip
-from kernbench_cli.hw.composite import plan_gemm
+from kernbench_cli.hw.composite import PlanCosts, plan_gemm
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
 from kernbench_cli.lang.bridge import Hub, PeThread
 from kernbench_cli.lang.dtypes import DTYPES, NAMES, dtype, promote
@@ -126,8 +126,6 @@ class TL:
         topo = system.topology
         self._tcm = FreeListPool(f"TCM of PE ({self._coord})", 0, topo.pe.tcm.size)
         self._gemm = (topo.pe.gemm.rows, topo.pe.gemm.cols, topo.pe.gemm.dataflow)
-        self._hbm_bytes_per_cycle = topo.hbm.bandwidth / topo.pe.clock
-        self._setup_cycles = topo.pe.dma.setup * topo.pe.clock / 10**12
 
     # ------------------------------------------------------------ grid (ADR-0022)
 
@@ -177,7 +175,7 @@ class TL:
         span = _span_bytes(shape_t, dt, stride)
         _aligned(ptr, dt, "tl.load")
         self._memory.check(ptr, span, "tl.load")
-        i = self._emit(LOAD, NONE, NONE, nbytes, span, ptr)
+        i = self._emit(LOAD, NONE, NONE, nbytes, span, ptr, block=_block_rows(shape_t, stride))
         value = self._memory.read_f32(ptr, shape_t, dt, "tl.load", stride) \
             if self._values else None
         return self._result(i, shape_t, dt, value, "tl.load")
@@ -197,7 +195,8 @@ class TL:
         span = _span_bytes(tensor.shape, tensor.dtype, stride)
         _aligned(ptr, tensor.dtype, "tl.store")
         self._memory.check(ptr, span, "tl.store")
-        self._emit(STORE, tensor.cmd, NONE, tensor.nbytes, span, _offset(tensor.tcm), ptr)
+        self._emit(STORE, tensor.cmd, NONE, tensor.nbytes, span, _offset(tensor.tcm), ptr,
+                   block=_block_rows(tensor.shape, stride))
         if self._values:
             self._memory.write(ptr, _as(tensor.value, tensor.dtype), "tl.store", stride)
 
@@ -208,7 +207,9 @@ class TL:
         a, b = self._own(a, "dot"), self._own(b, "dot")
         m, k, n = _gemm_shape("tl.dot", a.shape, b.shape, trans_b)
         out_dt = _dtype(out_dtype)
-        i = self._emit(DOT, a.cmd, b.cmd, 2 * m * k * n, self._launch.gemm_shape((m, k, n)),
+        width = max(a.dtype.itemsize, b.dtype.itemsize)  # the array's rate follows it
+        i = self._emit(DOT, a.cmd, b.cmd, 2 * m * k * n,
+                       self._launch.gemm_shape((m, k, n, width)),
                        _offset(a.tcm))
         value = _matmul(a.value, b.value, trans_b, out_dt) if self._values else None
         return self._result(i, (m, n), out_dt, value, "tl.dot")
@@ -246,7 +247,7 @@ class TL:
             out = self._result(i, (m, n), out_dt, value, "tl.composite result")
         free = self._tcm.size - self._tcm.used  # at best: other composites may hold some
         if plan_gemm(m, k, n, a.dtype.itemsize, b.dtype.itemsize, out_dt.itemsize, a_tcm, b_tcm,
-                     *self._gemm, free, self._hbm_bytes_per_cycle, self._setup_cycles) is None:
+                     *self._gemm, free, _FITS) is None:  # whether any plan fits, not which
             raise KernelError(f"tl.composite: no tile plan for a {m}x{k}x{n} GEMM fits the "
                               f"{free} B of free TCM")
         program = self._launch.program
@@ -391,7 +392,7 @@ class TL:
     # ------------------------------------------------------------ internals
 
     def _emit(self, op: int, a: int, b: int, size: int, arg: int, src: int = NONE,
-              dst: int = NONE, depth: int = 2) -> int:
+              dst: int = NONE, depth: int = 2, block: int = 0) -> int:
         """Append a command to this PE's stream; its index. The kernel line is found here:
         the innermost frame of the kernel's file (0 if none), looked for from `depth`
         frames up, the fewest `tl` frames between the kernel and here on this path (frames
@@ -402,7 +403,7 @@ class TL:
         while frame is not None and frame.f_code.co_filename != kernel_file:
             frame = frame.f_back
         rows.extend((op, a, b, size, arg, src, dst, 0 if frame is None else frame.f_lineno,
-                     self._tcm.used))
+                     self._tcm.used, block))
         if op != READ:
             launch = self._launch
             launch.commands += 1
@@ -603,6 +604,7 @@ def functional_pass(launch: Launch, kernel: Callable[[TL], None]) -> list[TL]:
 
 
 _WIDTH = len(COLUMNS)  # integers a command's row holds
+_FITS = PlanCosts(1.0, 0.0, 0.0)  # costs do not decide whether a plan fits
 _ARG, _DST, _LINE, _TCM = (  # the columns a row gets after it is emitted, and its line
     [name for name, _ in COLUMNS].index(c) for c in ("arg", "dst", "line", "tcm"))
 _CALLS = {LOAD: "tl.load", DOT: "tl.dot", COMPOSITE: "tl.composite",
@@ -610,7 +612,7 @@ _CALLS = {LOAD: "tl.load", DOT: "tl.dot", COMPOSITE: "tl.composite",
 
 
 def _columns(rows: list[array]) -> list[Stream]:
-    """Streams from their commands' rows (`COLUMNS` order, 8 integers a command)."""
+    """Streams from their commands' rows (`COLUMNS` order, one integer a column)."""
     table = np.frombuffer(b"".join(rows), dtype=np.int64).reshape(-1, len(COLUMNS))
     streams = [Stream() for _ in rows]
     for j, (name, code) in enumerate(COLUMNS):
@@ -662,6 +664,12 @@ def _aligned(ptr: int, dt: np.dtype, what: str) -> None:
     if isinstance(ptr, (int, np.integer)) and ptr % dt.itemsize:
         raise KernelError(f"{what}: address {ptr:#x} is not aligned for {NAMES[dt]}: it "
                           f"needs a multiple of {dt.itemsize} B ({ptr % dt.itemsize} B past one)")
+
+
+def _block_rows(shape: tuple[int, ...], stride: int | None) -> int:
+    """The rows a load or store moves as separate runs of memory: a strided block's rows,
+    or 1 for a contiguous one."""
+    return shape[0] if stride is not None and len(shape) == 2 and shape[0] else 1
 
 
 def _span_bytes(shape: tuple[int, ...], dt: np.dtype, stride: int | None) -> int:

@@ -133,6 +133,7 @@ class _Builder:
             self.slice(s.pid, sched, s.name, s.start_ps, s.end_ps,
                        {"line": self.line(s.pid, s.command)}, "scheduler")
         queue: dict[int, list[tuple[int, int]]] = {}
+        dma_free: dict[int, int] = {}  # per PE: when its DMA's last transfer stopped streaming
         streams, amap, cache = log.streams, self.amap, self.cache
         for seq, pid, engine, kind, issue, start, end, nbytes, flops, src, dst in log:
             line = self.line(pid, log.command[seq])
@@ -148,10 +149,14 @@ class _Builder:
                 self.span(pid, "composite", issue, end, args)
                 continue
             held_until = streams[2 * seq + 1]
+            if end > held_until:  # a transfer's latency, PE_MATH's pipeline
+                self.span(pid, "in flight", held_until, end, {"kind": kind, "line": line})
             if engine == "dma":
                 args["wait_ns"] = (streams[2 * seq] - start) // 1000
-                if end > held_until:
-                    self.span(pid, "in flight", held_until, end, {"kind": kind, "line": line})
+                # a setup that overlapped the transfer before shows from that one's end
+                args["setup_from_ns"] = start // 1000
+                start = max(start, dma_free.get(pid, 0))
+                dma_free[pid] = held_until
             self.slice(pid, ENGINES.index(engine), kind, start, held_until, args, engine)
         for pid in sorted(queue):
             self.counter(pid, "scheduler queue", "commands", queue[pid])

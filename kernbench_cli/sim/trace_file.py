@@ -51,7 +51,7 @@ from kernbench_cli.stream import (
 )
 
 FORMAT = "kernbench-trace"
-VERSION = 3
+VERSION = 4  # 4: the `rows` column, an operand width in each gemm shape
 MAGIC = FORMAT.encode() + b"\n"
 #: PE_MATH op classes a trace may name (the `[pe.math.op_cycles]` keys).
 MATH_CLASSES = ("add", "mul", "div", "cmp", "exp", "log", "sqrt", "reduce", "cast")
@@ -151,7 +151,7 @@ def _trace(header: dict[str, Any], columns: memoryview) -> Trace:
         raise ValueError(f"{len(columns) - at} bytes after the last column")
     program = Program(
         streams,
-        [_tuple(s, 3, "gemm_shapes") for s in _list(header["gemm_shapes"], "gemm_shapes")],
+        [_tuple(s, 4, "gemm_shapes") for s in _list(header["gemm_shapes"], "gemm_shapes")],
         [_kind(k) for k in _list(header["math_kinds"], "math_kinds")],
         [Composite(*_tuple(c, len(Composite._fields), "composites"))
          for c in _list(header["composites"], "composites")],
@@ -179,7 +179,7 @@ def check_program(program: Program, memory: list[tuple[int, int, str]]) -> None:
     lengths = np.array([len(s) for s in streams], dtype=np.int64)
     if not lengths.sum():
         return
-    op, a, b, size, arg, src, dst, line, tcm = (
+    op, a, b, size, arg, src, dst, line, tcm, rows = (
         np.concatenate([np.frombuffer(getattr(s, name), dtype=code) for s in streams])
         .astype(np.int64) for name, code in COLUMNS)
     pid = np.repeat(np.arange(len(streams)), lengths)
@@ -192,6 +192,9 @@ def check_program(program: Program, memory: list[tuple[int, int, str]]) -> None:
     _require((b < index) & ((b >= 0) | (op != DOT)) & (b >= -1), where,
              "a producer that is not an earlier command")
     _require((size >= 0) & (line >= 0) & (tcm >= 0), where, "a negative size, line or TCM")
+    moves = (op == LOAD) | (op == STORE)
+    _require(~moves | ((rows >= 1) & (rows <= np.maximum(size, 1))), where,
+             "a load or store whose rows are not between 1 and its bytes")
     for kind, count in ((DOT, len(program.gemm_shapes)), (MATH, len(program.math_kinds))):
         _require((op != kind) | ((arg >= 0) & (arg < count)), where,
                  f"a {KINDS[kind]} naming no table entry")
