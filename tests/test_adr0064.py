@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kernbench_cli.hw.network import transfer_ps
+from kernbench_cli.hw.network import hbm_stream_bandwidth, transfer_ps
 
 COSTS = Path(__file__).parent / "costs"
 
@@ -48,18 +48,25 @@ def _cost_table(path):
 
 
 def test_dma_time_does_not_include_issue_cost(run, amap):
-    """Requirement 2: a transfer takes setup + bytes / bandwidth + latency, whatever the costs."""
-    durations = []
+    """Requirement 2: a transfer streams bytes / bandwidth and lands a latency later, whatever
+    the costs; its setup comes before (overlapping the transfer before it)."""
+    timings = []
     for costs in (None, COSTS / "odd.toml", COSTS / "slow_issue.toml"):
         result = run("sharded_gemm", "default", (*GEMM, "mode=primitive"), costs=costs)
-        durations.append(sorted(r[6] - r[5] for r in result.oplog if r[2] == "dma"))
-    assert durations[0] == durations[1] == durations[2]
-    # and each is the formula: the PE's own slice, so no link; 2 KiB loads, 512 B stores
+        log = result.oplog
+        timings.append(sorted(
+            (log.streams[2 * seq + 1] - log.streams[2 * seq], r[6] - log.streams[2 * seq + 1])
+            for seq, r in enumerate(log) if r[2] == "dma"))
+        setups = {log.streams[2 * seq] - r[5] for seq, r in enumerate(log) if r[2] == "dma"}
+        assert min(setups) == amap.topology.pe.dma.setup  # never less than the setup
+    assert timings[0] == timings[1] == timings[2]
+    # and each is the formula: the PE's own slice, so no link; 2 KiB loads, 512 B stores,
+    # at the slice's stream rate (its peak less refresh)
     topo = amap.topology
-    base = topo.pe.dma.setup + topo.hbm.latency
-    load = base + transfer_ps(2048, topo.hbm.bandwidth)
-    store = base + transfer_ps(512, topo.hbm.bandwidth)
-    assert set(durations[0]) == {load, store}
+    rate = hbm_stream_bandwidth(topo.hbm)
+    assert rate == 102_400_000_000 * 3_640 // 3_900
+    assert set(timings[0]) == {(transfer_ps(2048, rate), topo.hbm.latency),
+                               (transfer_ps(512, rate), topo.hbm.latency)}
 
 
 def test_primitive_issue_leaves_gemm_idle_while_composite_keeps_it_busy(run):

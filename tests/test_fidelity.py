@@ -7,6 +7,7 @@ import pytest
 
 from kernbench_cli.hw import timing as timing_module
 from kernbench_cli.hw.composite import tile_ops
+from kernbench_cli.hw.network import hbm_stream_bandwidth, transfer_ps
 from kernbench_cli.sim.invariants import InvariantError
 
 GEMM = ("mode=composite", "M=32", "K=128", "N=512")
@@ -53,9 +54,9 @@ def test_a_link_held_shorter_than_its_bytes_flow_is_caught(run, monkeypatch):
     monkeypatch.setattr(dma, "book", fluid)
     with pytest.raises(InvariantError, match=r"^model invariant violated \(bandwidth\): noc "
                                              r"rack=0 sip=0 cube=0 pe0->pe1 carried 1,024 B in "
-                                             r"20,000 ps from t=24,000 ps, above its "
+                                             r"21,429 ps from t=24,000 ps, above its "
                                              r"64,000,000,000 B/s or outside its reservations"):
-        run("remote_load", "pair")  # the 51.2 GB/s slice is the bottleneck, not the NoC
+        run("remote_load", "pair")  # the slice (47.8 GB/s streaming) is the bottleneck
 
 
 def test_a_load_after_a_long_composite_starts_within_a_tile(run):
@@ -105,6 +106,29 @@ def test_a_kernel_of_tiny_primitives_is_cpu_bound_at_the_shipped_costs(run):
     assert engine == "cpu" and share > 0.85
     assert busiest(result)[0] == "cpu"
     assert max(result.engines["math"].busy_ps) < result.latency_ps / 3
+
+
+def test_a_chain_of_dependent_math_waits_for_each_result(run, amap):
+    """PE_MATH is pipelined: 500 chained adds of 32 elements each take 1 cycle of issue and
+    4 of latency before the next may start (5 ns each at 1 GHz), while 500 independent adds
+    (tiny_ops) overlap their latencies and are issued at PE_CPU's 4 ns apiece."""
+    from kernbench_cli.report.run import bound
+
+    chain = run("tiny_chain", "one", timing_only=True)
+    topo = amap.topology
+    setup, hbm = topo.pe.dma.setup, topo.hbm.latency
+    # 128 B in one DRAM page: opening it (tFAW / 4 activates = 3.75 ns) outlasts the bytes
+    move = max(transfer_ps(128, hbm_stream_bandwidth(topo.hbm)), 15_000 // 4)
+    assert move == 3_750
+    loaded = 4_000 + setup + move + hbm  # issue, setup, streaming, latency
+    added = loaded + 500 * (1_000 + 4_000)
+    assert chain.latency_ps == added + setup + move + hbm
+    assert bound(chain)[0] == "math"
+    independent = run("tiny_ops", "one", timing_only=True)
+    # adds 1-8 fill the queue (depth 8) waiting for the load; the 9th is issued when the
+    # first starts, as the load lands; the other 491 follow at 4 ns apiece
+    issued = loaded + 491 * 4_000  # the last add: it starts at once, 1 ns + 4 of latency
+    assert independent.latency_ps == issued + 1_000 + 4_000 + setup + move + hbm
 
 
 def test_the_cube_sram_is_a_shared_resource(run):

@@ -76,10 +76,12 @@ def test_decode_shapes_favour_input_stationary():
 
 def test_engine_converts_cycles_at_the_pe_clock_and_runs_in_order():
     engine = GemmEngine(GemmConfig(rows=8, cols=8), clock_hz=1_250_000_000)  # 800 ps/cycle
-    assert engine.duration_ps(13, 7, 21) == 126 * 800
-    assert engine.run(0, 13, 7, 21) == (0, 126 * 800)
-    assert engine.run(50_000, 8, 8, 8) == (126 * 800, 126 * 800 + (8 + 14) * 800)
+    assert engine.duration_ps(13, 7, 21, 2) == 126 * 800
+    assert engine.run(0, 13, 7, 21, 2) == (0, 126 * 800)
+    assert engine.run(50_000, 8, 8, 8, 2) == (126 * 800, 126 * 800 + (8 + 14) * 800)
     assert engine.busy_ps == (126 + 22) * 800
+    # f32 operands: every fold three times (pe.gemm.passes.f32, bf16x3)
+    assert engine.duration_ps(13, 7, 21, 4) == 3 * 126 * 800
     assert (engine.ops, engine.flops) == (2, 2 * (13 * 7 * 21 + 8 * 8 * 8))
 
 
@@ -89,7 +91,7 @@ def test_the_dataflow_is_a_topology_key(write_topology):
     topo = load_topology(write_topology('[pe.gemm]\ndataflow = "is"\n'))
     assert topo.pe.gemm.dataflow == "is"
     engine = GemmEngine(topo.pe.gemm, topo.pe.clock)
-    assert engine.duration_ps(4, 128, 256) == gemm_cycles(4, 128, 256, 16, 16, "is") * 1000
+    assert engine.duration_ps(4, 128, 256, 2) == gemm_cycles(4, 128, 256, 16, 16, "is") * 1000
     bad = write_topology('[pe.gemm]\ndataflow = "rs"\n', name="bad.toml")
     with pytest.raises(ConfigError, match=r'pe.gemm.dataflow: expected "os", "ws" or "is" '
                                           r"\(output, weight or input stationary\), got 'rs'"):

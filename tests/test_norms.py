@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernbench_cli.config.schema import MathOpCycles
+from kernbench_cli.config.schema import MathLatency, MathOpCycles
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
@@ -21,15 +21,17 @@ def test_values_match_numpy(run, kernel, dtype):
 
 def test_softmax_time_is_its_math_passes_per_block(run):
     """One PE, f32, one block of 8 x 64: the PE_MATH commands, each ceil(elements / 32 lanes)
-    x op_cycles at 1 GHz: max (reduce, 512), subtract (add, 512), exp (exp, 512), sum (reduce,
-    512), reciprocal (div, 8), multiply (mul, 512)."""
-    c = MathOpCycles()
+    x op_cycles at 1 GHz, then its class's latency: max (reduce, 512), subtract (add, 512), exp
+    (exp, 512), sum (reduce, 512), reciprocal (div, 8), multiply (mul, 512)."""
+    c, lat = MathOpCycles(), MathLatency()
     result = run("softmax", "one", params=("rows=8", "cols=64", "block=8", "dtype=f32"))
     maths = [(r[3], r[6] - r[5]) for r in result.oplog if r[2] == "math"]
     lanes = 32
-    expected = [("max", 512 // lanes * c.reduce), ("subtract", 512 // lanes * c.add),
-                ("exp", 512 // lanes * c.exp), ("sum", 512 // lanes * c.reduce),
-                ("reciprocal", 1 * c.div), ("multiply", 512 // lanes * c.mul)]
+    expected = [("max", 512 // lanes * c.reduce + lat.reduce),
+                ("subtract", 512 // lanes * c.add + lat.add),
+                ("exp", 512 // lanes * c.exp + lat.exp),
+                ("sum", 512 // lanes * c.reduce + lat.reduce),
+                ("reciprocal", 1 * c.div + lat.div), ("multiply", 512 // lanes * c.mul + lat.mul)]
     assert maths == [(name, cycles * 1000) for name, cycles in expected]
 
 

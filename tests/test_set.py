@@ -21,14 +21,16 @@ def _json(cli, *args):
 
 
 def test_a_set_key_moves_the_run_as_the_formula_says(cli, amap):
-    """load_dot: 4 ns issue, then setup + 4 KiB / HBM bandwidth + HBM latency, then 376 ns of
-    GEMM. Doubling the bandwidth and raising the load's issue cost move it exactly so."""
+    """load_dot: 4 ns issue, then setup + 4 KiB at the HBM stream rate (the peak less
+    refresh) + HBM latency, then 376 ns of GEMM. Doubling the bandwidth and raising the load's
+    issue cost move it exactly so."""
     topo = amap.topology
     base = _json(cli)
     faster = _json(cli, "--set", "hbm.bandwidth=204.8GB/s", "--set", "costs.issue.load=10ns")
 
     def latency(bandwidth, issue):
-        return issue + topo.pe.dma.setup + transfer_ps(4096, bandwidth) + topo.hbm.latency \
+        rate = bandwidth * 3_640 // 3_900  # refresh: 260 ns of every 3.9 us
+        return issue + topo.pe.dma.setup + transfer_ps(4096, rate) + topo.hbm.latency \
             + 376_000
 
     assert base["latency_ps"] == latency(topo.hbm.bandwidth, 4_000)
@@ -101,7 +103,8 @@ def test_replay_takes_sets(cli, amap, tmp_path):
     code, out, err = cli("replay", str(trace), "--json", "--set", "hbm.bandwidth=204.8GB/s")
     assert (code, err) == (0, "")
     result = json.loads(out)
-    assert result["latency_ps"] == 4_000 + topo.pe.dma.setup + transfer_ps(4096, 204_800_000_000) \
+    rate = 204_800_000_000 * 3_640 // 3_900  # less refresh
+    assert result["latency_ps"] == 4_000 + topo.pe.dma.setup + transfer_ps(4096, rate) \
         + topo.hbm.latency + 376_000
     assert result["overrides"] == ["hbm.bandwidth=204.8GB/s"]
 
@@ -111,5 +114,5 @@ def test_golden_check_under_a_set_shows_what_would_move(cli):
                          "costs.issue.math=8ns")
     assert code == 1
     assert "engines.cpu.busy_ps_total" in out and "latency_ps" in out
-    assert err.endswith("error: 7 differences in 1 of 1 golden cases; if the change is "
+    assert err.endswith("error: 11 differences in 1 of 1 golden cases; if the change is "
                         "intended, run `kernbench golden regen` and add a CHANGELOG entry\n")

@@ -52,6 +52,8 @@ def _default_text(meta: dict[str, Any]) -> str:
 
 
 def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, str):
         return f'"{value}"'
     if isinstance(value, int) and value > 4096:
