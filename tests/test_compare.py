@@ -33,7 +33,7 @@ def test_two_runs_side_by_side(cli, tmp_path):
     assert got["metrics"]["bound"]["values"] == ["gemm", "gemm"]
     assert got["metrics"]["verified"] == {"values": [True, True], "delta_pct": [None, None]}
     code, text, _ = cli("compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"))
-    assert code == 0 and "latency_ps" in text and "(-3.7%)" in text
+    assert code == 0 and "latency_ps" in text and "(-3.9%)" in text
 
 
 def test_a_sweeps_rows_are_runs(cli, tmp_path):

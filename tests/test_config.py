@@ -162,7 +162,8 @@ def test_config_objects_are_immutable_values(write_topology):
         a.pe.gemm.rows = 8
     changed = replace(a.pe.gemm, rows=8)
     assert (changed.rows, a.pe.gemm.rows) == (8, 16)
-    assert repr(changed) == "GemmConfig(rows=8, cols=16, dataflow='os')"
+    assert repr(changed) == ("GemmConfig(rows=8, cols=16, dataflow='os', "
+                             "passes=GemmPasses(f16=1, f32=3))")
 
 
 @pytest.mark.parametrize("name", ["default", "sip", "rack"])

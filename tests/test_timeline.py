@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernbench_cli.address import load_address_map
-from kernbench_cli.hw.network import transfer_ps
+from kernbench_cli.hw.network import hbm_stream_bandwidth, transfer_ps
 from kernbench_cli.report.chrome_trace import chrome_trace, dumps
 
 from .conftest import test_topology
@@ -45,7 +45,7 @@ def test_a_load_feeding_a_dot_drawn_to_the_nanosecond(run, amap):
     topo, issue = amap.topology, amap.topology.cost_table.issue
     result = run("load_dot", "default", timing_only=True)
     trace = _trace(result, "default")
-    streamed = topo.pe.dma.setup + transfer_ps(4096, topo.hbm.bandwidth)
+    streamed = topo.pe.dma.setup + transfer_ps(4096, hbm_stream_bandwidth(topo.hbm))
     landed = issue.load + streamed + topo.hbm.latency
     pe = "PE 0 (rack=0 sip=0 cube=0 pe=0)"
     tracks = _tracks(trace)
