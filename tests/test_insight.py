@@ -49,15 +49,16 @@ def test_a_cpu_bound_loop_of_tiny_primitives(run):
 
 
 def test_a_kernel_bound_by_a_shared_resource(run, amap):
-    """Three PEs load from PE 0's slice: each transfer holds it for 64 KiB at the NoC's rate,
-    so the last one waits for the other two, and the path names the slice."""
+    """Three PEs load 64 KiB each from PE 0's slice at once; all three cross the NoC link
+    pe0->pe1 and share its 64 GB/s, so each ends after three loads' time: the path names the
+    link, and the time beyond the load's own (two loads' worth) as waiting for it."""
     topo = amap.topology
     _, path = _path(run, "shared_slice")
     stream = transfer_ps(65536, topo.noc.bandwidth)
-    assert path.resource_waits() == {"hbm rack=0 sip=0 cube=0 pe=0": 2 * stream}
+    assert path.resource_waits() == {"noc rack=0 sip=0 cube=0 pe0->pe1": 2 * stream}
     assert path.by_cause["resource wait"] == 2 * stream
     wait = next(s for s in path.steps if s.cause == "resource wait")
-    assert (wait.kind, wait.line, wait.engine) == ("load", 13, "hbm")
+    assert (wait.kind, wait.line, wait.engine) == ("load", 13, "noc")
 
 
 def test_the_summary_json_and_file_carry_the_path(cli, tmp_path):

@@ -40,12 +40,14 @@ def test_a_full_ring_makes_the_sender_wait(run):
     """One slot: each send after the first waits for the receiver's next recv."""
     tight = run("backpressure", "pair", ("count=4", "gap=1000"))
     roomy = run("backpressure", "default", ("count=4", "gap=1000"))  # 4 slots
-    # PE 1 takes message k at k x (1000 cycles + 4 ns recv issue) = 1004, 2008, 3012 ns;
-    # its credit reaches PE 0 one NoC hop (2 ns) later. PE 0 issues sends 2, 3, 4 at 12,
-    # 1010, 2014 ns (4 ns each after a 4 ns load) and each waits for the one slot to come back.
-    assert tight.cpu_stall_ps[0] == ((1006 - 12) + (2010 - 1010) + (3014 - 2014)) * 1000
+    # PE 1 issues receive k after 1000 cycles and its 4 ns issue; its PE_DMA copies the 1 KiB
+    # out of the slot (20 ns setup + 16 ns at 64 GB/s), so receive k ends at k x 1040 ns and
+    # the slot's credit reaches PE 0 one NoC hop (2 ns) later: 1042, 2082, 3122 ns. PE 0
+    # issues sends 2, 3, 4 at 12, 1046, 2086 ns (4 ns after a 4 ns load, then 4 ns after each
+    # credit) and each waits for the one slot to come back.
+    assert tight.cpu_stall_ps[0] == ((1042 - 12) + (2082 - 1046) + (3122 - 2086)) * 1000
     assert roomy.cpu_stall_ps[0] == 0
-    assert tight.latency_ps == roomy.latency_ps == 4 * 1004_000  # the receiver sets the pace
+    assert tight.latency_ps == roomy.latency_ps == 4 * 1040_000  # the receiver sets the pace
 
 
 def test_messages_never_received_are_an_error(cli):

@@ -107,6 +107,13 @@ def _dataflow(value: object) -> str:
     return value
 
 
+def _sharing(value: object) -> str:
+    if value not in ("fair", "circuit"):
+        raise ValueError(f"expected \"fair\" (max-min fair sharing) or \"circuit\" (a "
+                         f"transfer holds its whole path), got {clip(value)}")
+    return value
+
+
 def _mesh(value: object) -> tuple[int, int]:
     if (
         not isinstance(value, list)
@@ -137,6 +144,7 @@ KINDS: dict[str, tuple[Any, str]] = {
     "path": (_string, "path, relative to this file"),
     "mesh": (_mesh, "[columns, rows]"),
     "dataflow": (_dataflow, '"os", "ws" or "is"'),
+    "sharing": (_sharing, '"fair" or "circuit"'),
     "size": (_positive(units.parse_size), "size: B, KiB, MiB, GiB (or KB, MB, GB)"),
     "time": (units.parse_time_ps, "time: ps, ns, us, ms, s"),
     "frequency": (_positive(units.parse_frequency), "frequency: Hz, kHz, MHz, GHz"),
@@ -377,6 +385,17 @@ def _link(bandwidth: str, latency: str, doc: str, source: str) -> Any:
     return field(default=spec, metadata=meta)
 
 
+@config
+class NetworkConfig(Frozen):
+    sharing: str = key(
+        "sharing", "fair", "How concurrent transfers share an HBM slice, the SRAM port and the "
+        "links: \"fair\", max-min fair shares re-solved whenever a transfer starts or ends; "
+        "\"circuit\", each transfer holds every resource of its path for its whole duration "
+        "(the first-round model, kept for comparison).",
+        "Max-min fairness (progressive filling): the rule of flow-level network simulators "
+        "(ASTRA-sim's analytical backend, SimGrid).")
+
+
 # ---------------------------------------------------------------------------
 # Cost table (ADR-0064)
 
@@ -430,6 +449,7 @@ class Topology(Frozen):
                                  "A scale-up serdes link of 800 Gb/s.")
     rack_link: LinkConfig = _link("50GB/s", "2us", "Link from a rack to the system network.",
                                   "One 400 Gb/s Ethernet port.")
+    network: NetworkConfig = section(NetworkConfig, "How transfers share memories and links.")
     # Filled by the loader, not read from TOML:
     source: Path | None = field(default=None, metadata={"internal": True})
     cost_table: CostTable = field(default_factory=CostTable, metadata={"internal": True})

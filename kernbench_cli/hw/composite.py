@@ -23,7 +23,7 @@ the tiles and the kernel's own commands in issue order (`hw.timing`).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -131,19 +131,12 @@ def plan_gemm(m: int, k: int, n: int, a_bytes: int, b_bytes: int, out_bytes: int
     return best
 
 
-@dataclass
-class Stream:
-    """What a composite's tiles need of the PE: its engines, and a way to move a tile.
-
-    Each callback gets the time its operation may start and `after`, the
-    operation that made it ready (for the critical path), and returns
-    (start, end, the operation's own reference).
-    """
-
-    gemm_run: Callable[[int, int, int, int, int], tuple[int, int, int]]  # (ready, after, m, k, n)
-    load: Callable[[int, int, Operand, int, int, int, int], tuple[int, int, int]]
-    #: (ready, after, addr, rows, row bytes, stride bytes) of an output tile
-    store: Callable[[int, int, int, int, int, int], tuple[int, int, int]]
+#: A tile operation `tile_ops` asks the PE for, and its arguments after (ready, after): the
+#: time it may start and the operation that made it ready (for the critical path).
+LOAD_TILE, GEMM_TILE, STORE_TILE = range(3)
+#: LOAD_TILE: (operand, first row, first column, rows, columns) of a tile of the operand;
+#: GEMM_TILE: (m, k, n); STORE_TILE: (address, rows, row bytes, stride bytes) of an output tile.
+TileOp = tuple
 
 
 def traffic(tiling: GemmTiling, a: Operand, b: Operand, n: int, out: bool,
@@ -160,15 +153,16 @@ def traffic(tiling: GemmTiling, a: Operand, b: Operand, n: int, out: bool,
 
 def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n: int,
              trans_b: bool, out_addr: int | None, out_itemsize: int, out_row_stride: int,
-             stream: Stream) -> Generator[int, None, tuple[int, int]]:
-    """A composite ready at `t0` (`origin` refers to it), one tile operation at a time.
+             ) -> Generator[tuple[int, list[TileOp]], list[tuple[int, int, int]], tuple[int, int]]:
+    """A composite ready at `t0` (`origin` refers to it), a few tile operations at a time.
 
     The operations are a tile's operand loads (issued together), its GEMM, and
-    the store of an output tile. Before each it yields the time the scheduler
-    issues it to its engine (never earlier than the one before), and does it
-    when resumed, so that the PE can interleave the tiles with its other
-    commands in issue order. Returns when the last tile is done, and the
-    reference of the operation that ended then.
+    the store of an output tile. It yields (the time the scheduler issues them
+    to their engine, never earlier than the ones before; the operations) and
+    is sent back each one's (start, end, reference), so that the PE can
+    interleave the tiles with its other commands in issue order and take the
+    time it must to know when a transfer ends. Returns when the last tile is
+    done, and the reference of the operation that ended then.
     """
     m, k = a.rows, a.cols
     mt, kt, nt = tiling.mt, tiling.kt, tiling.nt
@@ -178,46 +172,45 @@ def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n
     streams = not (a.resident and b.resident)
     loaded = [(t0, origin)] * count  # when tile i's operands are in TCM, and what ended last
 
-    def load(i: int, ready: int, after: int) -> None:
+    def loads(i: int, ready: int, after: int) -> list[TileOp]:
         mi, rest = divmod(i, tn * tk)
         m0, n0, k0 = mi * mt, rest // tk * nt, rest % tk * kt
         mr, kr, nr = min(mt, m - m0), min(kt, k - k0), min(nt, n - n0)
-        done = (ready, after)
+        ops = []
         if not a.resident and not (a_reused and i > 0 and (i - 1) // (tn * tk) == mi):
-            _, end, ref = stream.load(ready, after, a, m0, k0, mr, kr)
-            done = max(done, (end, ref))
+            ops.append((LOAD_TILE, ready, after, a, m0, k0, mr, kr))
         if not b.resident:
             coords = (n0, k0, nr, kr) if trans_b else (k0, n0, kr, nr)
-            _, end, ref = stream.load(ready, after, b, *coords)
-            done = max(done, (end, ref))
-        loaded[i] = done
+            ops.append((LOAD_TILE, ready, after, b, *coords))
+        return ops
+
+    def landed(i: int, ready: int, after: int, done: list[tuple[int, int, int]]) -> None:
+        loaded[i] = max([(ready, after)] + [(end, ref) for _, end, ref in done])
 
     issued = t0
     end = (t0, origin)
     for i in range(min(2, count)):
         if streams:
-            yield issued
-        load(i, t0, origin)
+            landed(i, t0, origin, (yield issued, loads(i, t0, origin)))
     for i in range(count):
         mi, rest = divmod(i, tn * tk)
         m0, n0, k0 = mi * mt, rest // tk * nt, rest % tk * kt
         ready, after = loaded[i] if loaded[i][0] > t0 else (t0, origin)
         issued = max(issued, ready)
-        yield issued
-        _, done, ref = stream.gemm_run(ready, after, min(mt, m - m0), min(kt, k - k0),
-                                       min(nt, n - n0))
+        (_, done, ref), = yield issued, [(GEMM_TILE, ready, after, min(mt, m - m0),
+                                         min(kt, k - k0), min(nt, n - n0))]
         end = max(end, (done, ref))
         if i + 2 < count:
             issued = max(issued, done)
             if streams:
-                yield issued
-            load(i + 2, done, ref)
+                landed(i + 2, done, ref, (yield issued, loads(i + 2, done, ref)))
+            else:
+                loaded[i + 2] = (done, ref)
         if k0 + kt >= k and out_addr is not None:
             addr = out_addr + (m0 * out_row_stride + n0) * out_itemsize
             issued = max(issued, done)
-            yield issued
-            _, stored, sref = stream.store(done, ref, addr, min(mt, m - m0),
-                                           min(nt, n - n0) * out_itemsize,
-                                           out_row_stride * out_itemsize)
+            (_, stored, sref), = yield issued, [(STORE_TILE, done, ref, addr, min(mt, m - m0),
+                                                min(nt, n - n0) * out_itemsize,
+                                                out_row_stride * out_itemsize)]
             end = max(end, (stored, sref))
     return end

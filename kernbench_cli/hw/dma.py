@@ -26,8 +26,9 @@ class DmaEngine(InOrderEngine):
       (`Calendar.opening_ps`).
 
     The engine is held from its start to the end of streaming; `busy_ps`
-    counts setup not hidden under the transfer before, and streaming; the
-    wait for a busy resource is `wait_ps`. The path latency (memory access,
+    counts setup not hidden under the transfer before, and streaming at the
+    solo rate; time lost to other transfers (waiting for a busy resource in
+    the circuit model, a fair share below the solo rate) is `wait_ps`. The path latency (memory access,
     link hops) is added to the completion only. `local_bandwidth` is used for
     a copy that crosses no shared resource.
     """
@@ -63,19 +64,39 @@ class DmaEngine(InOrderEngine):
             duration = max(duration, resources[0].opening_ps(pages))
         return duration
 
+    def begin(self, ready: int, nbytes: int, path: Path, pages: int = 0) -> tuple[int, int, int]:
+        """A transfer that may start at `ready`: (when the engine takes it, when its bytes may
+        begin to stream, how long they stream alone)."""
+        before = self.free_at
+        start = max(ready, self.stream_at if self.overlap else before)
+        setup_end = start + self.setup_ps
+        return (start, setup_end if setup_end > before else before,
+                self.stream_ps(nbytes, path, pages))
+
+    def streamed(self, start: int, streams_from: int, solo_ps: int, stream_at: int,
+                 stream_end: int, nbytes: int) -> None:
+        """Account a transfer taken at `start`, free to stream from `streams_from`, whose
+        bytes streamed in [stream_at, stream_end) (alone: `solo_ps`). Time beyond the solo
+        time (waiting for a busy resource, or sharing one) is `waited`."""
+        hidden = min(start + self.setup_ps, self.free_at) - start  # setup under the one before
+        self.stream_at = stream_at
+        self.free_at = stream_end
+        self.busy_ps += self.setup_ps - (hidden if hidden > 0 else 0) + solo_ps
+        self.waited = stream_end - streams_from - solo_ps
+        self.wait_ps += self.waited
+        self.bytes += nbytes
+        self.ops += 1
+
     def transfer(self, ready: int, nbytes: int, path: Path, pages: int = 0) -> tuple[int, int]:
         """Move `nbytes` over `path` (its HBM slice, if any, and links), opening `pages`
-        DRAM pages at its HBM end.
+        DRAM pages at its HBM end, holding the path's resources for the transfer
+        (circuit-style: a path only this PE uses, or `network.sharing = "circuit"`).
 
         Returns (start, end): the engine takes it at `start` (its setup begins);
         the data is at the destination at `end`.
         """
-        before = self.free_at
-        start = max(ready, self.stream_at if self.overlap else before)
+        start, streams_from, duration = self.begin(ready, nbytes, path, pages)
         resources = path[0]
-        setup_end = start + self.setup_ps
-        streams_from = setup_end if setup_end > before else before
-        duration = self.stream_ps(nbytes, path, pages)
         self.waited_on = None
         if len(resources) == 1:  # one's own HBM slice: the common case, kept lean
             cal = resources[0]
@@ -89,13 +110,5 @@ class DmaEngine(InOrderEngine):
                 cal.carry(stream_at, duration, nbytes)
         else:
             stream_at = streams_from
-        stream_end = stream_at + duration
-        self.stream_at = stream_at
-        self.free_at = stream_end
-        hidden = min(setup_end, before) - start  # setup under the transfer before
-        self.busy_ps += self.setup_ps - (hidden if hidden > 0 else 0) + duration
-        self.waited = stream_at - streams_from
-        self.wait_ps += self.waited
-        self.bytes += nbytes
-        self.ops += 1
-        return start, stream_end + path[1]
+        self.streamed(start, streams_from, duration, stream_at, stream_at + duration, nbytes)
+        return start, stream_at + duration + path[1]

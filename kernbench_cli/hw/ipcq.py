@@ -9,7 +9,11 @@ credit has travelled back to the sender (the reverse route's latency).
 Two senders on the same side of a PE share its ring. A posted `recv` takes
 chunks in arrival order and sets aside those of other senders (the
 "unexpected message" queue of MPI), freeing their slots, so a sender that
-got there first cannot starve the one the receiver waits for. The ring
+got there first cannot starve the one the receiver waits for.
+
+A chunk leaves its slot when the receiver's PE_DMA has copied it out (into
+the receive's tensor, or aside): the slot, and so the sender's credit, is
+free from the end of that copy (`take`'s `copy` says when). The ring
 keeps only timing and the chunks in flight (the values went through the
 functional pass); blocking and waking PEs is the timing pass's business.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -68,14 +73,17 @@ class Ring:
     def give_credit(self, t: int, slot: int, who: int = -1) -> None:
         heapq.heappush(self.credits, (t, slot, who))
 
-    stash: dict[int, deque[Chunk]] = field(default_factory=dict)  # taken, for a later recv
-    busy_ps: int = 0  # time chunks sat in slots, arrival to taken
+    # taken for a later recv: (chunk, when its copy out of the slot ended), by sender
+    stash: dict[int, deque[tuple[Chunk, int]]] = field(default_factory=dict)
+    busy_ps: int = 0  # time chunks sat in slots, arrival to copied out
     ops: int = 0  # chunks that passed through
 
-    def take(self, sender: int, now: int, who: int = -1) -> Chunk | None:
-        """The next chunk from `sender`: set aside earlier, or the ring's oldest chunks taken
-        until one is from `sender` (each frees its slot at max(now, its arrival); `who` is
-        the receive taking them).
+    def take(self, sender: int, copy: Callable[[Chunk], int],
+             who: int = -1) -> tuple[Chunk, int] | None:
+        """The next chunk from `sender` and when it was out of its slot: set aside earlier,
+        or the ring's oldest chunks taken until one is from `sender`. `copy(chunk)` copies a
+        chunk out of its slot and returns when that ended: its slot frees then (the credit
+        is back at the sender a way back later); `who` is the receive taking them.
 
         None when the ring holds nothing more from anyone.
         """
@@ -84,13 +92,13 @@ class Ring:
             return waiting.popleft()
         while self.chunks:
             chunk = self.chunks.popleft()
-            taken = max(now, chunk.arrival)
-            self.give_credit(taken + chunk.back, chunk.slot, who)
+            copied = copy(chunk)
+            self.give_credit(copied + chunk.back, chunk.slot, who)
             if self.trail is not None:
-                self.trail.append((taken + chunk.back, -1))
-            self.busy_ps += taken - chunk.arrival
+                self.trail.append((copied + chunk.back, -1))
+            self.busy_ps += copied - chunk.arrival
             self.ops += 1
             if chunk.sender == sender:
-                return chunk
-            self.stash.setdefault(chunk.sender, deque()).append(chunk)
+                return chunk, copied
+            self.stash.setdefault(chunk.sender, deque()).append((chunk, copied))
         return None

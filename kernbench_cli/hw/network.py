@@ -134,6 +134,25 @@ class Calendar:
             starts.insert(i, t)
             ends.insert(i, end)
 
+    def occupy(self, t: int, end: int) -> None:
+        """Mark [t, end) busy, joined with what is there (fair-shared flows overlap); busy
+        time grows by what was not busy before."""
+        if end <= t:
+            return
+        starts, ends = self.starts, self.ends
+        i = bisect.bisect_left(ends, t)  # the first interval that ends at or after t
+        j = bisect.bisect_right(starts, end)  # past the last that starts at or before end
+        if i == j:
+            starts.insert(i, t)
+            ends.insert(i, end)
+            self.busy_ps += end - t
+            return
+        covered = sum(ends[k] - starts[k] for k in range(i, j))
+        first, last = min(t, starts[i]), max(end, ends[j - 1])
+        self.busy_ps += last - first - covered
+        starts[i], ends[i] = first, last
+        del starts[i + 1:j], ends[i + 1:j]
+
     def carry(self, t: int, duration: int, nbytes: int) -> None:
         """`nbytes` flow through this resource in [t, t + duration). Counts them, and notes
         (`overdrawn`) a flow faster than the bandwidth or not inside a reserved interval:

@@ -51,15 +51,19 @@ import simpy
 
 from kernbench_cli.errors import KernelError
 from kernbench_cli.hw.composite import (
+    GEMM_TILE,
+    LOAD_TILE,
     GemmTiling,
     Operand,
     PlanCosts,
+    TileOp,
     plan_gemm,
     tile_ops,
     traffic,
 )
-from kernbench_cli.hw.composite import Stream as TileStream
+from kernbench_cli.hw.dma import DmaEngine
 from kernbench_cli.hw.engine import InOrderEngine, cycles_to_ps
+from kernbench_cli.hw.flows import FairShare
 from kernbench_cli.hw.gemm import gemm_passes
 from kernbench_cli.hw.ipcq import Chunk, Ring
 from kernbench_cli.hw.network import Path, pages_opened
@@ -196,7 +200,8 @@ class _Composites:
     __slots__ = ("by_index", "ended", "heap", "held", "pending", "seq")
 
     def __init__(self) -> None:
-        self.heap: list[tuple[int, int, _Running]] = []  # (next operation's issue, seq, it)
+        # (next operations' issue, seq, the composite, those operations)
+        self.heap: list[tuple[int, int, _Running, list[TileOp]]] = []
         self.by_index: dict[int, _Running] = {}
         self.pending = 0  # tile-buffer bytes of composites still running
         # (end, seq, bytes, last tile operation) of ended composites
@@ -231,7 +236,7 @@ class _Composites:
     def holders(self, t: int) -> list[_Running | tuple[int, int]]:
         """What holds tile buffers at `t`: composites running, and (end, last operation) of
         ended ones."""
-        return [r for _, _, r in self.heap] + [(end, last) for end, _, _, last in self.ended
+        return [r for _, _, r, _ in self.heap] + [(end, last) for end, _, _, last in self.ended
                                                  if end > t]
 
 
@@ -261,7 +266,9 @@ class Timing:
         self._math = [(kind, name) for kind, name in program.math_kinds]
         # (math kind, elements) -> (issue time, latency)
         self._math_ps: dict[tuple[int, int], tuple[int, int]] = {}
-        self._tiles: dict[int, TileStream] = {}  # per PE: how its composites move tiles
+        self._tiles: dict[int, _Tiles] = {}  # per PE: how its composites run tiles
+        self.fair = topo.network.sharing == "fair"
+        self.flows = FairShare(self.env)
 
     # ------------------------------------------------------------------ the run
 
@@ -326,9 +333,9 @@ class Timing:
                          hbm.opening_ps(1) * clock / 10**12 if hbm else 0.0,
                          gemm_passes(topo.pe.gemm, width))
 
-    def _pair(self, src: int, dst: int) -> tuple[str, Ring, Path, int]:
-        """(ring direction, the receiver's ring, links, the credits' way back in ps) of IPCQ
-        messages from `src` to `dst`."""
+    def _pair(self, src: int, dst: int) -> tuple[str, Ring, Path, int, bool]:
+        """(ring direction, the receiver's ring, links, the credits' way back in ps, whether
+        no other PE uses those links) of IPCQ messages from `src` to `dst`."""
         hit = self._pairs.get((src, dst))
         if hit is None:
             system = self.system
@@ -339,8 +346,10 @@ class Timing:
             ring = system.pes[dst].rings[direction]
             if self.oplog is not None and ring.trail is None:
                 ring.trail = self.oplog.rings.setdefault(f"PE ({b}) {direction} ring", [])
+            private = not any(cal.shared for cal in route.resources)
             hit = self._pairs[(src, dst)] = (direction, ring, (route.resources, route.latency_ps,
-                                                               route.latency_ps + back), back)
+                                                               route.latency_ps + back), back,
+                                             private)
         return hit
 
     def _mark_shared(self) -> None:
@@ -414,7 +423,7 @@ class Timing:
         c_load, c_store, c_dot, c_math = issue.load, issue.store, issue.dot, issue.math
         c_wait, c_send, c_recv = issue.wait, issue.send, issue.recv
         peek = self.env.peek
-        path = self._path
+        path, flow, fair = self._path, self._flow, self.fair
         shift = self._region_shift
         inbound: dict[int, tuple[Path, bool]] = {}  # this PE's routes, by address region
         outbound: dict[int, tuple[Path, bool]] = {}
@@ -477,13 +486,19 @@ class Timing:
                 if comps.heap:
                     proc.at = i
                     yield from self._advance(proc, pe, comps, dispatched)
-                if not private and t >= peek():
+                pages = _pages(route, addr, col_rows[i], col_size[i], col_arg[i])
+                if private:
+                    start, done = dma.transfer(dispatched, col_size[i], route, pages)
+                elif fair:
                     proc.at = i
-                    proc.wake_at(t)
-                    yield
-                start, done = dma.transfer(dispatched, col_size[i], route,
-                                           _pages(route, addr, col_rows[i], col_size[i],
-                                                  col_arg[i]))
+                    start, done = yield from flow(proc, dma, dispatched, col_size[i], route,
+                                                  pages)
+                else:
+                    if t >= peek():  # circuit: book shared calendars in issue order
+                        proc.at = i
+                        proc.wake_at(t)
+                        yield
+                    start, done = dma.transfer(dispatched, col_size[i], route, pages)
                 whys[i] = (_why(ENGINE, dma.last) if start > dispatched else
                            _why(SCHEDULER, sched.last) if dispatched > t else _why(ISSUED, me))
                 dma.last = me
@@ -557,13 +572,18 @@ class Timing:
                 if comps.heap:
                     proc.at = i
                     yield from self._advance(proc, pe, comps, ready)
-                if not private and t >= peek():
+                pages = _pages(route, addr, col_rows[i], col_size[i], col_arg[i])
+                if private:
+                    start, done = dma.transfer(ready, col_size[i], route, pages)
+                elif fair:
                     proc.at = i
-                    proc.wake_at(t)
-                    yield
-                start, done = dma.transfer(ready, col_size[i], route,
-                                           _pages(route, addr, col_rows[i], col_size[i],
-                                                  col_arg[i]))
+                    start, done = yield from flow(proc, dma, ready, col_size[i], route, pages)
+                else:
+                    if t >= peek():  # circuit: book shared calendars in issue order
+                        proc.at = i
+                        proc.wake_at(t)
+                        yield
+                    start, done = dma.transfer(ready, col_size[i], route, pages)
                 whys[i] = _why(ENGINE, dma.last) if start > ready else why
                 dma.last = me
                 if dma.waited_on is not None:
@@ -608,7 +628,7 @@ class Timing:
                     proc.at = i
                     proc.wake_at(t)
                     yield
-                done = yield from self._recv(proc, pe, i, t)
+                done = yield from self._recv(proc, pe, comps, i, t)
                 end[i] = done
             elif op == CYCLES:
                 t0 = cpu.time
@@ -702,12 +722,9 @@ class Timing:
         b = Operand(*b_shape, desc.b_itemsize, desc.b_tcm, desc.b_addr, desc.b_row_stride)
         out = desc.out_addr if desc.out_addr >= 0 else None
         self.planned_bytes += traffic(tiling, a, b, desc.n, out is not None, desc.out_itemsize)
-        tiles = self._tiles.get(pid)
-        if tiles is None:
-            tiles = self._tiles[pid] = self._tile_stream(proc, pe)
         proc.current = i
         ops = tile_ops(ready, me, tiling, a, b, desc.n, desc.trans_b, out, desc.out_itemsize,
-                       desc.out_row_stride, tiles)
+                       desc.out_row_stride)
         private = all(self._path(pid, addr, into)[1] for addr, into in self._operand_ends(desc))
         running = _Running(i, t, dispatched, ops, tiling.tcm_bytes, private)
         used = stream.tcm[i] + comps.buffers(dispatched) + tiling.tcm_bytes
@@ -716,7 +733,8 @@ class Timing:
         end[i] = PENDING
         comps.start(running)
         comps.seq += 1
-        heappush(comps.heap, (next(ops), comps.seq, running))
+        issued, first = next(ops)
+        heappush(comps.heap, (issued, comps.seq, running, first))
 
     def _advance(self, proc: _Proc, pe: Pe, comps: _Composites, until: int | None = None,
                  stop: _Running | None = None, any_end: bool = False) -> Iterator[None]:
@@ -724,20 +742,31 @@ class Timing:
         earlier composite): those issued up to `until` (all, if None); or until `stop`
         ends; or, with `any_end`, until one composite ends."""
         heap, peek = comps.heap, self.env.peek
+        tiles = self._tiles.get(proc.pid)
+        if tiles is None:
+            tiles = self._tiles[proc.pid] = _Tiles(self, proc, pe)
         while heap:
             if stop is not None:
                 if stop.end != PENDING:
                     return
             elif not any_end and until is not None and heap[0][0] > until:
                 return
-            issued, seq, running = heap[0]
-            if not running.private and issued >= peek():
-                proc.wake_at(issued)
+            issued, seq, running, tile_ops = heap[0]
+            if not running.private and not self.fair and issued >= peek():
+                proc.wake_at(issued)  # circuit: book shared calendars in issue order
                 yield
             heapq.heappop(heap)
             proc.current = running.index
+            done = []
+            for op in tile_ops:
+                kind = op[0]
+                if kind == GEMM_TILE:
+                    done.append(tiles.gemm(*op[1:]))
+                else:
+                    done.append((yield from tiles.move(kind == LOAD_TILE, *op[1:])))
             try:
-                heappush(heap, (running.ops.send(None), seq, running))
+                issued, tile_ops = running.ops.send(done)
+                heappush(heap, (issued, seq, running, tile_ops))
             except StopIteration as finished:
                 self._finish(proc, pe, comps, running, *finished.value)
                 if any_end:
@@ -808,59 +837,28 @@ class Timing:
         if used > proc.tcm_peak[0]:
             proc.tcm_peak = (used, t, proc.at)
 
-    def _tile_stream(self, proc: _Proc, pe: Pe) -> TileStream:
-        """How PE `pe`'s composites run tile operations; each is recorded in `proc.tiles`
-        (its reference: the PE's command count plus its position there)."""
-        pid, dma, gemm, path, log = pe.pid, pe.dma, pe.gemm, self._path, self.oplog
-        tiles, base = proc.tiles, pid << PE_SHIFT
-        composites, args = self.program.composites, self.program.streams[pid].arg
-        k_gemm, k_load, k_store = (log.code(k) for k in ("gemm_tile", "load_tile", "store_tile")) \
-            if log is not None else (0, 0, 0)
+    # ------------------------------------------------------------------ transfers
 
-        def record(engine: InOrderEngine, code: int, ready: int, after: int, start: int,
-                   end: int) -> int:
-            me = base | (proc.n + len(tiles))
-            why = _why(ENGINE, engine.last) if start > ready else _why(PRODUCER, after)
-            tiles.append((start, end, why, code, proc.current))
-            engine.last = me
-            return me
-
-        def gemm_run(ready: int, after: int, m: int, k: int, n: int) -> tuple[int, int, int]:
-            desc = composites[args[proc.current]]
-            start, end = gemm.run(ready, m, k, n, max(desc.a_itemsize, desc.b_itemsize))
-            me = record(gemm, GEMM, ready, after, start, end)
-            if log is not None:
-                log.append(pid, GEMM, k_gemm, ready, start, end, 0, 2 * m * k * n, None, None,
-                           proc.current)
-            return start, end, me
-
-        def move(ready: int, after: int, addr: int, rows: int, row_bytes: int, stride: int,
-                 inbound: bool, code: int) -> tuple[int, int, int]:
-            route = path(pid, addr, inbound)[0]
-            nbytes = rows * row_bytes
-            page = route[0][0].page_bytes if route[0] else 0
-            pages = pages_opened(addr % page, rows, row_bytes, stride, page) if page else 0
-            start, end = dma.transfer(ready, nbytes, route, pages)
-            me = record(dma, DMA, ready, after, start, end)
-            if dma.waited_on is not None:
-                proc.waits[me] = (dma.waited_on, dma.waited)
-            if log is not None:
-                log.append(pid, DMA, code, ready, start, end, nbytes, 0,
-                           addr if inbound else None, None if inbound else addr,
-                           proc.current, False, (dma.stream_at, dma.free_at), log.path(route[0]))
-            return start, end, me
-
-        def load(ready: int, after: int, op: Operand, r0: int, c0: int, nr: int,
-                 nc: int) -> tuple[int, int, int]:
-            addr = op.addr + (r0 * op.row_stride + c0) * op.itemsize
-            return move(ready, after, addr, nr, nc * op.itemsize, op.row_stride * op.itemsize,
-                        True, k_load)
-
-        def store(ready: int, after: int, addr: int, rows: int, row_bytes: int,
-                  stride: int) -> tuple[int, int, int]:
-            return move(ready, after, addr, rows, row_bytes, stride, False, k_store)
-
-        return TileStream(gemm_run, load, store)
+    def _flow(self, proc: _Proc, dma: DmaEngine, ready: int, nbytes: int, path: Path,
+              pages: int = 0) -> Iterator[None]:
+        """A transfer over a path other PEs use too, fair-shared (`hw.flows`); (start, end)
+        as `DmaEngine.transfer` returns them. Waits until its bytes may stream, and, if
+        anything may still change its share, until it ends."""
+        start, streams_from, solo = dma.begin(ready, nbytes, path, pages)
+        peek = self.env.peek
+        if streams_from >= peek():
+            proc.wake_at(streams_from)
+            yield
+        flow = self.flows.start(streams_from, nbytes, path[0], solo, proc.pid)
+        if flow.end > peek():
+            self.flows.arm(flow, proc.resume_cb)
+            yield
+        else:  # nothing happens before it ends: nothing can change its share
+            self.flows.finish(flow, flow.end)
+        end = flow.end
+        dma.waited_on = flow.limit if end - streams_from > solo else None
+        dma.streamed(start, streams_from, solo, streams_from, end, nbytes)
+        return start, end + path[1]
 
     # ------------------------------------------------------------------ IPCQ
 
@@ -872,7 +870,7 @@ class Timing:
         stream = self.program.streams[pe.pid]
         me = pe.pid << PE_SHIFT | i
         dst, nbytes = stream.arg[i], stream.size[i]
-        direction, ring, route, back = self._pair(pe.pid, dst)
+        direction, ring, route, back, private = self._pair(pe.pid, dst)
         cpu, env, log, dma = pe.cpu, self.env, self.oplog, pe.dma
         count = ring.chunks_for(nbytes)
         first = last = None
@@ -894,7 +892,10 @@ class Timing:
             at, chunk_why = (free_at, _why(CREDIT, freer)) if free_at > ready else (ready, why)
             if comps.heap:
                 yield from self._advance(proc, pe, comps, at)
-            start, end = dma.transfer(at, size, route)
+            if private or not self.fair:
+                start, end = dma.transfer(at, size, route)
+            else:
+                start, end = yield from self._flow(proc, dma, at, size, route)
             if ring.trail is not None:
                 ring.trail.append((at, 1))
             if first is None:
@@ -920,18 +921,51 @@ class Timing:
         proc.end[i] = last
         return last
 
-    def _recv(self, proc: _Proc, pe: Pe, i: int, t: int) -> Iterator[None]:
-        """Take receive `i`'s chunks from the ring (waits for them); returns when it is done."""
+    def _recv(self, proc: _Proc, pe: Pe, comps: _Composites, i: int,
+              t: int) -> Iterator[None]:
+        """Take receive `i`'s chunks from the ring (waits for them), each copied out of its
+        slot by PE_DMA; returns when the last copy is done.
+
+        For the critical path the receive is a DMA operation: from the start of the
+        copies that kept PE_DMA busy to its end, started by what the first of them
+        waited for (the chunk's arrival, the engine, or the issue).
+        """
         stream = self.program.streams[pe.pid]
         me = pe.pid << PE_SHIFT | i
         src, nbytes = stream.arg[i], stream.size[i]
-        direction, ring, _, _ = self._pair(src, pe.pid)
-        cpu, env = pe.cpu, self.env
-        done, why = t, _why(ISSUED, me)
+        direction, ring, _, _, _ = self._pair(src, pe.pid)
+        cpu, env, dma, log = pe.cpu, self.env, pe.dma, self.oplog
+        slot_bytes = ring.slot_bytes
+        amap = self.system.amap
+        tcm_base = amap.pe_tcm_addr(*pe.coord, 0)
+        copy_code = log.code("recv copy") if log is not None else 0
+        done = t
+        began = [t, _why(ISSUED, me), -1]  # the copies' start, why, and the last one's end
+
+        def copy(chunk: Chunk) -> int:
+            size = min(slot_bytes, chunk.nbytes - chunk.index * slot_bytes)
+            ready = cpu.time if cpu.time > chunk.arrival else chunk.arrival
+            busy_with = dma.last
+            start, end = dma.transfer(ready, size, _LOCAL)
+            if start > began[2]:  # PE_DMA was not busy with this receive's copies
+                began[0], began[1] = start, (
+                    _why(ENGINE, busy_with) if start > ready and busy_with >= 0 else
+                    _why(MESSAGE, chunk.who) if chunk.arrival > cpu.time else _why(ISSUED, me))
+            began[2] = end
+            dma.last = me
+            if log is not None:
+                log.append(pe.pid, DMA, copy_code, ready, start, end, size, 0,
+                           amap.pe_ipcq_slot_addr(*pe.coord, direction, chunk.slot),
+                           _tcm(tcm_base, stream.dst[i]), i, False,
+                           (dma.stream_at, dma.free_at))
+            return end
+
+        if comps.heap:  # tile operations issued before it go first on PE_DMA
+            yield from self._advance(proc, pe, comps, cpu.time)
         for _ in range(ring.chunks_for(nbytes)):
             credits = len(ring.credits)
-            chunk = ring.take(src, cpu.time, me)
-            while chunk is None:
+            taken = ring.take(src, copy, me)
+            while taken is None:
                 self._wake_senders(ring, credits)
                 ring.receiver_waiting = proc
                 proc.at = i
@@ -941,21 +975,20 @@ class Timing:
                 proc.waiting = ""
                 cpu.wait_until(env.now)
                 credits = len(ring.credits)
-                chunk = ring.take(src, cpu.time, me)
+                taken = ring.take(src, copy, me)
             self._wake_senders(ring, credits)
-            if chunk.arrival > done:
-                done, why = chunk.arrival, _why(MESSAGE, chunk.who)
-            done = max(done, cpu.time)
+            if taken[1] > done:
+                done = taken[1]
         cpu.wait_until(done)
-        proc.start[i], proc.why[i] = done, why  # taking the message is instant
+        if began[2] < 0:  # every chunk was copied aside before this receive
+            began[1] = _why(ISSUED, me)
+        proc.start[i], proc.why[i] = min(began[0], done), began[1]
         if done > t:
-            proc.after[i] = (done, why)
-        log = self.oplog
+            proc.after[i] = (done, _why(PRODUCER, me))
         if log is not None:
-            amap = self.system.amap
             log.append(pe.pid, CPU, log.code("recv"), t, t, done, nbytes, 0,
                        amap.pe_ipcq_slot_addr(*pe.coord, direction, 0),
-                       _tcm(amap.pe_tcm_addr(*pe.coord, 0), stream.dst[i]), i)
+                       _tcm(tcm_base, stream.dst[i]), i)
         return done
 
     @staticmethod
@@ -966,6 +999,66 @@ class Timing:
             for proc in ring.sender_waiting:
                 proc.wake_at(at)
             ring.sender_waiting.clear()
+
+
+class _Tiles:
+    """How PE `pe`'s composites run tile operations; each is recorded in `proc.tiles` (its
+    reference: the PE's command count plus its position there)."""
+
+    def __init__(self, timing: Timing, proc: _Proc, pe: Pe):
+        self.timing, self.proc, self.pe = timing, proc, pe
+        self.base = pe.pid << PE_SHIFT
+        self.args = timing.program.streams[pe.pid].arg
+        log = timing.oplog
+        self.codes = (tuple(log.code(k) for k in ("gemm_tile", "load_tile", "store_tile"))
+                      if log is not None else (0, 0, 0))
+
+    def _record(self, engine: InOrderEngine, code: int, ready: int, after: int, start: int,
+                end: int) -> int:
+        proc = self.proc
+        me = self.base | (proc.n + len(proc.tiles))
+        why = _why(ENGINE, engine.last) if start > ready else _why(PRODUCER, after)
+        proc.tiles.append((start, end, why, code, proc.current))
+        engine.last = me
+        return me
+
+    def gemm(self, ready: int, after: int, m: int, k: int, n: int) -> tuple[int, int, int]:
+        proc, gemm, log = self.proc, self.pe.gemm, self.timing.oplog
+        desc = self.timing.program.composites[self.args[proc.current]]
+        start, end = gemm.run(ready, m, k, n, max(desc.a_itemsize, desc.b_itemsize))
+        me = self._record(gemm, GEMM, ready, after, start, end)
+        if log is not None:
+            log.append(self.pe.pid, GEMM, self.codes[0], ready, start, end, 0, 2 * m * k * n,
+                       None, None, proc.current)
+        return start, end, me
+
+    def move(self, inbound: bool, ready: int, after: int, *where) -> Iterator[None]:
+        """A tile load (`where`: operand, first row and column, rows, columns) or an output
+        tile's store (address, rows, row bytes, stride bytes); (start, end, reference)."""
+        if inbound:
+            op, r0, c0, rows, cols = where
+            addr = op.addr + (r0 * op.row_stride + c0) * op.itemsize
+            row_bytes, stride = cols * op.itemsize, op.row_stride * op.itemsize
+        else:
+            addr, rows, row_bytes, stride = where
+        timing, proc, pe, dma = self.timing, self.proc, self.pe, self.pe.dma
+        route, private = timing._path(pe.pid, addr, inbound)
+        nbytes = rows * row_bytes
+        page = route[0][0].page_bytes if route[0] else 0
+        pages = pages_opened(addr % page, rows, row_bytes, stride, page) if page else 0
+        if private or not timing.fair:
+            start, end = dma.transfer(ready, nbytes, route, pages)
+        else:
+            start, end = yield from timing._flow(proc, dma, ready, nbytes, route, pages)
+        me = self._record(dma, DMA, ready, after, start, end)
+        if dma.waited_on is not None:
+            proc.waits[me] = (dma.waited_on, dma.waited)
+        log = timing.oplog
+        if log is not None:
+            log.append(pe.pid, DMA, self.codes[1 if inbound else 2], ready, start, end, nbytes,
+                       0, addr if inbound else None, None if inbound else addr, proc.current,
+                       False, (dma.stream_at, dma.free_at), log.path(route[0]))
+        return start, end, me
 
 
 def issue_costs(issue) -> dict[int, int]:
@@ -986,6 +1079,10 @@ def _pages(path: Path, addr: int, rows: int, nbytes: int, span: int) -> int:
     row = nbytes // rows
     stride = (span - row) // (rows - 1) if rows > 1 else row
     return pages_opened(addr % page, rows, row, stride, page)
+
+
+#: The way of a copy inside a PE (an IPCQ slot to TCM): no shared resource, no latency.
+_LOCAL: Path = ((), 0, 0)
 
 
 def _tcm(base: int, offset: int) -> int | None:

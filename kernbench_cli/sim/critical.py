@@ -64,7 +64,7 @@ from kernbench_cli.stream import (
 
 #: Engine of a command's own operation, by kind.
 _ENGINE_OF = {LOAD: "dma", STORE: "dma", SEND: "dma", DOT: "gemm", MATH: "math",
-              COMPOSITE: "scheduler", WAIT: "cpu", RECV: "cpu", CYCLES: "cpu", READ: "cpu"}
+              COMPOSITE: "scheduler", WAIT: "cpu", RECV: "dma", CYCLES: "cpu", READ: "cpu"}
 _TILE_ENGINE = {DMA: "dma", GEMM: "gemm", VEC: "math", CPU: "cpu", SCHED: "scheduler"}
 _REF_MASK = (1 << PE_SHIFT) - 1
 _PID_MASK = (1 << (CAUSE_SHIFT - PE_SHIFT)) - 1

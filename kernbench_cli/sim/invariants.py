@@ -23,7 +23,7 @@ from kernbench_cli.errors import KernbenchError
 from kernbench_cli.hw.network import PS_PER_S
 from kernbench_cli.hw.system import System
 from kernbench_cli.hw.timing import Timing
-from kernbench_cli.stream import COMPOSITE, DOT, LOAD, MATH, NONE, SEND, STORE
+from kernbench_cli.stream import COMPOSITE, DOT, LOAD, MATH, NONE, RECV, SEND, STORE
 
 
 class InvariantError(KernbenchError):
@@ -49,7 +49,7 @@ def check(system: System, timing: Timing) -> list[Invariant]:
                 flops += size
             elif op == MATH:
                 elements += size
-            elif op in (LOAD, STORE, SEND):
+            elif op in (LOAD, STORE, SEND, RECV):  # a receive: PE_DMA copies it out
                 moved += size
             elif op == COMPOSITE and arg != NONE:
                 c = program.composites[arg]

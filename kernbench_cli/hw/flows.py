@@ -1,0 +1,189 @@
+"""Max-min fair sharing of memories and links among concurrent transfers, exactly.
+
+A *flow* is one transfer while its bytes stream: `nbytes` over `links` (the
+calendars of its path: an HBM slice or the SRAM port, NoC, UCIe, SIP and
+rack links) from `start`, with a top rate `cap`, the rate at which it would
+stream alone (its bytes over its solo time, `DmaEngine.stream_ps`: the
+path's bottleneck, the DMA window, DRAM page openings).
+
+While flows are active, their rates are the max-min fair allocation, found
+by progressive filling: every flow's rate rises together; a flow stops
+rising at its cap, or when a resource it crosses is full (the flows on it
+share its bandwidth); the others go on rising. The allocation is re-solved
+whenever a flow starts or ends, over the flows that share a resource with it
+(directly or through others): a flow elsewhere keeps its rate. Arithmetic is
+exact (rational rates, no float drift), so results are deterministic and do
+not depend on the order the flows were solved in.
+
+Time stays in whole picoseconds: a flow ends at the first picosecond at or
+after its last byte has crossed, and keeps its share until then. A flow
+alone on its path ends exactly at ``start + solo time``, as it would in the
+circuit model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from fractions import Fraction
+
+import simpy
+
+from kernbench_cli.hw.network import PS_PER_S, Calendar
+
+
+class Flow:
+    """One transfer's bytes streaming; `end` is when it ends at the rates known so far."""
+
+    __slots__ = ("armed", "cap", "end", "id", "left", "limit", "links", "nbytes", "owner",
+                 "rate", "since", "slowest", "solo_ps", "start", "version")
+
+    def __init__(self, fid: int, start: int, nbytes: int, links: tuple[Calendar, ...],
+                 solo_ps: int, owner: int):
+        self.id = fid
+        self.start = self.since = start
+        self.nbytes = nbytes
+        self.links = links
+        self.solo_ps = solo_ps
+        self.owner = owner  # the PE whose DMA moves it (event priority: PE order)
+        self.cap = Fraction(nbytes * PS_PER_S, solo_ps)  # B/s
+        self.rate = self.cap
+        self.left: Fraction | int = nbytes * PS_PER_S  # bytes x ps/s still to cross
+        self.end = start + solo_ps
+        self.limit: Calendar | None = None  # the resource that held it slowest, if any
+        self.slowest = self.cap  # ... and that rate
+        self.armed: Callable[[Flow], None] | None = None  # called when it ends
+        self.version = 0
+
+
+class FairShare:
+    """The active flows of one timing pass, by resource, and their rates."""
+
+    def __init__(self, env: simpy.Environment):
+        self.env = env
+        self.on: dict[Calendar, list[Flow]] = {}  # resource -> flows crossing it now
+        self.now = 0  # the time of the last start or end solved
+        self.flows = 0
+        self.solves = 0  # allocations computed with more than one flow (benchmarks)
+
+    def start(self, t: int, nbytes: int, links: tuple[Calendar, ...], solo_ps: int,
+              owner: int) -> Flow:
+        """A flow starting at `t` (never before a start or end already solved)."""
+        self._at(t)
+        flow = Flow(self.flows, t, nbytes, links, solo_ps, owner)
+        self.flows += 1
+        on = self.on
+        alone = True
+        for cal in links:
+            there = on.get(cal)
+            if there:
+                alone = False
+                there.append(flow)
+            else:
+                on[cal] = [flow]
+        if not alone:
+            self._solve(self._component(links), t)
+        return flow
+
+    def arm(self, flow: Flow, ended: Callable[[Flow], None]) -> None:
+        """Call `ended(flow)` when it ends (an event at its end, moved when rates change)."""
+        flow.armed = ended
+        self._schedule(flow)
+
+    def finish(self, flow: Flow, t: int) -> None:
+        """`flow` ends at `t` (its `end`): it leaves its resources, the rest re-solve."""
+        self._at(t)
+        on = self.on
+        shared = False
+        for cal in flow.links:
+            there = on[cal]
+            if len(there) == 1:
+                del on[cal]
+            else:
+                there.remove(flow)
+                shared = True
+            cal.occupy(flow.start, t)
+            cal.bytes += flow.nbytes
+            cal.ops += 1
+        if shared:
+            self._solve(self._component(flow.links), t)
+
+    # ------------------------------------------------------------------ inside
+
+    def _at(self, t: int) -> None:
+        if t < self.now:
+            raise AssertionError(f"fair share: a flow event at {t} ps after one at {self.now} ps")
+        self.now = t
+
+    def _component(self, links: tuple[Calendar, ...]) -> list[Flow]:
+        """The active flows that share a resource with `links`, directly or through others,
+        in the order they started."""
+        on, flows, seen, todo = self.on, {}, set(), list(links)
+        while todo:
+            cal = todo.pop()
+            if cal in seen:
+                continue
+            seen.add(cal)
+            for flow in on.get(cal, ()):
+                if flow.id not in flows:
+                    flows[flow.id] = flow
+                    todo.extend(flow.links)
+        return [flows[k] for k in sorted(flows)]
+
+    def _solve(self, flows: list[Flow], t: int) -> None:
+        """Progressive filling over `flows` at time `t`; moves their end events."""
+        self.solves += 1
+        for flow in flows:  # bytes crossed since the last solve, at the old rate
+            if t > flow.since:
+                flow.left -= flow.rate * (t - flow.since)
+                flow.since = t
+        room: dict[Calendar, Fraction | int] = {}
+        count: dict[Calendar, int] = {}
+        for flow in flows:
+            for cal in flow.links:
+                count[cal] = count.get(cal, 0) + 1
+                room.setdefault(cal, cal.bandwidth)
+        rising = flows
+        while rising:
+            level = min(flow.cap for flow in rising)
+            for cal, n in count.items():
+                if n:
+                    share = Fraction(room[cal], n)
+                    if share < level:
+                        level = share
+            full = {cal for cal, n in count.items() if n and Fraction(room[cal], n) == level}
+            still = []
+            for flow in rising:
+                limit = next((cal for cal in flow.links if cal in full), None)
+                if limit is None and flow.cap != level:
+                    still.append(flow)
+                    continue
+                flow.rate = level
+                if limit is not None and level < flow.slowest:
+                    flow.slowest, flow.limit = level, limit
+                for cal in flow.links:
+                    room[cal] -= level
+                    count[cal] -= 1
+            rising = still
+        for flow in flows:
+            left = flow.left
+            end = t if left <= 0 else t - (-left // flow.rate)
+            if end != flow.end:
+                flow.end = end
+                if flow.armed is not None:
+                    self._schedule(flow)
+
+    def _schedule(self, flow: Flow) -> None:
+        flow.version += 1
+        version = flow.version
+        env = self.env
+        event = simpy.Event(env)
+        event._ok = True
+        event._value = None
+
+        def ended(_event: simpy.Event) -> None:
+            if flow.version == version:  # not moved since
+                self.finish(flow, flow.end)
+                flow.armed(flow)
+
+        event.callbacks.append(ended)
+        env.schedule(event, flow.owner, flow.end - env.now)
