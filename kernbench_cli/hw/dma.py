@@ -28,9 +28,10 @@ class DmaEngine(InOrderEngine):
     The engine is held from its start to the end of streaming; `busy_ps`
     counts setup not hidden under the transfer before, and streaming at the
     solo rate; time lost to other transfers (waiting for a busy resource in
-    the circuit model, a fair share below the solo rate) is `wait_ps`. The path latency (memory access,
-    link hops) is added to the completion only. `local_bandwidth` is used for
-    a copy that crosses no shared resource.
+    the circuit model, a fair share below the solo rate) is `wait_ps`. The
+    path latency (memory access, link hops) is added to the completion only.
+    `local_bandwidth` is used for a copy that crosses no shared resource (an
+    IPCQ slot copied to TCM).
     """
 
     __slots__ = ("bytes", "local_bandwidth", "outstanding", "overlap", "setup_ps", "stream_at",

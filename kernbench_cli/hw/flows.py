@@ -45,12 +45,13 @@ class Flow:
         self.links = links
         self.solo_ps = solo_ps
         self.owner = owner  # the PE whose DMA moves it (event priority: PE order)
-        self.cap = Fraction(nbytes * PS_PER_S, solo_ps)  # B/s
-        self.rate = self.cap
+        # B/s: alone it streams at its cap (made when first shared: most flows never are)
+        self.cap: Fraction | None = None
+        self.rate: Fraction | None = None
         self.left: Fraction | int = nbytes * PS_PER_S  # bytes x ps/s still to cross
         self.end = start + solo_ps
         self.limit: Calendar | None = None  # the resource that held it slowest, if any
-        self.slowest = self.cap  # ... and that rate
+        self.slowest: Fraction | None = None  # ... and that rate
         self.armed: Callable[[Flow], None] | None = None  # called when it ends
         self.version = 0
 
@@ -133,6 +134,9 @@ class FairShare:
         """Progressive filling over `flows` at time `t`; moves their end events."""
         self.solves += 1
         for flow in flows:  # bytes crossed since the last solve, at the old rate
+            if flow.cap is None:
+                flow.cap = flow.rate = flow.slowest = Fraction(flow.nbytes * PS_PER_S,
+                                                               flow.solo_ps)
             if t > flow.since:
                 flow.left -= flow.rate * (t - flow.since)
                 flow.since = t

@@ -1,0 +1,171 @@
+"""Fair sharing of memories and links (`network.sharing = "fair"`), against an independent
+max-min calculation written from the README's statement of the model:
+
+- a transfer streams from the end of its setup (a PE's next transfer from the end of the
+  one before), over the HBM slice it reads and the X-then-Y route of NoC links, with each
+  cube's UCIe port at the middle of the mesh edge that faces the other cube;
+- its top rate is its bytes over its solo time (in whole ps, at the slowest resource of its
+  path); concurrent transfers get max-min fair rates (progressive filling), re-solved when
+  one starts or ends; a transfer ends at the first whole picosecond at or after its last
+  byte, keeping its share until then; its data lands a path latency later.
+
+Nothing here calls the model's routing or sharing code.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from kernbench_cli.address import load_address_map
+from tests.conftest import test_topology
+
+PS = 10**12
+N = 16384  # f32: 64 KiB a load, within PE_DMA's 64 KiB window (no window rounds)
+
+
+def _xy(a: int, b: int, cols: int = 4) -> list[tuple[int, int]]:
+    (x, y), (bx, by) = (a % cols, a // cols), (b % cols, b // cols)
+    hops = []
+    while x != bx:
+        nx = x + (1 if bx > x else -1)
+        hops.append((y * cols + x, y * cols + nx))
+        x = nx
+    while y != by:
+        ny = y + (1 if by > y else -1)
+        hops.append((y * cols + x, ny * cols + x))
+        y = ny
+    return hops
+
+
+def _route(src: int, dst: int) -> list[str]:
+    """Resources of a load by PE `dst` from PE `src`'s slice on the 2 cubes x 4x2 PEs of
+    the default test system (cube 0's east port is its PE 7, cube 1's west port its PE 4)."""
+    (cube_s, pe_s), (cube_d, pe_d) = divmod(src, 8), divmod(dst, 8)
+    links = [f"hbm {src}"]
+    if cube_s == cube_d:
+        return links + [f"noc {cube_s} {a}->{b}" for a, b in _xy(pe_s, pe_d)]
+    out_port, in_port = (7, 4) if cube_s == 0 else (4, 7)
+    return (links + [f"noc {cube_s} {a}->{b}" for a, b in _xy(pe_s, out_port)]
+            + [f"ucie {cube_s}->{cube_d}"]
+            + [f"noc {cube_d} {a}->{b}" for a, b in _xy(in_port, pe_d)])
+
+
+def _fill(active: dict[int, dict], capacity: dict[str, int]) -> dict[int, Fraction]:
+    """Max-min fair rates (B/s) of the active flows: raise all together; a flow stops at
+    its top rate or when a resource it crosses is full."""
+    rates: dict[int, Fraction] = {}
+    room = {link: Fraction(capacity[link]) for f in active.values() for link in f["links"]}
+    while len(rates) < len(active):
+        rising = [i for i in active if i not in rates]
+        crossing = {link: [i for i in rising if link in active[i]["links"]] for link in room}
+        shares = {link: room[link] / len(ids) for link, ids in crossing.items() if ids}
+        level = min([active[i]["cap"] for i in rising] + list(shares.values()))
+        full = {link for link, share in shares.items() if share == level}
+        for i in rising:
+            if active[i]["cap"] == level or full & set(active[i]["links"]):
+                rates[i] = level
+        for i, rate in rates.items():
+            if i in rising:
+                for link in active[i]["links"]:
+                    room[link] -= rate
+    return rates
+
+
+def fair_ends(flows: list[tuple[int, int]], capacity: dict[str, int], t0: int) -> list[int]:
+    """Stream end (ps) of each load `(dst, src)` of `flows`, every PE's first starting at
+    `t0`, its next ones as the one before ends."""
+    queues: dict[int, list[int]] = {}
+    for i, (dst, _) in enumerate(flows):
+        queues.setdefault(dst, []).append(i)
+    ends = [0] * len(flows)
+    active: dict[int, dict] = {}
+
+    def begin(i: int, t: int) -> None:
+        dst, src = flows[i]
+        links = _route(src, dst)
+        solo = -(-N * 4 * PS // min(capacity[link] for link in links))
+        active[i] = {"links": links, "left": Fraction(N * 4 * PS), "cap": Fraction(N * 4 * PS,
+                                                                                   solo)}
+
+    for queue in queues.values():
+        begin(queue.pop(0), t0)
+    t = t0
+    while active:
+        rates = _fill(active, capacity)
+        finish = {i: t + -(-f["left"] // rates[i]) for i, f in active.items()}
+        t_next = min(finish.values())
+        for i, f in active.items():
+            f["left"] -= rates[i] * (t_next - t)
+        t = t_next
+        for i in sorted(i for i, end in finish.items() if end == t):
+            ends[i] = t
+            del active[i]
+            queue = queues[flows[i][0]]
+            if queue:
+                begin(queue.pop(0), t)
+    return ends
+
+
+PATTERNS = {
+    "two readers of one slice over different links": [(1, 0), (4, 0)],
+    "eight readers of one slice": [(pe, 0) for pe in range(1, 9)],
+    "3x3 all-to-all": [(a, b) for a in range(3) for b in range(3) if a != b],
+    "cube-to-cube twins over one UCIe link": [(8, 0), (9, 1)],
+    "a SIP-wide shift": [(pe, (pe + 1) % 16) for pe in range(16)],
+    "sixteen twins": [(pe, pe ^ 8) for pe in range(16)],
+    "fifteen readers of one slice": [(pe, 0) for pe in range(1, 16)],
+}
+
+
+@pytest.mark.parametrize("pattern", list(PATTERNS))
+def test_contention_equals_an_independent_max_min_calculation(run, pattern):
+    flows = PATTERNS[pattern]
+    topo = load_address_map(test_topology("default")).topology
+    hbm = topo.hbm
+    stream = hbm.bandwidth * (hbm.refresh_interval - hbm.refresh_time) // hbm.refresh_interval
+    capacity = {f"hbm {pe}": stream for pe in range(16)}
+    for cube in (0, 1):
+        for a in range(8):
+            for b in range(8):
+                capacity[f"noc {cube} {a}->{b}"] = topo.noc.bandwidth
+        capacity[f"ucie {cube}->{1 - cube}"] = topo.ucie.bandwidth
+    text = ",".join(f"{dst}<{src}" for dst, src in flows)
+    result = run("readers", "default", (f"flows={text}", f"n={N}"), timing_only=True)
+    loads = sorted((r for r in result.oplog if r[3] == "load"), key=lambda r: (r[1], r[0]))
+    # each PE in program order, as `flows` lists them per PE
+    order = sorted(range(len(flows)), key=lambda i: (flows[i][0], i))
+    t0 = topo.cost_table.issue.load + topo.pe.dma.setup
+    expected = fair_ends(flows, capacity, t0)
+
+    def latency(link: str) -> int:
+        kind = link.split()[0]
+        return {"hbm": hbm.latency, "noc": topo.noc.latency, "ucie": topo.ucie.latency}[kind]
+
+    got = [r[6] for r in loads]
+    want = [expected[i] + sum(latency(link) for link in _route(flows[i][1], flows[i][0]))
+            for i in order]
+    assert got == want
+    assert result.latency_ps == max(want)
+
+
+def test_a_flow_alone_takes_its_solo_time_and_circuit_mode_serialises(run):
+    """Two readers of PE 0's slice: fair, they share the slice and end together; circuit,
+    the second waits for the first to release it."""
+    fair = run("readers", "default", ("flows=1<0,4<0",), timing_only=True)
+    circuit = run("readers", "default", ("flows=1<0,4<0",), timing_only=True,
+                  sets=("network.sharing=circuit",))
+    topo = load_address_map(test_topology("default")).topology
+    hbm = topo.hbm
+    stream = hbm.bandwidth * (hbm.refresh_interval - hbm.refresh_time) // hbm.refresh_interval
+    t0 = topo.cost_table.issue.load + topo.pe.dma.setup
+    solo = -(-65536 * PS // min(stream, topo.noc.bandwidth))
+    lat = hbm.latency + topo.noc.latency
+    fair_ends_ = sorted(r[6] for r in fair.oplog if r[3] == "load")
+    circuit_ends = sorted(r[6] for r in circuit.oplog if r[3] == "load")
+    both = -(-2 * 65536 * PS // stream)  # the slice at its stream rate carries both
+    assert fair_ends_ == [t0 + both + lat] * 2
+    assert circuit_ends == [t0 + solo + lat, t0 + 2 * solo + lat]
+    alone = run("readers", "default", ("flows=1<0",), timing_only=True)
+    assert [r[6] for r in alone.oplog if r[3] == "load"] == [t0 + solo + lat]
