@@ -169,3 +169,58 @@ def test_a_flow_alone_takes_its_solo_time_and_circuit_mode_serialises(run):
     assert circuit_ends == [t0 + solo + lat, t0 + 2 * solo + lat]
     alone = run("readers", "default", ("flows=1<0",), timing_only=True)
     assert [r[6] for r in alone.oplog if r[3] == "load"] == [t0 + solo + lat]
+
+
+# ---------------------------------------------------------------- the invariants see bugs
+
+def _mutated_error(run, monkeypatch, target, name, mutant) -> str:
+    """The bandwidth invariant's verdict on a run with `target.name` replaced by `mutant`
+    (the other invariants may object too; they are not the point here)."""
+    from kernbench_cli.sim import invariants
+
+    monkeypatch.setattr(target, name, mutant)
+    monkeypatch.setattr(invariants, "enforce", lambda checks: None)
+    result = run("readers", "default", ("flows=1<0,4<0",), timing_only=True)
+    bandwidth = next(inv for inv in result.invariants if inv.name == "bandwidth")
+    assert not bandwidth.passed
+    return bandwidth.detail
+
+
+def test_flows_above_a_resources_bandwidth_are_caught(run, monkeypatch):
+    """A sharing bug: every flow keeps its solo rate. The two loads then draw 2 x 64 GB/s
+    from a slice that streams 95.6 GB/s (102.4 GB/s less refresh)."""
+    from kernbench_cli.hw.flows import FairShare
+
+    def unshared(self, flows, t):
+        for flow in flows:
+            flow.end = flow.start + flow.solo_ps
+
+    assert _mutated_error(run, monkeypatch, FairShare, "_solve", unshared) == (
+        "hbm rack=0 sip=0 cube=0 pe=0 carried 128,000,000,000 B/s at t=24,000 ps over its "
+        "flows, above its 95,573,333,333 B/s")
+
+
+def test_a_flow_ending_before_its_rates_carry_its_bytes_is_caught(run, monkeypatch):
+    """A timing bug: shares are solved, but each flow ends at its solo time anyway."""
+    from kernbench_cli.hw.flows import FairShare
+
+    solve = FairShare._solve
+
+    def early(self, flows, t):
+        solve(self, flows, t)
+        for flow in flows:
+            flow.end = flow.start + flow.solo_ps
+
+    assert _mutated_error(run, monkeypatch, FairShare, "_solve", early) == (
+        "hbm rack=0 sip=0 cube=0 pe=0 carried 65,536 B from t=24,000 ps to 1,048,000 ps at "
+        "rates that move only 48,934 B")  # half the slice for 1,024 ns
+
+
+def test_a_resource_timed_off_its_configuration_is_caught(run, monkeypatch):
+    """A configuration bug: slices timed at the pin rate, refresh forgotten."""
+    from kernbench_cli.hw import network
+
+    assert _mutated_error(run, monkeypatch, network, "hbm_stream_bandwidth",
+                          lambda hbm: hbm.bandwidth) == (
+        "hbm rack=0 sip=0 cube=0 pe=0 is timed at 102,400,000,000 B/s; the configuration "
+        "gives 95,573,333,333 B/s")

@@ -146,3 +146,30 @@ def test_the_cube_sram_is_a_shared_resource(run):
     circuit = run("sram_share", "default", sets=("network.sharing=circuit",))
     assert circuit.engines["sram"].busy_ps == (7 * 512_000 + 128_000,)
     assert result.latency_ps >= sram.busy_ps[0]
+
+
+def test_a_plan_that_reserves_less_tcm_than_its_tiles_need_is_caught(run, monkeypatch):
+    """A planner bug: the plan's byte count forgets the accumulators. The check recomputes
+    the buffers from the tiles that ran (two of each streamed operand's largest tile, two
+    f32 output tiles)."""
+    import dataclasses
+
+    from kernbench_cli.hw.composite import plan_gemm
+
+    plans = []
+
+    def forgetful(*args, **kwargs):
+        plan = plan_gemm(*args, **kwargs)
+        plans.append(plan)
+        return dataclasses.replace(plan, tcm_bytes=plan.tcm_bytes - 2 * 4 * plan.mt * plan.nt)
+
+    monkeypatch.setattr(timing_module, "plan_gemm", forgetful)
+    with pytest.raises(InvariantError) as caught:
+        run("sharded_gemm", "default", GEMM)
+    mt, kt, nt = plans[0].mt, plans[0].kt, plans[0].nt
+    assert (mt, kt, nt) == (16, 128, 16)  # one f16 operand streamed (16 x 128 tiles)
+    need = 2 * mt * kt * 2 + 2 * 4 * mt * nt
+    assert str(caught.value) == (
+        "model invariant violated (tcm): PE (rack=0 sip=0 cube=0 pe=0)'s composite (command "
+        f"1) ran tiles needing {need:,} B of buffers; its plan reserved {need - 8 * mt * nt:,} "
+        "B; this is a bug in kernbench, please report it")

@@ -35,7 +35,7 @@ class Flow:
     """One transfer's bytes streaming; `end` is when it ends at the rates known so far."""
 
     __slots__ = ("armed", "cap", "end", "id", "left", "limit", "links", "nbytes", "owner",
-                 "rate", "since", "slowest", "solo_ps", "start", "version")
+                 "rate", "since", "slowest", "solo_ps", "start", "trail", "version")
 
     def __init__(self, fid: int, start: int, nbytes: int, links: tuple[Calendar, ...],
                  solo_ps: int, owner: int):
@@ -54,6 +54,14 @@ class Flow:
         self.slowest: Fraction | None = None  # ... and that rate
         self.armed: Callable[[Flow], None] | None = None  # called when it ends
         self.version = 0
+        #: its rates over time, from `start`: [(from, B/s), ...]; None: its cap throughout
+        self.trail: list[tuple[int, Fraction]] | None = None
+
+    def rates(self) -> list[tuple[int, int, Fraction]]:
+        """(from, to, B/s) of each stretch of its life at one rate (invariants)."""
+        trail = self.trail or [(self.start, Fraction(self.nbytes * PS_PER_S, self.solo_ps))]
+        ends = [t for t, _ in trail[1:]] + [self.end]
+        return [(t, end, rate) for (t, rate), end in zip(trail, ends, strict=True) if end > t]
 
 
 class FairShare:
@@ -105,6 +113,7 @@ class FairShare:
             cal.occupy(flow.start, t)
             cal.bytes += flow.nbytes
             cal.ops += 1
+            cal.flows.append(flow)
         if shared:
             self._solve(self._component(flow.links), t)
 
@@ -161,6 +170,10 @@ class FairShare:
                 if limit is None and flow.cap != level:
                     still.append(flow)
                     continue
+                if flow.trail is None:
+                    flow.trail = [(flow.start, flow.cap)]
+                if level != flow.rate:
+                    flow.trail.append((t, level))
                 flow.rate = level
                 if limit is not None and level < flow.slowest:
                     flow.slowest, flow.limit = level, limit

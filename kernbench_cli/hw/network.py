@@ -67,8 +67,9 @@ class Calendar:
     need their bookings taken in global time order.
     """
 
-    __slots__ = ("activates", "bandwidth", "busy_ps", "bytes", "ends", "faw_ps", "latency_ps",
-                 "level", "name", "ops", "overdrawn", "page_bytes", "shared", "starts", "user")
+    __slots__ = ("activates", "bandwidth", "busy_ps", "bytes", "ends", "faw_ps", "flows",
+                 "latency_ps", "level", "name", "ops", "overdrawn", "page_bytes", "shared",
+                 "starts", "user")
 
     def __init__(self, level: str, name: str, bandwidth: int, latency_ps: int):
         self.level = level
@@ -86,6 +87,7 @@ class Calendar:
         self.user = -1
         self.shared = False
         self.overdrawn: tuple[int, int, int] | None = None  # (start, ps, bytes) too fast
+        self.flows: list = []  # fair-shared flows that crossed it (`hw.flows.Flow`), ended
 
     def opening_ps(self, pages: int) -> int:
         """Least time to open `pages` DRAM pages: tFAW per `activates` pages (0 if not DRAM)."""

@@ -51,6 +51,7 @@ import simpy
 
 from kernbench_cli.errors import KernelError
 from kernbench_cli.hw.composite import (
+    ACC_BYTES,
     GEMM_TILE,
     LOAD_TILE,
     GemmTiling,
@@ -127,7 +128,7 @@ class _Proc:
 
     __slots__ = ("after", "at", "cpu", "current", "done", "end", "env", "error", "events", "gen",
                  "issue", "last_end", "made", "n", "pid", "resume_cb", "start", "tcm_peak",
-                 "tcm_wait", "tiles", "waiting", "waits", "why")
+                 "tcm_wait", "tile_buffers", "tile_worst", "tiles", "waiting", "waits", "why")
 
     def __init__(self, env: simpy.Environment, pid: int):
         self.env = env
@@ -155,6 +156,11 @@ class _Proc:
         self.events = 0
         self.error: TimingError | None = None  # what stopped it
         self.tcm_peak = (0, 0, 0)  # TCM high water: (bytes, time, command)
+        # per running composite: the largest tile of each streamed operand (bytes) and the
+        # largest output tile (elements), as its tiles ran; then, for the invariants, the
+        # largest (buffers those tiles needed, buffers its plan reserved, composite)
+        self.tile_buffers: dict[int, list] = {}
+        self.tile_worst = (0, 0, -1)
         self.resume_cb = self._resume
 
     def _resume(self, _event: simpy.Event) -> None:
@@ -791,6 +797,11 @@ class Timing:
         running.end = proc.end[running.index] = done
         proc.made[running.index] = last
         comps.finish(running, last)
+        sizes = proc.tile_buffers.pop(running.index, None)
+        if sizes is not None:  # double-buffered operand tiles and two f32 accumulators
+            used = 2 * sum(sizes[0].values()) + 2 * ACC_BYTES * sizes[1]
+            if used - running.tcm_bytes > proc.tile_worst[0] - proc.tile_worst[1]:
+                proc.tile_worst = (used, running.tcm_bytes, running.index)
         proc.last_end = max(proc.last_end, done)
         log = self.oplog
         if log is not None:
@@ -1022,10 +1033,20 @@ class _Tiles:
         engine.last = me
         return me
 
+    def _sizes(self) -> list:
+        """[largest tile per operand, largest output tile] of the composite running now."""
+        proc = self.proc
+        sizes = proc.tile_buffers.get(proc.current)
+        if sizes is None:
+            sizes = proc.tile_buffers[proc.current] = [{}, 0]
+        return sizes
+
     def gemm(self, ready: int, after: int, m: int, k: int, n: int) -> tuple[int, int, int]:
         proc, gemm, log = self.proc, self.pe.gemm, self.timing.oplog
         desc = self.timing.program.composites[self.args[proc.current]]
         start, end = gemm.run(ready, m, k, n, max(desc.a_itemsize, desc.b_itemsize))
+        sizes = self._sizes()
+        sizes[1] = max(sizes[1], m * n)
         me = self._record(gemm, GEMM, ready, after, start, end)
         if log is not None:
             log.append(self.pe.pid, GEMM, self.codes[0], ready, start, end, 0, 2 * m * k * n,
@@ -1039,6 +1060,8 @@ class _Tiles:
             op, r0, c0, rows, cols = where
             addr = op.addr + (r0 * op.row_stride + c0) * op.itemsize
             row_bytes, stride = cols * op.itemsize, op.row_stride * op.itemsize
+            largest = self._sizes()[0]
+            largest[id(op)] = max(largest.get(id(op), 0), rows * row_bytes)
         else:
             addr, rows, row_bytes, stride = where
         timing, proc, pe, dma = self.timing, self.proc, self.pe, self.pe.dma
