@@ -73,9 +73,11 @@ def _fill(active: dict[int, dict], capacity: dict[str, int]) -> dict[int, Fracti
     return rates
 
 
-def fair_ends(flows: list[tuple[int, int]], capacity: dict[str, int], t0: int) -> list[int]:
+def fair_ends(flows: list[tuple[int, int]], capacity: dict[str, int], t0: int,
+              later: dict[int, int] | None = None) -> list[int]:
     """Stream end (ps) of each load `(dst, src)` of `flows`, every PE's first starting at
-    `t0`, its next ones as the one before ends."""
+    `t0` (`later`: so many ps later for some PEs), its next ones as the one before ends."""
+    later = later or {}
     queues: dict[int, list[int]] = {}
     for i, (dst, _) in enumerate(flows):
         queues.setdefault(dst, []).append(i)
@@ -89,13 +91,15 @@ def fair_ends(flows: list[tuple[int, int]], capacity: dict[str, int], t0: int) -
         active[i] = {"links": links, "left": Fraction(N * 4 * PS), "cap": Fraction(N * 4 * PS,
                                                                                    solo)}
 
-    for queue in queues.values():
-        begin(queue.pop(0), t0)
+    waiting = {dst: t0 + later.get(dst, 0) for dst in queues}  # PE -> its first start
     t = t0
-    while active:
+    while active or waiting:
+        for dst in sorted(d for d, at in waiting.items() if at == t):
+            begin(queues[dst].pop(0), t)
+            del waiting[dst]
         rates = _fill(active, capacity)
         finish = {i: t + -(-f["left"] // rates[i]) for i, f in active.items()}
-        t_next = min(finish.values())
+        t_next = min(list(finish.values()) + list(waiting.values()))
         for i, f in active.items():
             f["left"] -= rates[i] * (t_next - t)
         t = t_next
@@ -119,10 +123,7 @@ PATTERNS = {
 }
 
 
-@pytest.mark.parametrize("pattern", list(PATTERNS))
-def test_contention_equals_an_independent_max_min_calculation(run, pattern):
-    flows = PATTERNS[pattern]
-    topo = load_address_map(test_topology("default")).topology
+def _capacity(topo) -> dict[str, int]:
     hbm = topo.hbm
     stream = hbm.bandwidth * (hbm.refresh_interval - hbm.refresh_time) // hbm.refresh_interval
     capacity = {f"hbm {pe}": stream for pe in range(16)}
@@ -131,6 +132,19 @@ def test_contention_equals_an_independent_max_min_calculation(run, pattern):
             for b in range(8):
                 capacity[f"noc {cube} {a}->{b}"] = topo.noc.bandwidth
         capacity[f"ucie {cube}->{1 - cube}"] = topo.ucie.bandwidth
+    return capacity
+
+
+def _latency(topo, src: int, dst: int) -> int:
+    per = {"hbm": topo.hbm.latency, "noc": topo.noc.latency, "ucie": topo.ucie.latency}
+    return sum(per[link.split()[0]] for link in _route(src, dst))
+
+
+@pytest.mark.parametrize("pattern", list(PATTERNS))
+def test_contention_equals_an_independent_max_min_calculation(run, pattern):
+    flows = PATTERNS[pattern]
+    topo = load_address_map(test_topology("default")).topology
+    capacity = _capacity(topo)
     text = ",".join(f"{dst}<{src}" for dst, src in flows)
     result = run("readers", "default", (f"flows={text}", f"n={N}"), timing_only=True)
     loads = sorted((r for r in result.oplog if r[3] == "load"), key=lambda r: (r[1], r[0]))
@@ -138,14 +152,8 @@ def test_contention_equals_an_independent_max_min_calculation(run, pattern):
     order = sorted(range(len(flows)), key=lambda i: (flows[i][0], i))
     t0 = topo.cost_table.issue.load + topo.pe.dma.setup
     expected = fair_ends(flows, capacity, t0)
-
-    def latency(link: str) -> int:
-        kind = link.split()[0]
-        return {"hbm": hbm.latency, "noc": topo.noc.latency, "ucie": topo.ucie.latency}[kind]
-
     got = [r[6] for r in loads]
-    want = [expected[i] + sum(latency(link) for link in _route(flows[i][1], flows[i][0]))
-            for i in order]
+    want = [expected[i] + _latency(topo, flows[i][1], flows[i][0]) for i in order]
     assert got == want
     assert result.latency_ps == max(want)
 
@@ -224,3 +232,68 @@ def test_a_resource_timed_off_its_configuration_is_caught(run, monkeypatch):
                           lambda hbm: hbm.bandwidth) == (
         "hbm rack=0 sip=0 cube=0 pe=0 is timed at 102,400,000,000 B/s; the configuration "
         "gives 95,573,333,333 B/s")
+
+
+# ---------------------------------------------------------------- holes the review found
+
+def test_a_shared_slice_is_taken_in_order_of_issue_time_not_of_pe_index(run):
+    """PE 3 loads from PE 0's slice at once; PE 1 (walked first, lower index) 10 cycles
+    later. Circuit-style, PE 3 holds the slice first and PE 1 waits for it; fair, PE 3
+    streams alone for 10 ns, then they share. Booking in PE order would swap them."""
+    topo = load_address_map(test_topology("default")).topology
+    t0 = topo.cost_table.issue.load + topo.pe.dma.setup
+    params = ("flows=1<0,3<0", f"n={N}", "delays=1:10")
+    solo = -(-N * 4 * PS // topo.noc.bandwidth)  # the NoC is each path's slowest link
+    circuit = run("readers", "default", params, timing_only=True,
+                  sets=("network.sharing=circuit",))
+    ends = {r[1]: r[6] for r in circuit.oplog if r[3] == "load"}
+    assert ends == {3: t0 + solo + _latency(topo, 0, 3),
+                    1: t0 + solo + solo + _latency(topo, 0, 1)}
+    fair = run("readers", "default", params, timing_only=True)
+    expected = fair_ends([(1, 0), (3, 0)], _capacity(topo), t0, {1: 10_000})
+    assert {r[1]: r[6] for r in fair.oplog if r[3] == "load"} == {
+        1: expected[0] + _latency(topo, 0, 1), 3: expected[1] + _latency(topo, 0, 3)}
+
+
+def test_a_cross_sip_load_crosses_both_sip_links_and_the_far_sips_noc(run):
+    """PE 7 of two_sips (SIP 1, cube 1, PE 1) loads 4 KiB from PE 0's slice (SIP 0, the
+    port): up SIP 0's link to the switch, down SIP 1's, then SIP 1's NoC and UCIe from its
+    port (cube 0, PE 0) to PE 7: pe0->pe1 in cube 0, cube0->cube1, pe0->pe1 in cube 1. At
+    8 GB/s the SIP links are the bottleneck."""
+    from kernbench_cli.address.physaddr import PeCoord
+    from kernbench_cli.hw.network import Network
+
+    amap = load_address_map(test_topology("two_sips"), None, ("sip_link.bandwidth=8GB/s",))
+    topo = amap.topology
+    route = Network(topo).route(PeCoord(0, 0, 0, 0), PeCoord(0, 1, 1, 1))
+    assert [f"{c.level} {c.name}" for c in route.resources] == [
+        "sip_link rack=0 sip=0 up", "sip_link rack=0 sip=1 down",
+        "noc rack=0 sip=1 cube=0 pe0->pe1", "ucie rack=0 sip=1 cube0->cube1",
+        "noc rack=0 sip=1 cube=1 pe0->pe1"]
+    result = run("readers", "two_sips", ("flows=7<0", "n=1024"), timing_only=True,
+                 sets=("sip_link.bandwidth=8GB/s",))
+    latency = (topo.hbm.latency + 2 * topo.sip_link.latency + 2 * topo.noc.latency
+               + topo.ucie.latency)
+    stream = -(-4096 * PS // 8_000_000_000)  # 512 ns at the SIP links' 8 GB/s
+    end = topo.cost_table.issue.load + topo.pe.dma.setup + stream + latency
+    assert [r[6] for r in result.oplog if r[3] == "load"] == [end]
+    assert result.latency_ps == end == 1_650_000
+
+
+def test_a_short_message_beside_a_bulk_transfer_gets_its_share_at_once(run):
+    """PE 1's 1 MiB load and PE 0's 64 B message share the NoC link pe0->pe1.
+
+    PE 0 first loads the 64 B from its own slice, which PE 1's load streams from too: from
+    24 ns its top rate is 64 B per its page opening (1 page x 15 ns / 8 = 1,875 ps), below
+    half the slice, so it ends at 25.875 ns and lands 100 ns later. Its send then takes
+    PE_DMA at 125.875 ns, streams after the 20 ns setup, at 145.875 ns, over pe0->pe1 at
+    half its 64 GB/s (the bulk load has the other half): 2 ns, then 2 ns of hop latency.
+    Circuit-style, it waits for the whole 1 MiB (16.4 us at 64 GB/s) to release the link.
+    """
+    fair = run("bulk_and_message", "default", timing_only=True)
+    sends = [r for r in fair.oplog if r[3] == "send"]
+    assert [(r[5], r[6]) for r in sends] == [(125_875, 149_875)]
+    circuit = run("bulk_and_message", "default", timing_only=True,
+                  sets=("network.sharing=circuit",))
+    late = [r[6] for r in circuit.oplog if r[3] == "send"][0]
+    assert late > 16_384_000 > 100 * 149_875
