@@ -295,5 +295,5 @@ def test_a_short_message_beside_a_bulk_transfer_gets_its_share_at_once(run):
     assert [(r[5], r[6]) for r in sends] == [(125_875, 149_875)]
     circuit = run("bulk_and_message", "default", timing_only=True,
                   sets=("network.sharing=circuit",))
-    late = [r[6] for r in circuit.oplog if r[3] == "send"][0]
+    late = next(r[6] for r in circuit.oplog if r[3] == "send")
     assert late > 16_384_000 > 100 * 149_875

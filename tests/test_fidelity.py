@@ -30,8 +30,8 @@ def test_every_run_lists_its_invariants(cli):
 def test_a_composite_that_drops_tiles_is_caught(run, monkeypatch):
     """The review's mutation: half of each composite's output columns never computed."""
 
-    def half(t0, origin, tiling, a, b, n, *rest):
-        return tile_ops(t0, origin, tiling, a, b, n // 2, *rest)
+    def half(t0, origin, tiling, a, b, n, *rest, **options):
+        return tile_ops(t0, origin, tiling, a, b, n // 2, *rest, **options)
 
     monkeypatch.setattr(timing_module, "tile_ops", half)
     with pytest.raises(InvariantError, match=r"^model invariant violated \(gemm work\): the "
@@ -150,8 +150,8 @@ def test_the_cube_sram_is_a_shared_resource(run):
 
 def test_a_plan_that_reserves_less_tcm_than_its_tiles_need_is_caught(run, monkeypatch):
     """A planner bug: the plan's byte count forgets the accumulators. The check recomputes
-    the buffers from the tiles that ran (two of each streamed operand's largest tile, two
-    f32 output tiles)."""
+    the buffers from the tiles that ran (the plan's prefetch depth of each streamed
+    operand's largest tile, two f32 output tiles)."""
     import dataclasses
 
     from kernbench_cli.hw.composite import plan_gemm
@@ -166,9 +166,9 @@ def test_a_plan_that_reserves_less_tcm_than_its_tiles_need_is_caught(run, monkey
     monkeypatch.setattr(timing_module, "plan_gemm", forgetful)
     with pytest.raises(InvariantError) as caught:
         run("sharded_gemm", "default", GEMM)
-    mt, kt, nt = plans[0].mt, plans[0].kt, plans[0].nt
+    mt, kt, nt, depth = plans[0].mt, plans[0].kt, plans[0].nt, plans[0].depth
     assert (mt, kt, nt) == (16, 128, 16)  # one f16 operand streamed (16 x 128 tiles)
-    need = 2 * mt * kt * 2 + 2 * 4 * mt * nt
+    need = depth * mt * kt * 2 + 2 * 4 * mt * nt
     assert str(caught.value) == (
         "model invariant violated (tcm): PE (rack=0 sip=0 cube=0 pe=0)'s composite (command "
         f"1) ran tiles needing {need:,} B of buffers; its plan reserved {need - 8 * mt * nt:,} "

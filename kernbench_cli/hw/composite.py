@@ -1,23 +1,34 @@
 """How PE_SCHEDULER runs a composite GEMM: a tile plan, streamed.
 
-`plan_gemm` picks tile sizes Mt x Kt x Nt whose buffers fit the TCM left
-free: two buffers each for the A and B tiles that must be streamed from
-memory (operands already in TCM are used in place) and two f32 accumulators,
-so loads of the next tiles and the store of the last output tile overlap the
-GEMM of the current one. Among the plans that fit, it takes the one with the
-smallest estimated time (`PlanCosts`): in steady state the longest of the
-GEMM cycles, the DMA cycles (a setup per transfer, and each tile's bytes at
-the HBM stream rate or, if longer, the time to open its DRAM pages), and
-half of a tile's load round (its loads plus the access latency: with
-prefetch distance two a tile's operands have two GEMMs' time to arrive);
-plus what the pipeline cannot hide (loading the first tile, storing the
-last, each with its latency). Ties go to larger tiles.
+`plan_gemm` picks tile sizes Mt x Kt x Nt and a prefetch depth D whose
+buffers fit the TCM left free: D buffers each for the A and B tiles that
+must be streamed from memory (operands already in TCM are used in place)
+and two f32 accumulators, so loads of the next tiles and the store of the
+last output tile overlap the GEMM of the current one. Among the plans that
+fit, it takes the one with the smallest estimated time (`PlanCosts`): in
+steady state the longest of
 
-`tile_ops` runs the plan: tiles in m, n, k order; operands of tile i+2
-load when tile i's buffers free (prefetch distance two), each output tile is
-stored once its last k-tile finishes. It hands the PE one tile operation at
-a time, with the time it is issued, so the PE's DMA and GEMM engines serve
-the tiles and the kernel's own commands in issue order (`hw.timing`).
+- the GEMM cycles (plus, where one A tile serves a row of tiles, the wait
+  of each row's first tile for its A beyond D - 1 GEMMs);
+- the DMA cycles: per transfer a setup (hidden under the streaming before
+  it when setups overlap) and its bytes at the HBM stream rate or, if
+  longer, the time to open its DRAM pages;
+- the loads' round: tile i + D's loads are issued as tile i's GEMM ends
+  and must land (setups, bytes, access latency) before tile i + D - 1's
+  ends, so D tiles take at least one landing plus one GEMM;
+
+plus what the pipeline cannot hide (loading the first tile, storing the
+last, each with its latency). D runs from 2 to 8: as deep as the
+bandwidth-delay product asks and the TCM allows. Ties go to larger tiles,
+then to shallower prefetch.
+
+`tile_ops` runs the plan: tiles in m, n, k order; the first D tiles' loads
+are issued at dispatch (before an operand already in TCM is ready: only the
+GEMMs wait for it), the loads of tile i + D when tile i's GEMM frees its
+buffers, and each output tile is stored once its last k-tile finishes. It
+hands the PE a few tile operations at a time, with the time they are
+issued, so the PE's DMA and GEMM engines serve the tiles and the kernel's
+own commands in issue order (`hw.timing`).
 """
 
 from __future__ import annotations
@@ -53,6 +64,7 @@ class PlanCosts(NamedTuple):
     page_bytes: int = 0  # DRAM page (0: no page cost)
     page_cycles: float = 0.0  # to open one page (tFAW / activates)
     passes: int = 1  # array passes per fold, by operand width
+    overlap: bool = False  # a transfer's setup runs under the streaming of the one before
 
 
 def _move_cycles(costs: PlanCosts, rows: int, row_bytes: int, stride_bytes: int) -> float:
@@ -70,6 +82,8 @@ class GemmTiling:
     kt: int
     nt: int
     tcm_bytes: int
+    estimate: float = 0.0  # the planner's estimate of the composite's time, in PE cycles
+    depth: int = 2  # tile buffers per streamed operand: loads run depth - 1 tiles ahead
 
 
 def _sizes(total: int, unit: int) -> list[int]:
@@ -101,17 +115,20 @@ def plan_gemm(m: int, k: int, n: int, a_bytes: int, b_bytes: int, out_bytes: int
     setup, lat = costs.setup_cycles, costs.latency_cycles
     a_row = (a_stride or k) * a_bytes
     b_row = (b_stride or (k if trans_b else n)) * b_bytes
+    streamed = (not a_resident) + (not b_resident)
+
+    def transfer(stream: float) -> float:  # one transfer's share of PE_DMA's time
+        return max(setup, stream) if costs.overlap else setup + stream
+
     for kt in _k_sizes(k):
         for mt in _sizes(m, rows):
             for nt in _sizes(n, cols):
-                need = 2 * mt * nt * ACC_BYTES
-                need += 0 if a_resident else 2 * mt * kt * a_bytes
-                need += 0 if b_resident else 2 * kt * nt * b_bytes
-                if need > tcm_free:
-                    continue
+                tile = 0 if a_resident else mt * kt * a_bytes
+                tile += 0 if b_resident else kt * nt * b_bytes
                 tm, tn, tk = -(-m // mt), -(-n // nt), -(-k // kt)
                 count = tm * tn * tk
-                cycles = count * gemm_cycles(mt, kt, nt, rows, cols, dataflow) * costs.passes
+                per_tile = gemm_cycles(mt, kt, nt, rows, cols, dataflow) * costs.passes
+                cycles = count * per_tile
                 a_count = 0 if a_resident else (tm if tk == 1 else count)
                 b_count = 0 if b_resident else count
                 load_a = 0.0 if a_resident else _move_cycles(costs, mt, kt * a_bytes, a_row)
@@ -119,15 +136,33 @@ def plan_gemm(m: int, k: int, n: int, a_bytes: int, b_bytes: int, out_bytes: int
                     _move_cycles(costs, nt, kt * b_bytes, b_row) if trans_b else
                     _move_cycles(costs, kt, nt * b_bytes, b_row))
                 store = _move_cycles(costs, mt, nt * out_bytes, n * out_bytes)
-                transfers = a_count + b_count + tm * tn
-                dma = transfers * setup + a_count * load_a + b_count * load_b + tm * tn * store
-                first = load_a + load_b + 2 * setup + lat
-                # prefetch distance two: a tile's loads have two GEMMs' time to land
-                round_trip = count * first / 2 if a_count or b_count else 0.0
+                dma = (a_count * transfer(load_a) + b_count * transfer(load_b)
+                       + tm * tn * transfer(store))
+                # a tile's loads, from issue to landing, on average over the tiles; when one
+                # A tile serves a row of tiles, the row's first tile also waits for it
+                rows_of_a = a_count == tm < count
+                landing = ((b_count * (setup + load_b) + (0 if rows_of_a else a_count * (
+                    setup + load_a))) / count + (lat if b_count or not rows_of_a else 0.0)
+                           ) if streamed else 0.0
+                row_landing = landing + setup + load_a + (0.0 if b_count else lat)
+                first = ((setup if costs.overlap else streamed * setup) + load_a + load_b
+                         + lat) if streamed else 0.0
                 exposed = first + setup + store + lat
-                key = (max(cycles, dma, round_trip) + exposed, -mt * nt, -kt)
-                if best_key is None or key < best_key:
-                    best, best_key = GemmTiling(mt, kt, nt, need), key
+                for depth in range(2, 9 if streamed else 3):
+                    need = 2 * mt * nt * ACC_BYTES + depth * tile
+                    if need > tcm_free:
+                        break
+                    # the loads of tile i + depth are issued as tile i's GEMM ends and must
+                    # land before tile i + depth - 1's ends: in steady state `depth` tiles
+                    # take the longer of depth GEMMs and one landing plus one GEMM
+                    ahead = count * (landing + per_tile) / depth if streamed else 0.0
+                    stall = (tm - 1) * max(0.0, row_landing - (depth - 1) * per_tile) \
+                        if rows_of_a else 0.0
+                    estimate = max(cycles + stall, dma, ahead) + exposed
+                    key = (estimate, -mt * nt, -kt, depth)
+                    if best_key is None or key < best_key:
+                        best = GemmTiling(mt, kt, nt, need, estimate, depth)
+                        best_key = key
     return best
 
 
@@ -153,8 +188,11 @@ def traffic(tiling: GemmTiling, a: Operand, b: Operand, n: int, out: bool,
 
 def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n: int,
              trans_b: bool, out_addr: int | None, out_itemsize: int, out_row_stride: int,
+             loads_from: int | None = None,
              ) -> Generator[tuple[int, list[TileOp]], list[tuple[int, int, int]], tuple[int, int]]:
-    """A composite ready at `t0` (`origin` refers to it), a few tile operations at a time.
+    """A composite ready at `t0` (`origin` refers to it), a few tile operations at a time;
+    its first streamed tiles may load from `loads_from` (default `t0`), before the operand
+    already in TCM is ready.
 
     The operations are a tile's operand loads (issued together), its GEMM, and
     the store of an output tile. It yields (the time the scheduler issues them
@@ -171,6 +209,8 @@ def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n
     a_reused = kt >= k  # one A row-tile serves every n tile of its row
     streams = not (a.resident and b.resident)
     loaded = [(t0, origin)] * count  # when tile i's operands are in TCM, and what ended last
+    depth = tiling.depth  # tile i + depth loads as tile i's GEMM ends (its buffers free)
+    start = t0 if loads_from is None else loads_from
 
     def loads(i: int, ready: int, after: int) -> list[TileOp]:
         mi, rest = divmod(i, tn * tk)
@@ -187,11 +227,11 @@ def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n
     def landed(i: int, ready: int, after: int, done: list[tuple[int, int, int]]) -> None:
         loaded[i] = max([(ready, after)] + [(end, ref) for _, end, ref in done])
 
-    issued = t0
+    issued = start
     end = (t0, origin)
-    for i in range(min(2, count)):
+    for i in range(min(depth, count)):
         if streams:
-            landed(i, t0, origin, (yield issued, loads(i, t0, origin)))
+            landed(i, start, origin, (yield issued, loads(i, start, origin)))
     for i in range(count):
         mi, rest = divmod(i, tn * tk)
         m0, n0, k0 = mi * mt, rest // tk * nt, rest % tk * kt
@@ -200,12 +240,12 @@ def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n
         (_, done, ref), = yield issued, [(GEMM_TILE, ready, after, min(mt, m - m0),
                                          min(kt, k - k0), min(nt, n - n0))]
         end = max(end, (done, ref))
-        if i + 2 < count:
+        if i + depth < count:
             issued = max(issued, done)
             if streams:
-                landed(i + 2, done, ref, (yield issued, loads(i + 2, done, ref)))
+                landed(i + depth, done, ref, (yield issued, loads(i + depth, done, ref)))
             else:
-                loaded[i + 2] = (done, ref)
+                loaded[i + depth] = (done, ref)
         if k0 + kt >= k and out_addr is not None:
             addr = out_addr + (m0 * out_row_stride + n0) * out_itemsize
             issued = max(issued, done)

@@ -186,12 +186,13 @@ class _Proc:
 class _Running:
     """A composite between dispatch and end: its tile operations and TCM tile buffers."""
 
-    __slots__ = ("dispatched", "end", "index", "issued", "ops", "private", "tcm_bytes")
+    __slots__ = ("depth", "dispatched", "end", "index", "issued", "ops", "private", "tcm_bytes")
 
-    def __init__(self, index: int, issued: int, dispatched: int, ops: Generator[int, None, int],
-                 tcm_bytes: int, private: bool):
+    def __init__(self, index: int, issued: int, dispatched: int, ops: Generator,
+                 tiling: GemmTiling, private: bool):
         self.index, self.issued, self.dispatched = index, issued, dispatched
-        self.ops, self.tcm_bytes, self.private = ops, tcm_bytes, private
+        self.ops, self.private = ops, private
+        self.tcm_bytes, self.depth = tiling.tcm_bytes, tiling.depth
         self.end = PENDING
 
 
@@ -337,7 +338,7 @@ class Timing:
         return PlanCosts(rate / clock, topo.pe.dma.setup * clock / 10**12,
                          latency * clock / 10**12, hbm.page_bytes if hbm else 0,
                          hbm.opening_ps(1) * clock / 10**12 if hbm else 0.0,
-                         gemm_passes(topo.pe.gemm, width))
+                         gemm_passes(topo.pe.gemm, width), topo.pe.dma.setup_overlap)
 
     def _pair(self, src: int, dst: int) -> tuple[str, Ring, Path, int, bool]:
         """(ring direction, the receiver's ring, links, the credits' way back in ps, whether
@@ -730,9 +731,9 @@ class Timing:
         self.planned_bytes += traffic(tiling, a, b, desc.n, out is not None, desc.out_itemsize)
         proc.current = i
         ops = tile_ops(ready, me, tiling, a, b, desc.n, desc.trans_b, out, desc.out_itemsize,
-                       desc.out_row_stride)
+                       desc.out_row_stride, loads_from=dispatched)
         private = all(self._path(pid, addr, into)[1] for addr, into in self._operand_ends(desc))
-        running = _Running(i, t, dispatched, ops, tiling.tcm_bytes, private)
+        running = _Running(i, t, dispatched, ops, tiling, private)
         used = stream.tcm[i] + comps.buffers(dispatched) + tiling.tcm_bytes
         if used > proc.tcm_peak[0]:
             proc.tcm_peak = (used, dispatched, i)
@@ -798,8 +799,8 @@ class Timing:
         proc.made[running.index] = last
         comps.finish(running, last)
         sizes = proc.tile_buffers.pop(running.index, None)
-        if sizes is not None:  # double-buffered operand tiles and two f32 accumulators
-            used = 2 * sum(sizes[0].values()) + 2 * ACC_BYTES * sizes[1]
+        if sizes is not None:  # `depth` buffers per streamed operand, two f32 accumulators
+            used = running.depth * sum(sizes[0].values()) + 2 * ACC_BYTES * sizes[1]
             if used - running.tcm_bytes > proc.tile_worst[0] - proc.tile_worst[1]:
                 proc.tile_worst = (used, running.tcm_bytes, running.index)
         proc.last_end = max(proc.last_end, done)
