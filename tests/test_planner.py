@@ -62,6 +62,20 @@ def test_the_estimate_is_within_5_percent_of_the_model(run, plans, m, k, n, dtyp
     assert abs(error) <= 0.05, f"estimate {error:+.1%} off the model"
 
 
+@pytest.mark.parametrize("params", [
+    ("M=4", "K=64", "N=1024", "trans_b=1"),  # gqa_attention's scores, as shipped: Q @ K^T
+    ("M=4", "K=1024", "N=64"),  # and its P @ V
+    ("M=4", "K=128", "N=1024", "trans_b=1"),  # the same for llama3-8b (head_dim 128)
+    ("M=4", "K=1024", "N=128"),
+], ids=["scores", "pv", "scores-llama3-8b", "pv-llama3-8b"])
+def test_the_estimate_is_within_5_percent_on_the_attention_gemms(run, plans, params):
+    """gqa_attention's composites, each alone on a PE (in the kernel they share the engines
+    with each other and the softmax, which a per-composite estimate does not see)."""
+    run("one_gemm", "default", (*params, "resident=1", "in_tcm=1"), timing_only=True)
+    (error,) = _error(plans)
+    assert abs(error) <= 0.05, f"estimate {error:+.1%} off the model"
+
+
 @pytest.mark.parametrize("topology", ["default", "sip"])
 def test_the_estimate_is_within_5_percent_on_the_shipped_gemm(run, plans, topology):
     run("sharded_gemm", topology, ("mode=composite",), timing_only=True)

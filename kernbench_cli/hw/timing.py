@@ -1068,8 +1068,7 @@ class _Tiles:
         timing, proc, pe, dma = self.timing, self.proc, self.pe, self.pe.dma
         route, private = timing._path(pe.pid, addr, inbound)
         nbytes = rows * row_bytes
-        page = route[0][0].page_bytes if route[0] else 0
-        pages = pages_opened(addr % page, rows, row_bytes, stride, page) if page else 0
+        pages = _pages_of(route, addr, rows, row_bytes, stride)
         if private or not timing.fair:
             start, end = dma.transfer(ready, nbytes, route, pages)
         else:
@@ -1096,13 +1095,18 @@ def issue_costs(issue) -> dict[int, int]:
 def _pages(path: Path, addr: int, rows: int, nbytes: int, span: int) -> int:
     """DRAM pages a load or store of `rows` rows (`nbytes` in all, over `span` bytes from
     `addr`) opens at the HBM end of `path` (0 if it has none)."""
-    resources = path[0]
-    page = resources[0].page_bytes if resources else 0
-    if not page or not nbytes:
+    if not nbytes:
         return 0
     row = nbytes // rows
-    stride = (span - row) // (rows - 1) if rows > 1 else row
-    return pages_opened(addr % page, rows, row, stride, page)
+    return _pages_of(path, addr, rows, row, (span - row) // (rows - 1) if rows > 1 else row)
+
+
+def _pages_of(path: Path, addr: int, rows: int, row_bytes: int, stride: int) -> int:
+    """DRAM pages `rows` rows of `row_bytes`, `stride` bytes apart from `addr`, open at the
+    HBM end of `path` (0 if it has none)."""
+    resources = path[0]
+    page = resources[0].page_bytes if resources else 0
+    return pages_opened(addr % page, rows, row_bytes, stride, page) if page else 0
 
 
 #: The way of a copy inside a PE (an IPCQ slot to TCM): no shared resource, no latency.
