@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from collections.abc import Callable
@@ -10,24 +11,91 @@ from typing import BinaryIO
 
 from kernbench_cli.errors import KernbenchError
 
+#: Files this process has read as inputs, and written as outputs (resolved): an output
+#: may be neither (one command never overwrites what it reads, or what it just wrote).
+_INPUTS: set[Path] = set()
+_OUTPUTS: set[Path] = set()
+
+
+def begin_command() -> None:
+    """A new command starts: forget the inputs and outputs of the one before (tests run
+    many commands in one process)."""
+    _INPUTS.clear()
+    _OUTPUTS.clear()
+
+
+def note_input(path: Path) -> None:
+    """`path` is an input of this command: no output of it may go there."""
+    with contextlib.suppress(OSError):  # a loop, a name too long: reading it says so
+        _INPUTS.add(path.resolve())
+
+
+def output_target(path: Path, what: str, rewrites_input: bool = False) -> Path:
+    """The regular file an output to `path` replaces: `path`, or the file a symlink there
+    points at (outputs write through symlinks, never over them). A one-line error for a
+    folder, a device, FIFO or socket, a missing folder, or a file this command reads or
+    already wrote (`rewrites_input`: an input it may rewrite, e.g. results it resumes)."""
+    try:
+        target = path.resolve() if path.is_symlink() else path
+    except OSError as exc:
+        raise KernbenchError(f"{what} {path}: {exc.strerror or exc}") from None
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.is_dir():
+        raise KernbenchError(f"{what} {path}: folder {str(folder)!r} does not exist")
+    try:
+        info = target.stat()
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise KernbenchError(f"{what} {path}: {exc.strerror or exc}") from None
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise KernbenchError(f"{what} {path}: is a folder, not a file")
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        raise KernbenchError(f"{what} {path}: is not a regular file (a device, FIFO or "
+                             "socket); outputs go to regular files only")
+    resolved = target.resolve()
+    if resolved in _INPUTS and not rewrites_input:
+        raise KernbenchError(f"{what} {path}: is an input of this command; write the output "
+                             "elsewhere")
+    if resolved in _OUTPUTS:
+        raise KernbenchError(f"{what} {path}: another output of this command went there")
+    return target
+
+
+def check_outputs(outputs: dict[str, Path | None], rewrites: tuple[str, ...] = ()) -> None:
+    """Before a command does its work: every output it was given (option -> path) may be
+    written (`output_target`; those named in `rewrites` may rewrite an input), and no two
+    go to one file."""
+    seen: dict[Path, str] = {}
+    for what, path in outputs.items():
+        if path is None:
+            continue
+        target = output_target(path, what, what in rewrites).resolve()
+        if target in seen:
+            raise KernbenchError(f"{what} {path}: {seen[target]} goes there too; give each "
+                                 "output its own file")
+        seen[target] = what
+
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], None], what: str) -> None:
     """Call `write` on a temporary file beside `path`, then move it into place.
 
     A failure or an interrupt leaves no partial file and no temporary one (a
     SIGKILL can leave a ``.NAME.XXXX.tmp``, which nothing reads as an output);
-    the file gets the usual mode (0666 less the umask). `what` names the option
-    or command in errors (``--save``).
+    the file gets the usual mode (0666 less the umask). Only a regular file is
+    replaced: a symlink's target is written (the link stays); a device, FIFO,
+    socket or folder is refused, and so is a file the command reads or already
+    wrote (`output_target`). `what` names the option or command in errors
+    (``--save``).
     """
     import tempfile  # here: the light commands (decode) read inputs but write nothing
 
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise KernbenchError(f"{what} {path}: folder {str(folder)!r} does not exist")
-    if path.is_dir():
-        raise KernbenchError(f"{what} {path}: is a folder, not a file")
+    target = output_target(path, what)
+    folder = target.parent if str(target.parent) else Path(".")
+    # the temporary name stays within the file system's 255-byte name limit
+    prefix = f".{target.name}." if len(target.name.encode()) <= 200 else ".kernbench."
     try:
-        handle, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+        handle, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".tmp")
     except OSError as exc:
         raise KernbenchError(f"{what} {path}: cannot write in {str(folder)!r}: "
                              f"{exc.strerror or exc}") from None
@@ -37,13 +105,14 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None], what: str) -> No
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
         raise KernbenchError(f"{what} {path}: {exc.strerror or exc}") from None
     except BaseException:  # an interrupt, or a writer's bug: no temporary file stays behind
         Path(tmp).unlink(missing_ok=True)
         raise
+    _OUTPUTS.add(target.resolve())
 
 
 def read_input(path: Path, limit: int, what: str) -> bytes:
@@ -66,6 +135,7 @@ def read_input(path: Path, limit: int, what: str) -> bytes:
     if info.st_size > limit:
         raise KernbenchError(f"{path}: {info.st_size:,} bytes is too large for {what} "
                              f"(at most {limit:,})")
+    note_input(path)
     try:
         with path.open("rb") as handle:
             return handle.read(limit + 1)

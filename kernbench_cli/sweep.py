@@ -146,15 +146,14 @@ def run_point(spec: Spec, point: Point) -> dict[str, Any]:
 
 def _replay_point(spec: Spec, point: Point, row: dict[str, Any]) -> dict[str, Any]:
     """A point of a replayed sweep: the recording re-timed with the point's `--set`s."""
-    from kernbench_cli.address import load_address_map
     from kernbench_cli.report.run import to_json
-    from kernbench_cli.sim.run import replay_trace
+    from kernbench_cli.sim.run import replay_address_map, replay_trace
     from kernbench_cli.sim.trace_file import read_trace
 
     try:
         trace = read_trace(Path(spec.trace))
-        amap = load_address_map(spec.topology or trace.topology,
-                                Path(spec.costs) if spec.costs else None, point.sets)
+        amap = replay_address_map(trace, spec.trace, spec.topology,
+                                  Path(spec.costs) if spec.costs else None, point.sets)
         result = replay_trace(trace, amap, spec.trace)
     except KernbenchError as exc:
         return {**row, "error": " / ".join(exc.lines()), "result": None}
@@ -234,9 +233,9 @@ class Results:
         except UnicodeDecodeError:
             raise KernbenchError(f"{self.path}: not a sweep results file (not text); "
                                  "--resume needs one") from None
-        if not text.endswith("\n"):  # an interrupted write: keep the complete lines only
+        torn = not text.endswith("\n")  # an interrupted write: keep the complete lines only
+        if torn:
             text = text[:text.rfind("\n") + 1]
-            self.path.write_text(text)
         try:
             if self.csv:
                 for rec in csv.DictReader(io.StringIO(text)):
@@ -244,13 +243,15 @@ class Results:
                     self.done[json.dumps(axes, sort_keys=True)] = {
                         "point": int(rec["point"]), "axes": axes, "error": rec["error"] or None,
                         "result": _csv_result(rec)}
-                return
-            for line in text.splitlines():
-                row = json.loads(line)
-                self.done[json.dumps(row["axes"], sort_keys=True)] = row
+            else:
+                for line in text.splitlines():
+                    row = json.loads(line)
+                    self.done[json.dumps(row["axes"], sort_keys=True)] = row
         except (ValueError, KeyError, TypeError, RecursionError, csv.Error):
             raise KernbenchError(f"{self.path}: not a sweep results file of these axes; "
                                  "--resume needs one") from None
+        if torn:  # only once the rest is known to be ours
+            self.path.write_text(text)
 
     def open(self, fresh: bool):
         if self.path is None:

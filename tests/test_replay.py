@@ -239,3 +239,32 @@ def test_replaying_needs_no_kernel_file(tmp_path):
                          text=True, check=True)
     assert out.stderr.strip().endswith("False")
     assert json.loads(out.stdout)["kernel"] == "ping_pong (replay)"
+
+
+def test_replay_keeps_the_runs_set_items_and_cost_table(cli, tmp_path):
+    """A run under `--set` and `--costs` replays under both, and says so; yours apply after
+    them; `--no-recorded-sets` drops them; a cost table that is gone is an error."""
+    trace = tmp_path / "gemm.trace"
+    costs = tmp_path / "costs.toml"
+    costs.write_text((COSTS / "slow_issue.toml").read_text())
+    args = ("--timing-only", "--set", "pe.gemm.rows=4", "--costs", str(costs))
+    code, out, _ = cli("run", "sharded_gemm", *args, "--record", str(trace), "--json")
+    assert code == 0
+    ran = json.loads(out)
+    code, out, _ = cli("replay", str(trace), "--json")
+    replayed = json.loads(out)
+    assert code == 0 and replayed["latency_ps"] == ran["latency_ps"]
+    assert replayed["overrides"] == ["pe.gemm.rows=4"]
+    assert replayed["costs"] == ran["costs"]
+    _, out, _ = cli("run", "sharded_gemm", "--timing-only", "--set", "pe.gemm.rows=8",
+                    "--costs", str(costs), "--json")
+    code, again, _ = cli("replay", str(trace), "--set", "pe.gemm.rows=8", "--json")
+    assert code == 0 and json.loads(again)["latency_ps"] == json.loads(out)["latency_ps"]
+    _, out, _ = cli("run", "sharded_gemm", "--timing-only", "--costs", str(costs), "--json")
+    code, bare, _ = cli("replay", str(trace), "--no-recorded-sets", "--json")
+    assert code == 0 and json.loads(bare)["latency_ps"] == json.loads(out)["latency_ps"]
+    costs.unlink()
+    code, _, err = cli("replay", str(trace))
+    assert code == 2
+    assert err == (f"error: {trace}: the run used the cost table {costs.resolve()}, which is "
+                   "not there; give --costs\n")

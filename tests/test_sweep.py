@@ -167,6 +167,24 @@ def test_replay_sweeps_take_no_parameter_axes(cli, tmp_path):
                "parameters)\n")
 
 
+def test_a_replayed_sweep_keeps_the_recordings_set_items(cli, tmp_path):
+    """`--replay TRACE` re-times the recording under its own `--set` items, then each
+    point's: a point equals a run with both."""
+    trace = tmp_path / "t.kbtrace"
+    assert cli("run", "sharded_gemm", "--timing-only", "--set", "pe.gemm.rows=4",
+               "--record", str(trace))[0] == 0
+    code, out, _ = cli("sweep", "sharded_gemm", "--replay", str(trace), "--set",
+                       "costs.issue.composite=40ns,400ns", "--json")
+    assert code == 0
+    for row in json.loads(out):
+        composite = row["axes"]["costs.issue.composite"]
+        _, alone, _ = cli("run", "sharded_gemm", "--timing-only", "--set", "pe.gemm.rows=4",
+                          "--set", f"costs.issue.composite={composite}", "--json")
+        assert row["result"]["latency_ps"] == json.loads(alone)["latency_ps"]
+        assert row["result"]["overrides"] == ["pe.gemm.rows=4",
+                                              f"costs.issue.composite={composite}"]
+
+
 def test_plot_draws_the_sweep(cli, tmp_path):
     pytest.importorskip("matplotlib")
     png, svg, again = tmp_path / "s.png", tmp_path / "s.svg", tmp_path / "again.svg"

@@ -40,6 +40,9 @@ class KernbenchGroup(TyperGroup):
     """
 
     def invoke(self, ctx):
+        from kernbench_cli.fileio import begin_command
+
+        begin_command()
         try:
             return super().invoke(ctx)
         except KernbenchError as exc:

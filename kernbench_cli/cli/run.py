@@ -21,6 +21,7 @@ from kernbench_cli.cli.common import (
     echo_rich,
 )
 from kernbench_cli.errors import KernbenchError, RaceError, VerificationError
+from kernbench_cli.fileio import check_outputs
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
 from kernbench_cli.lang.watchdog import DEFAULT_KERNEL_TIMEOUT
 
@@ -70,6 +71,8 @@ def run(
         raise KernbenchError("--save needs values: it cannot go with --timing-only")
     module = load_kernel(kernel)
     amap = load_address_map(topology, costs, sets or ())
+    check_outputs({"--save": save, "--record": record, "--chrome-trace": chrome_trace,
+                   "--oplog": oplog, "--critical-path": critical_path})
     params = parse_params(module, param or [], amap.topology.num_pes)
     from kernbench_cli.sim.watch import Watch
 
@@ -109,19 +112,22 @@ def replay(
     critical_path: CriticalPathOpt = None,
     races: Annotated[bool, typer.Option(
         "--races", help="Look for data races between PEs; exit 1 if any.")] = False,
+    recorded_sets: Annotated[bool, typer.Option(
+        "--recorded-sets/--no-recorded-sets",
+        help="Apply the run's own --set items first (yours after them win).")] = True,
 ) -> None:
     """Re-time a recorded run without its kernel code or values (for cost sweeps).
 
-    Without --topology the trace's own topology is used.
+    Without --topology the trace's own topology is used, without --costs its cost
+    table, and its --set items apply before yours (--no-recorded-sets: not at all).
     """
-    from kernbench_cli.sim.run import replay_trace
+    from kernbench_cli.sim.run import replay_address_map, replay_trace
     from kernbench_cli.sim.trace_file import read_trace
 
     data = read_trace(trace)
-    if topology is None:
-        recorded = Path(data.topology_file)
-        topology = str(recorded) if data.topology_file and recorded.is_file() else data.topology
-    amap = load_address_map(topology, costs, sets or ())
+    amap = replay_address_map(data, str(trace), topology, costs, sets or (), recorded_sets)
+    check_outputs({"--chrome-trace": chrome_trace, "--oplog": oplog,
+                   "--critical-path": critical_path})
     from kernbench_cli.sim.watch import Watch
 
     watch = Watch()

@@ -70,6 +70,12 @@ def sweep(
         raise KernbenchError("--resume needs --out, the results file to resume")
     if jobs is not None and jobs < 1:
         raise KernbenchError(f"--jobs {jobs}: needs at least one worker")
+    from kernbench_cli.fileio import check_outputs, note_input
+
+    for given in (kernel, topology, costs, replay):  # files the points read
+        if given is not None and Path(given).is_file():
+            note_input(Path(given))
+    check_outputs({"--out": out, "--plot": plot}, rewrites=("--out",) if resume else ())
     todo = points(sets or [], param or [], zipped)
     axis_keys = list(todo[0].axes) if todo else []
     if plot is not None:

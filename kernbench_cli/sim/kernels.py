@@ -41,6 +41,7 @@ from types import ModuleType
 from typing import Any
 
 from kernbench_cli.errors import ParamError, clip
+from kernbench_cli.fileio import note_input
 from kernbench_cli.resources import data_dir
 
 REQUIRED_NAMES = ("PARAMS", "setup", "kernel", "reference", "outputs")
@@ -96,6 +97,7 @@ def load_kernel(spec: str) -> KernelModule:
                               " or give a path to a .py file)")
         shown = f"kernels/{spec}.py"
     module_name = f"kernbench_kernel_{path.stem}"
+    note_input(path)
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(loader_spec)
     sys.path.insert(0, str(path.parent))  # a kernel may import helpers beside it

@@ -15,6 +15,8 @@ from __future__ import annotations
 import functools
 import inspect
 import time
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -133,11 +135,34 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     if hasattr(kernel.module, "bounds"):
         result.bounds = _checked_bounds(kernel, _call(kernel, "bounds", amap.topology, params))
     topo = amap.topology
+    costs = topo.cost_table.source
     result.trace = Trace(kernel.name, dict(params), seed, topo.name,
                          str(topo.source.resolve()) if topo.source else "",
-                         memory.allocations(), program)
+                         memory.allocations(), program, topo.overrides,
+                         str(costs.resolve()) if costs else "")
     result.wall_s = time.perf_counter() - wall
     return result
+
+
+def replay_address_map(trace: Trace, source: str, topology: str | None = None,
+                       costs: Path | None = None, sets: Sequence[str] = (),
+                       recorded_sets: bool = True) -> AddressMap:
+    """The configuration a replay of `trace` (read from `source`) times on: `topology`, or
+    the run's own (its file if still there, else its name); `costs`, or the run's cost
+    table (TraceError if that file is gone: another table would time another machine);
+    the run's `--set` items (unless not `recorded_sets`), then `sets`, later ones winning."""
+    from kernbench_cli.address import load_address_map
+
+    if topology is None:
+        recorded = Path(trace.topology_file)
+        topology = str(recorded) if trace.topology_file and recorded.is_file() else \
+            trace.topology
+    if costs is None and trace.costs_file:
+        costs = Path(trace.costs_file)
+        if not costs.is_file():
+            raise TraceError(f"{source}: the run used the cost table {trace.costs_file}, "
+                             "which is not there; give --costs")
+    return load_address_map(topology, costs, [*(trace.sets if recorded_sets else ()), *sets])
 
 
 def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = False,

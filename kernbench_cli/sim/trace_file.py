@@ -76,6 +76,8 @@ class Trace:
     topology_file: str
     memory: list[tuple[int, int, str]]  # (address, bytes, name) of every host allocation
     program: Program
+    sets: tuple[str, ...] = ()  # the run's `--set` items, as given
+    costs_file: str = ""  # the cost table the run used (absolute path)
 
 
 def write_trace(path: Path, trace: Trace) -> None:
@@ -84,6 +86,7 @@ def write_trace(path: Path, trace: Trace) -> None:
     header = {
         "format": FORMAT, "version": VERSION, "kernel": trace.kernel, "params": trace.params,
         "seed": trace.seed, "topology": trace.topology, "topology_file": trace.topology_file,
+        "sets": list(trace.sets), "costs_file": trace.costs_file,
         "memory": [list(a) for a in trace.memory], "lengths": [len(s) for s in program.streams],
         "gemm_shapes": [list(s) for s in program.gemm_shapes],
         "math_kinds": [list(k) for k in program.math_kinds],
@@ -165,7 +168,9 @@ def _trace(header: dict[str, Any], columns: memoryview) -> Trace:
     check_program(program, memory)
     return Trace(_str(header["kernel"], "kernel"), header["params"],
                  _int(header.get("seed", 0), "seed"), _str(header["topology"], "topology"),
-                 _str(header.get("topology_file", ""), "topology_file"), memory, program)
+                 _str(header.get("topology_file", ""), "topology_file"), memory, program,
+                 tuple(_str(item, "sets") for item in _list(header.get("sets", []), "sets")),
+                 _str(header.get("costs_file", ""), "costs_file"))
 
 
 def check_program(program: Program, memory: list[tuple[int, int, str]]) -> None:

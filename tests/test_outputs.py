@@ -1,0 +1,107 @@
+"""Outputs never replace anything but a regular file they may overwrite, and never an
+input of the same command (issue 21's first class of hostile cases)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+
+KERNEL = Path(__file__).parent / "kernels" / "load_dot.py"
+OUTPUTS = ("--record", "--oplog", "--chrome-trace", "--critical-path")
+
+
+def _special(tmp_path: Path, kind: str) -> Path:
+    path = tmp_path / kind
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        sock.close()
+    else:  # a character device like /dev/null, made here (needs root)
+        try:
+            os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("making a device node needs root")
+    return path
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "device"])
+@pytest.mark.parametrize("option", OUTPUTS)
+def test_an_output_to_a_special_file_is_refused_and_leaves_it(cli, tmp_path, kind, option):
+    path = _special(tmp_path, kind)
+    before = path.lstat()
+    code, _, err = cli("run", str(KERNEL), "--timing-only", option, str(path))
+    assert (code, err) == (2, f"error: {option} {path}: is not a regular file (a device, "
+                              "FIFO or socket); outputs go to regular files only\n")
+    after = path.lstat()
+    assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
+
+
+def test_an_output_through_a_symlink_writes_its_target(cli, tmp_path):
+    target, link = tmp_path / "real.trace", tmp_path / "link.trace"
+    link.symlink_to(target.name)
+    code, _, _ = cli("run", str(KERNEL), "--timing-only", "--record", str(link))
+    assert code == 0
+    assert link.is_symlink() and target.is_file() and target.stat().st_size > 0
+    assert cli("replay", str(link))[0] == 0
+
+
+def test_an_output_over_an_input_is_refused_before_the_run(cli, tmp_path):
+    kernel = tmp_path / "k.py"
+    shutil.copy(KERNEL, kernel)
+    text = kernel.read_bytes()
+    code, _, err = cli("run", str(kernel), "--timing-only", "--critical-path", str(kernel))
+    assert (code, err) == (2, f"error: --critical-path {kernel}: is an input of this "
+                              "command; write the output elsewhere\n")
+    assert kernel.read_bytes() == text
+    topo = tmp_path / "t.toml"
+    shutil.copy(Path(__file__).parent / "topologies" / "pair.toml", topo)
+    code, _, err = cli("run", str(KERNEL), "-t", str(topo), "--timing-only", "--oplog",
+                       str(topo))
+    assert (code, err) == (2, f"error: --oplog {topo}: is an input of this command; write "
+                              "the output elsewhere\n")
+
+
+def test_two_outputs_to_one_file_are_refused_before_the_run(cli, tmp_path):
+    out = tmp_path / "x"
+    code, _, err = cli("run", str(KERNEL), "--timing-only", "--record", str(out), "--oplog",
+                       str(out))
+    assert (code, err) == (2, f"error: --oplog {out}: --record goes there too; give each "
+                              "output its own file\n")
+    assert not out.exists()
+
+
+def test_an_output_name_near_the_length_limit_works(cli, tmp_path):
+    out = tmp_path / ("t" * 240 + ".jsonl")  # 246 bytes of the 255 a name may have
+    code, _, _ = cli("run", str(KERNEL), "--timing-only", "--critical-path", str(out))
+    assert code == 0 and out.is_file()
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary left
+
+
+def test_a_sweep_out_to_a_fifo_is_refused_without_waiting(cli, tmp_path):
+    fifo = tmp_path / "r.jsonl"
+    os.mkfifo(fifo)
+    code, _, err = cli("sweep", str(KERNEL), "--timing-only", "--set", "pe.gemm.rows=4,8",
+                       "--out", str(fifo))
+    assert (code, err) == (2, f"error: --out {fifo}: is not a regular file (a device, FIFO "
+                              "or socket); outputs go to regular files only\n")
+
+
+def test_resume_never_changes_a_file_it_refuses(cli, tmp_path):
+    foreign = tmp_path / "r.jsonl"
+    foreign.write_text('{"foo": 1}\n{"torn')
+    code, _, err = cli("sweep", str(KERNEL), "--timing-only", "--set", "pe.gemm.rows=4,8",
+                       "--out", str(foreign), "--resume")
+    assert (code, err) == (2, f"error: {foreign}: not a sweep results file of these axes; "
+                              "--resume needs one\n")
+    assert foreign.read_text() == '{"foo": 1}\n{"torn'
+    code, _, err = cli("sweep", str(KERNEL), "--timing-only", "--set", "pe.gemm.rows=4,8",
+                       "--out", str(KERNEL))
+    assert (code, err) == (2, f"error: --out {str(KERNEL)!r}: the results file must end in "
+                              ".jsonl or .csv\n")
