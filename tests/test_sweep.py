@@ -11,7 +11,7 @@ import pytest
 
 from kernbench_cli.sweep import Point, Spec, points, run_local, run_point, split_values
 
-from .conftest import TESTS
+from .conftest import TESTS, test_topology
 
 LOAD_DOT = str(TESTS / "kernels" / "load_dot.py")
 AXES = ("--set", "hbm.bandwidth=102.4GB/s,204.8GB/s", "--set", "costs.issue.load=4ns,10ns")
@@ -289,3 +289,13 @@ def test_a_sweep_killed_mid_way_leaves_a_valid_file_that_resumes(tmp_path):
     assert done.stderr.count("point ") == 5 - len(finished)  # only the missing points ran
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["point"] for r in rows] == [0, 1, 2, 3, 4]
+
+
+def test_no_state_survives_from_one_point_to_the_next(cli):
+    """Three identical points on one worker: a kernel that counts its runs on the `tl`
+    class sees each as its first (a worker per point)."""
+    kernel = str(TESTS / "kernels" / "leaky.py")
+    code, out, _ = cli("sweep", kernel, "-t", test_topology("one"), "--timing-only", "--jobs", "1",
+                       "--set", "costs.issue.load=4ns,4ns,4ns", "--no-replay", "--json")
+    assert code == 0
+    assert {row["result"]["latency_ps"] for row in json.loads(out)} == {1_000_000}

@@ -113,6 +113,16 @@ class TimingError(KernelError):
         self.pid, self.index, self.time_ps = pid, index, time_ps
 
 
+_TOO_LATE = ("the simulated time passed 2^63 ps (about 107 days): a configured time, size or "
+             "count is too large for the model")
+
+
+class TimeRangeError(TimingError):
+    """Accepted values whose times the model cannot hold (past 2^63 ps): bad input."""
+
+    exit_code = 2
+
+
 @dataclass
 class Stuck:
     """A PE still waiting when nothing is left to run."""
@@ -171,6 +181,9 @@ class _Proc:
             self.done = True
         except TimingError as exc:  # this PE stops; the others go on (see Timing.run)
             self.error, self.done = exc, True
+        except OverflowError:  # a time past the 64-bit picosecond range of the op records
+            self.error = TimeRangeError(_TOO_LATE, self.pid, self.at, self.env.now)
+            self.done = True
 
     def wake_at(self, t: int) -> None:
         """Resume at simulated time `t` (now if past), in PE-index order among equals."""
@@ -288,7 +301,10 @@ class Timing:
         for proc, pe in zip(self.procs, self.system.pes, strict=True):
             proc.gen = self._walk(proc, pe)
             proc.wake_at(0)
-        self.env.run()
+        try:
+            self.env.run()
+        except OverflowError:  # in an event no PE's walk runs (a fair-shared flow's end)
+            raise TimeRangeError(_TOO_LATE, 0, 0, self.env.now) from None
         errors = [proc.error for proc in self.procs if proc.error is not None]
         if errors:  # the earliest in simulated time, as if the run had stopped there
             raise min(errors, key=lambda exc: (exc.time_ps, exc.pid))

@@ -113,7 +113,10 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     program = launch.program
     timing = Timing(system, program, oplog=oplog and not failures)
     watch.begin("timing pass", timing)
-    timing.run()
+    try:
+        timing.run()
+    except TimingError as exc:
+        raise _timing_failed(kernel.shown, system, exc) from None
     if failures:
         raise _first_failure(kernel, kernel_file, system, failures)
     if timing.stuck:
@@ -142,6 +145,15 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
                          str(costs.resolve()) if costs else "")
     result.wall_s = time.perf_counter() - wall
     return result
+
+
+def _timing_failed(shown: str, system: System, exc: TimingError) -> KernelError:
+    """The error a run or replay reports for a stream the timing pass could not time: where
+    and when, with the exit code of its kind (a time out of range is bad input)."""
+    error = KernelError(f"{shown}: PE ({system.coords[exc.pid]}) at "
+                        f"t={format_time_ps(exc.time_ps)}: {exc}")
+    error.exit_code = exc.exit_code
+    return error
 
 
 def replay_address_map(trace: Trace, source: str, topology: str | None = None,
@@ -197,8 +209,7 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
     try:
         timing.run()
     except TimingError as exc:
-        raise KernelError(f"replay of {source}: PE ({system.coords[exc.pid]}) at "
-                          f"t={format_time_ps(exc.time_ps)}: {exc}") from None
+        raise _timing_failed(f"replay of {source}", system, exc) from None
     if timing.stuck:
         raise _deadlock(source, system, program, timing.stuck)
     model_checks = invariants.check(system, timing)

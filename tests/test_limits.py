@@ -1,0 +1,40 @@
+"""Values the configuration accepts (below 2^62 of their unit) whose times the model cannot
+hold: a one-line error and exit 2, never an internal error (issue 21, class 6)."""
+
+from __future__ import annotations
+
+import pytest
+
+BIG = 2**62 - 1
+MESSAGE = ("the simulated time passed 2^63 ps (about 107 days): a configured time, size or "
+           "count is too large for the model")
+
+
+@pytest.mark.parametrize(("kernel", "setting"), [
+    ("softmax", f"hbm.latency={BIG}ps"), ("sharded_gemm", f"pe.gemm.rows={BIG}"),
+    ("softmax", f"costs.issue.math={BIG}ps"), ("gqa_attention", f"noc.latency={BIG}ps")])
+def test_a_huge_accepted_value_is_a_clean_error(cli, kernel, setting):
+    code, _, err = cli("run", kernel, "--timing-only", "--set", setting)
+    assert code == 2
+    assert err.startswith(f"error: kernels/{kernel}.py: PE (") and err.endswith(MESSAGE + "\n")
+    assert err.count("\n") == 1
+
+
+def test_summed_cycles_past_the_range_are_a_clean_error(cli, tmp_path):
+    kernel = tmp_path / "big.py"
+    kernel.write_text("PARAMS = {}\n\ndef setup(host, p):\n    return {}\n\n"
+                      "def kernel(tl):\n    for _ in range(3):\n"
+                      f"        tl.cycles({BIG})\n\n"
+                      "def reference(host, p):\n    return {}\n\n"
+                      "def outputs(host, args, p):\n    return {}\n")
+    code, _, err = cli("run", str(kernel), "--timing-only")
+    assert (code, err) == (2, f"error: {kernel}: PE (rack=0 sip=0 cube=0 pe=0) at t=0ns: "
+                              f"{MESSAGE}\n")
+
+
+def test_a_replay_under_a_huge_value_is_a_clean_error(cli, tmp_path):
+    trace = tmp_path / "t.trace"
+    assert cli("run", "softmax", "--timing-only", "--record", str(trace))[0] == 0
+    code, _, err = cli("replay", str(trace), "--set", f"hbm.latency={BIG}ps")
+    assert code == 2 and err.endswith(MESSAGE + "\n")
+    assert err.startswith(f"error: replay of {trace}: PE (")
