@@ -198,7 +198,7 @@ def _csv_row(row: dict[str, Any], axis_keys: list[str]) -> list[Any]:
     values = [row["point"], *(row["axes"].get(k, "") for k in axis_keys)]
     values += [result.get("latency_ps", ""), (result.get("bound") or {}).get("engine") or "",
                result.get("verified", ""), result.get("gemm_mac_utilization", ""),
-               result.get("hbm_gbps", ""), row["error"] or ""]
+               result.get("hbm_gbps", ""), row["error"] or "", row.get("sweep", "")]
     return values
 
 
@@ -218,6 +218,9 @@ class Results:
 
     path: Path | None
     axis_keys: list[str]
+    #: what the rows are results of (`identity`): every row carries it, and --resume
+    #: takes only a file whose rows all do
+    sweep: str = ""
     done: dict[str, dict[str, Any]] = field(default_factory=dict)  # point key -> row (resume)
 
     @property
@@ -225,7 +228,9 @@ class Results:
         return self.path is not None and self.path.suffix == ".csv"
 
     def load(self) -> None:
-        """The rows already in the file (a torn last line is dropped, as if never written)."""
+        """The rows already in the file, for --resume: a file of another sweep (or not of one)
+        is refused untouched; a torn last line and the rows of failed points are dropped (the
+        points run again) and the file rewritten without them."""
         if self.path is None or not self.path.is_file():
             return
         try:
@@ -236,35 +241,49 @@ class Results:
         torn = not text.endswith("\n")  # an interrupted write: keep the complete lines only
         if torn:
             text = text[:text.rfind("\n") + 1]
+        rows = []
         try:
             if self.csv:
                 for rec in csv.DictReader(io.StringIO(text)):
                     axes = {k: rec[k] for k in self.axis_keys}
-                    self.done[json.dumps(axes, sort_keys=True)] = {
-                        "point": int(rec["point"]), "axes": axes, "error": rec["error"] or None,
-                        "result": _csv_result(rec)}
+                    rows.append({"point": int(rec["point"]), "axes": axes,
+                                 "error": rec["error"] or None, "result": _csv_result(rec),
+                                 "sweep": rec["sweep"]})
             else:
-                for line in text.splitlines():
-                    row = json.loads(line)
-                    self.done[json.dumps(row["axes"], sort_keys=True)] = row
+                rows = [json.loads(line) for line in text.splitlines()]
+                if not all(isinstance(r, dict) and {"axes", "error", "sweep"} <= r.keys()
+                           for r in rows):
+                    raise ValueError("a row without axes, error or sweep")
         except (ValueError, KeyError, TypeError, RecursionError, csv.Error):
             raise KernbenchError(f"{self.path}: not a sweep results file of these axes; "
                                  "--resume needs one") from None
-        if torn:  # only once the rest is known to be ours
-            self.path.write_text(text)
+        if any(row["sweep"] != self.sweep for row in rows):
+            raise KernbenchError(f"{self.path}: its rows are results of another sweep (another "
+                                 "kernel, topology, cost table, --timing-only, seed or "
+                                 "recording); --resume needs the file this sweep wrote")
+        kept = [row for row in rows if row["error"] is None]
+        for row in kept:
+            self.done[json.dumps(row["axes"], sort_keys=True)] = row
+        if torn or len(kept) < len(rows):  # only once the rows are known to be ours
+            handle = self.open(fresh=True)
+            for row in kept:
+                self.write(handle, row)
+            handle.close()
 
     def open(self, fresh: bool):
         if self.path is None:
             return None
         handle = self.path.open("w" if fresh else "a", newline="")
         if self.csv and (fresh or handle.tell() == 0):
-            csv.writer(handle).writerow(["point", *self.axis_keys, *CSV_RESULT, "error"])
+            csv.writer(handle).writerow(["point", *self.axis_keys, *CSV_RESULT, "error",
+                                         "sweep"])
             handle.flush()
         return handle
 
     def write(self, handle, row: dict[str, Any]) -> None:
         if handle is None:
             return
+        row = {**row, "sweep": self.sweep}
         if self.csv:
             csv.writer(handle).writerow(_csv_row(row, self.axis_keys))
         else:
@@ -274,6 +293,23 @@ class Results:
 
 
 # ---------------------------------------------------------------------- the pool
+
+def identity(spec: Spec, kernel_file: Path, amap) -> str:
+    """16 hex digits naming what a sweep's rows are results of: the kernel file's bytes, the
+    topology and cost table (resolved, `--set` axes not included), --timing-only, the seed
+    and the recording replayed (its bytes)."""
+    import hashlib
+
+    from kernbench_cli.config.loader import config_digest
+
+    digest = hashlib.sha256()
+    for part in (kernel_file.read_bytes(), config_digest(amap.topology).encode(),
+                 config_digest(amap.topology.cost_table).encode(),
+                 repr((spec.timing_only, spec.seed)).encode(),
+                 Path(spec.trace).read_bytes() if spec.trace else b""):
+        digest.update(hashlib.sha256(part).digest())
+    return digest.hexdigest()[:16]
+
 
 def run_local(spec: Spec, todo: list[Point], jobs: int,
               on_row: Callable[[dict[str, Any]], None],

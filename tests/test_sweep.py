@@ -71,7 +71,7 @@ def test_a_csv_results_file(cli, tmp_path):
     assert code == 0
     lines = out.read_text().splitlines()
     assert lines[0] == ("point,hbm.bandwidth,costs.issue.load,latency_ps,bound,verified,"
-                        "gemm_mac_utilization,hbm_gbps,error")
+                        "gemm_mac_utilization,hbm_gbps,error,sweep")
     assert lines[1].startswith("0,102.4GB/s,4ns,542858,gemm,True,")
     assert len(lines) == 5
     code, text, err = cli("sweep", LOAD_DOT, *AXES, "--out", str(out), "--resume", "--json")
@@ -299,3 +299,39 @@ def test_no_state_survives_from_one_point_to_the_next(cli):
                        "--set", "costs.issue.load=4ns,4ns,4ns", "--no-replay", "--json")
     assert code == 0
     assert {row["result"]["latency_ps"] for row in json.loads(out)} == {1_000_000}
+
+
+@pytest.mark.parametrize("other", [
+    ("softmax", "--timing-only"),  # another kernel
+    ("sharded_gemm",),  # with values, the file's rows timing-only
+    ("sharded_gemm", "--timing-only", "--seed", "1"),
+    ("sharded_gemm", "--timing-only", "-t", "sip"),
+], ids=["kernel", "values", "seed", "topology"])
+def test_resume_refuses_another_sweeps_rows_and_leaves_them(cli, tmp_path, other):
+    out = tmp_path / "r.jsonl"
+    axes = ("--set", "pe.gemm.rows=4,8")
+    assert cli("sweep", "sharded_gemm", "--timing-only", *axes, "--out", str(out))[0] == 0
+    before = out.read_bytes()
+    code, _, err = cli("sweep", *other, *axes, "--out", str(out), "--resume")
+    assert (code, err) == (2, f"error: {out}: its rows are results of another sweep (another "
+                              "kernel, topology, cost table, --timing-only, seed or "
+                              "recording); --resume needs the file this sweep wrote\n")
+    assert out.read_bytes() == before
+
+
+def test_resume_runs_failed_points_again(cli, tmp_path):
+    """A point that failed (here: its row marked so) is run again, and the file keeps one
+    row per point."""
+    out = tmp_path / "r.jsonl"
+    axes = ("--set", "pe.gemm.rows=4,8")
+    assert cli("sweep", "sharded_gemm", "--timing-only", *axes, "--out", str(out))[0] == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    good = rows[1]["result"]["latency_ps"]
+    rows[1] = {**rows[1], "error": "its worker process died", "result": None}
+    out.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    code, text, err = cli("sweep", "sharded_gemm", "--timing-only", *axes, "--out", str(out),
+                          "--resume", "--json")
+    assert code == 0 and err.count("point ") == 1
+    assert json.loads(text)[1]["result"]["latency_ps"] == good
+    again = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["point"] for r in again] == [0, 1] and again[1]["error"] is None

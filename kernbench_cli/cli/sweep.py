@@ -82,7 +82,9 @@ def sweep(
         from kernbench_cli.report.plot import check
 
         check(plot, x, y, axis_keys)
-    results = Results(out, axis_keys)
+    spec = Spec(kernel, topology, str(costs) if costs else None, seed, timing_only,
+                str(replay) if replay else None)
+    results = Results(out, axis_keys, _identity(spec) if out is not None else "")
     if resume:
         results.load()
     rows: dict[int, dict[str, Any]] = {}
@@ -90,8 +92,6 @@ def sweep(
         if point.key in results.done:
             rows[point.index] = {**results.done[point.key], "point": point.index}
     left = [p for p in todo if p.index not in rows]
-    spec = Spec(kernel, topology, str(costs) if costs else None, seed, timing_only,
-                str(replay) if replay else None)
     if replay is not None and any(p.params != todo[0].params for p in todo):
         raise KernbenchError("--replay: -p cannot vary (the recording fixed the kernel's "
                              "parameters)")
@@ -172,3 +172,22 @@ class _progress:
     def __exit__(self, *exc) -> None:
         if self.bar is not None:
             self.bar.__exit__(*exc)
+
+
+def _identity(spec) -> str:
+    """The sweep's identity (`sweep.identity`), its kernel and configuration checked."""
+    from kernbench_cli.address import load_address_map
+    from kernbench_cli.sim.kernels import kernel_file
+    from kernbench_cli.sweep import identity
+
+    path, _ = kernel_file(spec.kernel)
+    costs = Path(spec.costs) if spec.costs else None
+    if spec.trace is None:
+        amap = load_address_map(spec.topology, costs)
+    else:
+        from kernbench_cli.sim.run import replay_address_map
+        from kernbench_cli.sim.trace_file import read_trace
+
+        amap = replay_address_map(read_trace(Path(spec.trace)), spec.trace, spec.topology,
+                                  costs)
+    return identity(spec, path, amap)

@@ -81,6 +81,13 @@ def shipped_kernels() -> list[str]:
 
 def load_kernel(spec: str) -> KernelModule:
     """A shipped kernel by name, or a kernel file by path."""
+    path, shown = kernel_file(spec)
+    return _loaded(spec, path, shown, f"kernbench_kernel_{path.stem}")
+
+
+def kernel_file(spec: str) -> tuple[Path, str]:
+    """The file of a shipped kernel by name, or of a kernel file by path, and how reports
+    show it."""
     path = Path(spec)
     if path.suffix == ".py" or len(path.parts) > 1:
         if path.suffix != ".py":
@@ -96,8 +103,12 @@ def load_kernel(spec: str) -> KernelModule:
             raise ParamError(f"unknown kernel {spec!r} (shipped: {', '.join(shipped_kernels())};"
                               " or give a path to a .py file)")
         shown = f"kernels/{spec}.py"
-    module_name = f"kernbench_kernel_{path.stem}"
     note_input(path)
+    return path, shown
+
+
+def _loaded(spec: str, path: Path, shown: str, module_name: str) -> KernelModule:
+    """Kernel file `path` imported as `module_name`."""
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(loader_spec)
     sys.path.insert(0, str(path.parent))  # a kernel may import helpers beside it
