@@ -105,3 +105,35 @@ def test_resume_never_changes_a_file_it_refuses(cli, tmp_path):
                        "--out", str(KERNEL))
     assert (code, err) == (2, f"error: --out {str(KERNEL)!r}: the results file must end in "
                               ".jsonl or .csv\n")
+
+
+# ---------------------------------------------------------------- stdout that cannot take it
+
+def _kernbench(args: list[str], stdout) -> tuple[int, str]:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "kernbench_cli", *args], stdout=stdout,
+                          stderr=subprocess.PIPE, text=True, timeout=120)
+    return proc.returncode, proc.stderr
+
+
+@pytest.mark.parametrize("args", [["decode", "0x0"], ["--version"], ["--help"],
+                                  ["run", str(KERNEL), "--timing-only"]])
+def test_a_closed_stdout_is_exit_141_and_quiet(args):
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before kernbench writes a byte
+    try:
+        code, err = _kernbench(args, write)
+    finally:
+        os.close(write)
+    assert (code, err) == (141, "")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["decode", "0x0"], ["--version"],
+                                  ["run", str(KERNEL), "--timing-only"]])
+def test_a_full_stdout_is_a_one_line_error(args):
+    with open("/dev/full", "w") as full:
+        code, err = _kernbench(args, full)
+    assert (code, err) == (1, "error: cannot write to stdout: No space left on device\n")

@@ -7,6 +7,8 @@ Typer program.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import signal
 import sys
@@ -61,6 +63,10 @@ class KernbenchGroup(TyperGroup):
             raise typer.Exit(1) from None
         except (typer.Exit, typer.Abort):
             raise
+        except OSError as exc:
+            if exc.errno not in _STDOUT_ERRORS:
+                raise
+            _stdout_failed(exc)
         except _CLICK_ERROR as exc:
             if type(exc).__name__ == "NoArgsIsHelpError":  # a bare `kernbench golden`: help
                 raise
@@ -90,6 +96,33 @@ def _save_traceback() -> str:
     except OSError:
         return "(no file: the temp folder is not writable)"
     return path
+
+
+#: errno of a write to stdout that cannot succeed: a full disk or quota, a closed or dead
+#: descriptor (a broken pipe is EPIPE: exit 141, quietly)
+_STDOUT_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EBADF, errno.EIO)
+
+
+def _stdout_failed(exc: OSError) -> None:
+    """The report could not be written to stdout: one line on stderr, exit 1."""
+    global _STDOUT_FAILED
+    _STDOUT_FAILED = True
+    with contextlib.suppress(OSError, ValueError):
+        _quiet_stdout()
+    typer.echo(f"error: cannot write to stdout: {exc.strerror or exc}", err=True)
+    raise typer.Exit(1)
+
+
+_STDOUT_FAILED = False  # `_stdout_failed` pointed stdout at /dev/null (not a broken pipe)
+
+
+def _on_devnull() -> bool:
+    """Whether stdout's descriptor is /dev/null."""
+    try:
+        here, null = os.fstat(sys.stdout.fileno()), os.stat(os.devnull)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (here.st_dev, here.st_ino) == (null.st_dev, null.st_ino)
 
 
 def _quiet_stdout() -> None:
@@ -143,9 +176,20 @@ app.add_typer(golden.app, name="golden")
 def main() -> None:
     """Console entry point."""
     signal.signal(signal.SIGTERM, _terminate)
+    if sys.stdout is None:  # started with stdout closed (`kernbench … >&-`)
+        sys.exit(EXIT_BROKEN_PIPE)
+    was_devnull = _on_devnull()
     try:
         try:
             app()
+        except SystemExit as done:
+            # Click and Rich answer a broken pipe (help, tables) with exit 1, Click with a
+            # wrapper on stdout, Rich by pointing it at /dev/null: the reader went away
+            if done.code == 1 and not _STDOUT_FAILED and (
+                    type(sys.stdout).__name__ == "PacifyFlushWrapper"
+                    or (not was_devnull and _on_devnull())):
+                sys.exit(EXIT_BROKEN_PIPE)
+            raise
         finally:  # the command has ended: a late Ctrl-C no longer interrupts anything
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -156,3 +200,10 @@ def main() -> None:
     except BrokenPipeError:
         _quiet_stdout()
         sys.exit(EXIT_BROKEN_PIPE)
+    except OSError as exc:  # the last of the report, flushed at exit
+        if exc.errno not in _STDOUT_ERRORS:
+            raise
+        try:
+            _stdout_failed(exc)
+        except typer.Exit as stop:
+            sys.exit(stop.exit_code)
