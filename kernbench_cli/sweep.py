@@ -85,11 +85,15 @@ def split_values(text: str) -> list[str]:
 
 def _axes(items: Sequence[str], option: str) -> list[list[str]]:
     """Each item's list of `KEY=value` alternatives."""
-    axes = []
+    axes, keys = [], set()
     for item in items:
         key, sep, values = item.partition("=")
         if not sep or not key.strip():
             raise ParamError(f"{option} {item!r}: expected KEY=V1,V2,…")
+        if key.strip() in keys:
+            raise ParamError(f"{option} {key.strip()} is given twice; give it once, with all "
+                             "its values (KEY=V1,V2,…)")
+        keys.add(key.strip())
         parts = split_values(values)
         if any(not part.strip() for part in parts):
             raise ParamError(f"{option} {item!r}: an empty value")
@@ -460,8 +464,7 @@ def _worker_context():
     context = multiprocessing.get_context("forkserver")
     # imported once in the fork server, so a worker per point starts in milliseconds; a
     # kernel and the modules it imports are loaded in the worker, and die with it
-    context.set_forkserver_preload(["kernbench_cli.sweep", "kernbench_cli.sim.run",
-                                    "kernbench_cli.report.run"])
+    context.set_forkserver_preload(["kernbench_cli._preload"])
     return context
 
 
@@ -488,7 +491,10 @@ def _pool(jobs: int, context) -> Iterator[ProcessPoolExecutor]:
         except KeyboardInterrupt:
             for process in list(getattr(pool, "_processes", {}).values()):
                 process.terminate()
-            pool.shutdown(wait=False, cancel_futures=True)
+            # wait for the pool to wind down: a replacement worker the pool was starting
+            # must find the sweep still there to read its start-up from (or it prints a
+            # traceback); it gets no point and ends at once
+            pool.shutdown(wait=True, cancel_futures=True)
             raise
 
 

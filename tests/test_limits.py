@@ -38,3 +38,23 @@ def test_a_replay_under_a_huge_value_is_a_clean_error(cli, tmp_path):
     code, _, err = cli("replay", str(trace), "--set", f"hbm.latency={BIG}ps")
     assert code == 2 and err.endswith(MESSAGE + "\n")
     assert err.startswith(f"error: replay of {trace}: PE (")
+
+
+def test_a_tiny_kernel_timeout_is_no_traceback(cli):
+    """The watchdog ticks at least every millisecond; a limit below that still stops only a
+    kernel that makes no progress."""
+    code, out, err = cli("run", "softmax", "--timing-only", "--kernel-timeout", "1e-9")
+    assert code == 0 and err == "" and "latency" in out
+
+
+def test_sweep_options_are_checked_before_any_point(cli):
+    assert cli("sweep", "softmax", "--timing-only", "--jobs", "999999999999", "--set",
+               "pe.gemm.rows=4,8") == (2, "", "error: --jobs 999999999999: needs 1 to 1024 "
+                                              "workers\n")
+    code, _, err = cli("sweep", "nope", "--set", "pe.gemm.rows=4,8")
+    assert (code, err.splitlines()[0]) == (2, "error: unknown kernel 'nope' (shipped: "
+                                              "gqa_attention, rmsnorm, sharded_gemm, softmax; "
+                                              "or give a path to a .py file)")
+    assert cli("sweep", "softmax", "--timing-only", "--set", "pe.gemm.rows=4,8", "--set",
+               "pe.gemm.rows=16") == (2, "", "error: --set pe.gemm.rows is given twice; give "
+                                             "it once, with all its values (KEY=V1,V2,…)\n")

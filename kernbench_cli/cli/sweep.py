@@ -12,6 +12,8 @@ import typer
 from kernbench_cli.cli.common import CostsOpt, JsonOpt, SeedOpt, echo_rich
 from kernbench_cli.errors import KernbenchError, SweepError
 
+MAX_JOBS = 1024  # worker processes a sweep may start
+
 
 def sweep(
     kernel: Annotated[str, typer.Argument(help="Kernel name (sharded_gemm, …) or .py path.")],
@@ -68,8 +70,11 @@ def sweep(
         raise KernbenchError(f"--out {str(out)!r}: the results file must end in .jsonl or .csv")
     if resume and out is None:
         raise KernbenchError("--resume needs --out, the results file to resume")
-    if jobs is not None and jobs < 1:
-        raise KernbenchError(f"--jobs {jobs}: needs at least one worker")
+    if jobs is not None and not 1 <= jobs <= MAX_JOBS:
+        raise KernbenchError(f"--jobs {jobs}: needs 1 to {MAX_JOBS} workers")
+    from kernbench_cli.sim.kernels import kernel_file
+
+    kernel_file(kernel)  # an unknown kernel is bad input, before any point runs
     from kernbench_cli.fileio import check_outputs, note_input
 
     for given in (kernel, topology, costs, replay):  # files the points read

@@ -38,7 +38,7 @@ def watchdog(progress, limit: float):
     if limit <= 0 or threading.current_thread() is not threading.main_thread():
         yield
         return
-    tick = min(0.25, limit / 4)
+    tick = max(0.001, min(0.25, limit / 4))  # a timer can tick no faster than the kernel
     seen = [progress(), time.monotonic()]
 
     def check(signum, frame) -> None:
@@ -50,8 +50,8 @@ def watchdog(progress, limit: float):
             raise KernelTimeout(limit)
 
     previous = signal.signal(signal.SIGALRM, check)
-    signal.setitimer(signal.ITIMER_REAL, tick, tick)
-    try:
+    try:  # the first tick may come before the block: it is inside the block's handling
+        signal.setitimer(signal.ITIMER_REAL, tick, tick)
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
