@@ -58,3 +58,23 @@ def test_sweep_options_are_checked_before_any_point(cli):
     assert cli("sweep", "softmax", "--timing-only", "--set", "pe.gemm.rows=4,8", "--set",
                "pe.gemm.rows=16") == (2, "", "error: --set pe.gemm.rows is given twice; give "
                                              "it once, with all its values (KEY=V1,V2,…)\n")
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("NaN", "NaN is not a number (JSON has no NaN or Infinity)"),
+    ("Infinity", "Infinity is not a number (JSON has no NaN or Infinity)"),
+    ("1e400", "not a `run --json` object: latency_ps is not a time"),
+    (str(2**64), "not a `run --json` object: latency_ps is not a time"),
+])
+def test_compare_refuses_numbers_json_cannot_hold(cli, tmp_path, value, message):
+    import json
+
+    code, out, _ = cli("run", "softmax", "--timing-only", "--json")
+    good = tmp_path / "a.json"
+    good.write_text(out)
+    run = json.loads(out)
+    bad = tmp_path / "b.json"
+    bad.write_text(out.replace(f'"latency_ps": {run["latency_ps"]}', f'"latency_ps": {value}'))
+    assert bad.read_text() != out
+    assert cli("compare", str(good), str(bad), "--json") == (2, "", f"error: {bad}: "
+                                                                  f"{message}\n")

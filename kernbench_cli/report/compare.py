@@ -8,6 +8,7 @@ utilisation, the verdicts (bound by, verified, physical invariants held).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,18 @@ from kernbench_cli.fileio import read_input
 MAX_RESULTS_BYTES = 2**32
 
 
+class _NotANumber(ValueError):
+    """NaN, Infinity or -Infinity in a results file: JSON has no such numbers."""
+
+
+def _no_constant(name: str) -> None:
+    raise _NotANumber(name)
+
+
+def _parse(text: str) -> Any:
+    return json.loads(text, parse_constant=_no_constant)
+
+
 def load_runs(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
     """(label, run --json object) of every run in `paths`; a file is one object or JSON lines."""
     runs = []
@@ -31,7 +44,10 @@ def load_runs(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
             raise KernbenchError(f"{path}: not text: expected `run --json` output or a "
                                  "sweep's .jsonl rows") from None
         try:
-            whole = json.loads(text)
+            whole = _parse(text)
+        except _NotANumber as exc:
+            raise KernbenchError(f"{path}: {exc} is not a number (JSON has no NaN or "
+                                 "Infinity)") from None
         except (ValueError, RecursionError):
             whole = None
         if isinstance(whole, dict) and "latency_ps" in whole:
@@ -39,7 +55,10 @@ def load_runs(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
             continue
         for n, line in enumerate(text.splitlines(), 1):
             try:
-                row = json.loads(line)
+                row = _parse(line)
+            except _NotANumber as exc:
+                raise KernbenchError(f"{path}:{n}: {exc} is not a number (JSON has no NaN or "
+                                     "Infinity)") from None
             except (ValueError, RecursionError):
                 raise KernbenchError(f"{path}:{n}: not JSON: expected `run --json` output or a "
                                      "sweep's .jsonl rows") from None
@@ -58,8 +77,12 @@ def load_runs(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
 
 def _checked(run: dict[str, Any], where: str) -> dict[str, Any]:
     """`run` if it has the shape of a `run --json` object where `metrics` reads it."""
-    def number(value: Any) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    def number(value: Any) -> bool:  # finite, and an integer within 64 bits
+        if isinstance(value, bool):
+            return False
+        if isinstance(value, int):
+            return -2**63 <= value < 2**63
+        return isinstance(value, float) and math.isfinite(value)
 
     engines, checks = run.get("engines", {}), run.get("checks", [])
     problem = None
