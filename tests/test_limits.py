@@ -70,6 +70,7 @@ def test_compare_refuses_numbers_json_cannot_hold(cli, tmp_path, value, message)
     import json
 
     code, out, _ = cli("run", "softmax", "--timing-only", "--json")
+    assert code == 0
     good = tmp_path / "a.json"
     good.write_text(out)
     run = json.loads(out)
