@@ -95,6 +95,25 @@ def test_missing_and_extra_goldens_are_differences(cli, goldens):
     assert not (goldens / "sharded_gemm.retired.default.json").exists()
 
 
+def test_regen_leaves_json_files_that_are_not_goldens(cli, goldens):
+    other = goldens / "sharded_gemm.notes.json"
+    other.write_text('{"mine": true}\n')
+    assert cli("golden", "check", "--only", QUICK, "--dir", str(goldens))[0] == 0
+    assert cli("golden", "regen", "--only", QUICK, "--dir", str(goldens))[0] == 0
+    assert other.read_text() == '{"mine": true}\n'
+
+
+def test_a_boolean_schema_version_is_not_a_golden(cli, goldens):
+    import json
+
+    path = goldens / "sharded_gemm.composite.default.json"
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "schema_version": True}))
+    code, _, err = cli("golden", "check", "--only", QUICK, "--dir", str(goldens))
+    assert (code, err) == (2, f"error: {path}: schema_version True is not one this kernbench "
+                              f"reads ({data['schema_version']})\n")
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("{not json", "not valid JSON: Expecting property name enclosed in double quotes: line 1 "
                   "column 2 (char 1)"),

@@ -81,7 +81,7 @@ def load(path: Path) -> dict[str, Any]:
         raise GoldenError(f"{path}: not valid JSON: not UTF-8 text") from None
     if not isinstance(data, dict) or "schema_version" not in data:
         raise GoldenError(f"{path}: not a golden (no schema_version)")
-    if data["schema_version"] != SCHEMA_VERSION:
+    if type(data["schema_version"]) is not int or data["schema_version"] != SCHEMA_VERSION:
         raise GoldenError(f"{path}: schema_version {data['schema_version']!r} is not one this "
                           f"kernbench reads ({SCHEMA_VERSION})")
     return data

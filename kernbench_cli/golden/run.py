@@ -76,6 +76,10 @@ def regen(directory: Path, pattern: str | None, write: bool,
     for path in sorted(directory.glob("*.json")):
         name = path.stem
         if name not in known and (pattern is None or fnmatch.fnmatch(name, pattern)):
+            try:
+                rec.load(path)
+            except rec.GoldenError:  # some other JSON file: not ours to judge or remove
+                continue
             differences.append(Difference(name, "(file)", "present", "no such case"))
             if write:
                 path.unlink()
