@@ -22,6 +22,7 @@ import io
 import itertools
 import json
 import os
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -344,7 +345,7 @@ def run_local(spec: Spec, todo: list[Point], jobs: int,
             while (pending or running) and not suspects:
                 while pending and len(running) < jobs:
                     point = pending.pop(0)
-                    running[pool.submit(worker, spec, point)] = point
+                    running[_submit(pool, worker, spec, point)] = point
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in finished:
                     point = running.pop(future)
@@ -473,7 +474,7 @@ def _alone(spec: Spec, point: Point,
     """`point` run in a worker process of its own; None if that process dies too."""
     with _pool(1, _worker_context()) as pool:
         try:
-            return pool.submit(worker, spec, point).result()
+            return _submit(pool, worker, spec, point).result()
         except BrokenProcessPool:
             return None
 
@@ -496,6 +497,16 @@ def _pool(jobs: int, context) -> Iterator[ProcessPoolExecutor]:
             # traceback); it gets no point and ends at once
             pool.shutdown(wait=True, cancel_futures=True)
             raise
+
+
+def _submit(pool: ProcessPoolExecutor, worker, spec: Spec, point: Point) -> Future:
+    """`pool.submit`, with Ctrl-C held back while it may start a worker process: a worker
+    whose start-up is cut off mid-way prints a traceback; the Ctrl-C comes right after."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        return pool.submit(worker, spec, point)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def _leave_interrupts() -> None:

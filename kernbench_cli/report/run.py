@@ -8,6 +8,7 @@ counts only the links or slices the run used.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rich.console import Group
@@ -281,9 +282,9 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
         "latency_ps": result.latency_ps,
         "latency_ns": result.latency_ps / 1000,
         "verified": result.verified,
-        "max_abs_err": result.max_abs_err,
+        "max_abs_err": _json_number(result.max_abs_err),
         "checks": [{"kind": "verification", "name": c.name, "dtype": c.dtype,
-                    "max_abs_err": c.max_abs_err, "atol": c.atol, "rtol": c.rtol,
+                    "max_abs_err": _json_number(c.max_abs_err), "atol": c.atol, "rtol": c.rtol,
                     "passed": c.passed} for c in result.checks]
         + [{"kind": "invariant", "name": i.name, "passed": i.passed, "detail": i.detail}
            for i in result.invariants],
@@ -327,3 +328,9 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
                 for n in ("cpu", "scheduler", "dma", "gemm", "math")}}
             for i, label in enumerate(result.pe_labels)]
     return out
+
+
+def _json_number(value: float | None) -> float | None:
+    """`value` as JSON can hold it: NaN and infinities (an output that is not a number
+    where the reference is) become null; the check's `passed` says it failed."""
+    return value if value is None or math.isfinite(value) else None

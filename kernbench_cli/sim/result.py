@@ -97,4 +97,5 @@ class RunResult:
     def max_abs_err(self) -> float | None:
         if self.timing_only or not self.checks:
             return None
-        return max(c.max_abs_err for c in self.checks)
+        errors = [c.max_abs_err for c in self.checks]
+        return float("nan") if any(e != e for e in errors) else max(errors)  # NaN: the worst

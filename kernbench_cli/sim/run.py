@@ -12,8 +12,10 @@ lower PE index), at the time the failing PE got to it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,10 +60,11 @@ SHARED_LEVELS = ("hbm", "sram", "noc", "ucie", "sip_link", "rack_link")
 
 def _quiet(fn):
     """Run `fn` with numpy's floating-point warnings off: a kernel's NaNs and overflows are
-    judged by verification (and the kernel writer's reference), not printed by numpy."""
+    judged by verification (and the kernel writer's reference), not printed by numpy. What
+    a kernel prints goes to stderr, so `--json` on stdout stays JSON."""
     @functools.wraps(fn)
     def quiet(*args, **kwargs):
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), contextlib.redirect_stdout(sys.stderr):
             return fn(*args, **kwargs)
     return quiet
 
@@ -258,6 +261,12 @@ def _kernel_fn(kernel: KernelModule, args: dict[str, Any]):
     if code is None:
         raise KernelError(f"{kernel.shown}: kernel must be a function, not "
                           f"{type(fn).__name__}")
+    for test, what in ((inspect.isgeneratorfunction, "a generator"),
+                       (inspect.iscoroutinefunction, "an async function"),
+                       (inspect.isasyncgenfunction, "an async generator")):
+        if test(fn):
+            raise KernelError(f"{kernel.shown}:{code.co_firstlineno}: kernel() is {what}: "
+                              "calling it would run none of its body; write a plain function")
     try:
         inspect.signature(fn).bind(None, **args)
     except TypeError as exc:
@@ -386,10 +395,14 @@ def _verify(kernel: KernelModule, host: Host, params: dict[str, Any],
         dt = NAMES.get(got.dtype, "f32")
         atol, rtol = TOLERANCE[dt]
         g, w = got.astype(np.float64), want.astype(np.float64)
-        err = np.abs(g - w)
-        finite = bool(np.all(np.isfinite(g)))
-        passed = finite and bool(np.all(err <= atol + rtol * np.abs(w)))
-        max_err = float(err.max()) if err.size and finite else float("inf")
+        # as numpy's allclose(equal_nan=True): NaN where the reference has NaN, and the same
+        # infinity, are equal; any other NaN or infinity is an error of NaN or infinity
+        same = (g == w) | (np.isnan(g) & np.isnan(w))
+        with np.errstate(invalid="ignore"):  # inf - inf: NaN, masked by `same`
+            err = np.where(same, 0.0, np.abs(g - w))
+        passed = bool(np.all(same | (np.isfinite(w) & (err <= atol + rtol * np.abs(w)))))
+        max_err = (float("nan") if np.isnan(err).any() else float(err.max())) if err.size \
+            else 0.0
         checks.append(Check(name, dt, max_err, atol, rtol, passed))
     return checks
 
