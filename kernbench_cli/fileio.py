@@ -11,23 +11,34 @@ from typing import BinaryIO
 
 from kernbench_cli.errors import KernbenchError
 
-#: Files this process has read as inputs, and written as outputs (resolved): an output
-#: may be neither (one command never overwrites what it reads, or what it just wrote).
+#: Files the CLI command running has read as inputs, and written as outputs (resolved):
+#: an output may be neither (a command never overwrites what it reads, or what it just
+#: wrote). Kept only while a command runs (`begin_command`), not for library calls.
 _INPUTS: set[Path] = set()
 _OUTPUTS: set[Path] = set()
+_COMMAND = [False]
 
 
 def begin_command() -> None:
-    """A new command starts: forget the inputs and outputs of the one before (tests run
+    """A CLI command starts: forget the inputs and outputs of the one before (tests run
     many commands in one process)."""
     _INPUTS.clear()
     _OUTPUTS.clear()
+    _COMMAND[0] = True
+
+
+def end_command() -> None:
+    """The CLI command has ended: library calls from here on are not checked."""
+    _INPUTS.clear()
+    _OUTPUTS.clear()
+    _COMMAND[0] = False
 
 
 def note_input(path: Path) -> None:
     """`path` is an input of this command: no output of it may go there."""
-    with contextlib.suppress(OSError):  # a loop, a name too long: reading it says so
-        _INPUTS.add(path.resolve())
+    if _COMMAND[0]:
+        with contextlib.suppress(OSError):  # a loop, a name too long: reading it says so
+            _INPUTS.add(path.resolve())
 
 
 def output_target(path: Path, what: str, rewrites_input: bool = False) -> Path:
@@ -112,7 +123,8 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None], what: str) -> No
     except BaseException:  # an interrupt, or a writer's bug: no temporary file stays behind
         Path(tmp).unlink(missing_ok=True)
         raise
-    _OUTPUTS.add(target.resolve())
+    if _COMMAND[0]:
+        _OUTPUTS.add(target.resolve())
 
 
 def read_input(path: Path, limit: int, what: str) -> bytes:

@@ -137,3 +137,14 @@ def test_a_full_stdout_is_a_one_line_error(args):
     with open("/dev/full", "w") as full:
         code, err = _kernbench(args, full)
     assert (code, err) == (1, "error: cannot write to stdout: No space left on device\n")
+
+
+def test_library_calls_are_not_held_to_one_command(cli, run, tmp_path):
+    """The checks are a CLI command's: after one, Python code may write where it wrote."""
+    from kernbench_cli.sim.trace_file import write_trace
+
+    trace = tmp_path / "t.trace"
+    assert cli("run", str(KERNEL), "--timing-only", "--record", str(trace))[0] == 0
+    result = run("load_dot", "one", timing_only=True)
+    write_trace(trace, result.trace)
+    write_trace(trace, result.trace)

@@ -42,9 +42,15 @@ class KernbenchGroup(TyperGroup):
     """
 
     def invoke(self, ctx):
-        from kernbench_cli.fileio import begin_command
+        from kernbench_cli.fileio import begin_command, end_command
 
         begin_command()
+        try:
+            return self._invoke(ctx)
+        finally:
+            end_command()
+
+    def _invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except KernbenchError as exc:
