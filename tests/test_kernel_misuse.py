@@ -60,3 +60,17 @@ def test_nan_and_infinity_verify_as_numpy_allclose_with_equal_nan():
     assert not stray.passed and stray.max_abs_err != stray.max_abs_err  # NaN, not inf
     wrong_sign = _verify(np.array([np.inf], np.float32), np.array([-np.inf], np.float32))
     assert not wrong_sign.passed and wrong_sign.max_abs_err == np.inf
+
+
+def test_a_tensor_cut_short_by_an_interrupt_is_dropped_quietly(monkeypatch):
+    """An interrupt between a tensor's creation and its __init__ leaves one without `tcm`:
+    dropping it must not print an "Exception ignored in __del__" traceback."""
+    import sys
+
+    from kernbench_cli.lang.tensor import Tensor
+
+    raised = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda info: raised.append(info))
+    half = object.__new__(Tensor)
+    del half
+    assert raised == []

@@ -44,8 +44,10 @@ class Tensor:
         self.nbytes = math.prod(shape) * dtype.itemsize if nbytes is None else nbytes
 
     def __del__(self) -> None:
-        if self.tcm is not None:  # dropped: its TCM is free again
-            self._tl._tcm.free(self.tcm)
+        # (no `tcm` yet: an interrupt cut its __init__ short, and it holds no TCM)
+        tcm = getattr(self, "tcm", None)
+        if tcm is not None:  # dropped: its TCM is free again
+            self._tl._tcm.free(tcm)
 
     def __repr__(self) -> str:
         return f"Tensor({NAMES[self.dtype]}{list(self.shape)}, made by command {self.cmd})"
