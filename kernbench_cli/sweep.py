@@ -486,7 +486,7 @@ def _pool(jobs: int, context) -> Iterator[ProcessPoolExecutor]:
     runs one point and is replaced: nothing a kernel leaves in a module or class (a counter
     in a helper, an attribute on `type(tl)`) reaches the next point."""
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context, max_tasks_per_child=1,
-                             initializer=_leave_interrupts) as pool:
+                             initializer=_leave_interrupts, initargs=(os.getpid(),)) as pool:
         try:
             yield pool
         except KeyboardInterrupt:
@@ -509,8 +509,31 @@ def _submit(pool: ProcessPoolExecutor, worker, spec: Spec, point: Point) -> Futu
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
-def _leave_interrupts() -> None:
-    """In a worker: Ctrl-C reaches the whole process group; the sweep handles it."""
-    import signal
+def _leave_interrupts(sweep: int) -> None:
+    """In a worker: Ctrl-C reaches the whole process group; the sweep handles it. The worker
+    also ends as soon as the sweep (process `sweep`) is gone, even by SIGKILL: no orphan
+    goes on with its point, holding the sweep's pipes."""
+    import threading
+    import time
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def gone() -> bool:
+        try:
+            os.kill(sweep, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:  # there, but not ours to signal
+            return False
+        try:  # Linux: a zombie is gone too (its parent has not reaped it yet)
+            with open(f"/proc/{sweep}/stat") as stat:
+                return stat.read().rpartition(")")[2].split()[0] == "Z"
+        except (OSError, IndexError):
+            return False
+
+    def watch() -> None:
+        while not gone():
+            time.sleep(0.25)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="kernbench-sweep-watch", daemon=True).start()

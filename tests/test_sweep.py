@@ -335,3 +335,23 @@ def test_resume_runs_failed_points_again(cli, tmp_path):
     assert json.loads(text)[1]["result"]["latency_ps"] == good
     again = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["point"] for r in again] == [0, 1] and again[1]["error"] is None
+
+
+def test_a_sigkilled_sweep_leaves_no_worker_holding_its_pipes():
+    """After SIGKILL of the sweep, its workers end within a second, though their points
+    have seconds to go: a reader of the sweep's output (`| tee log`) sees it end."""
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kernbench_cli", "sweep", "gqa_attention", "-t", "sip", "-p",
+         "model=llama3-8b", "-p", "seq_len=131072,262144", "--timing-only", "-j", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    time.sleep(3)  # the workers are timing their points by now
+    proc.kill()
+    start = time.monotonic()
+    proc.stdout.read()
+    proc.stderr.read()  # EOF: every process that held the pipes is gone
+    assert time.monotonic() - start < 2.0
+    proc.wait()
