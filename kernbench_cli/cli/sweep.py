@@ -66,21 +66,7 @@ def sweep(
     """Run KERNEL at every point of the axes; a table of the points, as given."""
     from kernbench_cli.sweep import Results, Spec, cost_only, points, record, run_dask, run_local
 
-    if out is not None and out.suffix not in (".jsonl", ".csv"):
-        raise KernbenchError(f"--out {str(out)!r}: the results file must end in .jsonl or .csv")
-    if resume and out is None:
-        raise KernbenchError("--resume needs --out, the results file to resume")
-    if jobs is not None and not 1 <= jobs <= MAX_JOBS:
-        raise KernbenchError(f"--jobs {jobs}: needs 1 to {MAX_JOBS} workers")
-    from kernbench_cli.sim.kernels import kernel_file
-
-    kernel_file(kernel)  # an unknown kernel is bad input, before any point runs
-    from kernbench_cli.fileio import check_outputs, note_input
-
-    for given in (kernel, topology, costs, replay):  # files the points read
-        if given is not None and Path(given).is_file():
-            note_input(Path(given))
-    check_outputs({"--out": out, "--plot": plot}, rewrites=("--out",) if resume else ())
+    _check_options(kernel, topology, costs, replay, out, plot, resume, jobs)
     todo = points(sets or [], param or [], zipped)
     axis_keys = list(todo[0].axes) if todo else []
     if plot is not None:
@@ -177,6 +163,27 @@ class _progress:
     def __exit__(self, *exc) -> None:
         if self.bar is not None:
             self.bar.__exit__(*exc)
+
+
+def _check_options(kernel: str, topology: str | None, costs: Path | None,
+                   replay: Path | None, out: Path | None, plot: Path | None, resume: bool,
+                   jobs: int | None) -> None:
+    """What can be checked before any point runs: the options, the kernel, and that the
+    outputs may be written (not over a file the points read)."""
+    from kernbench_cli.fileio import check_outputs, note_input
+    from kernbench_cli.sim.kernels import kernel_file
+
+    if out is not None and out.suffix not in (".jsonl", ".csv"):
+        raise KernbenchError(f"--out {str(out)!r}: the results file must end in .jsonl or .csv")
+    if resume and out is None:
+        raise KernbenchError("--resume needs --out, the results file to resume")
+    if jobs is not None and not 1 <= jobs <= MAX_JOBS:
+        raise KernbenchError(f"--jobs {jobs}: needs 1 to {MAX_JOBS} workers")
+    kernel_file(kernel)  # an unknown kernel is bad input, before any point runs
+    for given in (kernel, topology, costs, replay):  # files the points read
+        if given is not None and Path(given).is_file():
+            note_input(Path(given))
+    check_outputs({"--out": out, "--plot": plot}, rewrites=("--out",) if resume else ())
 
 
 def _identity(spec) -> str:

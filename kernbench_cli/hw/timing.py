@@ -446,7 +446,7 @@ class Timing:
         c_load, c_store, c_dot, c_math = issue.load, issue.store, issue.dot, issue.math
         c_wait, c_send, c_recv = issue.wait, issue.send, issue.recv
         peek = self.env.peek
-        path, flow, fair = self._path, self._flow, self.fair
+        path, shared = self._path, self._shared
         shift = self._region_shift
         inbound: dict[int, tuple[Path, bool]] = {}  # this PE's routes, by address region
         outbound: dict[int, tuple[Path, bool]] = {}
@@ -512,16 +512,10 @@ class Timing:
                 pages = _pages(route, addr, col_rows[i], col_size[i], col_arg[i])
                 if private:
                     start, done = dma.transfer(dispatched, col_size[i], route, pages)
-                elif fair:
-                    proc.at = i
-                    start, done = yield from flow(proc, dma, dispatched, col_size[i], route,
-                                                  pages)
                 else:
-                    if t >= peek():  # circuit: book shared calendars in issue order
-                        proc.at = i
-                        proc.wake_at(t)
-                        yield
-                    start, done = dma.transfer(dispatched, col_size[i], route, pages)
+                    proc.at = i
+                    start, done = yield from shared(proc, dma, t, dispatched, col_size[i],
+                                                    route, pages)
                 whys[i] = (_why(ENGINE, dma.last) if start > dispatched else
                            _why(SCHEDULER, sched.last) if dispatched > t else _why(ISSUED, me))
                 dma.last = me
@@ -598,15 +592,10 @@ class Timing:
                 pages = _pages(route, addr, col_rows[i], col_size[i], col_arg[i])
                 if private:
                     start, done = dma.transfer(ready, col_size[i], route, pages)
-                elif fair:
-                    proc.at = i
-                    start, done = yield from flow(proc, dma, ready, col_size[i], route, pages)
                 else:
-                    if t >= peek():  # circuit: book shared calendars in issue order
-                        proc.at = i
-                        proc.wake_at(t)
-                        yield
-                    start, done = dma.transfer(ready, col_size[i], route, pages)
+                    proc.at = i
+                    start, done = yield from shared(proc, dma, t, ready, col_size[i], route,
+                                                    pages)
                 whys[i] = _why(ENGINE, dma.last) if start > ready else why
                 dma.last = me
                 if dma.waited_on is not None:
@@ -866,6 +855,18 @@ class Timing:
             proc.tcm_peak = (used, t, proc.at)
 
     # ------------------------------------------------------------------ transfers
+
+    def _shared(self, proc: _Proc, dma: DmaEngine, issued: int, ready: int, nbytes: int,
+                path: Path, pages: int) -> Iterator[None]:
+        """A load's or store's transfer (issued at `issued`) over a path other PEs use too:
+        fair-shared (`_flow`), or circuit-style, booked once global time reaches its issue
+        (bookings on shared calendars in issue order); (start, end)."""
+        if self.fair:
+            return (yield from self._flow(proc, dma, ready, nbytes, path, pages))
+        if issued >= self.env.peek():
+            proc.wake_at(issued)
+            yield
+        return dma.transfer(ready, nbytes, path, pages)
 
     def _flow(self, proc: _Proc, dma: DmaEngine, ready: int, nbytes: int, path: Path,
               pages: int = 0) -> Iterator[None]:
