@@ -72,7 +72,6 @@ class FairShare:
         self.on: dict[Calendar, list[Flow]] = {}  # resource -> flows crossing it now
         self.now = 0  # the time of the last start or end solved
         self.flows = 0
-        self.solves = 0  # allocations computed with more than one flow (benchmarks)
 
     def start(self, t: int, nbytes: int, links: tuple[Calendar, ...], solo_ps: int,
               owner: int) -> Flow:
@@ -141,7 +140,6 @@ class FairShare:
 
     def _solve(self, flows: list[Flow], t: int) -> None:
         """Progressive filling over `flows` at time `t`; moves their end events."""
-        self.solves += 1
         for flow in flows:  # bytes crossed since the last solve, at the old rate
             if flow.cap is None:
                 flow.cap = flow.rate = flow.slowest = Fraction(flow.nbytes * PS_PER_S,
