@@ -8,6 +8,11 @@ frame, so its traceback holds the kernel line it was on. `KernelTimeout` is a
 `BaseException` so a kernel's ``except Exception`` cannot swallow it, and it
 stops the whole pass (every other PE would loop the same way).
 
+Python ignores (prints and drops) an exception raised inside a `__del__`, so a
+tick that lands in one (a kernel dropping temporary tensors in its loop) waits
+for the next tick; the timer keeps ticking until the block ends, so a timeout
+swallowed anywhere else is raised again a tick later.
+
 A signal handler only runs on the main thread: elsewhere (a Dask worker's
 thread) the watch is off and `--max-commands` is the only limit.
 """
@@ -31,6 +36,15 @@ class KernelTimeout(BaseException):
         self.limit = limit
 
 
+def _in_finaliser(frame) -> bool:
+    """Whether `frame` runs inside a `__del__`, where a raised exception is dropped."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
 @contextmanager
 def watchdog(progress, limit: float):
     """Stop the code in the block with `KernelTimeout` once ``progress()`` (a count of
@@ -45,8 +59,7 @@ def watchdog(progress, limit: float):
         now, count = time.monotonic(), progress()
         if count != seen[0]:
             seen[0], seen[1] = count, now
-        elif now - seen[1] >= limit:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+        elif now - seen[1] >= limit and not _in_finaliser(frame):
             raise KernelTimeout(limit)
 
     previous = signal.signal(signal.SIGALRM, check)
