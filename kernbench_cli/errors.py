@@ -103,6 +103,12 @@ class GoldenMismatch(KernbenchError):
     exit_code = 1
 
 
+class OutputError(KernbenchError):
+    """An output file could not be written (a full disk, a quota, an I/O error)."""
+
+    exit_code = 1
+
+
 class SweepError(KernbenchError):
     """Points of a sweep failed (each row says why); the others completed."""
 

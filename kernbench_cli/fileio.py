@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from kernbench_cli.errors import KernbenchError
+from kernbench_cli.errors import KernbenchError, OutputError
 
 #: Files the CLI command running has read as inputs, and written as outputs (resolved):
 #: an output may be neither (a command never overwrites what it reads, or what it just
@@ -88,7 +89,8 @@ def check_outputs(outputs: dict[str, Path | None], rewrites: tuple[str, ...] = (
         seen[target] = what
 
 
-def atomic_write(path: Path, write: Callable[[BinaryIO], None], what: str) -> None:
+def atomic_write(path: Path, write: Callable[[BinaryIO], None], what: str,
+                 rewrites_input: bool = False) -> None:
     """Call `write` on a temporary file beside `path`, then move it into place.
 
     A failure or an interrupt leaves no partial file and no temporary one (a
@@ -96,12 +98,12 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None], what: str) -> No
     the file gets the usual mode (0666 less the umask). Only a regular file is
     replaced: a symlink's target is written (the link stays); a device, FIFO,
     socket or folder is refused, and so is a file the command reads or already
-    wrote (`output_target`). `what` names the option or command in errors
-    (``--save``).
+    wrote (`output_target`; `rewrites_input` lets it replace an input it was
+    read from). `what` names the option or command in errors (``--save``).
     """
     import tempfile  # here: the light commands (decode) read inputs but write nothing
 
-    target = output_target(path, what)
+    target = output_target(path, what, rewrites_input)
     folder = target.parent if str(target.parent) else Path(".")
     # the temporary name stays within the file system's 255-byte name limit
     prefix = f".{target.name}." if len(target.name.encode()) <= 200 else ".kernbench."
@@ -117,9 +119,9 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None], what: str) -> No
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, target)
-    except OSError as exc:
+    except OSError as exc:  # a full disk or quota: not the input's fault
         Path(tmp).unlink(missing_ok=True)
-        raise KernbenchError(f"{what} {path}: {exc.strerror or exc}") from None
+        raise OutputError(f"{what} {path}: cannot write: {exc.strerror or exc}") from None
     except BaseException:  # an interrupt, or a writer's bug: no temporary file stays behind
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -153,3 +155,47 @@ def read_input(path: Path, limit: int, what: str) -> bytes:
             return handle.read(limit + 1)
     except OSError as exc:
         raise KernbenchError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+class _Unheld:
+    """A number in a JSON input that kernbench cannot hold, kept to name it in the error."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+def _json_int(text: str) -> int | _Unheld:
+    if len(text) > 21:  # past 64 bits, and before int() meets Python's 4,300-digit limit
+        return _Unheld(text)
+    value = int(text)
+    return value if -2**63 <= value < 2**64 else _Unheld(text)
+
+
+def _json_float(text: str) -> float | _Unheld:
+    value = float(text)
+    return value if value - value == 0 else _Unheld(text)  # 1e400 is inf: not a number
+
+
+def parse_json(text: str, where: str):
+    """`json.loads(text)` taking only numbers kernbench can hold: NaN, Infinity, a float past
+    its range (1e400) or an integer past 64 bits is a `KernbenchError` naming `where` and the
+    key. Malformed JSON is json's ValueError (and deep nesting a RecursionError), for the
+    caller to word."""
+    value = json.loads(text, parse_constant=_Unheld, parse_int=_json_int,
+                       parse_float=_json_float)
+    todo = [(value, "")]
+    while todo:
+        item, key = todo.pop()
+        if isinstance(item, _Unheld):
+            text = item.text
+            shown = text if len(text) <= 24 else f"{text[:8]}…{text[-4:]} ({len(text):,} digits)"
+            raise KernbenchError(f"{where}: {key or 'the value'}: {shown} is not a number "
+                                 "kernbench reads (finite, integers within 64 bits; JSON has "
+                                 "no NaN or Infinity)")
+        if isinstance(item, dict):
+            todo.extend((v, f"{key}.{k}" if key else str(k)) for k, v in item.items())
+        elif isinstance(item, list):
+            todo.extend((v, f"{key}[{i}]") for i, v in enumerate(item))
+    return value

@@ -17,6 +17,7 @@ configuration error is that point's row, not the end of the sweep.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import itertools
@@ -31,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernbench_cli.errors import KernbenchError, ParamError
-from kernbench_cli.fileio import read_input
+from kernbench_cli.errors import KernbenchError, OutputError, ParamError
+from kernbench_cli.fileio import atomic_write, parse_json, read_input
 
 
 @dataclass(frozen=True)
@@ -227,6 +228,8 @@ class Results:
     #: takes only a file whose rows all do
     sweep: str = ""
     done: dict[str, dict[str, Any]] = field(default_factory=dict)  # point key -> row (resume)
+    _fresh: bool = True  # the first write replaces the file (no --resume)
+    _handle: Any = None
 
     @property
     def csv(self) -> bool:
@@ -235,7 +238,8 @@ class Results:
     def load(self) -> None:
         """The rows already in the file, for --resume: a file of another sweep (or not of one)
         is refused untouched; a torn last line and the rows of failed points are dropped (the
-        points run again) and the file rewritten without them."""
+        points run again) and the file rewritten (whole, atomically) without them. Rows are
+        then appended to it."""
         if self.path is None or not self.path.is_file():
             return
         try:
@@ -243,19 +247,26 @@ class Results:
         except UnicodeDecodeError:
             raise KernbenchError(f"{self.path}: not a sweep results file (not text); "
                                  "--resume needs one") from None
+        if not text:  # an empty file: nothing to resume, nothing to lose
+            return
         torn = not text.endswith("\n")  # an interrupted write: keep the complete lines only
         if torn:
             text = text[:text.rfind("\n") + 1]
         rows = []
         try:
+            if not text.strip():  # the first row is written whole: a file without one is
+                raise ValueError("no complete row")  # not what a sweep leaves
             if self.csv:
+                if text.splitlines(keepends=True)[0] != self._header():
+                    raise ValueError("not this sweep's header")
                 for rec in csv.DictReader(io.StringIO(text)):
                     axes = {k: rec[k] for k in self.axis_keys}
                     rows.append({"point": int(rec["point"]), "axes": axes,
                                  "error": rec["error"] or None, "result": _csv_result(rec),
                                  "sweep": rec["sweep"]})
             else:
-                rows = [json.loads(line) for line in text.splitlines()]
+                rows = [parse_json(line, f"{self.path}:{n}")
+                        for n, line in enumerate(text.splitlines(), 1)]
                 if not all(isinstance(r, dict) and {"axes", "error", "sweep"} <= r.keys()
                            for r in rows):
                     raise ValueError("a row without axes, error or sweep")
@@ -270,31 +281,67 @@ class Results:
         for row in kept:
             self.done[json.dumps(row["axes"], sort_keys=True)] = row
         if torn or len(kept) < len(rows):  # only once the rows are known to be ours
-            handle = self.open(fresh=True)
-            for row in kept:
-                self.write(handle, row)
-            handle.close()
+            lines = b"".join(self._line(row).encode() for row in kept)
+            atomic_write(self.path, lambda out: out.write(self._header().encode() + lines),
+                         "--out", rewrites_input=True)
+        self._fresh = False
 
-    def open(self, fresh: bool):
+    def write(self, row: dict[str, Any]) -> None:
+        """Append `row`, flushed to the disk. A fresh sweep's first row replaces the file whole
+        (a sweep that fails before then leaves the old file as it was); a later write that
+        fails (a full disk) is cut back off, so the file ends with a whole row, and is an
+        `OutputError`."""
         if self.path is None:
-            return None
-        handle = self.path.open("w" if fresh else "a", newline="")
-        if self.csv and (fresh or handle.tell() == 0):
-            csv.writer(handle).writerow(["point", *self.axis_keys, *CSV_RESULT, "error",
-                                         "sweep"])
-            handle.flush()
-        return handle
-
-    def write(self, handle, row: dict[str, Any]) -> None:
-        if handle is None:
             return
+        line = self._line(row).encode()
+        if self._fresh:  # the old file stays until the new one has its first row
+            atomic_write(self.path, lambda out: out.write(self._header().encode() + line),
+                         "--out")
+            self._fresh = False
+            return
+        if self._handle is None:
+            try:
+                self._handle = self.path.open("ab", buffering=0)
+            except OSError as exc:
+                raise KernbenchError(f"--out {self.path}: {exc.strerror or exc}") from None
+            if self._handle.tell() == 0:
+                self._append(self._header().encode())
+        self._append(line)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+    def _append(self, data: bytes) -> None:
+        handle = self._handle  # unbuffered: a failed write has nothing left to flush
+        at = handle.tell()
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[handle.write(view):]
+            os.fsync(handle.fileno())
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                handle.truncate(at)
+            self.close()
+            raise OutputError(f"--out {self.path}: cannot write: {exc.strerror or exc} "
+                              "(the rows before are kept; --resume runs the rest)") from None
+
+    def _header(self) -> str:
+        if not self.csv:
+            return ""
+        text = io.StringIO(newline="")
+        csv.writer(text).writerow(["point", *self.axis_keys, *CSV_RESULT, "error", "sweep"])
+        return text.getvalue()
+
+    def _line(self, row: dict[str, Any]) -> str:
         row = {**row, "sweep": self.sweep}
-        if self.csv:
-            csv.writer(handle).writerow(_csv_row(row, self.axis_keys))
-        else:
-            handle.write(json.dumps(row, sort_keys=True) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+        if not self.csv:
+            return json.dumps(row, sort_keys=True) + "\n"
+        text = io.StringIO(newline="")
+        csv.writer(text).writerow(_csv_row(row, self.axis_keys))
+        return text.getvalue()
 
 
 # ---------------------------------------------------------------------- the pool
@@ -419,14 +466,31 @@ def run_bundled(spec: Spec, files: dict[str, bytes], point: Point) -> dict[str, 
     return row
 
 
+def check_dask_address(address: str) -> None:
+    """A one-line error unless Dask is installed and `address` can name its scheduler."""
+    try:
+        import distributed  # noqa: F401  (the package itself: its parts may be loaded already)
+        from distributed.comm.addressing import parse_address, parse_host_port
+    except ImportError:
+        raise KernbenchError("--dask needs Dask: pip install 'kernbench[dask]'") from None
+    try:
+        scheme, where = parse_address(address, strict=False)
+        if scheme in ("tcp", "tls"):
+            host, port = parse_host_port(where, 8786)
+            if not host or not 0 < port < 65536:
+                raise ValueError("no host, or a port outside 1 to 65535")
+    except (ValueError, TypeError) as exc:
+        raise KernbenchError(f"--dask {address}: not a scheduler address ({exc}); give "
+                             "tcp://HOST:PORT") from None
+
+
 def run_dask(address: str, spec: Spec, todo: list[Point],
              on_row: Callable[[dict[str, Any]], None]) -> None:
     """Run `todo` on the Dask cluster at `address`; `on_row` gets each row in point order.
     A task whose worker dies is retried by Dask once, then is a failed row."""
-    try:
-        from distributed import Client, as_completed
-    except ImportError:
-        raise KernbenchError("--dask needs Dask: pip install 'kernbench[dask]'") from None
+    check_dask_address(address)
+    from distributed import Client, as_completed
+
     files = bundle(spec)
     try:
         client = Client(address, timeout="10s")

@@ -20,6 +20,7 @@ from typer.core import TyperGroup
 from kernbench_cli.cli import addr, compare, golden, kernels, run, sweep, topology
 from kernbench_cli.cli.common import plain_metavars
 from kernbench_cli.errors import KernbenchError
+from kernbench_cli.lang.confine import Interrupted
 
 #: Exit codes besides a `KernbenchError`'s own (2 bad input, 1 a run that went wrong).
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in kernbench
@@ -139,7 +140,7 @@ def _quiet_stdout() -> None:
 
 def _terminate(signum, frame) -> None:
     """SIGTERM ends a run as Ctrl-C does: temporary files removed, exit 130."""
-    raise KeyboardInterrupt
+    raise Interrupted
 
 
 plain_metavars()

@@ -23,7 +23,7 @@ from kernbench_cli.cli.common import (
 from kernbench_cli.errors import KernbenchError, RaceError, VerificationError
 from kernbench_cli.fileio import check_outputs
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
-from kernbench_cli.lang.watchdog import DEFAULT_KERNEL_TIMEOUT
+from kernbench_cli.lang.watchdog import DEFAULT_KERNEL_TIMEOUT, MIN_KERNEL_TIMEOUT
 
 ChromeTraceOpt = Annotated[Path | None, typer.Option(
     "--chrome-trace",
@@ -69,6 +69,10 @@ def run(
 
     if save is not None and timing_only:
         raise KernbenchError("--save needs values: it cannot go with --timing-only")
+    if kernel_timeout != 0 and not kernel_timeout >= MIN_KERNEL_TIMEOUT:  # NaN too
+        raise KernbenchError(f"--kernel-timeout {kernel_timeout:g}: needs 0 (no limit) or at "
+                             f"least {MIN_KERNEL_TIMEOUT:g} s (the watch looks every "
+                             "millisecond)")
     module = load_kernel(kernel)
     amap = load_address_map(topology, costs, sets or ())
     check_outputs({"--save": save, "--record": record, "--chrome-trace": chrome_trace,

@@ -66,7 +66,7 @@ def sweep(
     """Run KERNEL at every point of the axes; a table of the points, as given."""
     from kernbench_cli.sweep import Results, Spec, cost_only, points, record, run_dask, run_local
 
-    _check_options(kernel, topology, costs, replay, out, plot, resume, jobs)
+    _check_options(kernel, topology, costs, replay, out, plot, resume, jobs, dask)
     todo = points(sets or [], param or [], zipped)
     axis_keys = list(todo[0].axes) if todo else []
     if plot is not None:
@@ -86,22 +86,21 @@ def sweep(
     if replay is not None and any(p.params != todo[0].params for p in todo):
         raise KernbenchError("--replay: -p cannot vary (the recording fixed the kernel's "
                              "parameters)")
-    handle = results.open(fresh=not resume)
     tty = sys.stderr.isatty()
     scratch = None
-    if replay is None and timing_only and not no_replay and left and cost_only(todo):
-        # one recording serves every point: record once, replay each
-        import tempfile
-
-        scratch = tempfile.TemporaryDirectory(prefix="kernbench-sweep-")
-        trace = Path(scratch.name) / "sweep.kbtrace"
-        record(spec, todo[0], trace)
-        spec.trace = str(trace)
     try:
+        if replay is None and timing_only and not no_replay and left and cost_only(todo):
+            # one recording serves every point: record once, replay each
+            import tempfile
+
+            scratch = tempfile.TemporaryDirectory(prefix="kernbench-sweep-")
+            trace = Path(scratch.name) / "sweep.kbtrace"
+            record(spec, todo[0], trace)
+            spec.trace = str(trace)
         with _progress(len(left), tty) as advance:
             def on_row(row: dict[str, Any]) -> None:
                 rows[row["point"]] = row
-                results.write(handle, row)
+                results.write(row)
                 advance(row)
 
             if left and dask:
@@ -109,8 +108,7 @@ def sweep(
             elif left:
                 run_local(spec, left, jobs or os.cpu_count() or 1, on_row)
     finally:
-        if handle is not None:
-            handle.close()
+        results.close()
         if scratch is not None:
             scratch.cleanup()
     ordered = [rows[p.index] for p in todo]
@@ -167,7 +165,7 @@ class _progress:
 
 def _check_options(kernel: str, topology: str | None, costs: Path | None,
                    replay: Path | None, out: Path | None, plot: Path | None, resume: bool,
-                   jobs: int | None) -> None:
+                   jobs: int | None, dask: str | None) -> None:
     """What can be checked before any point runs: the options, the kernel, and that the
     outputs may be written (not over a file the points read)."""
     from kernbench_cli.fileio import check_outputs, note_input
@@ -179,6 +177,10 @@ def _check_options(kernel: str, topology: str | None, costs: Path | None,
         raise KernbenchError("--resume needs --out, the results file to resume")
     if jobs is not None and not 1 <= jobs <= MAX_JOBS:
         raise KernbenchError(f"--jobs {jobs}: needs 1 to {MAX_JOBS} workers")
+    if dask:
+        from kernbench_cli.sweep import check_dask_address
+
+        check_dask_address(dask)
     kernel_file(kernel)  # an unknown kernel is bad input, before any point runs
     for given in (kernel, topology, costs, replay):  # files the points read
         if given is not None and Path(given).is_file():

@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from kernbench_cli.errors import KernbenchError
+from kernbench_cli.fileio import parse_json, read_input
 from kernbench_cli.sim.result import RunResult
 
 SCHEMA_VERSION = 1
+MAX_GOLDEN_BYTES = 2**26  # a golden is a few KiB
 
 
 class GoldenError(KernbenchError):
@@ -74,9 +76,11 @@ def dumps(record: dict[str, Any]) -> str:
 def load(path: Path) -> dict[str, Any]:
     """Read a golden; GoldenError names the file and what is wrong with it."""
     try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise GoldenError(f"{path}: not valid JSON: {exc}") from None
+        data = parse_json(read_input(path, MAX_GOLDEN_BYTES, "a golden").decode(), str(path))
+    except KernbenchError as exc:
+        raise GoldenError(str(exc)) from None
+    except (ValueError, RecursionError) as exc:
+        raise GoldenError(f"{path}: not valid JSON: {str(exc)[:200]}") from None
     except UnicodeDecodeError:
         raise GoldenError(f"{path}: not valid JSON: not UTF-8 text") from None
     if not isinstance(data, dict) or "schema_version" not in data:

@@ -71,7 +71,7 @@ def regen(directory: Path, pattern: str | None, write: bool,
         if write and (old is None or rec.diff(old, new)):
             text = rec.dumps(new)
             atomic_write(directory / f"{case.name}.json", lambda out, t=text: out.write(
-                t.encode()), "golden regen")
+                t.encode()), "golden regen", rewrites_input=True)  # the golden it replaces
     known = {c.name for c in CASES}
     for path in sorted(directory.glob("*.json")):
         name = path.stem

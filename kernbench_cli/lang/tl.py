@@ -24,6 +24,7 @@ import sys
 from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -582,16 +583,19 @@ class TL:
         return Tensor(self, shape_t, x.dtype, value, x.cmd, None, base=x)
 
 
-def functional_pass(launch: Launch, kernel: Callable[[TL], None]) -> list[TL]:
+def functional_pass(launch: Launch, kernel: Callable[[TL], None],
+                    guard: AbstractContextManager | None = None) -> list[TL]:
     """Run `kernel(tl)` on every PE of `launch` until each has ended or waits for good.
 
     `kernel` handles its own errors (it is the launcher's wrapper around the
-    kernel); streams end where a PE stopped. Returns each PE's `TL`.
+    kernel); streams end where a PE stopped. The kernels run inside `guard`
+    (the watchdog), their streams are made after it. Returns each PE's `TL`.
     """
     hub = launch.hub
     threads = [hub.thread(pid) for pid in range(len(launch.system.pes))]
     tls = [TL(launch, pid, thread) for pid, thread in enumerate(threads)]
-    hub.run(threads, [(lambda tl=tl: kernel(tl)) for tl in tls])
+    with guard or nullcontext():
+        hub.run(threads, [(lambda tl=tl: kernel(tl)) for tl in tls])
     program = launch.program
     for tl in tls:
         program.tcm_peak[tl._pid] = tl._tcm.peak

@@ -7,7 +7,6 @@ utilisation, the verdicts (bound by, verified, physical invariants held).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -16,22 +15,10 @@ from rich.table import Table
 
 from kernbench_cli.config.units import format_time_ps
 from kernbench_cli.errors import KernbenchError
-from kernbench_cli.fileio import read_input
+from kernbench_cli.fileio import parse_json, read_input
 
 #: Bytes of a results file worth reading.
 MAX_RESULTS_BYTES = 2**32
-
-
-class _NotANumber(ValueError):
-    """NaN, Infinity or -Infinity in a results file: JSON has no such numbers."""
-
-
-def _no_constant(name: str) -> None:
-    raise _NotANumber(name)
-
-
-def _parse(text: str) -> Any:
-    return json.loads(text, parse_constant=_no_constant)
 
 
 def load_runs(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
@@ -44,10 +31,7 @@ def load_runs(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
             raise KernbenchError(f"{path}: not text: expected `run --json` output or a "
                                  "sweep's .jsonl rows") from None
         try:
-            whole = _parse(text)
-        except _NotANumber as exc:
-            raise KernbenchError(f"{path}: {exc} is not a number (JSON has no NaN or "
-                                 "Infinity)") from None
+            whole = parse_json(text, str(path))
         except (ValueError, RecursionError):
             whole = None
         if isinstance(whole, dict) and "latency_ps" in whole:
@@ -55,10 +39,7 @@ def load_runs(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
             continue
         for n, line in enumerate(text.splitlines(), 1):
             try:
-                row = _parse(line)
-            except _NotANumber as exc:
-                raise KernbenchError(f"{path}:{n}: {exc} is not a number (JSON has no NaN or "
-                                     "Infinity)") from None
+                row = parse_json(line, f"{path}:{n}")
             except (ValueError, RecursionError):
                 raise KernbenchError(f"{path}:{n}: not JSON: expected `run --json` output or a "
                                      "sweep's .jsonl rows") from None

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from typing import Any
 
 from kernbench_cli.errors import ParamError, clip
 from kernbench_cli.fileio import note_input
+from kernbench_cli.lang.confine import Interrupted, KernelMisuse, confined
 from kernbench_cli.resources import data_dir
 
 REQUIRED_NAMES = ("PARAMS", "setup", "kernel", "reference", "outputs")
@@ -113,15 +115,16 @@ def _loaded(spec: str, path: Path, shown: str, module_name: str) -> KernelModule
     module = importlib.util.module_from_spec(loader_spec)
     sys.path.insert(0, str(path.parent))  # a kernel may import helpers beside it
     try:
-        loader_spec.loader.exec_module(module)
-    except KeyboardInterrupt:
+        with confined():
+            loader_spec.loader.exec_module(module)
+    except Interrupted:
         raise
     except OSError as exc:
         raise ParamError(f"{shown}: cannot read the kernel: {exc.strerror or exc}") from None
     except BaseException as exc:  # SyntaxError, ImportError, sys.exit() at import, …
         line = _line_in(exc, str(path))
-        raise ParamError(f"{shown}:{line}: loading the kernel failed: "
-                          f"{type(exc).__name__}: {exc}") from None
+        what = str(exc) if isinstance(exc, KernelMisuse) else f"{type(exc).__name__}: {exc}"
+        raise ParamError(f"{shown}:{line}: loading the kernel failed: {what}") from None
     finally:
         sys.path.remove(str(path.parent))
         sys.modules.pop(module_name, None)
@@ -181,8 +184,9 @@ def _check_module(module: ModuleType, shown: str) -> None:
 
 def _line_in(exc: BaseException, filename: str) -> int | str:
     tb, line = exc.__traceback__, "?"
+    filename = os.path.abspath(filename)  # the import names the module by its absolute path
     while tb is not None:
-        if tb.tb_frame.f_code.co_filename == filename:
+        if os.path.abspath(tb.tb_frame.f_code.co_filename) == filename:
             line = tb.tb_lineno
         tb = tb.tb_next
     if isinstance(exc, SyntaxError) and exc.lineno:

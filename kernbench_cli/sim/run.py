@@ -40,6 +40,7 @@ from kernbench_cli.hw.pe import ENGINES
 from kernbench_cli.hw.system import System
 from kernbench_cli.hw.timing import Stuck, Timing, TimingError
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
+from kernbench_cli.lang.confine import Interrupted, KernelMisuse, confined
 from kernbench_cli.lang.dtypes import NAMES, TOLERANCE
 from kernbench_cli.lang.memory import Memory
 from kernbench_cli.lang.tl import Launch, functional_pass, kernel_line
@@ -61,10 +62,11 @@ SHARED_LEVELS = ("hbm", "sram", "noc", "ucie", "sip_link", "rack_link")
 def _quiet(fn):
     """Run `fn` with numpy's floating-point warnings off: a kernel's NaNs and overflows are
     judged by verification (and the kernel writer's reference), not printed by numpy. What
-    a kernel prints goes to stderr, so `--json` on stdout stays JSON."""
+    a kernel prints goes to stderr, so `--json` on stdout stays JSON. The kernel's code runs
+    `confined` (no threads, no `os._exit`, its own KeyboardInterrupt an error)."""
     @functools.wraps(fn)
     def quiet(*args, **kwargs):
-        with np.errstate(all="ignore"), contextlib.redirect_stdout(sys.stderr):
+        with np.errstate(all="ignore"), contextlib.redirect_stdout(sys.stderr), confined():
             return fn(*args, **kwargs)
     return quiet
 
@@ -98,15 +100,14 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
         try:
             with np.errstate(all="ignore"):  # a greenlet has its own context: see `_quiet`
                 fn(tl, **args)
-        except (KeyboardInterrupt, KernelTimeout, GreenletExit):
+        except (Interrupted, KernelTimeout, GreenletExit):
             raise
-        except BaseException as exc:  # sys.exit() and the like are the kernel's errors too
+        except BaseException as exc:  # sys.exit(), KeyboardInterrupt: the kernel's errors too
             failures[tl.pid] = exc
 
     watch.begin("functional pass", launch)
     try:
-        with watchdog(lambda: launch.commands, kernel_timeout):
-            functional_pass(launch, body)
+        functional_pass(launch, body, watchdog(lambda: launch.commands, kernel_timeout))
     except KernelTimeout as exc:
         raise _timed_out(kernel, kernel_file, system, launch, exc) from None
     for exc in failures.values():
@@ -293,7 +294,7 @@ def _setup(kernel: KernelModule, host: Host, params: dict[str, Any]) -> dict[str
         raise
     except ValueError as exc:
         raise ParamError(f"{kernel.name}: {exc}") from None
-    except KeyboardInterrupt:
+    except Interrupted:
         raise
     except BaseException as exc:
         raise _located(kernel, exc, "setup") from exc
@@ -305,7 +306,7 @@ def _setup(kernel: KernelModule, host: Host, params: dict[str, Any]) -> dict[str
 def _call(kernel: KernelModule, name: str, *args: Any) -> Any:
     try:
         return kernel.fn(name)(*args)
-    except (KernbenchError, KeyboardInterrupt):
+    except (KernbenchError, Interrupted):
         raise
     except BaseException as exc:
         raise _located(kernel, exc, name) from exc
@@ -320,6 +321,10 @@ def _what(exc: BaseException) -> str:
     """An exception from a kernel module's code, as its error message says it."""
     if isinstance(exc, SystemExit):
         return f"the kernel called sys.exit({exc.code!r})"
+    if isinstance(exc, KernelMisuse):
+        return str(exc)
+    if isinstance(exc, KeyboardInterrupt):
+        return "the kernel raised KeyboardInterrupt (Ctrl-C stops kernbench; a kernel may not)"
     return f"{type(exc).__name__}: {exc}"
 
 

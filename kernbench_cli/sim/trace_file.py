@@ -59,6 +59,8 @@ MATH_CLASSES = ("add", "mul", "div", "cmp", "exp", "log", "sqrt", "reduce", "cas
 
 #: Bytes of a (compressed) trace file worth reading.
 MAX_TRACE_BYTES = 2**34
+#: Bytes of a trace's JSON header worth reading (host allocations, tables: MBs at rack scale).
+MAX_HEADER_BYTES = 2**30
 
 
 class TraceError(KernbenchError):
@@ -108,17 +110,19 @@ def read_trace(path: Path) -> Trace:
     """Read and check a trace file; TraceError names what is wrong."""
     try:
         raw = read_input(path, MAX_TRACE_BYTES, "a trace file")
-        data = gzip.decompress(raw)
     except KernbenchError as exc:
         raise TraceError(str(exc)) from None
-    except (OSError, EOFError, zlib.error) as exc:
-        raise TraceError(f"{path}: not a kernbench trace ({exc})") from None
-    if data.startswith(MAGIC):
-        size = int.from_bytes(data[len(MAGIC):len(MAGIC) + 8], "little")
-        body = len(MAGIC) + 8 + size
-        head = data[len(MAGIC) + 8:body]
-    else:  # version 1 was one JSON document
-        body, head = len(data), data
+    if not raw.startswith(b"\x1f\x8b"):
+        raise TraceError(f"{path}: not a kernbench trace (Not a gzipped file ({raw[:2]!r}))")
+    data = _Inflate(raw, path)
+    start = data.take(len(MAGIC) + 8)
+    if start.startswith(MAGIC):
+        size = int.from_bytes(start[len(MAGIC):], "little")
+        if size > MAX_HEADER_BYTES:
+            raise TraceError(f"{path}: damaged trace: a header of {size:,} bytes")
+        head = data.take(size)
+    else:  # version 1 was one JSON document: enough of it to name its version
+        head = start + data.take(2**20)
     try:
         header = json.loads(head)
     except (ValueError, RecursionError) as exc:  # not JSON, nested too deep, 10^5 digits
@@ -130,10 +134,48 @@ def read_trace(path: Path) -> Trace:
         raise TraceError(f"{path}: trace version {header.get('version')!r} is not one this "
                          f"kernbench reads ({VERSION}); record the run again")
     try:
-        return _trace(header, memoryview(data)[body:])
+        _printable(header)
+        return _trace(header, data.columns(header))
     except (KeyError, TypeError, ValueError, OverflowError, IndexError, AttributeError) as exc:
         what = f"no {clip(exc.args[0])}" if isinstance(exc, KeyError) else str(exc)[:300]
         raise TraceError(f"{path}: damaged trace: {what}") from None
+
+
+class _Inflate:
+    """A trace's bytes, decompressed only as far as asked: a header says how long the columns
+    are, so a file that inflates past them (a gzip bomb) is a damaged trace, not a machine
+    out of memory."""
+
+    def __init__(self, raw: bytes, path: Path):
+        self.inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip
+        self.pending, self.path, self.limit = raw, path, len(raw) * 1032  # deflate's top ratio
+
+    def take(self, n: int) -> bytes:
+        """Up to `n` more bytes (fewer at the end of the data)."""
+        parts, got = [], 0
+        try:
+            while got < n and not self.inflater.eof:
+                part = self.inflater.decompress(self.pending, n - got)
+                self.pending = self.inflater.unconsumed_tail
+                if not part:
+                    break
+                parts.append(part)
+                got += len(part)
+        except zlib.error as exc:
+            raise TraceError(f"{self.path}: not a kernbench trace ({exc})") from None
+        return b"".join(parts)
+
+    def columns(self, header: dict[str, Any]) -> memoryview:
+        """The rest of the data: the stream columns `header`'s lengths call for, and no more."""
+        lengths = _ints(header["lengths"], "lengths")
+        size = sum(lengths) * sum(array(code).itemsize for _, code in COLUMNS)
+        if size > self.limit:
+            raise ValueError(f"its lengths call for {size:,} bytes of columns, more than "
+                             "the file can hold")
+        body = self.take(size + 1)
+        if len(body) <= size and not self.inflater.eof:
+            raise ValueError("the file ends before its gzip stream does")
+        return memoryview(body)
 
 
 def _trace(header: dict[str, Any], columns: memoryview) -> Trace:
@@ -275,6 +317,21 @@ def _list(values: Any, what: str) -> list:
     if not isinstance(values, list):
         raise ValueError(f"{what} is not a list")
     return values
+
+
+def _printable(header: dict[str, Any]) -> None:
+    """ValueError if a string in `header` holds a control character: names from a trace are
+    printed, and a terminal escape in one would be run by the terminal."""
+    todo: list[Any] = [header]
+    while todo:
+        value = todo.pop()
+        if isinstance(value, dict):
+            todo.extend(value.keys())
+            todo.extend(value.values())
+        elif isinstance(value, list):
+            todo.extend(value)
+        elif isinstance(value, str) and not value.isprintable():
+            raise ValueError(f"a string with a control character ({clip(value)})")
 
 
 def _str(value: Any, what: str) -> str:
