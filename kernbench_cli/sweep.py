@@ -168,26 +168,28 @@ def _replay_point(spec: Spec, point: Point, row: dict[str, Any]) -> dict[str, An
     return {**row, "error": None, "result": to_json(result), "replayed": True}
 
 
-def cost_only(todo: list[Point]) -> bool:
-    """Whether the points differ in cost-table keys only (so one recording serves them all)."""
-    from kernbench_cli.config.loader import COSTS_PREFIX
+#: `--set` prefixes a replay re-times (or, for energy, re-counts) without a new recording.
+REPLAYABLE = ("costs.", "energy.")
 
+
+def cost_only(todo: list[Point]) -> bool:
+    """Whether the points differ in cost-table or energy keys only (so one recording serves
+    them all: neither changes a command stream)."""
     first = todo[0]
     return len(todo) > 1 and all(p.params == first.params for p in todo) and all(
-        a == b or a.startswith(COSTS_PREFIX)
+        a == b or a.startswith(REPLAYABLE)
         for p in todo for a, b in zip(p.sets, first.sets, strict=True))
 
 
 def record(spec: Spec, point: Point, path: Path) -> None:
     """Run `point` timing-only and write its command trace to `path` (for a replayed sweep)."""
     from kernbench_cli.address import load_address_map
-    from kernbench_cli.config.loader import COSTS_PREFIX
     from kernbench_cli.sim.kernels import load_kernel, parse_params
     from kernbench_cli.sim.run import run_kernel
     from kernbench_cli.sim.trace_file import write_trace
 
     module = load_kernel(spec.kernel)
-    sets = [s for s in point.sets if not s.startswith(COSTS_PREFIX)]
+    sets = [s for s in point.sets if not s.startswith(REPLAYABLE)]
     amap = load_address_map(spec.topology, Path(spec.costs) if spec.costs else None, sets)
     params = parse_params(module, list(point.params), amap.topology.num_pes)
     result = run_kernel(module, amap, params, seed=spec.seed, timing_only=True)
@@ -196,7 +198,8 @@ def record(spec: Spec, point: Point, path: Path) -> None:
 
 # ---------------------------------------------------------------------- results files
 
-CSV_RESULT = ("latency_ps", "bound", "verified", "gemm_mac_utilization", "hbm_gbps")
+CSV_RESULT = ("latency_ps", "bound", "verified", "gemm_mac_utilization", "hbm_gbps",
+              "energy_pj")
 
 
 def _csv_row(row: dict[str, Any], axis_keys: list[str]) -> list[Any]:
@@ -204,7 +207,8 @@ def _csv_row(row: dict[str, Any], axis_keys: list[str]) -> list[Any]:
     values = [row["point"], *(row["axes"].get(k, "") for k in axis_keys)]
     values += [result.get("latency_ps", ""), (result.get("bound") or {}).get("engine") or "",
                result.get("verified", ""), result.get("gemm_mac_utilization", ""),
-               result.get("hbm_gbps", ""), row["error"] or "", row.get("sweep", "")]
+               result.get("hbm_gbps", ""), (result.get("energy_pj") or {}).get("total", ""),
+               row["error"] or "", row.get("sweep", "")]
     return values
 
 
@@ -215,7 +219,8 @@ def _csv_result(rec: dict[str, str]) -> dict[str, Any] | None:
     return {"latency_ps": int(rec["latency_ps"]), "bound": {"engine": rec["bound"] or None},
             "verified": {"True": True, "False": False}.get(rec["verified"]),
             "gemm_mac_utilization": float(rec["gemm_mac_utilization"]),
-            "hbm_gbps": float(rec["hbm_gbps"])}
+            "hbm_gbps": float(rec["hbm_gbps"]),
+            **({"energy_pj": {"total": float(rec["energy_pj"])}} if rec["energy_pj"] else {})}
 
 
 @dataclass

@@ -180,6 +180,18 @@ def _has(path: Path, text: str) -> None:
     assert path.read_text() == text
 
 
+# ---------------------------------------------------------- 8. orphans; 10. signals in a run
+
+MANY = ",".join(str(n) for n in range(64, 64 + 40))
+case("sweep-killed-leaves-no-orphans", "(bash -c 'echo $$ > pid; exec K sweep softmax -t ONE "
+     f"--timing-only --no-replay -j 2 --set pe.math.lanes={MANY}' 2>&1 | cat > log) & "
+     "sleep 2.5; kill -9 $(cat pid); wait; grep -q 'point 1/40' log", 0, timeout=30,
+     writes=("pid", "log"))
+case("ctrl-c-in-a-run", "set -m; K run gqa_attention -t sip -p model=llama3-8b -p "
+     "seq_len=32768 & sleep 2; kill -INT $!; wait $!", 130, r"^interrupted\n\[1\]")
+case("sigterm-in-a-run", "set -m; K run gqa_attention -t sip -p model=llama3-8b -p "
+     "seq_len=32768 & sleep 2; kill -TERM $!; wait $!", 130, r"^interrupted\n\[1\]")
+
 # ------------------------------------------------------------------- 9. closed, full stdout
 
 case("decode-to-a-closed-stdout", "K decode 0x0 >&-", 141)

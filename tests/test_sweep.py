@@ -71,7 +71,7 @@ def test_a_csv_results_file(cli, tmp_path):
     assert code == 0
     lines = out.read_text().splitlines()
     assert lines[0] == ("point,hbm.bandwidth,costs.issue.load,latency_ps,bound,verified,"
-                        "gemm_mac_utilization,hbm_gbps,error,sweep")
+                        "gemm_mac_utilization,hbm_gbps,energy_pj,error,sweep")
     assert lines[1].startswith("0,102.4GB/s,4ns,542858,gemm,True,")
     assert len(lines) == 5
     code, text, err = cli("sweep", LOAD_DOT, *AXES, "--out", str(out), "--resume", "--json")
@@ -202,7 +202,8 @@ def test_plot_draws_the_sweep(cli, tmp_path):
 @pytest.mark.parametrize(("args", "message"), [
     (("--plot", "s.gif"), "--plot 's.gif': the figure must end in .png, .svg, .pdf"),
     (("--plot", "s.png", "--y", "speed"), "--y 'speed': one of latency, "
-                                          "gemm_mac_utilization, hbm_gbps"),
+                                          "gemm_mac_utilization, hbm_gbps, energy, power, "
+                                          "perf_per_watt"),
     (("--plot", "s.png", "--x", "hbm.latency"), "--x 'hbm.latency': not a swept axis (axes: "
                                                 "hbm.bandwidth, costs.issue.load)"),
 ])

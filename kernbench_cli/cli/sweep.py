@@ -117,9 +117,11 @@ def sweep(
 
         typer.echo(json.dumps(ordered, sort_keys=True, indent=2))
     else:
+        from rich.console import Console
+
         from kernbench_cli.report.sweep import sweep_table
 
-        echo_rich(sweep_table(ordered))
+        echo_rich(sweep_table(ordered, Console().width))
     if plot is not None:
         from kernbench_cli.report.plot import plot as draw
 

@@ -149,6 +149,8 @@ KINDS: dict[str, tuple[Any, str]] = {
     "time": (units.parse_time_ps, "time: ps, ns, us, ms, s"),
     "frequency": (_positive(units.parse_frequency), "frequency: Hz, kHz, MHz, GHz"),
     "bandwidth": (_positive(units.parse_bandwidth), "bandwidth: B/s … TB/s, KiB/s … TiB/s"),
+    "energy": (units.parse_energy, "energy: aJ, fJ, pJ, nJ, uJ"),
+    "power": (units.parse_power, "power: uW, mW, W"),
 }
 
 
@@ -397,6 +399,101 @@ class NetworkConfig(Frozen):
 
 
 # ---------------------------------------------------------------------------
+# Energy
+
+_FGDRAM = ("FGDRAM (O'Connor et al., MICRO 2017) HBM energy breakdown, as AttAcc's "
+           "src/config.py tabulates it: ")
+_HOROWITZ = "Horowitz, 'Computing's energy problem' (ISSCC 2014), 45 nm figures, not scaled"
+_OPERANDS = ("; plus its operands read from and result written to TCM: 3 x 32 bits at "
+             "energy.tcm (0.31 pJ/bit) = 29.8 pJ")
+
+
+@config
+class MathEnergy(Frozen):
+    """Energy of one PE_MATH element, by op class: the operation and its operands' TCM
+    accesses (a vector unit reads its inputs from TCM and writes its result back)."""
+
+    add: int = key("energy", "30.7pJ", "add, sub, neg, abs, fill.",
+                   f"{_HOROWITZ}: f32 add 0.9 pJ{_OPERANDS}.")
+    mul: int = key("energy", "33.5pJ", "mul.", f"{_HOROWITZ}: f32 multiply 3.7 pJ{_OPERANDS}.")
+    div: int = key("energy", "44.8pJ", "div, reciprocal.",
+                   f"Estimate: an iterative divider, 4 f32 multiplies (15 pJ){_OPERANDS}.")
+    cmp: int = key("energy", "30.7pJ", "maximum, minimum, where.", f"As an f32 add{_OPERANDS}.")
+    exp: int = key("energy", "44.8pJ", "exp, tanh.",
+                   f"Estimate: a special-function unit, 4 f32 multiplies{_OPERANDS}.")
+    log: int = key("energy", "44.8pJ", "log.", "As exp.")
+    sqrt: int = key("energy", "44.8pJ", "sqrt, rsqrt.", "As exp.")
+    reduce: int = key("energy", "10.8pJ", "max and sum reductions, per input element.",
+                      f"{_HOROWITZ}: an f32 add 0.9 pJ and one 32-bit TCM read (9.9 pJ).")
+    cast: int = key("energy", "20.7pJ", "dtype conversion.",
+                    "Estimate: an add-class converter 0.9 pJ, a 32-bit TCM read and write.")
+
+
+@config
+class EnergyConfig(Frozen):
+    """What each counted action costs (docs: the energy model). A run's energy is each
+    count times its entry, plus static power times the latency, exactly (integer
+    attojoules)."""
+
+    hbm_activate: int = key(
+        "energy", "0.11pJ", "Per bit of every DRAM page an HBM access opens (ACT and PRE): "
+        "an activate of a 1 KiB page costs 8192 x this; a stream that reads whole pages pays "
+        "it once per bit, 64 B rows 8 KiB apart pay a page each.",
+        _FGDRAM + "cell ACT/PRE 0.11 pJ/bit.")
+    hbm_cell: int = key("energy", "0.44pJ", "Per bit read or written: the cell array.",
+                        _FGDRAM + "cell RD/WR 0.44 pJ/bit.")
+    hbm_column: int = key(
+        "energy", "1.01pJ", "Per bit: column decoder to the bank-group multiplexer.",
+        _FGDRAM + "1.01 pJ/bit.")
+    hbm_bank_group: int = key(
+        "energy", "1.23pJ", "Per bit: bank-group multiplexer to the global I/O.",
+        _FGDRAM + "1.23 pJ/bit.")
+    hbm_tsv: int = key(
+        "energy", "0.5pJ", "Per bit: the TSVs down to the logic die, where the PEs sit (so "
+        "every HBM access pays it; a transfer to another cube then pays its UCIe links).",
+        _FGDRAM + "TSV 0.5 pJ/bit (AttAcc's buffer-die PIM pays the first five terms).")
+    tcm: int = key(
+        "energy", "0.31pJ", "Per bit PE_DMA writes into or reads out of a PE's TCM (every "
+        "byte a load, store, send or receive moves touches TCM once).",
+        _HOROWITZ + ": a 32 KB SRAM, 20 pJ per 64-bit access (a TCM is built of such banks).")
+    sram: int = key("energy", "1.56pJ", "Per bit through the cube-shared SRAM's port.",
+                    _HOROWITZ + ": a 1 MB SRAM, 100 pJ per 64-bit access.")
+    ipcq: int = key(
+        "energy", "0.62pJ", "Per bit of an IPCQ message: written into a ring slot and read "
+        "out of it.", "Two accesses of a 32 KB-class SRAM (energy.tcm) per bit.")
+    noc: int = key("energy", "0.15pJ", "Per bit per NoC link crossed (each hop).",
+                   "Estimate: about 1 mm of on-die wire at ~0.1 pJ/bit/mm plus a router.")
+    ucie: int = key("energy", "0.3pJ", "Per bit per UCIe link crossed (between cubes).",
+                    _FGDRAM + "silicon interposer I/O 0.3 pJ/bit.")
+    sip_link: int = key(
+        "energy", "1.3pJ", "Per bit over a SIP's link to the rack switch.",
+        "AttAcc's src/config.py figure for a device's off-package link (1.3 pJ/bit).")
+    rack_link: int = key(
+        "energy", "30pJ", "Per bit over a rack's link to the system network.",
+        "Estimate: a 400 Gb/s optical port draws about 12 W: 12 W / 400 Gb/s = 30 pJ/bit.")
+    gemm_mac: int = key(
+        "energy", "2.1pJ", "Per MAC of one array pass (an f32 GEMM runs pe.gemm.passes.f32 "
+        "passes, and pays for each), operand delivery from TCM included.",
+        _HOROWITZ + ": f16 multiply 1.1 pJ + add 0.4 pJ, plus each 16-bit operand read "
+        "from TCM (0.31 pJ/bit) shared by the 16 cells of a row or column: ~0.6 pJ.")
+    math: MathEnergy = section(MathEnergy, "PE_MATH, per element, by op class.")
+    cpu_command: int = key(
+        "energy", "100pJ", "Per command PE_CPU issues.",
+        "Estimate: 4 cycles (the default issue cost) of a small in-order core at ~25 pJ per "
+        "instruction.")
+    scheduler_command: int = key(
+        "energy", "20pJ", "Per command PE_SCHEDULER queues and dispatches.",
+        "Estimate: a queue write, a read and a dispatch: a few small-SRAM accesses.")
+    pe_static: int = key(
+        "power", "20mW", "Static (leakage) power of one PE (its engines and TCM), for the "
+        "whole latency.", "Estimate: leakage of a few mm^2 of logic and 2 MiB of SRAM.")
+    cube_static: int = key(
+        "power", "1W", "Static power of one HBM cube (standby and refresh), for the whole "
+        "latency.", "Estimate: an HBM stack's background power is of the order of 1 W "
+        "(JESD238 IDD2N and refresh currents at 1.1 V).")
+
+
+# ---------------------------------------------------------------------------
 # Cost table (ADR-0064)
 
 
@@ -450,6 +547,7 @@ class Topology(Frozen):
     rack_link: LinkConfig = _link("50GB/s", "2us", "Link from a rack to the system network.",
                                   "One 400 Gb/s Ethernet port.")
     network: NetworkConfig = section(NetworkConfig, "How transfers share memories and links.")
+    energy: EnergyConfig = section(EnergyConfig, "What each counted action costs in energy.")
     # Filled by the loader, not read from TOML:
     source: Path | None = field(default=None, metadata={"internal": True})
     cost_table: CostTable = field(default_factory=CostTable, metadata={"internal": True})

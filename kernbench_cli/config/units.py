@@ -10,11 +10,15 @@ size        B, KB, MB, GB, TB (10^3) and KiB, MiB, GiB, TiB  bytes
 time        ps, ns, us (or µs), ms, s                       picoseconds
 frequency   Hz, kHz, MHz, GHz                               hertz
 bandwidth   B/s, KB/s, MB/s, GB/s, TB/s, KiB/s … TiB/s      bytes per second
+energy      aJ, fJ, pJ, nJ, uJ (or µJ)                      attojoules
+power       uW (or µW), mW, W                               microwatts
 ==========  ==============================================  ==================
 
 Numbers may be decimals (``"1.5GHz"``, ``"51.2GB/s"``); the result must be a
 whole number of the stored unit (``"0.5ps"`` and ``"1.5B"`` are errors), which
-keeps simulated time exact: it is integer picoseconds everywhere.
+keeps simulated time exact: it is integer picoseconds everywhere. Energy is
+integer attojoules for the same reason: a power in microwatts held for a time
+in picoseconds is a whole number of attojoules (1 µW x 1 ps = 1 aJ).
 Parsing raises `UnitError`; the config loader adds file and key to it.
 """
 
@@ -33,6 +37,8 @@ _SIZE = {
 _TIME_PS = {"ps": 1, "ns": 10**3, "us": 10**6, "µs": 10**6, "ms": 10**9, "s": 10**12}
 _FREQ = {"Hz": 1, "kHz": 10**3, "MHz": 10**6, "GHz": 10**9}
 _BANDWIDTH = {f"{unit}/s": scale for unit, scale in _SIZE.items()}
+_ENERGY_AJ = {"aJ": 1, "fJ": 10**3, "pJ": 10**6, "nJ": 10**9, "uJ": 10**12, "µJ": 10**12}
+_POWER_UW = {"uW": 1, "µW": 1, "mW": 10**3, "W": 10**6}
 
 _QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*([A-Za-zµ/]+)\s*$")
 
@@ -84,6 +90,27 @@ def parse_frequency(text: object) -> int:
 def parse_bandwidth(text: object) -> int:
     """``"51.2GB/s"`` -> 51200000000 (bytes per second)."""
     return _parse(text, _BANDWIDTH, "a bandwidth", "64GB/s", "bytes per second")
+
+
+def parse_energy(text: object) -> int:
+    """``"0.11pJ"`` -> 110000 (attojoules)."""
+    return _parse(text, _ENERGY_AJ, "an energy", "0.11pJ", "attojoules")
+
+
+def parse_power(text: object) -> int:
+    """``"50mW"`` -> 50000 (microwatts)."""
+    return _parse(text, _POWER_UW, "a power", "50mW", "microwatts")
+
+
+def format_energy_aj(aj: int) -> str:
+    """Attojoules for people, in at most 4 significant digits: ``"1.234uJ"``, ``"56.7nJ"``."""
+    for unit, scale in (("J", 10**18), ("mJ", 10**15), ("uJ", 10**12), ("nJ", 10**9),
+                        ("pJ", 10**6), ("fJ", 10**3)):
+        if aj >= scale:
+            value = aj / scale
+            digits = max(0, 3 - len(str(int(value))))
+            return f"{value:.{digits}f}{unit}"
+    return f"{aj}aJ"
 
 
 def format_size(nbytes: int) -> str:

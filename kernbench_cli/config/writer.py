@@ -22,6 +22,7 @@ _EXACT = {
     "frequency": (("GHz", 10**9), ("MHz", 10**6), ("kHz", 10**3), ("Hz", 1)),
     "bandwidth": (("TB/s", 10**12), ("GB/s", 10**9), ("MB/s", 10**6), ("KB/s", 10**3),
                   ("B/s", 1)),
+    "power": (("W", 10**6), ("mW", 10**3), ("uW", 1)),
 }
 
 
@@ -29,6 +30,8 @@ def exact(kind: str, value: int) -> Any:
     """`value` in its kind's units, exactly: the largest unit it is at least 1 of."""
     if kind == "size":
         return units.format_size(value)
+    if kind == "energy":
+        return f"{format((Decimal(value) / 10**6).normalize(), 'f')}pJ"
     if kind in _EXACT:
         for unit, scale in _EXACT[kind]:
             if value >= scale or scale == 1:

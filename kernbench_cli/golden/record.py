@@ -5,8 +5,9 @@ case, kernel, topology, cost table, parameters and seed; the latency and
 every engine's total and largest busy time (and wait, where it waits) in
 integer picoseconds with its op count; the number of commands and of op-log
 records per kind; the SHA-256 of the op log; the number of data races
-between PEs; and the verification result with the largest error rounded to
-three significant digits. No wall-clock time, no paths.
+between PEs; the verification result with the largest error rounded to
+three significant digits; and the energy by part in exact attojoules. No
+wall-clock time, no paths.
 
 Every field must match exactly, but one: `max_abs_err` may differ in the last
 bit of a float32 `exp` or `log` (numpy picks its SIMD kernels by CPU), and one
@@ -66,6 +67,8 @@ def make_record(case: str, result: RunResult) -> dict[str, Any]:
         "verified": result.verified,
         "races": len(result.races or []),
         "max_abs_err": None if err is None else float(f"{err:.3g}"),
+        "energy_aj": {**{name: aj for name, aj in result.energy.dynamic.items() if aj},
+                      "static": result.energy.static, "total": result.energy.total},
     }
 
 

@@ -68,6 +68,8 @@ class DmaEngine(InOrderEngine):
     def begin(self, ready: int, nbytes: int, path: Path, pages: int = 0) -> tuple[int, int, int]:
         """A transfer that may start at `ready`: (when the engine takes it, when its bytes may
         begin to stream, how long they stream alone)."""
+        if pages:  # counted once per transfer, at its HBM end (energy: activates)
+            path[0][0].pages += pages
         before = self.free_at
         start = max(ready, self.stream_at if self.overlap else before)
         setup_end = start + self.setup_ps

@@ -49,7 +49,7 @@ class GemmEngine(InOrderEngine):
     (`gemm_passes`): an f32 GEMM on a bf16 array runs every fold several times.
     """
 
-    __slots__ = ("clock_hz", "cols", "config", "dataflow", "flops", "rows")
+    __slots__ = ("clock_hz", "cols", "config", "dataflow", "flops", "mac_passes", "rows")
 
     def __init__(self, config: GemmConfig, clock_hz: int):
         super().__init__()
@@ -57,11 +57,17 @@ class GemmEngine(InOrderEngine):
         self.dataflow = config.dataflow
         self.config = config
         self.flops = 0
+        self.mac_passes = 0  # MACs x the array passes their width takes (energy)
 
     def duration_ps(self, m: int, k: int, n: int, width: int) -> int:
         cycles = gemm_cycles(m, k, n, self.rows, self.cols, self.dataflow)
         return cycles_to_ps(cycles * gemm_passes(self.config, width), self.clock_hz)
 
+    def mac_passes_of(self, m: int, k: int, n: int, width: int) -> int:
+        """MACs times array passes of one GEMM: what its energy is counted by."""
+        return m * k * n * gemm_passes(self.config, width)
+
     def run(self, ready: int, m: int, k: int, n: int, width: int) -> tuple[int, int]:
         self.flops += 2 * m * k * n
+        self.mac_passes += self.mac_passes_of(m, k, n, width)
         return self.occupy(ready, self.duration_ps(m, k, n, width))

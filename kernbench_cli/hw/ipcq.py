@@ -77,6 +77,7 @@ class Ring:
     stash: dict[int, deque[tuple[Chunk, int]]] = field(default_factory=dict)
     busy_ps: int = 0  # time chunks sat in slots, arrival to copied out
     ops: int = 0  # chunks that passed through
+    bytes: int = 0  # and their bytes
 
     def take(self, sender: int, copy: Callable[[Chunk], int],
              who: int = -1) -> tuple[Chunk, int] | None:
@@ -98,6 +99,7 @@ class Ring:
                 self.trail.append((copied + chunk.back, -1))
             self.busy_ps += copied - chunk.arrival
             self.ops += 1
+            self.bytes += min(self.slot_bytes, chunk.nbytes - chunk.index * self.slot_bytes)
             if chunk.sender == sender:
                 return chunk, copied
             self.stash.setdefault(chunk.sender, deque()).append((chunk, copied))

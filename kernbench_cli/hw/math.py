@@ -21,11 +21,12 @@ class MathEngine(InOrderEngine):
     the latency).
     """
 
-    __slots__ = ("clock_hz", "elements", "lanes", "latency", "op_cycles")
+    __slots__ = ("by_class", "clock_hz", "elements", "lanes", "latency", "op_cycles")
 
     def __init__(self, config: MathConfig, clock_hz: int):
         super().__init__()
         self.elements = 0  # elements computed (the timing pass counts them)
+        self.by_class = {f.name: 0 for f in fields(config.op_cycles)}  # and by op class
         self.lanes, self.clock_hz = config.lanes, clock_hz
         self.op_cycles = {f.name: getattr(config.op_cycles, f.name)
                           for f in fields(config.op_cycles)}

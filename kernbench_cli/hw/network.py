@@ -68,7 +68,8 @@ class Calendar:
     """
 
     __slots__ = ("activates", "bandwidth", "busy_ps", "bytes", "ends", "faw_ps", "flows",
-                 "latency_ps", "level", "name", "ops", "overdrawn", "page_bytes", "shared",
+                 "latency_ps", "level", "name", "ops", "overdrawn", "page_bytes", "pages",
+                 "shared",
                  "starts", "user")
 
     def __init__(self, level: str, name: str, bandwidth: int, latency_ps: int):
@@ -83,6 +84,7 @@ class Calendar:
         self.ends = array("q")
         self.busy_ps = 0
         self.bytes = 0
+        self.pages = 0  # DRAM pages opened (an HBM slice)
         self.ops = 0
         self.user = -1
         self.shared = False

@@ -285,7 +285,7 @@ class Timing:
         self._pairs: dict[tuple[int, int], tuple[str, Ring, Path, int]] = {}
         self._math = [(kind, name) for kind, name in program.math_kinds]
         # (math kind, elements) -> (issue time, latency)
-        self._math_ps: dict[tuple[int, int], tuple[int, int]] = {}
+        self._math_ps: dict[tuple[int, int], tuple[int, int, str]] = {}
         self._tiles: dict[int, _Tiles] = {}  # per PE: how its composites run tiles
         self.fair = topo.network.sharing == "fair"
         self.flows = FairShare(self.env)
@@ -451,7 +451,7 @@ class Timing:
         inbound: dict[int, tuple[Path, bool]] = {}  # this PE's routes, by address region
         outbound: dict[int, tuple[Path, bool]] = {}
         shapes, kinds, math_ps = self.program.gemm_shapes, self._math, self._math_ps
-        gemm_ps: dict[int, int] = {}  # gemm shape -> duration on this PE's array
+        gemm_ps: dict[int, tuple[int, int]] = {}  # gemm shape -> (duration, MAC passes)
         comps = _Composites()
         tcm_bytes = self.tcm_bytes
         made = proc.made  # composite -> its last tile operation (what its result waits for)
@@ -537,15 +537,16 @@ class Timing:
                     ready, why = end[b], _why(PRODUCER, made.get(b, base | b))
                 key = (col_arg[i], col_size[i])
                 cost = math_ps.get(key)
-                if cost is None:  # (issue time, pipeline latency)
+                if cost is None:  # (issue time, pipeline latency, op class)
                     op_class = kinds[key[0]][0]
                     cost = math_ps[key] = (vec.duration_ps(op_class, key[1]),
-                                           vec.latency[op_class])
+                                           vec.latency[op_class], op_class)
                 start, done = vec.occupy(ready, cost[0])
                 done += cost[1]
                 whys[i] = _why(ENGINE, vec.last) if start > ready else why
                 vec.last = me
                 vec.elements += col_size[i]
+                vec.by_class[cost[2]] += col_size[i]
                 heappush(held, (start, me))
                 end[i] = done
                 if log is not None:
@@ -563,13 +564,15 @@ class Timing:
                     proc.at = i
                     yield from self._advance(proc, pe, comps, ready)
                 shape = col_arg[i]
-                duration = gemm_ps.get(shape)
-                if duration is None:
-                    duration = gemm_ps[shape] = gemm.duration_ps(*shapes[shape])
-                start, done = gemm.occupy(ready, duration)
+                cost = gemm_ps.get(shape)
+                if cost is None:  # (duration on this PE's array, MACs x array passes)
+                    cost = gemm_ps[shape] = (gemm.duration_ps(*shapes[shape]),
+                                             gemm.mac_passes_of(*shapes[shape]))
+                start, done = gemm.occupy(ready, cost[0])
                 whys[i] = _why(ENGINE, gemm.last) if start > ready else why
                 gemm.last = me
                 gemm.flops += col_size[i]  # a DOT's size is its flops, 2·m·k·n
+                gemm.mac_passes += cost[1]
                 heappush(held, (start, me))
                 end[i] = done
                 if log is not None:

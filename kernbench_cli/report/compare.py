@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.table import Table
 
-from kernbench_cli.config.units import format_time_ps
+from kernbench_cli.config.units import format_energy_aj, format_time_ps
 from kernbench_cli.errors import KernbenchError
 from kernbench_cli.fileio import parse_json, read_input
 
@@ -90,6 +90,9 @@ def metrics(runs: list[tuple[str, dict[str, Any]]]) -> dict[str, list[Any]]:
         stats = [r.get("engines", {}).get(name) for _, r in runs]
         out[f"{name}.busy_ps"] = [s["busy_ps"] if s else None for s in stats]
         out[f"{name}.utilization"] = [s["utilization"] if s else None for s in stats]
+    if any("energy_pj" in r for _, r in runs):
+        out["energy_pj"] = [(r.get("energy_pj") or {}).get("total") for _, r in runs]
+        out["average_power_w"] = [r.get("average_power_w") for _, r in runs]
     out["bound"] = [(r.get("bound") or {}).get("engine") for _, r in runs]
     out["verified"] = [r.get("verified") for _, r in runs]
     out["invariants_held"] = [
@@ -119,6 +122,10 @@ def _cell(name: str, value: Any) -> str:
         return format_time_ps(value)
     if name.endswith("utilization"):
         return f"{value:.1%}"
+    if name == "energy_pj":
+        return format_energy_aj(round(value * 10**6))
+    if name == "average_power_w":
+        return f"{value:.3g} W"
     return str(value)
 
 

@@ -24,6 +24,10 @@ METRICS = {
     "gemm_mac_utilization": ("GEMM MAC utilisation (%)",
                              lambda r: 100 * r["gemm_mac_utilization"]),
     "hbm_gbps": ("HBM bandwidth achieved (GB/s)", lambda r: r["hbm_gbps"]),
+    "energy": ("energy (uJ)", lambda r: r["energy_pj"]["total"] / 1e6),
+    "power": ("average power (W)", lambda r: r["average_power_w"]),
+    # performance per watt: (runs/s) / W = runs per joule
+    "perf_per_watt": ("runs per joule ((runs/s)/W)", lambda r: 1e12 / r["energy_pj"]["total"]),
 }
 
 

@@ -14,8 +14,9 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
-from kernbench_cli.config.units import format_size, format_time_ps
+from kernbench_cli.config.units import format_energy_aj, format_size, format_time_ps
 from kernbench_cli.config.units import format_time_short as short
+from kernbench_cli.sim.energy import basis
 from kernbench_cli.sim.result import EngineStats, RunResult
 
 SCHEMA_VERSION = 1
@@ -161,6 +162,42 @@ def invariants_text(result: RunResult) -> str:
     return f"{len(result.invariants)} physical invariants hold ({names})"
 
 
+def energy_parts(result: RunResult) -> list[tuple[str, int]]:
+    """(part, attojoules) of the run's energy, largest first, static as one part; parts the
+    run did not use are left out."""
+    energy = result.energy
+    parts = [(name, aj) for name, aj in energy.dynamic.items() if aj]
+    parts.append(("static", energy.static))
+    return sorted(parts, key=lambda p: (-p[1], p[0]))
+
+
+def average_power_w(result: RunResult) -> float:
+    """The run's energy over its latency, in watts (aJ / ps = µW)."""
+    return result.energy.total / result.latency_ps / 10**6 if result.latency_ps else 0.0
+
+
+def energy_text(result: RunResult) -> str:
+    total = result.energy.total
+    top = ", ".join(f"{name} {aj / total:.1%}" for name, aj in energy_parts(result)[:4]) \
+        if total else "nothing counted"
+    return (f"{format_energy_aj(total)}, {average_power_w(result):.3g} W average over the "
+            f"latency; {top} (table below)")
+
+
+def energy_table(result: RunResult) -> Table:
+    """Each part of the run's energy with what it counted (count x the `[energy]` entry)."""
+    total = result.energy.total
+    out = Table(title=f"Energy: {format_energy_aj(total)} (each count x its \\[energy] "
+                      "entry)")
+    for col in ("part", "energy", "share", "counted"):
+        out.add_column(col, justify="right" if col in ("energy", "share") else "left",
+                       overflow="fold" if col == "counted" else "ellipsis")
+    for name, aj in energy_parts(result):
+        out.add_row(name, format_energy_aj(aj), f"{aj / total:.1%}" if total else "-",
+                    basis(name, result.energy))
+    return out
+
+
 def summary(result: RunResult) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
@@ -185,6 +222,7 @@ def summary(result: RunResult) -> Table:
         ("GEMM", f"{gemm_efficiency(result):.1%} of peak MAC throughput over the run; "
                  f"array {gemm_array_utilization(result):.1%} used while busy"),
         ("HBM", f"{achieved:.1f} GB/s of {peak:.1f} GB/s peak"),
+        *([("energy", energy_text(result))] if result.energy is not None else []),
         ("simulated", f"{result.commands:,} commands in {result.wall_s:.2f} s wall "
                       f"({rate:,.0f} commands/s)"),
     ]
@@ -227,6 +265,8 @@ def per_pe_table(result: RunResult) -> Table:
 
 def render(result: RunResult, per_pe: bool = False) -> Group:
     parts = [summary(result), engine_table(result)]
+    if result.energy is not None:
+        parts.append(energy_table(result))
     if per_pe:
         parts.append(per_pe_table(result))
     return Group(*parts)
@@ -298,6 +338,14 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
         "hbm_peak_gbps": round(peak, 6),
         "bounds_ps": {name: ps for name, (ps, _) in sorted(result.bounds.items())},
     }
+    if result.energy is not None:
+        energy = result.energy
+        out["energy_pj"] = {
+            "total": energy.total / 10**6, "dynamic": (energy.total - energy.static) / 10**6,
+            "static": energy.static / 10**6, "static_pe": energy.pe_static / 10**6,
+            "static_cube": energy.cube_static / 10**6,
+            "parts": {name: aj / 10**6 for name, aj in energy.dynamic.items() if aj}}
+        out["average_power_w"] = round(average_power_w(result), 6)
     if result.races is not None:
         out["races"] = [
             {"why": r.why, "addr": r.lo, "bytes": r.hi - r.lo,

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-from kernbench_cli.config.units import format_time_ps
+from kernbench_cli.config.units import format_energy_aj, format_time_ps
 
 
 def _verdict(row: dict[str, Any]) -> str:
@@ -16,11 +16,42 @@ def _verdict(row: dict[str, Any]) -> str:
         row["result"]["verified"]]
 
 
-def sweep_table(rows: list[dict[str, Any]]) -> Table:
+#: Result columns, and those a narrow terminal drops first (last listed, first dropped).
+COLUMNS = ("latency", "vs\nfirst", "energy", "bound\nby", "GEMM\nMAC", "result")
+OPTIONAL = ("GEMM\nMAC", "energy")
+
+
+def sweep_table(rows: list[dict[str, Any]], width: int | None = None) -> Table:
     """One row per point, in the order given; latency with its change against the first.
 
-    Numbers never wrap; axis values and the result text do when 80 columns are
-    tight. A result all points share ("timing only") goes in the title."""
+    Numbers never wrap; axis values and the result text do when the terminal
+    is tight. A result all points share ("timing only") goes in the title.
+    Given the terminal's `width`, columns of `OPTIONAL` are left out, the
+    least needed first, until the table fits; the caption names them."""
+    dropped: list[str] = []
+    table = _table(rows, dropped)
+    for name in OPTIONAL:
+        if width is None or _width(table) <= width:
+            break
+        dropped.append(name)
+        table = _table(rows, dropped)
+    if dropped:
+        names = " and ".join(n.replace("\n", " ") for n in dropped)
+        table.caption = f"{names} left out to fit {width} columns (--json has every field)"
+    return table
+
+
+def _width(table: Table) -> int:
+    import io
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    Console(file=out, width=10_000).print(table)
+    return max(len(line.rstrip()) for line in out.getvalue().splitlines())
+
+
+def _table(rows: list[dict[str, Any]], dropped: list[str]) -> Table:
     keys = list(rows[0]["axes"]) if rows else []
     varying = [k for k in keys if len({r["axes"].get(k) for r in rows}) > 1] or keys
     verdicts = [_verdict(row) for row in rows]
@@ -32,23 +63,27 @@ def sweep_table(rows: list[dict[str, Any]]) -> Table:
         head, _, last = name.rpartition(".")
         widest = max(len(str(r["axes"].get(name, ""))) for r in rows)
         table.add_column(f"{head}\n{last}" if head else name, no_wrap=widest <= 12)
-    for name in ("latency", "vs\nfirst", "bound\nby", "GEMM\nMAC", "result"):
-        if name == "result" and common:
-            continue
+    shown = [c for c in COLUMNS if c not in dropped and not (c == "result" and common)]
+    for name in shown:
         table.add_column(name, justify="left" if name in ("bound\nby", "result") else "right",
-                         no_wrap=name in ("latency", "vs\nfirst", "GEMM\nMAC"),
-                         max_width=36 if name == "result" else None)
+                         no_wrap=name != "result", max_width=36 if name == "result" else None)
     first = next((r["result"]["latency_ps"] for r in rows[:1] if r["result"]), None)
     for row, verdict in zip(rows, verdicts, strict=True):
-        result = row["result"]
-        cells = [str(row["point"]), *(row["axes"].get(k, "") for k in varying)]
-        if result is None:
-            cells += ["-", "-", "-", "-"]
-        else:
-            latency = result["latency_ps"]
-            change = f"{(latency - first) / first:+.1%}" if first else "-"
-            cells += [format_time_ps(latency), change, result["bound"].get("by") or
-                      result["bound"]["engine"] or "latency",
-                      f"{result['gemm_mac_utilization']:.1%}"]
-        table.add_row(*cells, *([] if common else [verdict]))
+        cells = _cells(row["result"], first)
+        cells["result"] = verdict
+        table.add_row(str(row["point"]), *(row["axes"].get(k, "") for k in varying),
+                      *(cells[name] for name in shown))
     return table
+
+
+def _cells(result: dict[str, Any] | None, first: int | None) -> dict[str, str]:
+    """A point's result cells by column (`-` where it has no result)."""
+    if result is None:
+        return dict.fromkeys(COLUMNS, "-")
+    latency = result["latency_ps"]
+    energy = (result.get("energy_pj") or {}).get("total")
+    return {"latency": format_time_ps(latency),
+            "vs\nfirst": f"{(latency - first) / first:+.1%}" if first else "-",
+            "energy": "-" if energy is None else format_energy_aj(round(energy * 10**6)),
+            "bound\nby": result["bound"].get("by") or result["bound"]["engine"] or "latency",
+            "GEMM\nMAC": f"{result['gemm_mac_utilization']:.1%}"}

@@ -14,7 +14,11 @@
   bytes by its end;
 - TCM: tensors and composite tile buffers never held more than a PE's TCM,
   and the tiles a composite ran (their sizes, recomputed as they ran) fit the
-  buffers its plan reserved.
+  buffers its plan reserved;
+- energy: the energy reported (each count times its `[energy]` entry, exact
+  integer attojoules) equals the energy recomputed unit by unit from every
+  engine, ring and calendar, whose MAC and MATH element counts must equal
+  the streams'.
 
 Each is computed from two sides that the model keeps apart (what the streams
 asked for against what the engines and calendars recorded), so a model bug
@@ -30,6 +34,7 @@ from kernbench_cli.errors import KernbenchError
 from kernbench_cli.hw.network import PS_PER_S
 from kernbench_cli.hw.system import System
 from kernbench_cli.hw.timing import Timing
+from kernbench_cli.sim.energy import LINKS, PARTS, Counts, account
 from kernbench_cli.stream import COMPOSITE, DOT, LOAD, MATH, NONE, RECV, SEND, STORE
 
 
@@ -46,8 +51,9 @@ class Invariant:
     detail: str  # the figures compared
 
 
-def check(system: System, timing: Timing) -> list[Invariant]:
-    """Every invariant of the run `timing` timed on `system`."""
+def check(system: System, timing: Timing, counts: Counts) -> list[Invariant]:
+    """Every invariant of the run `timing` timed on `system`; `counts` are the actions its
+    energy is reported from (`sim.energy.count`)."""
     program, pes = timing.program, system.pes
     flops = elements = moved = 0
     for stream in program.streams:
@@ -72,6 +78,7 @@ def check(system: System, timing: Timing) -> list[Invariant]:
         _bounds(system, timing),
         _bandwidth(system),
         _tcm(system, timing),
+        _energy(system, counts),
     ]
     return out
 
@@ -171,3 +178,43 @@ def _tcm(system: System, timing: Timing) -> Invariant:
     where = f"PE ({system.coords[worst.pid]})" if worst is not None else "no PE"
     return Invariant("tcm", peak <= size, f"at most {peak:,} B of TCM in use ({where}), "
                                           f"of {size:,} B")
+
+
+def _energy(system: System, counts: Counts) -> Invariant:
+    """The reported energy against one recomputed from each unit's own counters."""
+    table, pes = system.topology.energy, system.pes
+    reported = account(counts, table)
+    per_bit = {"hbm": table.hbm_cell + table.hbm_column + table.hbm_bank_group
+               + table.hbm_tsv, "sram": table.sram, **{k: getattr(table, k) for k in LINKS}}
+    again = dict.fromkeys(PARTS, 0)
+    by_class: dict[str, int] = {}
+    for pe in pes:
+        again["cpu"] += pe.cpu.ops * table.cpu_command
+        again["scheduler"] += pe.scheduler.ops * table.scheduler_command
+        again["dma"] += 8 * pe.dma.bytes * table.tcm
+        again["gemm"] += pe.gemm.mac_passes * table.gemm_mac
+        for op_class, n in pe.math.by_class.items():
+            again["math"] += n * getattr(table.math, op_class)
+            by_class[op_class] = by_class.get(op_class, 0) + n
+        again["ipcq"] += sum(8 * ring.bytes * table.ipcq for ring in pe.rings.values())
+    page = system.topology.hbm.page_size
+    for cal in system.network.calendars():
+        again[cal.level] += 8 * cal.bytes * per_bit[cal.level]
+        again[cal.level] += 8 * cal.pages * page * table.hbm_activate if cal.pages else 0
+    macs = sum(pe.gemm.mac_passes for pe in pes)
+    if macs != counts.mac_passes or by_class != counts.elements:
+        return Invariant("energy", False, f"the engines did {macs:,} MAC passes and MATH "
+                                          f"elements {by_class}; the streams asked for "
+                                          f"{counts.mac_passes:,} and {counts.elements}")
+    static = (len(pes) * table.pe_static + system.topology.num_cubes * table.cube_static) \
+        * counts.latency_ps
+    for part in PARTS:
+        if again[part] != reported.dynamic[part]:
+            return Invariant("energy", False, f"{part}: {reported.dynamic[part]:,} aJ "
+                                              f"reported, {again[part]:,} aJ recomputed "
+                                              "from its units")
+    if static != reported.static or sum(again.values()) + static != reported.total:
+        return Invariant("energy", False, f"static {reported.static:,} aJ reported, "
+                                          f"{static:,} aJ recomputed")
+    return Invariant("energy", True, f"{reported.total:,} aJ: every count times its "
+                                     "[energy] entry, recomputed unit by unit")

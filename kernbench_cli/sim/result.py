@@ -10,6 +10,7 @@ import numpy as np
 if TYPE_CHECKING:
     from kernbench_cli.hw.oplog import OpLog
     from kernbench_cli.sim.critical import CriticalPath
+    from kernbench_cli.sim.energy import Energy
     from kernbench_cli.sim.invariants import Invariant
     from kernbench_cli.sim.races import Race
     from kernbench_cli.sim.trace_file import Trace
@@ -83,6 +84,7 @@ class RunResult:
     tcm_bytes: int = 0  # a PE's TCM
     races: list[Race] | None = None  # data races between PEs, when looked for
     lines: list = field(default_factory=list)  # per PE, the kernel line of each command
+    energy: Energy | None = None  # attojoules, by part (sim.energy)
     inputs: dict[str, np.ndarray] = field(default_factory=dict)
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
 

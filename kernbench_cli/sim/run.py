@@ -45,7 +45,7 @@ from kernbench_cli.lang.dtypes import NAMES, TOLERANCE
 from kernbench_cli.lang.memory import Memory
 from kernbench_cli.lang.tl import Launch, functional_pass, kernel_line
 from kernbench_cli.lang.watchdog import DEFAULT_KERNEL_TIMEOUT, KernelTimeout, watchdog
-from kernbench_cli.sim import invariants
+from kernbench_cli.sim import energy, invariants
 from kernbench_cli.sim.critical import critical_path
 from kernbench_cli.sim.host import Host
 from kernbench_cli.sim.kernels import KernelModule
@@ -126,7 +126,8 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     if timing.stuck:
         raise _deadlock(kernel.shown, system, program, timing.stuck)
     _check_unreceived(kernel.shown, launch)
-    model_checks = invariants.check(system, timing)
+    counts = energy.count(system, timing)
+    model_checks = invariants.check(system, timing, counts)
     invariants.enforce(model_checks)
     outputs, checks = {}, []
     if not timing_only:
@@ -134,6 +135,7 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
         checks = _verify(kernel, host, params, outputs)
     result = _collect(kernel.name, system, timing, params, seed, timing_only, checks)
     result.invariants = model_checks
+    result.energy = energy.account(counts, amap.topology.energy)
     result.critical_path = critical_path(system, timing)
     if races:
         result.races = find_races(timing, amap)
@@ -216,12 +218,14 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
         raise _timing_failed(f"replay of {source}", system, exc) from None
     if timing.stuck:
         raise _deadlock(source, system, program, timing.stuck)
-    model_checks = invariants.check(system, timing)
+    counts = energy.count(system, timing)
+    model_checks = invariants.check(system, timing, counts)
     invariants.enforce(model_checks)
     result = _collect(f"{trace.kernel} (replay)", system, timing, trace.params, trace.seed,
                       True, [])
     result.bounds = _shipped_bounds(trace, topo)
     result.invariants = model_checks
+    result.energy = energy.account(counts, topo.energy)
     result.critical_path = critical_path(system, timing)
     if races:
         result.races = find_races(timing, amap)
