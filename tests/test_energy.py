@@ -174,3 +174,39 @@ def test_energy_in_json_and_text(cli):
     assert energy["dynamic"] == pytest.approx(sum(energy["parts"].values()))
     _, out, _ = cli("run", "softmax", "-t", test_topology("one"), "--timing-only")
     assert "Energy: " in out and "each count x its [energy] entry" in out
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_the_engine_table_shows_energy_where_it_fits(cli, monkeypatch, columns):
+    monkeypatch.setenv("COLUMNS", str(columns))
+    _, out, _ = cli("run", "softmax", "-t", test_topology("one"), "--timing-only")
+    header = next(line for line in out.splitlines() if "engine" in line and "ops" in line)
+    assert ("energy" in header) == (columns == 120)
+    assert ("energy by engine: the Energy table (no room in 80 columns)" in out) == \
+        (columns == 80)
+    assert max(len(line) for line in out.splitlines()) <= columns
+
+
+def test_a_sweep_table_leaves_columns_out_rather_than_split_them():
+    import io
+
+    from rich.console import Console
+
+    from kernbench_cli.report.sweep import sweep_table
+
+    result = {"latency_ps": 49_314_000, "verified": None, "gemm_mac_utilization": 0.166,
+              "bound": {"by": "gemm", "engine": "gemm"}, "average_power_w": 113.9,
+              "energy_pj": {"total": 5.62e9}}
+    rows = [{"point": i, "axes": {"hbm.bandwidth": f"{b}GB/s", "pe.gemm.rows": r,
+                                  "pe.gemm.cols": c}, "result": result, "error": None}
+            for i, (b, r, c) in enumerate([(102.4, 16, 16), (204.8, 4, 64)])]
+    for width, kept, caption in [(120, ("GEMM", "power", "energy"), None),
+                                 (80, ("energy",), "GEMM MAC and power left out to fit 80 "
+                                                   "columns (--json has every field)")]:
+        table = sweep_table(rows, width)
+        console = Console(width=width, record=True, file=io.StringIO())
+        console.print(table)
+        text = console.export_text()
+        assert table.caption == caption
+        assert all(name in text for name in kept) and "5.62mJ" in text
+        assert max(len(line.rstrip()) for line in text.splitlines()) <= width

@@ -212,7 +212,9 @@ def show(result, as_json: bool, per_pe: bool) -> None:
     if as_json:
         typer.echo(json.dumps(report.to_json(result, per_pe), sort_keys=True, indent=2))
     else:
-        echo_rich(report.render(result, per_pe))
+        from rich.console import Console
+
+        echo_rich(report.render(result, per_pe, Console().width))
 
 
 def _save_npz(path: Path, arrays: dict) -> None:

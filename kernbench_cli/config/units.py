@@ -104,6 +104,8 @@ def parse_power(text: object) -> int:
 
 def format_energy_aj(aj: int) -> str:
     """Attojoules for people, in at most 4 significant digits: ``"1.234uJ"``, ``"56.7nJ"``."""
+    if aj == 0:
+        return "0J"
     for unit, scale in (("J", 10**18), ("mJ", 10**15), ("uJ", 10**12), ("nJ", 10**9),
                         ("pJ", 10**6), ("fJ", 10**3)):
         if aj >= scale:

@@ -235,18 +235,42 @@ def summary(result: RunResult) -> Table:
     return table
 
 
-def engine_table(result: RunResult) -> Table:
+def engine_table(result: RunResult, width: int | None = None) -> Table:
+    """Busy, wait, idle and utilisation per engine, and its dynamic energy: the energy column
+    is left out (the caption says so) when the table would not fit `width` columns."""
+    energy = result.energy.dynamic if result.energy is not None else None
+    table = _engines(result, energy)
+    if energy is not None and width is not None and table_width(table) > width:
+        table = _engines(result, None)
+        table.caption = f"energy by engine: the Energy table (no room in {width} columns)"
+    return table
+
+
+def _engines(result: RunResult, energy: dict[str, int] | None) -> Table:
     table = Table(title="Engines: busy time (min, mean, max over the n units); wait, idle "
                         "and util of the mean")
-    for col in ("engine", "n", "min", "mean", "max", "wait", "idle", "util", "ops"):
+    columns = ("engine", "n", "min", "mean", "max", "wait", "idle", "util", "ops")
+    for col in (*columns, *(("energy",) if energy is not None else ())):
         table.add_column(col, justify="left" if col == "engine" else "right")
     for name, stats in result.engines.items():
         row = _engine_numbers(stats, result.latency_ps)
         table.add_row(name, str(stats.instances), short(row["busy_min_ps"]),
                       short(row["busy_ps"]), short(row["busy_max_ps"]),
                       short(row["wait_ps"]) if stats.wait_ps else "-", short(row["idle_ps"]),
-                      f"{row['utilization']:.1%}", f"{row['ops']:,}")
+                      f"{row['utilization']:.1%}", f"{row['ops']:,}",
+                      *((format_energy_aj(energy.get(name, 0)),) if energy is not None else ()))
     return table
+
+
+def table_width(table: Table) -> int:
+    """The columns `table` takes when nothing makes it narrower."""
+    import io
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    Console(file=out, width=10_000).print(table)
+    return max(len(line.rstrip()) for line in out.getvalue().splitlines())
 
 
 def per_pe_table(result: RunResult) -> Table:
@@ -263,8 +287,9 @@ def per_pe_table(result: RunResult) -> Table:
     return table
 
 
-def render(result: RunResult, per_pe: bool = False) -> Group:
-    parts = [summary(result), engine_table(result)]
+def render(result: RunResult, per_pe: bool = False, width: int | None = None) -> Group:
+    """The report; tables that would not fit `width` columns leave optional columns out."""
+    parts = [summary(result), engine_table(result, width)]
     if result.energy is not None:
         parts.append(energy_table(result))
     if per_pe:

@@ -7,6 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from kernbench_cli.config.units import format_energy_aj, format_time_ps
+from kernbench_cli.report.run import table_width
 
 
 def _verdict(row: dict[str, Any]) -> str:
@@ -17,8 +18,8 @@ def _verdict(row: dict[str, Any]) -> str:
 
 
 #: Result columns, and those a narrow terminal drops first (last listed, first dropped).
-COLUMNS = ("latency", "vs\nfirst", "energy", "bound\nby", "GEMM\nMAC", "result")
-OPTIONAL = ("GEMM\nMAC", "energy")
+COLUMNS = ("latency", "vs\nfirst", "energy", "power", "bound\nby", "GEMM\nMAC", "result")
+OPTIONAL = ("GEMM\nMAC", "power", "energy")
 
 
 def sweep_table(rows: list[dict[str, Any]], width: int | None = None) -> Table:
@@ -31,7 +32,7 @@ def sweep_table(rows: list[dict[str, Any]], width: int | None = None) -> Table:
     dropped: list[str] = []
     table = _table(rows, dropped)
     for name in OPTIONAL:
-        if width is None or _width(table) <= width:
+        if width is None or table_width(table) <= width:
             break
         dropped.append(name)
         table = _table(rows, dropped)
@@ -39,16 +40,6 @@ def sweep_table(rows: list[dict[str, Any]], width: int | None = None) -> Table:
         names = " and ".join(n.replace("\n", " ") for n in dropped)
         table.caption = f"{names} left out to fit {width} columns (--json has every field)"
     return table
-
-
-def _width(table: Table) -> int:
-    import io
-
-    from rich.console import Console
-
-    out = io.StringIO()
-    Console(file=out, width=10_000).print(table)
-    return max(len(line.rstrip()) for line in out.getvalue().splitlines())
 
 
 def _table(rows: list[dict[str, Any]], dropped: list[str]) -> Table:
@@ -71,7 +62,7 @@ def _table(rows: list[dict[str, Any]], dropped: list[str]) -> Table:
     for row, verdict in zip(rows, verdicts, strict=True):
         cells = _cells(row["result"], first)
         cells["result"] = verdict
-        table.add_row(str(row["point"]), *(row["axes"].get(k, "") for k in varying),
+        table.add_row(str(row["point"]), *(str(row["axes"].get(k, "")) for k in varying),
                       *(cells[name] for name in shown))
     return table
 
@@ -85,5 +76,6 @@ def _cells(result: dict[str, Any] | None, first: int | None) -> dict[str, str]:
     return {"latency": format_time_ps(latency),
             "vs\nfirst": f"{(latency - first) / first:+.1%}" if first else "-",
             "energy": "-" if energy is None else format_energy_aj(round(energy * 10**6)),
+            "power": "-" if energy is None else f"{result['average_power_w']:.3g} W",
             "bound\nby": result["bound"].get("by") or result["bound"]["engine"] or "latency",
             "GEMM\nMAC": f"{result['gemm_mac_utilization']:.1%}"}

@@ -118,38 +118,39 @@ def count(system: System, timing: Timing) -> Counts:
 def asked_mac_passes(system: System, timing: Timing) -> int:
     """MACs times array passes over every DOT and composite the streams hold."""
     program, gemm = timing.program, system.topology.pe.gemm
-    per_shape = [m * k * n * gemm_passes(gemm, width)
-                 for m, k, n, width in program.gemm_shapes]
-    per_composite = [c.m * c.k * c.n * gemm_passes(gemm, max(c.a_itemsize, c.b_itemsize))
-                     for c in program.composites]
+    op, arg, _ = _columns(timing)
     total = 0
-    for stream in program.streams:
-        op = np.frombuffer(stream.op, dtype=stream.op.typecode)
-        arg = np.frombuffer(stream.arg, dtype=stream.arg.typecode)
-        for kind, table in ((DOT, per_shape), (COMPOSITE, per_composite)):
-            picked = arg[(op == kind) & (arg != NONE)]
-            if picked.size:
-                total += sum(table[j] * int(n) for j, n in
-                             enumerate(np.bincount(picked, minlength=len(table))) if n)
+    for kind, table in (
+            (DOT, [m * k * n * gemm_passes(gemm, width)
+                   for m, k, n, width in program.gemm_shapes]),
+            (COMPOSITE, [c.m * c.k * c.n * gemm_passes(gemm, max(c.a_itemsize, c.b_itemsize))
+                         for c in program.composites])):
+        picked = arg[(op == kind) & (arg != NONE)]
+        if picked.size:  # how often each table entry ran, then exact Python integers
+            uses = np.bincount(picked, minlength=len(table))
+            total += sum(table[j] * int(uses[j]) for j in np.flatnonzero(uses))
     return total
 
 
 def asked_elements(timing: Timing) -> dict[str, int]:
     """MATH elements over every stream, by op class."""
-    program = timing.program
-    kinds = program.math_kinds
+    kinds = timing.program.math_kinds
+    op, arg, size = _columns(timing)
+    math = op == MATH
     by_kind = np.zeros(len(kinds), dtype=np.int64)  # exact: no float weights
-    for stream in program.streams:
-        op = np.frombuffer(stream.op, dtype=stream.op.typecode)
-        math = op == MATH
-        if math.any():
-            arg = np.frombuffer(stream.arg, dtype=stream.arg.typecode)[math]
-            size = np.frombuffer(stream.size, dtype=stream.size.typecode)[math]
-            np.add.at(by_kind, arg, size)
+    np.add.at(by_kind, arg[math], size[math])
     out = dict.fromkeys(MATH_CLASSES, 0)
     for (op_class, _), n in zip(kinds, by_kind, strict=True):
         out[op_class] += int(n)
     return out
+
+
+def _columns(timing: Timing) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The `op`, `arg` and `size` columns of every stream, end to end (int64)."""
+    streams = timing.program.streams
+    return tuple(np.concatenate([np.frombuffer(getattr(s, name), dtype=getattr(s, name).typecode)
+                                 for s in streams] or [np.zeros(0)]).astype(np.int64)
+                 for name in ("op", "arg", "size"))
 
 
 def account(counts: Counts, table: EnergyConfig) -> Energy:
