@@ -1,4 +1,58 @@
-"""kernbench: run Triton-like kernels on a discrete-event model of an HBM
-near-memory accelerator (rack > SIP > cube > PE) and report where the time went."""
+"""kernbench: run Triton-like kernels on a discrete-event model of an HBM near-memory
+accelerator (rack > SIP > cube > PE) and report where the time went.
+
+The package is also the Python API (docs/api.md), under the CLI::
+
+    import kernbench_cli as kb
+
+    result = kb.run("gqa_attention", topology="sip", params={"seq_len": 8192},
+                    set={"pe.gemm.rows": 8}, timing_only=True)
+    result.latency_ps, result.engines["gemm"].utilization, result.to_dict()  # = run --json
+
+`run`, `replay`, `sweep`, `compare`, `load_kernel`, `load_topology`, `load_trace` and the
+result types are looked up here on first use (module `__getattr__`), so ``import
+kernbench_cli`` loads nothing heavy: `kernbench decode` starts as fast as before.
+"""
 
 __version__ = "0.1.0"
+
+#: Public name -> the module that defines it, imported when the name is first used.
+_LAZY = {
+    "run": "kernbench_cli.api.runs",
+    "replay": "kernbench_cli.api.runs",
+    "load_kernel": "kernbench_cli.api.runs",
+    "load_topology": "kernbench_cli.api.runs",
+    "load_trace": "kernbench_cli.api.runs",
+    "sweep": "kernbench_cli.api.sweeps",
+    "compare": "kernbench_cli.api.comparison",
+    "Result": "kernbench_cli.api.result",
+    "Engine": "kernbench_cli.api.result",
+    "Check": "kernbench_cli.api.result",
+    "Bound": "kernbench_cli.api.result",
+    "CriticalPath": "kernbench_cli.api.result",
+    "TcmHighWater": "kernbench_cli.api.result",
+    "Energy": "kernbench_cli.api.result",
+    "SweepResult": "kernbench_cli.api.sweeps",
+    "SweepPoint": "kernbench_cli.api.sweeps",
+    "Comparison": "kernbench_cli.api.comparison",
+    "PandasMissing": "kernbench_cli.api.tables",
+    "KernbenchError": "kernbench_cli.errors",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    """A public name, imported from its module on first use and kept here."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kernbench_cli' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernbench_cli.sweep import Point, Spec, points, run_local, run_point, split_values
+from kernbench_cli.explore.sweep import Point, Spec, points, run_local, run_point, split_values
 
 from .conftest import TESTS, test_topology
 
@@ -236,8 +236,8 @@ def test_a_dask_cluster_gives_the_local_pools_rows(cli):
 def test_a_points_files_travel_with_it(tmp_path):
     """The kernel and topology files go with the task: the worker needs none of the client's
     disk (here they are gone before the point runs)."""
+    from kernbench_cli.explore.sweep import bundle, run_bundled
     from kernbench_cli.resources import resolve_topology
-    from kernbench_cli.sweep import bundle, run_bundled
 
     kernel = tmp_path / "mine.py"
     kernel.write_text(Path(LOAD_DOT).read_text())

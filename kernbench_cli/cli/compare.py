@@ -18,10 +18,12 @@ def compare(
 ) -> None:
     """Runs side by side: latency, each engine's busy time and utilisation, verdicts, with the
     change against the first."""
-    from kernbench_cli.report.compare import compare_json, compare_table, load_runs
+    from kernbench_cli.api.comparison import compare as compare_runs
 
-    runs = load_runs(files)
+    comparison = compare_runs(*files)
     if as_json:
-        typer.echo(json.dumps(compare_json(runs), sort_keys=True, indent=2))
+        typer.echo(json.dumps(comparison.to_dict(), sort_keys=True, indent=2))
         return
-    echo_rich(compare_table(runs))
+    from kernbench_cli.report.compare import compare_table
+
+    echo_rich(compare_table(comparison.pairs()))

@@ -9,7 +9,6 @@ from typing import Annotated
 
 import typer
 
-from kernbench_cli.address import load_address_map
 from kernbench_cli.cli.common import (
     CostsOpt,
     JsonOpt,
@@ -20,10 +19,10 @@ from kernbench_cli.cli.common import (
     TopologyOpt,
     echo_rich,
 )
-from kernbench_cli.errors import KernbenchError, RaceError, VerificationError
+from kernbench_cli.errors import KernbenchError
 from kernbench_cli.fileio import check_outputs
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
-from kernbench_cli.lang.watchdog import DEFAULT_KERNEL_TIMEOUT, MIN_KERNEL_TIMEOUT
+from kernbench_cli.lang.watchdog import DEFAULT_KERNEL_TIMEOUT
 
 ChromeTraceOpt = Annotated[Path | None, typer.Option(
     "--chrome-trace",
@@ -64,42 +63,32 @@ def run(
     = DEFAULT_KERNEL_TIMEOUT,
 ) -> None:
     """Run KERNEL on every PE of the topology, verify it, and report the time."""
-    from kernbench_cli.sim.kernels import load_kernel, parse_params
-    from kernbench_cli.sim.run import run_kernel
+    from kernbench_cli.api import runs as api
 
     if save is not None and timing_only:
         raise KernbenchError("--save needs values: it cannot go with --timing-only")
-    if kernel_timeout != 0 and not kernel_timeout >= MIN_KERNEL_TIMEOUT:  # NaN too
-        raise KernbenchError(f"--kernel-timeout {kernel_timeout:g}: needs 0 (no limit) or at "
-                             f"least {MIN_KERNEL_TIMEOUT:g} s (the watch looks every "
-                             "millisecond)")
-    module = load_kernel(kernel)
-    amap = load_address_map(topology, costs, sets or ())
+    api.check_kernel_timeout(kernel_timeout)
+    module = api.load_kernel(kernel)
+    topo = api.load_topology(topology, costs=costs, set=sets or ())
     check_outputs({"--save": save, "--record": record, "--chrome-trace": chrome_trace,
                    "--oplog": oplog, "--critical-path": critical_path})
-    params = parse_params(module, param or [], amap.topology.num_pes)
     from kernbench_cli.sim.watch import Watch
 
     watch = Watch()
-    with _busy(f"{module.name} on {amap.topology.num_pes} PEs", watch):
-        result = run_kernel(module, amap, params, seed=seed, timing_only=timing_only,
-                            max_commands=max_commands, kernel_timeout=kernel_timeout,
-                            oplog=chrome_trace is not None or oplog is not None, watch=watch,
-                            races=races)
+    with _busy(f"{module.name} on {topo.num_pes} PEs", watch):
+        result = api.run(module, topo, params=param or (), seed=seed, timing_only=timing_only,
+                         max_commands=max_commands, kernel_timeout=kernel_timeout,
+                         oplog=chrome_trace is not None or oplog is not None, watch=watch,
+                         races=races, per_pe=per_pe, check=False)
     if save is not None:
         _save_npz(save, {**result.inputs, **result.outputs})
     if record is not None:
         from kernbench_cli.sim.trace_file import write_trace
 
-        write_trace(record, result.trace)
-    _write_outputs(chrome_trace, oplog, critical_path, result, amap)
+        write_trace(record, result.raw.trace)
+    _write_outputs(chrome_trace, oplog, critical_path, result)
     show(result, as_json, per_pe)
-    _races_found(result, amap, module.shown)
-    if result.verified is False:
-        failed = [c for c in result.checks if not c.passed]
-        raise VerificationError("verification failed: " + "; ".join(
-            f"{c.name} max |err| {c.max_abs_err:.3g} exceeds atol {c.atol:g} + rtol {c.rtol:g}"
-            for c in failed))
+    result.check()
 
 
 def replay(
@@ -125,31 +114,22 @@ def replay(
     Without --topology the trace's own topology is used, without --costs its cost
     table, and its --set items apply before yours (--no-recorded-sets: not at all).
     """
-    from kernbench_cli.sim.run import replay_address_map, replay_trace
-    from kernbench_cli.sim.trace_file import read_trace
+    from kernbench_cli.api import runs as api
 
-    data = read_trace(trace)
-    amap = replay_address_map(data, str(trace), topology, costs, sets or (), recorded_sets)
+    data = api.load_trace(trace)
+    topo = api.load_topology(topology, costs=costs, set=sets or (), trace=data,
+                             recorded_sets=recorded_sets)
     check_outputs({"--chrome-trace": chrome_trace, "--oplog": oplog,
                    "--critical-path": critical_path})
     from kernbench_cli.sim.watch import Watch
 
     watch = Watch()
-    with _busy(f"replaying {data.kernel} on {amap.topology.num_pes} PEs", watch):
-        result = replay_trace(data, amap, str(trace),
-                              oplog=chrome_trace is not None or oplog is not None, watch=watch,
-                              races=races)
-    _write_outputs(chrome_trace, oplog, critical_path, result, amap)
+    with _busy(f"replaying {data.kernel} on {topo.num_pes} PEs", watch):
+        result = api.replay(data, topo, oplog=chrome_trace is not None or oplog is not None,
+                            watch=watch, races=races, per_pe=per_pe, check=False)
+    _write_outputs(chrome_trace, oplog, critical_path, result)
     show(result, as_json, per_pe)
-    _races_found(result, amap, str(trace))
-
-
-def _races_found(result, amap, shown: str) -> None:
-    """With --races: RaceError listing them, one line each, if there are any."""
-    if result.races:
-        from kernbench_cli.report.run import race_lines
-
-        raise RaceError(race_lines(result, amap, shown))
+    result.check()
 
 
 @contextmanager
@@ -180,41 +160,43 @@ def _busy(message: str, watch):
 
 
 def _write_outputs(chrome_trace: Path | None, oplog: Path | None, critical_path: Path | None,
-                   result, amap) -> None:
-    """The optional files of a run: a Chrome trace, the op log, the critical path."""
+                   result) -> None:
+    """The optional files of a run (an API `Result`): a Chrome trace, the op log, the
+    critical path."""
     from kernbench_cli.fileio import atomic_write
 
+    raw, amap = result.raw, result.address_map
     if critical_path is not None:
         from kernbench_cli.report.run import critical_path_lines
 
-        text = "".join(line + "\n" for line in critical_path_lines(result)).encode()
+        text = "".join(line + "\n" for line in critical_path_lines(raw)).encode()
         atomic_write(critical_path, lambda out: out.write(text), "--critical-path")
     if chrome_trace is not None:
         from kernbench_cli.report.chrome_trace import chrome_trace as make_trace
         from kernbench_cli.report.chrome_trace import dumps
 
-        text = dumps(make_trace(result, amap)).encode()
+        text = dumps(make_trace(raw, amap)).encode()
         atomic_write(chrome_trace, lambda out: out.write(text), "--chrome-trace")
     if oplog is not None:
         from kernbench_cli.report.oplog import oplog_lines
 
         def write(out) -> None:
-            for line in oplog_lines(result, amap):
+            for line in oplog_lines(raw, amap):
                 out.write(line.encode() + b"\n")
 
         atomic_write(oplog, write, "--oplog")
 
 
 def show(result, as_json: bool, per_pe: bool) -> None:
-    """A result as Rich tables, or as one JSON object with --json."""
-    from kernbench_cli.report import run as report
-
+    """A result (an API `Result`) as Rich tables, or as its JSON object with --json."""
     if as_json:
-        typer.echo(json.dumps(report.to_json(result, per_pe), sort_keys=True, indent=2))
+        typer.echo(json.dumps(result.to_dict(), sort_keys=True, indent=2))
     else:
         from rich.console import Console
 
-        echo_rich(report.render(result, per_pe, Console().width))
+        from kernbench_cli.report import run as report
+
+        echo_rich(report.render(result.raw, per_pe, Console().width))
 
 
 def _save_npz(path: Path, arrays: dict) -> None:

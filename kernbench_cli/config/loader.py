@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
+import numbers
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -110,14 +112,71 @@ def parse_sets(items: Sequence[str]) -> dict[str, tuple[Any, str]]:
             problems.append(f"--set {clip(item)}: expected KEY=VALUE, KEY a dotted TOML path "
                             "(hbm.bandwidth=409.6GB/s, costs.issue.composite=80ns)")
             continue
-        try:
-            value = tomllib.loads(f"v = {raw}")["v"]
-        except (ValueError, RecursionError):  # not TOML (or a number of 10^5 digits): text
-            value = raw.strip()
+        value = read_set_value(raw)
         out[key] = (value, item if len(item) <= 80 else f"{item[:60]}… ({len(item):,} characters)")
     if problems:
         raise ConfigError(problems)
     return out
+
+
+def read_set_value(raw: str) -> Any:
+    """A `--set` VALUE as the loader reads it: the TOML value it is (``64``, ``[8, 4]``,
+    ``true``), or else its text (``409.6GB/s``, ``80ns``, ``ws``)."""
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except (ValueError, RecursionError):  # not TOML (or a number of 10^5 digits): text
+        return raw.strip()
+
+
+def set_items(sets: Mapping[str, Any] | Sequence[str] | None) -> list[str]:
+    """The `--set KEY=VALUE` items of the API's ``set=``: a mapping of dotted key to value,
+    or already a sequence of items (taken as they are).
+
+    A string value is written as given, so it reads as it would on the command line
+    (``"204.8GB/s"``, ``"ws"``; ``"8"`` is the number 8); any other value as its TOML
+    literal (``8``, ``0.5``, ``true``, ``[4, 2]``), which `read_set_value` reads back as the
+    same value. A value TOML cannot hold is a ConfigError naming the key.
+    """
+    if sets is None:
+        return []
+    if isinstance(sets, str) or not isinstance(sets, Mapping | Sequence):
+        raise ConfigError([f"set={clip(sets)}: expected a mapping of key: value (or a list "
+                           "of KEY=VALUE items)"])
+    if not isinstance(sets, Mapping):
+        bad = [item for item in sets if not isinstance(item, str)]
+        if bad:
+            raise ConfigError([f"set: {clip(bad[0])} is not a KEY=VALUE item"])
+        return list(sets)
+    items = []
+    for key, value in sets.items():
+        if not isinstance(key, str) or "=" in key:
+            raise ConfigError([f"set: key {clip(key)}: expected a dotted TOML path "
+                               "(hbm.bandwidth, costs.issue.composite)"])
+        try:
+            text = value if isinstance(value, str) else toml_literal(value)
+        except ValueError:
+            raise ConfigError([f"--set {key}={clip(value)}: not a TOML value (a number, "
+                               "string or boolean, or an array or table of them)"]) from None
+        items.append(f"{key}={text}")
+    return items
+
+
+def toml_literal(value: Any) -> str:
+    """`value` as a one-line TOML literal; ValueError if TOML has no such value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        return repr(float(value))  # shortest round trip; nan and inf are TOML too
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {toml_literal(v)}"
+                               for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_literal(v) for v in value) + "]"
+    raise ValueError(f"no TOML literal for {type(value).__name__}")
 
 
 def _apply_sets(table: dict[str, Any], sets: dict[str, tuple[Any, str]],

@@ -23,40 +23,48 @@ MAX_RESULTS_BYTES = 2**32
 
 def load_runs(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
     """(label, run --json object) of every run in `paths`; a file is one object or JSON lines."""
-    runs = []
-    for path in paths:
-        try:
-            text = read_input(path, MAX_RESULTS_BYTES, "a results file").decode()
-        except UnicodeDecodeError:
-            raise KernbenchError(f"{path}: not text: expected `run --json` output or a "
-                                 "sweep's .jsonl rows") from None
-        try:
-            whole = parse_json(text, str(path))
-        except (ValueError, RecursionError):
-            whole = None
-        if isinstance(whole, dict) and "latency_ps" in whole:
-            runs.append((path.name, _checked(whole, str(path))))
-            continue
-        for n, line in enumerate(text.splitlines(), 1):
-            try:
-                row = parse_json(line, f"{path}:{n}")
-            except (ValueError, RecursionError):
-                raise KernbenchError(f"{path}:{n}: not JSON: expected `run --json` output or a "
-                                     "sweep's .jsonl rows") from None
-            result = row.get("result") if isinstance(row, dict) else None
-            if not isinstance(result, dict) or "latency_ps" not in result:
-                raise KernbenchError(f"{path}:{n}: no run result here (a failed sweep point, "
-                                     "or not kernbench output)")
-            axes = row.get("axes")
-            axes = " ".join(f"{k}={v}" for k, v in axes.items()) if isinstance(axes, dict) else ""
-            runs.append((f"{path.name}#{row.get('point', n - 1)} {axes}".rstrip(),
-                         _checked(result, f"{path}:{n}")))
+    return enough([run for path in paths for run in load_file(path)])
+
+
+def enough(runs: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """`runs`, if there are at least two to compare."""
     if len(runs) < 2:
         raise KernbenchError(f"compare needs at least two runs; got {len(runs)}")
     return runs
 
 
-def _checked(run: dict[str, Any], where: str) -> dict[str, Any]:
+def load_file(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(label, run --json object) of every run in one file: one object, or a sweep's rows."""
+    try:
+        text = read_input(path, MAX_RESULTS_BYTES, "a results file").decode()
+    except UnicodeDecodeError:
+        raise KernbenchError(f"{path}: not text: expected `run --json` output or a "
+                             "sweep's .jsonl rows") from None
+    try:
+        whole = parse_json(text, str(path))
+    except (ValueError, RecursionError):
+        whole = None
+    if isinstance(whole, dict) and "latency_ps" in whole:
+        return [(path.name, checked(whole, str(path)))]
+    runs = []
+    for n, line in enumerate(text.splitlines(), 1):
+        try:
+            row = parse_json(line, f"{path}:{n}")
+        except (ValueError, RecursionError):
+            raise KernbenchError(f"{path}:{n}: not JSON: expected `run --json` output or a "
+                                 "sweep's .jsonl rows") from None
+        result = row.get("result") if isinstance(row, dict) else None
+        if not isinstance(result, dict) or "latency_ps" not in result:
+            raise KernbenchError(f"{path}:{n}: no run result here (a failed sweep point, "
+                                 "or not kernbench output)")
+        axes = row.get("axes")
+        axes = " ".join(f"{k}={v}" for k, v in axes.items()) if isinstance(axes, dict) else ""
+        runs.append((f"{path.name}#{row.get('point', n - 1)} {axes}".rstrip(),
+                     checked(result, f"{path}:{n}")))
+    return runs
+
+
+def checked(run: dict[str, Any], where: str) -> dict[str, Any]:
     """`run` if it has the shape of a `run --json` object where `metrics` reads it."""
     def number(value: Any) -> bool:  # finite, and an integer within 64 bits
         if isinstance(value, bool):

@@ -35,7 +35,7 @@ import importlib.util
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -229,6 +229,34 @@ def parse_params(kernel: KernelModule, overrides: list[str],
         params.update(table[choice])
     params.update(given)
     return params
+
+
+def param_items(params: Mapping[str, Any] | Sequence[str] | None) -> list[str]:
+    """The ``-p name=value`` items of the API's ``params=``: a mapping of parameter to value
+    (a bool as ``true``/``false``, a number as its shortest text, a string as given), or
+    already a sequence of items (taken as they are). `parse_params` then reads and checks
+    them as it does the command line's."""
+    if params is None:
+        return []
+    if isinstance(params, str) or not isinstance(params, Mapping | Sequence):
+        raise ParamError(f"params={clip(params)}: expected a mapping of name: value (or a list "
+                         "of name=value items)")
+    if not isinstance(params, Mapping):
+        bad = [item for item in params if not isinstance(item, str)]
+        if bad:
+            raise ParamError(f"parameter {clip(bad[0])} is not name=value")
+        return list(params)
+    items = []
+    for name, value in params.items():
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, int | float | str):
+            text = str(value)
+        else:
+            raise ParamError(f"parameter {name}: {clip(value)} is not an int, float, bool or "
+                             "str")
+        items.append(f"{name}={text}")
+    return items
 
 
 def _scaled(kernel: KernelModule, num_pes: int) -> dict[str, Any]:

@@ -25,7 +25,7 @@ import json
 import sys
 import zlib
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,8 @@ class Trace:
     program: Program
     sets: tuple[str, ...] = ()  # the run's `--set` items, as given
     costs_file: str = ""  # the cost table the run used (absolute path)
+    #: the file it was read from, as given (messages name it); "" for a run's own trace
+    source: str = field(default="", compare=False)
 
 
 def write_trace(path: Path, trace: Trace) -> None:
@@ -135,10 +137,12 @@ def read_trace(path: Path) -> Trace:
                          f"kernbench reads ({VERSION}); record the run again")
     try:
         _printable(header)
-        return _trace(header, data.columns(header))
+        trace = _trace(header, data.columns(header))
     except (KeyError, TypeError, ValueError, OverflowError, IndexError, AttributeError) as exc:
         what = f"no {clip(exc.args[0])}" if isinstance(exc, KeyError) else str(exc)[:300]
         raise TraceError(f"{path}: damaged trace: {what}") from None
+    trace.source = str(path)
+    return trace
 
 
 class _Inflate:

@@ -85,11 +85,12 @@ def split_values(text: str) -> list[str]:
     return out
 
 
-def _axes(items: Sequence[str], option: str) -> list[list[str]]:
-    """Each item's list of `KEY=value` alternatives."""
+def split_axes(items: Sequence[str], option: str) -> list[list[str]]:
+    """Each `KEY=V1,V2,…` item's list of `KEY=value` alternatives (`option` names the items
+    in errors: ``--set``, ``-p``)."""
     axes, keys = [], set()
     for item in items:
-        key, sep, values = item.partition("=")
+        key, sep, values = item.partition("=") if isinstance(item, str) else ("", "", "")
         if not sep or not key.strip():
             raise ParamError(f"{option} {item!r}: expected KEY=V1,V2,…")
         if key.strip() in keys:
@@ -106,7 +107,12 @@ def _axes(items: Sequence[str], option: str) -> list[list[str]]:
 def points(sets: Sequence[str], params: Sequence[str], zipped: bool = False) -> list[Point]:
     """The points of a sweep, in order: the product of the axes (first axis slowest), or
     with `zipped`, the i-th value of every axis together (all axes the same length)."""
-    set_axes, param_axes = _axes(sets, "--set"), _axes(params, "-p")
+    return combine(split_axes(sets, "--set"), split_axes(params, "-p"), zipped)
+
+
+def combine(set_axes: list[list[str]], param_axes: list[list[str]],
+            zipped: bool = False) -> list[Point]:
+    """The points of axes already split into their `KEY=value` alternatives (`points`)."""
     axes = set_axes + param_axes
     if zipped:
         lengths = {len(a) for a in axes if len(a) > 1}

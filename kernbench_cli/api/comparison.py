@@ -1,0 +1,102 @@
+"""`kb.compare`: runs side by side, each metric's value per run and its change against the
+first (`kernbench compare`, `report.compare`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from kernbench_cli.api.result import Result
+from kernbench_cli.api.sweeps import SweepResult
+from kernbench_cli.errors import KernbenchError
+
+Run = Result | SweepResult | Mapping[str, Any] | str | Path
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Runs side by side: `runs` are their labels; `metrics[name]` each run's value of a
+    metric (the latency, each engine's mean busy time and utilisation, bound by, verified,
+    invariants held; None where a run has no such engine) and `delta_pct[name]` its change
+    against the first run in percent (None where not a number). `to_dict()` is what
+    `kernbench compare --json` prints."""
+
+    runs: tuple[str, ...]
+    metrics: Mapping[str, tuple[Any, ...]]
+    delta_pct: Mapping[str, tuple[float | None, ...]]
+    _json: str = field(default="[]", repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"runs": list(self.runs),
+                "metrics": {name: {"values": list(values), "delta_pct": list(self.delta_pct[name])}
+                            for name, values in self.metrics.items()}}
+
+    def pairs(self) -> list[tuple[str, dict[str, Any]]]:
+        """The runs compared, as (label, `run --json` object): what `report.compare` reads."""
+        return [(label, run) for label, run in json.loads(self._json)]
+
+    def table(self) -> list[dict[str, Any]]:
+        """One record per metric and run: ``metric``, ``run`` (its label), ``value``,
+        ``delta_pct``: the tidy form (pivot it for the CLI's table)."""
+        return [{"metric": name, "run": label, "value": value, "delta_pct": delta}
+                for name, values in self.metrics.items()
+                for label, value, delta in zip(self.runs, values, self.delta_pct[name],
+                                               strict=True)]
+
+    def to_pandas(self):
+        """`table()` as a pandas DataFrame. Needs pandas, which kernbench does not install
+        (`PandasMissing`, an ImportError, says so)."""
+        from kernbench_cli.api.tables import frame
+
+        return frame(self.table(), ("metric", "run", "value", "delta_pct"))
+
+
+def compare(*runs: Run, labels: Sequence[str] | None = None) -> Comparison:
+    """Compare at least two runs: each a `Result`, a `run --json` object (a dict), a
+    `SweepResult` (each of its points), or a file (`run --json` output or a sweep's
+    ``.jsonl``, as `kernbench compare` reads it). A result is labelled by its position and
+    its ``set`` overrides, a sweep's point by its index and axes, a file's run as the CLI
+    labels it; `labels` gives your own, one per run compared."""
+    from kernbench_cli.report.compare import deltas, enough, metrics
+
+    pairs = enough([pair for n, run in enumerate(runs) for pair in _runs_of(run, n)])
+    if labels is not None:
+        labels = list(labels)
+        if len(labels) != len(pairs) or not all(isinstance(x, str) for x in labels):
+            raise KernbenchError(f"labels: {len(pairs)} runs to compare need {len(pairs)} "
+                                 f"labels (strings); got {labels!r}")
+        pairs = [(label, run) for label, (_, run) in zip(labels, pairs, strict=True)]
+    table = metrics(pairs)
+    return Comparison(tuple(label for label, _ in pairs),
+                      MappingProxyType({k: tuple(v) for k, v in table.items()}),
+                      MappingProxyType({k: tuple(deltas(v)) for k, v in table.items()}),
+                      json.dumps(pairs))
+
+
+def _runs_of(run: Run, n: int) -> list[tuple[str, dict[str, Any]]]:
+    """(label, run --json object) of each run in one argument of `compare` (the `n`-th)."""
+    from kernbench_cli.report.compare import checked, load_file
+
+    if isinstance(run, Result):
+        return [(" ".join([f"#{n}", *run.overrides]), run.to_dict())]
+    if isinstance(run, SweepResult):
+        out = []
+        for point in run.points:
+            if point.result is None:
+                raise KernbenchError(f"sweep point {point.index}: no run result (a failed "
+                                     "point, or one resumed from a .csv file)")
+            axes = " ".join(f"{k}={v}" for k, v in point.axes.items())
+            out.append((f"#{point.index} {axes}".rstrip(), point.result.to_dict()))
+        return out
+    if isinstance(run, Mapping):
+        if "latency_ps" not in run:
+            raise KernbenchError(f"run {n}: not a `run --json` object (no latency_ps)")
+        return [(f"#{n}", checked(json.loads(json.dumps(dict(run))), f"run {n}"))]
+    if isinstance(run, str | Path):
+        return load_file(Path(run))
+    raise KernbenchError(f"run {n}: expected a Result, SweepResult, `run --json` dict or a "
+                         f"file; got {type(run).__name__}")

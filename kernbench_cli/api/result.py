@@ -1,0 +1,255 @@
+"""What `kb.run` and `kb.replay` return: a frozen `Result`, the `run --json` object with typed
+fields.
+
+A `Result` is built from the `run --json` object (`report.run.to_json`), which stays its one
+source of truth: `to_dict()` gives that object back exactly (a fresh copy each time, keys no
+field below names included), and every field is read from it, under the JSON key's own name
+(`latency_ps`, `engines["gemm"].busy_ps`, `critical_path.by_engine`). A result of `kb.run` or
+`kb.replay` also carries the live objects behind it (`raw`, `address_map`): the op log, the
+trace `kb.replay` can re-time, the inputs and outputs. One rebuilt from a dict (a sweep's
+point, a file) has none of them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any
+
+from kernbench_cli.errors import RaceError, VerificationError
+
+
+def frozen(value: Any) -> Any:
+    """JSON data made read-only: objects as mapping proxies, arrays as tuples."""
+    if isinstance(value, dict):
+        return MappingProxyType({k: frozen(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(frozen(v) for v in value)
+    return value
+
+
+def _build(cls: type, data: Mapping[str, Any], **extra: Any) -> Any:
+    """A `cls` from the JSON object `data`: each field from the key of its name (read-only)."""
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: frozen(v) for k, v in data.items() if k in names}, **extra)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One row of the engine table: a per-PE engine (`cpu`, `scheduler`, `dma`, `gemm`,
+    `math`) or a shared level (`ipcq`, `hbm`, `noc`, …) over its `instances` units. Times are
+    integer picoseconds, means over the units unless named min or max; `utilization` is the
+    mean busy time over the latency."""
+
+    name: str
+    instances: int
+    ops: int
+    busy_ps: int
+    busy_min_ps: int
+    busy_max_ps: int
+    wait_ps: int
+    idle_ps: int
+    utilization: float
+    utilization_max: float
+
+    @property
+    def busy_ns(self) -> float:
+        return self.busy_ps / 1000
+
+
+@dataclass(frozen=True)
+class Check:
+    """One entry of `checks`: an output's verification (`kind` "verification": its dtype,
+    largest error, tolerances) or a physical invariant (`kind` "invariant": its detail).
+    `max_abs_err` is None where the error is not a finite number."""
+
+    kind: str
+    name: str
+    passed: bool
+    dtype: str | None = None
+    max_abs_err: float | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class Bound:
+    """What bounds the run: `engine`, the one holding the largest share (`path_share`) of the
+    critical path, or None (`by` is then "latency"); the busiest unit's engine and its
+    utilisation beside it."""
+
+    by: str
+    engine: str | None
+    path_share: float
+    busiest_engine: str | None
+    utilization: float
+
+
+@dataclass(frozen=True)
+class CriticalPath:
+    """The critical path summed by engine and by cause (picoseconds; each sums to the
+    latency), the waits on named resources, its number of steps, and for the top two
+    engines how much sooner the run could end at most were they twice as fast."""
+
+    by_engine: Mapping[str, int]
+    by_cause: Mapping[str, int]
+    resource_waits: Mapping[str, int]
+    steps: int
+    what_if_2x_faster_saves_at_most_ps: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class TcmHighWater:
+    """The PE whose TCM held the most: how many bytes, when, at which kernel line, of how
+    many."""
+
+    pe: str
+    bytes: int
+    time_ps: int
+    line: int
+    tcm_bytes: int
+
+
+@dataclass(frozen=True)
+class Energy:
+    """The run's energy in pJ (`sim.energy`: each count x its `[energy]` entry, plus static
+    power x the latency): `total` = `dynamic` + `static`, `static` = `static_pe` +
+    `static_cube`, and the dynamic energy of each part the run used (`parts`)."""
+
+    total: float
+    dynamic: float
+    static: float
+    static_pe: float
+    static_cube: float
+    parts: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class Result:
+    """One run or replay, as `kernbench run --json` reports it (README, "The `--json`
+    object"): the fields are its keys, typed and read-only; `to_dict()` is the object itself.
+
+    `races` and `per_pe` are None unless asked for (`races=True`, `per_pe=True`), as their
+    keys are absent from the JSON then; `race_lines` are the races as the CLI prints them.
+    """
+
+    kernel: str
+    params: Mapping[str, Any]
+    seed: int
+    timing_only: bool
+    topology: str
+    costs: str
+    topology_digest: str
+    costs_digest: str
+    overrides: tuple[str, ...]
+    pes: int
+    latency_ps: int
+    verified: bool | None
+    max_abs_err: float | None
+    checks: tuple[Check, ...]
+    commands: int
+    engines: Mapping[str, Engine]
+    bound: Bound
+    gemm_mac_utilization: float
+    gemm_array_utilization: float
+    hbm_gbps: float
+    hbm_peak_gbps: float
+    bounds_ps: Mapping[str, int]
+    energy_pj: Energy | None = None
+    average_power_w: float | None = None
+    critical_path: CriticalPath | None = None
+    tcm_high_water: TcmHighWater | None = None
+    races: tuple[Mapping[str, Any], ...] | None = None
+    per_pe: tuple[Mapping[str, Any], ...] | None = None
+    race_lines: tuple[str, ...] = ()
+    #: the simulator's own result (`sim.result.RunResult`: op log, trace, inputs, outputs)
+    #: and the compiled topology it ran on; None for a result rebuilt from a dict
+    raw: Any = field(default=None, repr=False, compare=False)
+    address_map: Any = field(default=None, repr=False, compare=False)
+    _json: str = field(default="{}", repr=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, raw: Any = None, address_map: Any = None,
+                  race_lines: tuple[str, ...] = ()) -> Result:
+        """The result a `run --json` object (or a sweep row's `result`) describes."""
+        text = json.dumps(data)  # key order kept: engines as the report lists them, the
+        data = json.loads(text)  # path's by the time spent; a private copy, in JSON's types
+        parts = {
+            "checks": tuple(_build(Check, c) for c in data["checks"]),
+            "engines": MappingProxyType({name: _build(Engine, row, name=name)
+                                         for name, row in data["engines"].items()}),
+            "bound": _build(Bound, data["bound"]),
+            "critical_path": _build(CriticalPath, data["critical_path"])
+            if "critical_path" in data else None,
+            "tcm_high_water": _build(TcmHighWater, data["tcm_high_water"])
+            if "tcm_high_water" in data else None,
+            "energy_pj": _build(Energy, data["energy_pj"]) if "energy_pj" in data else None,
+        }
+        plain = {f.name for f in fields(cls)} - parts.keys()
+        return cls(**{k: frozen(v) for k, v in data.items() if k in plain}, **parts,
+                   race_lines=tuple(race_lines), raw=raw, address_map=address_map, _json=text)
+
+    def __repr__(self) -> str:
+        bound = self.bound.engine or self.bound.by
+        return (f"Result(kernel={self.kernel!r}, topology={self.topology!r}, "
+                f"overrides={self.overrides!r}, latency_ps={self.latency_ps}, "
+                f"verified={self.verified}, bound={bound!r})")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `run --json` object of this result (a fresh copy: changing it changes nothing
+        here)."""
+        return json.loads(self._json)
+
+    @property
+    def latency_ns(self) -> float:
+        return self.latency_ps / 1000
+
+    @property
+    def inputs(self) -> Mapping[str, Any]:
+        """The kernel's input arrays by name (empty for a replay or a rebuilt result)."""
+        return MappingProxyType(self.raw.inputs if self.raw is not None else {})
+
+    @property
+    def outputs(self) -> Mapping[str, Any]:
+        """The kernel's output arrays by name (empty when timing only, for a replay or a
+        rebuilt result)."""
+        return MappingProxyType(self.raw.outputs if self.raw is not None else {})
+
+    def check(self) -> None:
+        """Raise what the CLI reports after the tables: `RaceError` if races were found,
+        `VerificationError` if an output failed verification; nothing otherwise."""
+        if self.race_lines:
+            raise RaceError(list(self.race_lines))
+        if self.verified is False:
+            checks = self.raw.checks if self.raw is not None else [
+                c for c in self.checks if c.kind == "verification"]
+            raise VerificationError(verification_failure(checks))
+
+    def tables(self) -> dict[str, list[dict[str, Any]]]:
+        """The result as tables of records (lists of dicts), the rows of `to_pandas()`:
+        `summary` (one row), `engines`, `checks`, `critical_path` (by engine and by cause,
+        with each share of the latency), `bounds` and, when asked for, `per_pe`."""
+        from kernbench_cli.api import tables
+
+        return tables.result_tables(self)
+
+    def to_pandas(self) -> dict[str, Any]:
+        """`tables()` as pandas DataFrames, by the same names. Needs pandas, which kernbench
+        does not install (`PandasMissing`, an ImportError, says so)."""
+        from kernbench_cli.api import tables
+
+        return tables.result_frames(self)
+
+
+def verification_failure(checks) -> str:
+    """The message of a failed verification: each failing output, its error and tolerance
+    (an error that is not a number, None in the JSON, shows as nan)."""
+    def err(value: float | None) -> float:
+        return float("nan") if value is None else value
+
+    return "verification failed: " + "; ".join(
+        f"{c.name} max |err| {err(c.max_abs_err):.3g} exceeds atol {c.atol:g} + rtol {c.rtol:g}"
+        for c in checks if not c.passed)

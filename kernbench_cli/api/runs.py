@@ -1,0 +1,196 @@
+"""`kb.run` and `kb.replay`, and what they load: kernels, topologies, recorded traces.
+
+Each function takes what the matching CLI option takes, as Python values: a topology by
+name or path (or one `load_topology` returned), ``set={"pe.gemm.rows": 8}`` for the
+`--set` items and ``params={"seq_len": 8192}`` for the `-p` ones (mappings are turned
+into the CLI's ``KEY=VALUE`` items and read by the same code; a list of such items is
+taken as it is). Bad input raises the `KernbenchError` the CLI would print, with the same
+message. The heavy modules (numpy, SimPy, the model) are imported on the first call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kernbench_cli.api.result import Result
+from kernbench_cli.config.schema import Topology
+from kernbench_cli.errors import KernbenchError, ParamError
+from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
+from kernbench_cli.lang.watchdog import DEFAULT_KERNEL_TIMEOUT, MIN_KERNEL_TIMEOUT
+
+if TYPE_CHECKING:
+    from kernbench_cli.address.physaddr import AddressMap
+    from kernbench_cli.sim.kernels import KernelModule
+    from kernbench_cli.sim.trace_file import Trace
+    from kernbench_cli.sim.watch import Watch
+
+Sets = Mapping[str, Any] | Sequence[str] | None
+Params = Mapping[str, Any] | Sequence[str] | None
+
+
+def load_kernel(kernel: str | Path) -> KernelModule:
+    """A shipped kernel by name (``"gqa_attention"``) or a kernel file by path, imported and
+    checked; `ParamError` if there is none or it is malformed. `kb.run` takes it in place of
+    a name (its module code then runs once, not per run)."""
+    from kernbench_cli.sim.kernels import load_kernel as load
+
+    return load(str(kernel))
+
+
+def load_topology(topology: str | Path | None = None, *, costs: str | Path | None = None,
+                  set: Sets = None, trace: Trace | None = None,  # `set`, as the CLI says it
+                  recorded_sets: bool = True) -> Topology:
+    """A topology by name (``"sip"``) or TOML path (None: ``default``), with its cost table
+    (``costs`` overrides the one it names) and the ``set`` overrides, validated as
+    `kernbench topology validate` does (`ConfigError` lists every problem).
+
+    With ``trace`` (from `load_trace`), the configuration a replay of it times on: the run's
+    own topology unless ``topology`` is given, its cost table unless ``costs`` is, and its
+    ``--set`` items before ``set`` (unless not ``recorded_sets``), as `kernbench replay`.
+    """
+    from kernbench_cli.config.loader import set_items
+
+    spec = str(topology) if topology is not None else None
+    items = set_items(set)
+    costs_path = Path(costs) if costs is not None else None
+    if trace is not None:
+        from kernbench_cli.sim.run import replay_address_map
+
+        amap = replay_address_map(trace, trace_source(trace), spec, costs_path, items,
+                                  recorded_sets)
+    else:
+        from kernbench_cli.address import load_address_map
+
+        amap = load_address_map(spec, costs_path, items)
+    return amap.topology
+
+
+def load_trace(path: str | Path) -> Trace:
+    """A trace file written by `kernbench run --record`, read and checked (`TraceError`)."""
+    from kernbench_cli.sim.trace_file import read_trace
+
+    return read_trace(Path(path))
+
+
+def trace_source(trace: Trace) -> str:
+    """How messages name `trace`: its file, or for a run's own trace, that run."""
+    return trace.source or f"the recording of {trace.kernel}"
+
+
+def check_kernel_timeout(seconds: float) -> None:
+    """`kernel_timeout` (`--kernel-timeout`): 0 (no limit), or at least the watch's tick."""
+    if seconds != 0 and not seconds >= MIN_KERNEL_TIMEOUT:  # NaN too
+        raise KernbenchError(f"--kernel-timeout {seconds:g}: needs 0 (no limit) or at least "
+                             f"{MIN_KERNEL_TIMEOUT:g} s (the watch looks every millisecond)")
+
+
+def _check_counts(seed: Any, max_commands: Any) -> None:
+    """`seed` and `max_commands` are what the CLI's options allow (INT, at least 0 and 1)."""
+    for name, value, least in (("seed", seed, 0), ("max_commands", max_commands, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ParamError(f"{name}={value!r}: needs an integer of at least {least}")
+
+
+def _compiled(topology: str | Path | Topology | None, costs: str | Path | None,
+              sets: Sets) -> AddressMap:
+    """The compiled address map of a topology given by name or path, or already loaded."""
+    from kernbench_cli.address.physaddr import AddressMap
+
+    if isinstance(topology, Topology):
+        if costs is not None or sets:
+            raise KernbenchError("costs= and set= go to load_topology (or give the topology by "
+                                 "name or path): this topology is loaded already")
+        return AddressMap.compile(topology)
+    return AddressMap.compile(load_topology(topology, costs=costs, set=sets))
+
+
+def _result(raw, amap: AddressMap, per_pe: bool, shown: str, check: bool) -> Result:
+    """The API's `Result` of the simulator's; with `check`, `Result.check()` raised, the
+    exception holding the result as its `result`."""
+    from kernbench_cli.report.run import race_lines, to_json
+
+    lines = tuple(race_lines(raw, amap, shown)) if raw.races else ()
+    result = Result.from_dict(to_json(raw, per_pe), raw=raw, address_map=amap,
+                              race_lines=lines)
+    if check:
+        try:
+            result.check()
+        except KernbenchError as exc:
+            exc.result = result
+            raise
+    return result
+
+
+def run(kernel: str | Path | KernelModule, topology: str | Path | Topology | None = None, *,
+        params: Params = None, set: Sets = None,  # `set`, as the CLI says it
+        costs: str | Path | None = None, timing_only: bool = False, seed: int = 0,
+        per_pe: bool = False, races: bool = False, oplog: bool = False,
+        max_commands: int = DEFAULT_MAX_COMMANDS,
+        kernel_timeout: float = DEFAULT_KERNEL_TIMEOUT, watch: Watch | None = None,
+        check: bool = True) -> Result:
+    """Run `kernel` on every PE of `topology` and verify it: `kernbench run`.
+
+    ``result.to_dict()`` is what ``run --json`` prints for the same arguments (with
+    ``--per-pe``, ``--races`` for `per_pe`, `races`). `timing_only` skips values and
+    verification; `oplog` keeps the op log in ``result.raw.oplog``; `watch` follows the
+    progress (`sim.watch.Watch`). With `check` (the default) a failed verification or a
+    race found raises `VerificationError` or `RaceError` as the CLI's exit 1 does; the
+    exception's ``result`` is the result. Every other error is raised as the CLI's.
+    """
+    check_kernel_timeout(kernel_timeout)
+    _check_counts(seed, max_commands)
+    from kernbench_cli.sim.kernels import KernelModule, param_items, parse_params
+    from kernbench_cli.sim.run import run_kernel
+
+    module = kernel if isinstance(kernel, KernelModule) else load_kernel(kernel)
+    amap = _compiled(topology, costs, set)
+    values = parse_params(module, param_items(params), amap.topology.num_pes)
+    raw = run_kernel(module, amap, values, seed=seed, timing_only=timing_only,
+                     max_commands=max_commands, oplog=oplog, watch=watch, races=races,
+                     kernel_timeout=kernel_timeout)
+    return _result(raw, amap, per_pe, module.shown, check)
+
+
+def replay(trace: str | Path | Trace | Result, topology: str | Path | Topology | None = None,
+           *, costs: str | Path | None = None, set: Sets = None,
+           recorded_sets: bool = True, per_pe: bool = False, races: bool = False,
+           oplog: bool = False, watch: Watch | None = None, check: bool = True) -> Result:
+    """Re-time a recorded run without its kernel code or values: `kernbench replay`.
+
+    `trace` is a trace file (`run --record`), a loaded one (`load_trace`), or a `Result` of
+    `run` (its own recording, kept in memory). Without `topology` the run's own is used,
+    without `costs` its cost table, and its ``--set`` items apply before `set` (none with
+    ``recorded_sets=False``); a `Topology` from `load_topology(trace=…)` is used as it is.
+    ``result.to_dict()`` is what ``replay --json`` prints. `check` as in `run`.
+    """
+    data = _recording(trace)
+    if isinstance(topology, Topology):
+        amap = _compiled(topology, costs, set)
+    else:
+        from kernbench_cli.address.physaddr import AddressMap
+
+        amap = AddressMap.compile(load_topology(topology, costs=costs, set=set, trace=data,
+                                                recorded_sets=recorded_sets))
+    from kernbench_cli.sim.run import replay_trace
+
+    source = trace_source(data)
+    raw = replay_trace(data, amap, source, oplog=oplog, watch=watch, races=races)
+    return _result(raw, amap, per_pe, source, check)
+
+
+def _recording(trace: str | Path | Trace | Result) -> Trace:
+    """The trace `replay` times: read from a file, or the one a run's result holds."""
+    from kernbench_cli.sim.trace_file import Trace
+
+    if isinstance(trace, Trace):
+        return trace
+    if isinstance(trace, Result):
+        recorded = getattr(trace.raw, "trace", None)
+        if recorded is None:
+            raise KernbenchError(f"{trace.kernel}: this result holds no recording (a replay's, "
+                                 "or one rebuilt from a dict); replay a result of kb.run or a "
+                                 "trace file")
+        return recorded
+    return load_trace(trace)

@@ -1,0 +1,275 @@
+"""`kb.sweep`: one kernel at every point of axes of `set` keys and kernel parameters, each
+point a run in a worker process of its own (`explore.sweep`); a `SweepResult` of them.
+
+An axis is a key with a list of values (``set={"pe.gemm.cols": [16, 64]}``, ``params=
+{"seq_len": [1024, 2048]}``); a key with one value (not a list) is the same at every point,
+so a single TOML array value is written as a list of one (``[[4, 2]]``). A list of
+``KEY=V1,V2,…`` strings is taken as `kernbench sweep` takes its options. Every point's
+axis values are typed as the configuration loader reads them (a TOML value: ``16`` an
+int, ``0.5`` a float, ``true`` a bool; otherwise the text, such as ``"204.8GB/s"``), the
+same whether the sweep ran now or was resumed from its results file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from kernbench_cli.api.result import Result
+from kernbench_cli.errors import KernbenchError, ParamError, SweepError
+
+MAX_JOBS = 1024  # worker processes a sweep may start
+Axes = Mapping[str, Any] | Sequence[str] | None
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One point: its index, every axis key's value there (typed), and its run's `Result`,
+    or the `error` that stopped it. A point that failed verification has both. `result` is
+    None too for a point resumed from a ``.csv`` results file (it keeps only the summary
+    columns, which `SweepResult.table()` still shows); `replayed` says the point was a
+    replay of one recording (a cost-only sweep)."""
+
+    index: int
+    axes: Mapping[str, Any]
+    result: Result | None
+    error: str | None
+    replayed: bool = False
+
+
+#: The columns of `SweepResult.table()` after the point and its axes.
+TABLE_COLUMNS = ("latency_ps", "latency_ns", "bound", "verified", "gemm_mac_utilization",
+                 "hbm_gbps", "error", "replayed")
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """A sweep's points in order. `axes` are the keys given (``set`` keys first, then
+    parameters); `to_dicts()` are the rows `kernbench sweep --json` prints; `table()` (and
+    `to_pandas()`) one tidy row per point."""
+
+    kernel: str
+    axes: tuple[str, ...]
+    points: tuple[SweepPoint, ...]
+    _json: str = field(default="[]", repr=False)
+
+    @classmethod
+    def from_rows(cls, kernel: str, axes: Sequence[str],
+                  rows: Sequence[Mapping[str, Any]]) -> SweepResult:
+        """The sweep that gave `rows` (the sweep's rows in point order)."""
+        from kernbench_cli.config.loader import read_set_value
+
+        text = json.dumps(list(rows))
+        points = []
+        for row in json.loads(text):
+            whole = row["result"] is not None and "schema_version" in row["result"]
+            points.append(SweepPoint(
+                row["point"],
+                MappingProxyType({k: read_set_value(v) for k, v in row["axes"].items()}),
+                Result.from_dict(row["result"]) if whole else None, row["error"],
+                bool(row.get("replayed", False))))
+        return cls(kernel, tuple(axes), tuple(points), text)
+
+    def to_dicts(self) -> list[dict[str, Any]]:
+        """The rows, as `kernbench sweep --json` prints them (a fresh copy)."""
+        return json.loads(self._json)
+
+    @property
+    def failed(self) -> tuple[SweepPoint, ...]:
+        return tuple(p for p in self.points if p.error is not None)
+
+    def check(self) -> None:
+        """`SweepError` if any point failed (the CLI's exit 1 after its table)."""
+        if self.failed:
+            raise SweepError(f"{len(self.failed)} of {len(self.points)} points failed (their "
+                             "rows say why)")
+
+    def table(self) -> list[dict[str, Any]]:
+        """One record per point: ``point``, each axis (typed), then `TABLE_COLUMNS`:
+        latency, the engine bounding it (None: latency-bound), verified, GEMM MAC
+        utilisation, HBM GB/s, the error and whether it was replayed."""
+        out = []
+        for point, row in zip(self.points, self.to_dicts(), strict=True):
+            result = row["result"] or {}
+            latency = result.get("latency_ps")
+            out.append({"point": point.index, **{k: point.axes.get(k) for k in self.axes},
+                        "latency_ps": latency,
+                        "latency_ns": latency / 1000 if latency is not None else None,
+                        "bound": (result.get("bound") or {}).get("engine"),
+                        "verified": result.get("verified"),
+                        "gemm_mac_utilization": result.get("gemm_mac_utilization"),
+                        "hbm_gbps": result.get("hbm_gbps"), "error": point.error,
+                        "replayed": point.replayed})
+        return out
+
+    def to_pandas(self):
+        """`table()` as a pandas DataFrame, indexed by point. Needs pandas, which kernbench
+        does not install (`PandasMissing`, an ImportError, says so)."""
+        from kernbench_cli.api.tables import frame, pandas
+
+        pandas()
+        return frame(self.table(), ("point", *self.axes, *TABLE_COLUMNS), index="point")
+
+
+def check_options(kernel: str | Path, topology: str | Path | None, costs: str | Path | None,
+                  replay: str | Path | None, out: Path | None, resume: bool, jobs: int | None,
+                  dask: str | None, plot: Path | None = None) -> None:
+    """What can be checked before any point runs: the options, the kernel, and that the
+    outputs (`out`, and `plot`, the figure the CLI draws) may be written, not over a file
+    the points read."""
+    from kernbench_cli.fileio import check_outputs, note_input
+    from kernbench_cli.sim.kernels import kernel_file
+
+    if out is not None and out.suffix not in (".jsonl", ".csv"):
+        raise KernbenchError(f"--out {str(out)!r}: the results file must end in .jsonl or .csv")
+    if resume and out is None:
+        raise KernbenchError("--resume needs --out, the results file to resume")
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int)
+                             or not 1 <= jobs <= MAX_JOBS):
+        raise KernbenchError(f"--jobs {jobs}: needs 1 to {MAX_JOBS} workers")
+    if dask:
+        from kernbench_cli.explore.sweep import check_dask_address
+
+        check_dask_address(dask)
+    kernel_file(str(kernel))  # an unknown kernel is bad input, before any point runs
+    for given in (kernel, topology, costs, replay):  # files the points read
+        if given is not None and Path(given).is_file():
+            note_input(Path(given))
+    check_outputs({"--out": out, "--plot": plot}, rewrites=("--out",) if resume else ())
+
+
+def sweep_points(sets: Axes, params: Axes, zipped: bool = False) -> list:
+    """The sweep's points (`explore.sweep.Point`), in order, from the API's axes or the CLI's
+    ``KEY=V1,V2,…`` items."""
+    from kernbench_cli.config.loader import set_items
+    from kernbench_cli.explore.sweep import combine
+    from kernbench_cli.sim.kernels import param_items
+
+    return combine(_axes(sets, "--set", set_items), _axes(params, "-p", param_items), zipped)
+
+
+def _axes(given: Axes, option: str, items: Callable[[Mapping[str, Any]], list[str]]
+          ) -> list[list[str]]:
+    """Each key's list of ``KEY=value`` alternatives; a mapping's values become items as
+    `run` writes them (`items`), a list or tuple of values being the axis."""
+    from kernbench_cli.explore.sweep import split_axes
+
+    if given is None:
+        return []
+    if isinstance(given, str) or not isinstance(given, Mapping | Sequence):
+        raise ParamError(f"{option}: expected a mapping of key: values, or KEY=V1,V2,… items; "
+                         f"got {type(given).__name__}")
+    if not isinstance(given, Mapping):
+        return split_axes(list(given), option)
+    axes = []
+    for key, values in given.items():
+        values = list(values) if isinstance(values, list | tuple) else [values]
+        if not values:
+            raise ParamError(f"{option} {key}: no values")
+        axes.append([items({key: value})[0] for value in values])
+    return axes
+
+
+def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axes = None,
+          set: Axes = None,  # `set`, as the CLI says it
+          costs: str | Path | None = None, zip: bool = False, seed: int = 0,
+          timing_only: bool = False, jobs: int | None = None, replay: str | Path | None = None,
+          record_once: bool = True, out: str | Path | None = None, resume: bool = False,
+          dask: str | None = None, on_start: Callable[[int], None] | None = None,
+          on_row: Callable[[dict[str, Any]], None] | None = None) -> SweepResult:
+    """Run `kernel` at every point of the axes: `kernbench sweep` (see the module docstring
+    for the axes). The points are every combination, the first axis slowest, or with
+    `zip` the axes' values side by side; each runs in a fresh worker process (`jobs` of
+    them, default the CPU count; `dask`: on that Dask scheduler). A point that fails is a
+    point with its `error`, not an exception (`SweepResult.check()` raises the CLI's).
+
+    `out` (``.jsonl`` or ``.csv``) gets a row per finished point, in order; `resume` runs
+    only the points it lacks. `replay` re-times that recording at every point (`set` axes
+    only); a timing-only sweep of cost-table keys alone records once and replays each point
+    unless not `record_once`. `on_start` hears how many points are left to run, `on_row`
+    each finished row (as `kernbench sweep --json` prints it).
+    """
+    out = Path(out) if out is not None else None
+    check_options(kernel, topology, costs, replay, out, resume, jobs, dask)
+    from kernbench_cli.explore.sweep import Results, Spec
+
+    todo = sweep_points(set, params, zip)
+    spec = Spec(str(kernel), str(topology) if topology is not None else None,
+                str(costs) if costs is not None else None, seed, timing_only,
+                str(replay) if replay is not None else None)
+    axis_keys = list(todo[0].axes) if todo else []
+    results = Results(out, axis_keys, _identity(spec) if out is not None else "")
+    if resume:
+        results.load()
+    rows = {p.index: {**results.done[p.key], "point": p.index}
+            for p in todo if p.key in results.done}
+    left = [p for p in todo if p.index not in rows]
+    if replay is not None and any(p.params != todo[0].params for p in todo):
+        raise KernbenchError("--replay: -p cannot vary (the recording fixed the kernel's "
+                             "parameters)")
+
+    def finished(row: dict[str, Any]) -> None:
+        rows[row["point"]] = row
+        results.write(row)
+        if on_row is not None:
+            on_row(row)
+
+    try:
+        _run_points(spec, todo, left, record_once, jobs, dask, on_start, finished)
+    finally:
+        results.close()
+    return SweepResult.from_rows(Path(str(kernel)).stem, axis_keys,
+                                 [rows[p.index] for p in todo])
+
+
+def _run_points(spec, todo: list, left: list, record_once: bool, jobs: int | None,
+                dask: str | None, on_start: Callable[[int], None] | None,
+                on_row: Callable[[dict[str, Any]], None]) -> None:
+    """Run the points `left` of `todo`, on local workers or Dask; with one recording for
+    all of them when only cost-table keys vary in a timing-only sweep."""
+    import tempfile
+
+    from kernbench_cli.explore.sweep import cost_only, record, run_dask, run_local
+
+    scratch = None
+    try:
+        if spec.trace is None and spec.timing_only and record_once and left and \
+                cost_only(todo):
+            scratch = tempfile.TemporaryDirectory(prefix="kernbench-sweep-")
+            trace = Path(scratch.name) / "sweep.kbtrace"
+            record(spec, todo[0], trace)
+            spec.trace = str(trace)
+        if on_start is not None:
+            on_start(len(left))
+        if left and dask:
+            run_dask(dask, spec, left, on_row)
+        elif left:
+            run_local(spec, left, jobs or os.cpu_count() or 1, on_row)
+    finally:
+        if scratch is not None:
+            scratch.cleanup()
+
+
+def _identity(spec) -> str:
+    """The sweep's identity (`explore.sweep.identity`), its kernel and configuration
+    checked."""
+    from kernbench_cli.address import load_address_map
+    from kernbench_cli.explore.sweep import identity
+    from kernbench_cli.sim.kernels import kernel_file
+
+    path, _ = kernel_file(spec.kernel)
+    costs = Path(spec.costs) if spec.costs else None
+    if spec.trace is None:
+        amap = load_address_map(spec.topology, costs)
+    else:
+        from kernbench_cli.sim.run import replay_address_map
+        from kernbench_cli.sim.trace_file import read_trace
+
+        amap = replay_address_map(read_trace(Path(spec.trace)), spec.trace, spec.topology,
+                                  costs)
+    return identity(spec, path, amap)

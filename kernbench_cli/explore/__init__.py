@@ -1,0 +1,1 @@
+"""Design-space exploration: sweeps over `--set` keys and kernel parameters (`sweep`)."""

@@ -1,0 +1,74 @@
+"""docs/api.md runs as a notebook would: every ```python block in order, in one namespace,
+each printing exactly the ```text block shown under it (if one is). A block marked
+``<!-- api:pandas -->`` needs pandas: it runs where pandas is installed, and elsewhere must
+raise the ImportError that says how to get it."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "api.md"
+#: a python block, its tag if any, and the text block of its output if one follows
+BLOCK = re.compile(r"(<!-- api:(\w+) -->\n)?```python\n(.*?)```\n(?:\n```text\n(.*?)```\n)?",
+                   re.DOTALL)
+
+
+def blocks(text: str) -> list[tuple[str, str, str | None]]:
+    """(tag, code, shown output or None) of every python block, in order."""
+    return [(m.group(2) or "", m.group(3), m.group(4)) for m in BLOCK.finditer(text)]
+
+
+def run_block(code: str, namespace: dict, n: int) -> str:
+    """What block `n` prints, run in `namespace` (the notebook's state so far)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, f"docs/api.md block {n}", "exec"), namespace)
+    return out.getvalue()
+
+
+def test_every_block_runs_and_prints_what_is_shown(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    found = blocks(DOC.read_text())
+    assert len(found) >= 8, "docs/api.md lost its worked example"
+    assert DOC.read_text().count("```python") == len(found), "a python block the test misses"
+    try:
+        import pandas  # noqa: F401
+        have_pandas = True
+    except ImportError:
+        have_pandas = False
+    namespace: dict = {}
+    for n, (tag, code, shown) in enumerate(found):
+        if tag == "pandas" and not have_pandas:
+            from kernbench_cli.api.tables import PandasMissing
+
+            with pytest.raises(PandasMissing, match="pip install pandas"):
+                run_block(code, namespace, n)
+            continue
+        printed = run_block(code, namespace, n)
+        if shown is not None:
+            assert printed == shown, f"docs/api.md block {n} printed:\n{printed}"
+
+
+def test_the_example_covers_the_api():
+    """The worked example uses each public call it promises (run, fields, sweep into a table,
+    compare, replay under a --set change, an error)."""
+    code = "".join(c for _, c, _ in blocks(DOC.read_text()))
+    for call in ("kb.run(", "kb.sweep(", "kb.compare(", "kb.replay(", ".table()",
+                 ".to_pandas()", ".to_dict()", "except kb.KernbenchError"):
+        assert call in code, f"docs/api.md shows no {call}"
+
+
+def test_the_readme_python_block_runs():
+    """The README's short example (From Python) is real code."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## From Python"):text.index("## Running a kernel")]
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    namespace: dict = {}
+    run_block(code, namespace, 0)
+    assert namespace["result"].overrides == ("pe.gemm.rows=8",)
