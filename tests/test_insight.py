@@ -185,3 +185,26 @@ def test_the_shipped_kernels_have_no_races(run):
         result = run_kernel(module, load_address_map(test_topology(topology)),
                             parse_params(module, list(params)), timing_only=True, races=True)
         assert result.races == [], (kernel, topology)
+
+
+def test_a_fence_orders_a_store_before_the_message_that_follows(cli):
+    """tl.fence() makes the send wait for the store to land: no race, and the receiver's load
+    starts after the store's end (race_in_flight is the same kernel without the fence)."""
+    code, result, err = _races(cli, "race_fenced")
+    assert (code, result["races"], err) == (0, [], [])
+    code, fenceless, _ = _races(cli, "race_in_flight")
+    assert code == 1 and fenceless["races"][0]["why"] == "in flight"
+    writer_end = fenceless["races"][0]["accesses"][0]["end_ps"]
+    assert result["latency_ps"] > fenceless["latency_ps"]  # the send waited for the store
+    assert result["latency_ps"] - fenceless["latency_ps"] <= writer_end
+
+
+def test_a_fence_is_timed_as_a_wait_for_the_latest_store(run):
+    """A store, then a fence: PE_CPU is free again when the store lands, and the send after
+    it is issued then (op log records: seq, pid, engine, kind, issue, start, end, …)."""
+    result = run("race_fenced", "default", oplog=True)
+    (wait,) = [r for r in result.oplog if r[3] == "wait"]
+    (store,) = [r for r in result.oplog if r[3] == "store" and r[1] == 0]
+    (send,) = [r for r in result.oplog if r[3] == "send" and r[1] == 0]
+    assert wait[1] == 0 and wait[6] == store[6]  # the fence ends when the store lands
+    assert send[4] == wait[6] + 4_000  # then the send's 4 ns issue
