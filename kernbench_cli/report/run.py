@@ -378,14 +378,26 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
                       "latency_over_bound": round(result.latency_ps / r.ps, 6) if r.ps
                       else None} for r in result.roofline],
     }
+    _optional_json(result, out, per_pe)
+    return out
+
+
+def _energy_json(result: RunResult) -> dict[str, Any]:
+    """`energy_pj` (pJ from the exact attojoules) and `average_power_w`."""
+    energy = result.energy
+    return {"energy_pj": {
+                "total": energy.total / 10**6, "dynamic": (energy.total - energy.static) / 10**6,
+                "static": energy.static / 10**6, "static_pe": energy.pe_static / 10**6,
+                "static_cube": energy.cube_static / 10**6,
+                "parts": {name: aj / 10**6 for name, aj in energy.dynamic.items() if aj}},
+            "average_power_w": round(average_power_w(result), 6)}
+
+
+def _optional_json(result: RunResult, out: dict[str, Any], per_pe: bool) -> None:
+    """The keys a run has only sometimes: energy, races, TCM high water, critical path,
+    per PE."""
     if result.energy is not None:
-        energy = result.energy
-        out["energy_pj"] = {
-            "total": energy.total / 10**6, "dynamic": (energy.total - energy.static) / 10**6,
-            "static": energy.static / 10**6, "static_pe": energy.pe_static / 10**6,
-            "static_cube": energy.cube_static / 10**6,
-            "parts": {name: aj / 10**6 for name, aj in energy.dynamic.items() if aj}}
-        out["average_power_w"] = round(average_power_w(result), 6)
+        out.update(_energy_json(result))
     if result.races is not None:
         out["races"] = [
             {"why": r.why, "addr": r.lo, "bytes": r.hi - r.lo,
@@ -415,7 +427,6 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
              **{f"{n}_busy_ps": result.engines[n].busy_ps[i]
                 for n in ("cpu", "scheduler", "dma", "gemm", "math")}}
             for i, label in enumerate(result.pe_labels)]
-    return out
 
 
 def _json_number(value: float | None) -> float | None:
