@@ -71,18 +71,18 @@ def sensitivity(result: Result, keys: tuple[str, ...] | None = None) -> Sensitiv
     topology = result.address_map.topology if result.address_map is not None else None
     if topology is None:
         raise KernbenchError(f"{result.kernel}: sensitivity needs a result of kb.run or "
-                                 "kb.replay (this one holds no recording)")
+                             "kb.replay (this one holds no recording)")
     used = {name for name, engine in result.engines.items() if engine.ops}
     chosen = [k for k in KEYS if (keys is None and (k[2] is None or k[2] in used))
               or (keys is not None and k[0] in keys)]
     unknown = set(keys or ()) - {k[0] for k in KEYS}
     if unknown:
         raise KernbenchError(f"sensitivity: no such key {sorted(unknown)[0]!r} (keys: "
-                                 f"{', '.join(k[0] for k in KEYS)})")
+                             f"{', '.join(k[0] for k in KEYS)})")
     base = result.latency_ps
     changes = []
     for key, how, _ in chosen:
-        items = tuple(f"{k}={v}" for k, v in better(topology, key, how))
+        items = tuple(better(topology, key, how))
         if not items:
             continue  # nothing to make better (a latency of 0)
         again = replay(result, set=list(items), check=False)  # after the run's own --set
@@ -94,21 +94,23 @@ def sensitivity(result: Result, keys: tuple[str, ...] | None = None) -> Sensitiv
     return Sensitivity(base, tuple(changes))
 
 
-def better(topology, key: str, how: str) -> list[tuple[str, str]]:
-    """(key, value) pairs making `key` of `topology` 2x better, values written as in TOML."""
-    from dataclasses import fields
+def better(topology, key: str, how: str) -> list[str]:
+    """The plain `--set` items making `key` of `topology` 2x better (`config.loader`'s
+    ``KEY=x2`` or ``=x0.5``, resolved); none when that is no change or not a whole number of
+    the key's unit (an odd number of picoseconds halved)."""
+    from kernbench_cli.config.loader import resolve_relative
+    from kernbench_cli.errors import ConfigError
 
-    from kernbench_cli.config.writer import exact
-
-    if key == "costs.issue.*":
-        issue = topology.cost_table.issue
-        return [(f"costs.issue.{f.name}", exact("time", getattr(issue, f.name) // 2))
-                for f in fields(issue) if getattr(issue, f.name) > 0]
-    obj, field = topology, None
-    for part in key.split("."):
-        field = next(f for f in fields(obj) if f.name == part)
-        obj = getattr(obj, part)
-    value = obj * 2 if how == "x2" else obj // 2  # a halved time: whole picoseconds
-    if value == obj:
+    try:
+        items = resolve_relative(topology, f"{key}={'x2' if how == 'x2' else 'x0.5'}")
+    except ConfigError:
         return []
-    return [(key, exact(field.metadata["kind"], value))]
+    return [] if all(_unchanged(topology, item) for item in items) else items
+
+
+def _unchanged(topology, item: str) -> bool:
+    """Whether `item` sets its key to what `topology` has already (a latency of 0 halved)."""
+    from kernbench_cli.config.loader import resolve_relative
+
+    key, _, _ = item.partition("=")
+    return resolve_relative(topology, f"{key}=x1") == [item]
