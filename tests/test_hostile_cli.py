@@ -5,7 +5,8 @@ installed `kernbench` (`K`), so that devices, FIFOs, pipes, file-size limits, si
 killed parents are real. Each case states its exit code and what stderr says; every case
 must also end within its time limit, print no traceback and no internal error, leave every
 file it was given as it was (unless the case says which one it writes), and leave no
-temporary file behind. Marked `slow` (about a minute): `.ci/run` runs it after the suite.
+temporary file behind. Marked `slow` (about a minute; with test_hostile.py's signal tests, the
+slow part takes about 2 min): `.ci/run` runs it after the suite.
 """
 
 from __future__ import annotations
