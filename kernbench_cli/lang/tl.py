@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kernbench_cli import collector
 from kernbench_cli.address.allocator import FreeListPool, Sharded
 from kernbench_cli.address.physaddr import PeCoord
 from kernbench_cli.config.units import format_size
@@ -594,7 +595,7 @@ def functional_pass(launch: Launch, kernel: Callable[[TL], None],
     hub = launch.hub
     threads = [hub.thread(pid) for pid in range(len(launch.system.pes))]
     tls = [TL(launch, pid, thread) for pid, thread in enumerate(threads)]
-    with guard or nullcontext():
+    with guard or nullcontext(), collector.deferred():  # the kernel's Python runs: not paused
         hub.run(threads, [(lambda tl=tl: kernel(tl)) for tl in tls])
     program = launch.program
     for tl in tls:
