@@ -49,6 +49,7 @@ from heapq import heappush
 
 import simpy
 
+from kernbench_cli import collector
 from kernbench_cli.errors import KernelError
 from kernbench_cli.hw.composite import (
     ACC_BYTES,
@@ -293,7 +294,16 @@ class Timing:
     # ------------------------------------------------------------------ the run
 
     def run(self) -> None:
-        """Time every stream; afterwards `latency_ps`, `stuck` and the PEs' engines tell."""
+        """Time every stream; afterwards `latency_ps`, `stuck` and the PEs' engines tell.
+
+        The garbage collector waits until the pass ends (`collector.paused`): it walked
+        the run's millions of long-lived objects again and again, a quarter of the pass
+        on a rack, and the pass leaves no cycles for it to free.
+        """
+        with collector.paused():
+            self._run()
+
+    def _run(self) -> None:
         self._mark_shared()
         if self.oplog is not None:
             log = self.oplog

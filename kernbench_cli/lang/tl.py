@@ -25,10 +25,12 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kernbench_cli import collector
 from kernbench_cli.address.allocator import FreeListPool, Sharded
 from kernbench_cli.address.physaddr import PeCoord
 from kernbench_cli.config.units import format_size
@@ -96,6 +98,9 @@ class Launch:
         self.memory = memory
         self.timing_only = timing_only
         self.kernel_file = kernel_file  # co_filename of the kernel's code: how lines are found
+        #: id of a code object of the kernel's file -> (the code, {instruction offset:
+        #: line}): the cache of `_line`, shared by every PE (they run the same code)
+        self.lines: dict[int, tuple[CodeType, dict[int, int]]] = {}
         self.max_commands = max_commands
         self.commands = 0
         self.program = Program.empty(len(system.pes))
@@ -124,6 +129,7 @@ class TL:
         self._memory = launch.memory
         self._values = not launch.timing_only
         self._kernel_file = launch.kernel_file
+        self._lines = launch.lines
         topo = system.topology
         self._tcm = FreeListPool(f"TCM of PE ({self._coord})", 0, topo.pe.tcm.size)
         self._gemm = (topo.pe.gemm.rows, topo.pe.gemm.cols, topo.pe.gemm.dataflow)
@@ -406,16 +412,13 @@ class TL:
 
     def _emit(self, op: int, a: int, b: int, size: int, arg: int, src: int = NONE,
               dst: int = NONE, depth: int = 2, block: int = 0) -> int:
-        """Append a command to this PE's stream; its index. The kernel line is found here:
-        the innermost frame of the kernel's file (0 if none), looked for from `depth`
-        frames up, the fewest `tl` frames between the kernel and here on this path (frames
-        cost time to look at)."""
+        """Append a command to this PE's stream; its index. The kernel line is found here
+        (`_line`), looked for from `depth` frames up: the fewest `tl` frames between the
+        kernel and here on this path (frames cost time to look at)."""
         rows = self._rows
         i = len(rows) // _WIDTH
-        frame, kernel_file = sys._getframe(depth), self._kernel_file
-        while frame is not None and frame.f_code.co_filename != kernel_file:
-            frame = frame.f_back
-        rows.extend((op, a, b, size, arg, src, dst, 0 if frame is None else frame.f_lineno,
+        rows.extend((op, a, b, size, arg, src, dst,
+                     _line(sys._getframe(depth), self._kernel_file, self._lines),
                      self._tcm.used, block))
         if op != READ:
             launch = self._launch
@@ -606,7 +609,7 @@ def functional_pass(launch: Launch, kernel: Callable[[TL], None],
     hub = launch.hub
     threads = [hub.thread(pid) for pid in range(len(launch.system.pes))]
     tls = [TL(launch, pid, thread) for pid, thread in enumerate(threads)]
-    with guard or nullcontext():
+    with guard or nullcontext(), collector.deferred():  # the kernel's Python runs: not paused
         hub.run(threads, [(lambda tl=tl: kernel(tl)) for tl in tls])
     program = launch.program
     for tl in tls:
@@ -625,6 +628,30 @@ _ARG, _DST, _LINE, _TCM = (  # the columns a row gets after it is emitted, and i
     [name for name, _ in COLUMNS].index(c) for c in ("arg", "dst", "line", "tcm"))
 _CALLS = {LOAD: "tl.load", DOT: "tl.dot", COMPOSITE: "tl.composite",
           RECV: "tl.recv"}  # what a tensor's producer is called in messages
+
+
+def _line(frame: FrameType | None, kernel_file: str,
+          lines: dict[int, tuple[CodeType, dict[int, int]]]) -> int:
+    """The line the innermost frame of `kernel_file`'s code, from `frame` outwards, is at;
+    0 if none is. Cached in `lines` by code object, then instruction offset: ``f_lineno``
+    reads the code's line table from its start (the further into a long kernel, the
+    slower: 1.6 us at line 200, more than the rest of the command's emission), while the
+    line at an offset of a code object never changes. A code object's hash reads its whole
+    bytecode, so the key is its id; the entry holds the code, so that no other object
+    takes that id while the entry lives."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename == kernel_file:
+            known = lines.get(id(code))
+            if known is None:
+                known = lines[id(code)] = (code, {})
+            at = frame.f_lasti
+            line = known[1].get(at)
+            if line is None:
+                line = known[1][at] = frame.f_lineno
+            return line
+        frame = frame.f_back
+    return 0
 
 
 def _columns(rows: list[array]) -> list[Stream]:

@@ -1,0 +1,179 @@
+"""The garbage collector kept out of the passes, and its state given back whatever happens."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+
+from kernbench_cli import collector
+from kernbench_cli.address import load_address_map
+from kernbench_cli.hw.system import System
+from kernbench_cli.hw.timing import Timing
+from kernbench_cli.sim.kernels import load_kernel, parse_params
+from kernbench_cli.sim.run import run_kernel
+
+
+class Node:
+    """A cycle's link: `Node().me = itself` is garbage only the collector frees."""
+
+
+def _cycle() -> weakref.ref:
+    node = Node()
+    node.me = node
+    return weakref.ref(node)
+
+
+@pytest.fixture
+def collections():
+    """The generations of the collections that start while the test runs."""
+    seen: list[int] = []
+
+    def note(phase: str, info: dict) -> None:
+        if phase == "start":
+            seen.append(info["generation"])
+
+    gc.callbacks.append(note)
+    yield seen
+    gc.callbacks.remove(note)
+
+
+def test_paused_runs_no_collection_inside_and_one_young_one_after(collections):
+    assert gc.isenabled()
+    with collector.paused():
+        assert not gc.isenabled()
+        cycles = [_cycle() for _ in range(5_000)]  # a young collection every 700, normally
+        assert collections == []
+        assert all(ref() is not None for ref in cycles)
+    assert gc.isenabled()
+    assert collections == [0]
+    assert all(ref() is None for ref in cycles)  # the cycles made inside are freed
+
+
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
+def test_paused_gives_the_collector_back_on_errors(error):
+    with pytest.raises(error), collector.paused():
+        raise error
+    assert gc.isenabled()
+
+
+def test_paused_leaves_a_disabled_collector_disabled(collections):
+    gc.disable()
+    try:
+        with collector.paused(), collector.paused():
+            pass
+        assert not gc.isenabled()
+        assert collections == []
+    finally:
+        gc.enable()
+
+
+def test_deferred_freezes_what_exists_and_raises_the_young_threshold():
+    before = gc.get_threshold()
+    with collector.deferred(100_000):
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == (100_000, *before[1:])
+        with collector.deferred(60_000):  # nested: the larger threshold holds
+            assert gc.get_threshold()[0] == 100_000
+        assert gc.get_threshold()[0] == 100_000
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
+def test_deferred_gives_the_collector_back_on_errors(error):
+    before = gc.get_threshold()
+    with pytest.raises(error), collector.deferred():
+        raise error
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
+
+
+def test_deferred_still_frees_cyclic_garbage_inside():
+    """A kernel's own cycles do not pile up during the functional pass: the collector
+    still runs, once per `threshold` objects kept."""
+    with collector.deferred(10_000):
+        cycles = [_cycle() for _ in range(50_000)]
+        freed = sum(ref() is None for ref in cycles)
+    assert freed > 30_000
+
+
+def test_deferred_leaves_the_callers_frozen_objects_frozen():
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with collector.deferred():
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+
+
+@pytest.fixture(scope="module")
+def gqa():
+    """A timing-only gqa_attention run on the SIP (128 PEs): its address map and program."""
+    kernel = load_kernel("gqa_attention")
+    amap = load_address_map("sip")
+    params = parse_params(kernel, ["model=llama3-8b"], amap.topology.num_pes)
+    return amap, run_kernel(kernel, amap, params, timing_only=True).trace.program
+
+
+def test_the_timing_pass_runs_no_collection_but_the_one_after(gqa, collections):
+    amap, program = gqa
+    timing = Timing(System(amap), program)
+    collections.clear()  # those building the system
+    timing.run()
+    assert collections == [0]
+    assert gc.isenabled()
+
+
+def test_the_timing_pass_makes_no_cyclic_garbage(gqa):
+    """What makes pausing the collector safe: nothing it would have freed accumulates. A
+    change that leaves cycles behind per command (a SimPy process per command, say)
+    fails here."""
+    amap, program = gqa
+    timing = Timing(System(amap), program, oplog=True)
+    gc.collect()
+    gc.disable()
+    try:
+        timing.run()
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+
+
+PROBE = '''
+import gc
+
+PARAMS = {}
+SEEN = []
+
+
+def setup(host, p):
+    return {}
+
+
+def kernel(tl):
+    SEEN.append((gc.get_threshold()[0], gc.get_freeze_count() > 0, gc.isenabled()))
+    tl.cycles(1)
+
+
+def reference(host, p):
+    return {}
+
+
+def outputs(host, args, p):
+    return {}
+'''
+
+
+def test_the_functional_pass_defers_the_collector_and_gives_it_back(tmp_path):
+    path = tmp_path / "probe.py"
+    path.write_text(PROBE)
+    kernel = load_kernel(str(path))
+    before = gc.get_threshold()
+    run_kernel(kernel, load_address_map("default"), parse_params(kernel, []), timing_only=True)
+    assert kernel.module.SEEN == [(collector.DEFERRED_THRESHOLD, True, True)] * 16  # each PE
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
