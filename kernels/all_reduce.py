@@ -18,6 +18,7 @@ exact sum: the check against numpy is exact for every algorithm and dtype.
 
 import numpy as np
 
+from kernbench_cli.lang import alpha_beta
 from kernbench_cli.lang import collectives as coll
 from kernbench_cli.lang.dtypes import dtype
 
@@ -150,3 +151,26 @@ def outputs(host, args, p):
     if p["collective"] == "reduce_scatter":
         full = _parts_only(host, p, full.astype(np.float64)).astype(full.dtype)
     return {"buf": full}
+
+
+def metrics(topology, p, latency_ps):
+    """algbw and busbw as nccl-tests defines them, and the alpha-beta model's busbw
+    (kernbench_cli/lang/alpha_beta.py) for the same algorithm on the same links."""
+    class _Host:  # what _groups reads
+        num_pes = topology.num_pes
+
+    _Host.topology = topology
+    group = _groups(_Host, p)[0]
+    n, nbytes = len(group), p["bytes"]
+    seconds = latency_ps / 1e12
+    model = alpha_beta.seconds(topology, p["collective"], p["algo"], group, nbytes, p["root"])
+    busbw = alpha_beta.busbw_gbps(p["collective"], n, nbytes, seconds)
+    model_busbw = alpha_beta.busbw_gbps(p["collective"], n, nbytes, model)
+    return {
+        "algbw_gbps": (nbytes / seconds / 1e9 if seconds else 0.0, f"({nbytes} B / latency)"),
+        "busbw_gbps": (busbw, f"(algbw x {alpha_beta.BUS_FACTOR[p['collective']](n)}, "
+                              f"nccl-tests' factor for n = {n})"),
+        "alpha_beta_busbw_gbps": (model_busbw, f"(the alpha-beta time of {p['algo']}: "
+                                               f"{model * 1e6:.3f} us)"),
+        "busbw_over_alpha_beta": (busbw / model_busbw if model_busbw else 0.0, ""),
+    }

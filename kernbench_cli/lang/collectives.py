@@ -10,7 +10,8 @@ Every PE of the group calls the same collective with the same arguments (its
 own `ptr`). A buffer is `count` elements of `dtype` at `ptr` in the calling
 PE's memory (its HBM slice, usually), worked on in place as NCCL's in-place
 calls are: the result is where the input was. Data moves through TCM in
-pieces of one IPCQ slot (`tl.ring_capacity()`), loaded, combined by PE_MATH
+pieces of half an IPCQ ring (`tl.ring_capacity()`: 8 KiB of 4 x 4 KiB slots;
+one slot if the ring has only one), loaded, combined by PE_MATH
 (`op`: "sum", "max" or "min"), sent, received and stored as the algorithm
 says, so every cost is the model's own: the DMA's loads, stores, sends and
 receive copies, the links, the credits. Values are combined in the buffer's
@@ -45,12 +46,14 @@ Algorithms (`algo=`):
     down. Needs a regular group: as many members in each cube, cubes in each
     SIP, SIPs in each rack.
 
-No message size or ring depth deadlocks them: a message is one slot, and a
-rank is never more than a ring's slots of messages ahead of what it has
-received (`_exchange`): a rank waits only on one that is further behind, so
-no cycle of waits can form. A reduce_scatter/all_gather result is a part of
-a balanced split of the buffer in rank order (`part`); hierarchical ones nest
-the split per level.
+No message size or ring depth deadlocks them. A message is at most half a
+ring; in a ring a rank is never more messages ahead of what it has received
+than the ring holds (`_exchange`), so a rank waits only on one that is
+further behind and no cycle of waits can form; pairs exchange half-duplex
+(`_pairwise`), so a sender's receiver is receiving on that ring; trees,
+chains and stars wait only towards the root or away from it. A
+reduce_scatter/all_gather result is a part of a balanced split of the buffer
+in rank order (`part`); hierarchical ones nest the split per level.
 """
 
 from __future__ import annotations
@@ -215,7 +218,7 @@ class _Group:
     ranks: tuple[int, ...]  # pids in ring order
     algo: str
     op: str
-    piece: int  # elements per message (one IPCQ slot)
+    piece: int  # elements per message (half a ring: two may be in flight)
     window: int  # messages a rank may have sent beyond what it has received
     kept: dict = field(default_factory=dict)  # tensors kept for later messages, by key
 
@@ -270,7 +273,9 @@ def _start(tl, call: str, ptr: int, count: int, dtype: str, group, algo: str, op
     slots, slot = tl.ring_capacity()
     if slot < item:
         raise ValueError(f"{call}: an IPCQ slot of {slot} B cannot hold one {dtype} element")
-    g = _Group(tl, ptr, count, dtype, item, members, algo, op, slot // item, slots)
+    per_message = max(1, slots // 2)  # slots a message takes: two fit a ring
+    g = _Group(tl, ptr, count, dtype, item, members, algo, op,
+               per_message * slot // item, slots // per_message)
     if algo == "rhd" and call != "all_reduce" and g.n & (g.n - 1):
         raise ValueError(f"{call}: rhd needs a power-of-two group, this one has {g.n} PEs "
                          "(ring or hier work on any group)")

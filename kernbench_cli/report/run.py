@@ -242,6 +242,9 @@ def summary(result: RunResult) -> Table:
         ratio = result.latency_ps / ps if ps else float("inf")
         rows.insert(3, (f"{name} bound", f"{format_time_ps(ps)} = {how}; the latency is "
                                           f"{ratio:.2f}x that"))
+    if result.metrics:
+        rows.insert(3, ("metrics", "; ".join(f"{name} {value:.4g} {how}".rstrip()
+                                             for name, (value, how) in result.metrics.items())))
     for key, value in rows:
         table.add_row(key, value)
     return table
@@ -374,6 +377,7 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
         "hbm_gbps": round(achieved, 6),
         "hbm_peak_gbps": round(peak, 6),
         "bounds_ps": {name: ps for name, (ps, _) in sorted(result.bounds.items())},
+        "metrics": {name: value for name, (value, _) in result.metrics.items()},
         "roofline": [{"resource": r.name, "ps": r.ps, "unit": r.unit, "how": r.how,
                       "latency_over_bound": round(result.latency_ps / r.ps, 6) if r.ps
                       else None} for r in result.roofline],
