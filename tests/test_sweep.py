@@ -81,6 +81,30 @@ def test_a_csv_results_file(cli, tmp_path):
     assert rows[0]["result"]["bound"] == {"engine": "gemm"}
 
 
+def test_the_printed_table_in_other_formats(cli, monkeypatch):
+    """--format csv prints the rows `--out r.csv` writes; md the table as Markdown, headed
+    by the keys swept and titled with the ones held fixed."""
+    import csv
+    import io
+
+    axes = ("--set", "hbm.bandwidth=102.4GB/s,204.8GB/s", "--set", "costs.issue.load=4ns")
+    code, out, _ = cli("sweep", LOAD_DOT, *axes, "--format", "csv")
+    records = list(csv.DictReader(io.StringIO(out)))
+    assert code == 0 and [(r["hbm.bandwidth"], r["latency_ps"]) for r in records] == [
+        ("102.4GB/s", "542858"), ("204.8GB/s", "521429")]
+    code, out, _ = cli("sweep", LOAD_DOT, *axes, "--format", "md")
+    assert out.splitlines() == [
+        "Sweep: 2 points, PASS; costs.issue.load=4ns", "",
+        "| # | hbm.bandwidth | latency | vs first | energy | power | bound by | GEMM MAC |",
+        "|---:|---|---:|---:|---:|---:|---|---:|",
+        "| 0 | 102.4GB/s | 542.858ns | +0.0% | 1.52uJ | 2.79 W | gemm | 2.9% |",
+        "| 1 | 204.8GB/s | 521.429ns | -3.9% | 1.47uJ | 2.81 W | gemm | 3.1% |"], out
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = cli("sweep", LOAD_DOT, *axes)
+    assert "Sweep: 2 points, PASS; costs.issue.load=4ns" in out
+    assert "│ # │ hbm.      │" not in out and "┃   ┃ hbm.      ┃" in out
+
+
 def _dies_once(spec: Spec, point: Point) -> dict:
     """A worker that SIGKILLs its own process the first time it meets point 1."""
     marker = Path(spec.costs)  # (the test passes a marker path here)
@@ -197,6 +221,51 @@ def test_plot_draws_the_sweep(cli, tmp_path):
     assert "hbm.bandwidth (GB/s)" in text and "latency (us)" in text
     assert "costs.issue.load=10ns" in text  # a line per value of the other axis
     assert again.read_bytes() == svg.read_bytes()  # deterministic
+
+
+def _row(point: int, cols: int, bandwidth: str, latency_ps: int) -> dict:
+    """A sweep row whose run has the GEMM busy 80% and DMA 60% of the latency (overlapping)
+    and a roofline bound half the latency."""
+    engines = {"gemm": {"busy_ps": latency_ps * 8 // 10}, "dma": {"busy_ps": latency_ps * 6 // 10}}
+    return {"point": point, "axes": {"pe.gemm.cols": str(cols), "hbm.bandwidth": bandwidth,
+                                     "costs.issue.load": "4ns"}, "error": None,
+            "result": {"latency_ps": latency_ps, "engines": engines,
+                       "roofline": [{"resource": "gemm", "ps": latency_ps // 2}]}}
+
+
+def test_the_plots_panels_hold_the_sweeps_numbers():
+    """The figure's data, not its pixels: the latency per line, its tightest bound dashed,
+    a log2 axis for powers of two labelled by the key and its values, busy bars side by side
+    (each its engine's own busy time, not stacked), the latency over them, legends outside
+    the axes, the fixed key in the title."""
+    pytest.importorskip("matplotlib")
+    from kernbench_cli.report.plot import figure
+
+    rows = [_row(n, cols, bw, lat) for n, (cols, bw, lat) in enumerate(
+        [(8, "102.4GB/s", 8_000_000), (16, "102.4GB/s", 5_000_000), (32, "102.4GB/s", 4_000_000),
+         (8, "204.8GB/s", 7_000_000), (16, "204.8GB/s", 4_000_000), (32, "204.8GB/s", 3_000_000)])]
+    fig = figure(rows, None, "latency", "k on sip")
+    top, bottom = fig.axes
+    assert fig._suptitle.get_text() == "k on sip\nfixed: costs.issue.load=4ns"
+    lines = {line.get_label(): line.get_xydata().tolist() for line in top.get_lines()}
+    assert lines["hbm.bandwidth=102.4GB/s"] == [[8, 8.0], [16, 5.0], [32, 4.0]]
+    assert lines["hbm.bandwidth=204.8GB/s: tightest bound (gemm)"] == [[8, 3.5], [16, 2.0],
+                                                                       [32, 1.5]]
+    assert top.get_xscale() == "log" and top.get_xlabel() == "pe.gemm.cols"
+    assert [t.get_text() for t in top.get_xticklabels()] == ["8", "16", "32"]
+    bars = {c.get_label(): [(b.get_y(), b.get_height()) for b in c] for c in bottom.containers}
+    assert bars["GEMM"] == [(0, lat * 0.8 / 1e6) for lat in (8e6, 5e6, 4e6, 7e6, 4e6, 3e6)]
+    assert bars["DMA"][0] == (0, 4.8)  # beside GEMM's 6.4, not on top of it
+    (latency,) = [line for line in bottom.get_lines() if line.get_label() == "latency"]
+    assert latency.get_ydata().tolist() == [8.0, 5.0, 4.0, 7.0, 4.0, 3.0]
+    assert [t.get_text() for t in bottom.get_xticklabels()][:2] == ["8, 102.4GB/s",
+                                                                   "16, 102.4GB/s"]
+    fig.canvas.draw()
+    for ax in (top, bottom):
+        assert ax.get_legend().get_window_extent().x0 >= ax.get_window_extent().x1
+    fig = figure(rows, "hbm.bandwidth", "latency", "k")
+    assert fig.axes[0].get_xscale() == "linear"  # two values: not worth a log axis
+    assert fig.axes[0].get_xlabel() == "hbm.bandwidth (GB/s)"
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -208,7 +208,13 @@ CSV_RESULT = ("latency_ps", "bound", "verified", "gemm_mac_utilization", "hbm_gb
               "energy_pj")
 
 
-def _csv_row(row: dict[str, Any], axis_keys: list[str]) -> list[Any]:
+def csv_header(axis_keys: list[str]) -> list[str]:
+    """The columns of a sweep's `.csv` rows."""
+    return ["point", *axis_keys, *CSV_RESULT, "error", "sweep"]
+
+
+def csv_row(row: dict[str, Any], axis_keys: list[str]) -> list[Any]:
+    """A sweep row (`point`, `axes`, `result`, `error`, `sweep`) as `.csv` fields."""
     result = row["result"] or {}
     values = [row["point"], *(row["axes"].get(k, "") for k in axis_keys)]
     values += [result.get("latency_ps", ""), (result.get("bound") or {}).get("engine") or "",
@@ -343,7 +349,7 @@ class Results:
         if not self.csv:
             return ""
         text = io.StringIO(newline="")
-        csv.writer(text).writerow(["point", *self.axis_keys, *CSV_RESULT, "error", "sweep"])
+        csv.writer(text).writerow(csv_header(self.axis_keys))
         return text.getvalue()
 
     def _line(self, row: dict[str, Any]) -> str:
@@ -351,7 +357,7 @@ class Results:
         if not self.csv:
             return json.dumps(row, sort_keys=True) + "\n"
         text = io.StringIO(newline="")
-        csv.writer(text).writerow(_csv_row(row, self.axis_keys))
+        csv.writer(text).writerow(csv_row(row, self.axis_keys))
         return text.getvalue()
 
 
