@@ -27,6 +27,41 @@ def test_points_are_the_product_first_axis_slowest_or_zipped():
     assert split_values('"x,y",[1,2],3') == ['"x,y"', "[1,2]", "3"]
 
 
+def test_paired_axes_go_together_crossed_with_the_rest():
+    """--pair rows,cols: the i-th rows with the i-th cols, the pair crossed with the
+    bandwidth (the bandwidth slowest: it is the first axis); -p names pair as well."""
+    got = points(["hbm.bandwidth=1,2", "pe.gemm.rows=16,4", "pe.gemm.cols=16,64"], [],
+                 pairs=["pe.gemm.rows,pe.gemm.cols"])
+    assert [p.sets for p in got] == [
+        ("hbm.bandwidth=1", "pe.gemm.rows=16", "pe.gemm.cols=16"),
+        ("hbm.bandwidth=1", "pe.gemm.rows=4", "pe.gemm.cols=64"),
+        ("hbm.bandwidth=2", "pe.gemm.rows=16", "pe.gemm.cols=16"),
+        ("hbm.bandwidth=2", "pe.gemm.rows=4", "pe.gemm.cols=64")]
+    got = points(["a=1,2", "b=3"], ["n=5,6", "m=7,8"], pairs=[("m", "a")])
+    assert [(p.sets, p.params) for p in got] == [
+        (("a=1", "b=3"), ("n=5", "m=7")), (("a=1", "b=3"), ("n=6", "m=7")),
+        (("a=2", "b=3"), ("n=5", "m=8")), (("a=2", "b=3"), ("n=6", "m=8"))]
+
+
+def test_a_paired_sweep_through_the_cli_and_the_api(cli):
+    import kernbench_cli as kb
+
+    axes = ("--set", "hbm.bandwidth=102.4GB/s,204.8GB/s", "--set", "costs.issue.load=4ns,10ns",
+            "--set", "costs.issue.dot=4ns,8ns", "--pair", "costs.issue.load,costs.issue.dot")
+    code, out, _ = cli("sweep", LOAD_DOT, *axes, "--json")
+    rows = json.loads(out)
+    keys = ("hbm.bandwidth", "costs.issue.load", "costs.issue.dot")
+    assert code == 0 and [tuple(r["axes"][k] for k in keys) for r in rows] == [
+        ("102.4GB/s", "4ns", "4ns"), ("102.4GB/s", "10ns", "8ns"),
+        ("204.8GB/s", "4ns", "4ns"), ("204.8GB/s", "10ns", "8ns")]
+    api = kb.sweep(LOAD_DOT, set={"hbm.bandwidth": ["102.4GB/s", "204.8GB/s"],
+                                  "costs.issue.load": ["4ns", "10ns"],
+                                  "costs.issue.dot": ["4ns", "8ns"]},
+                   pair=[("costs.issue.load", "costs.issue.dot")], jobs=2)
+    assert [p.result.latency_ps for p in api.points] == [r["result"]["latency_ps"]
+                                                         for r in rows]
+
+
 def test_each_row_is_the_run_of_its_point_alone(cli):
     code, out, _ = cli("sweep", LOAD_DOT, *AXES, "--jobs", "2", "--json")
     assert code == 0
@@ -152,6 +187,14 @@ def test_a_failing_point_is_a_row_not_a_crash(cli):
     (("--resume",), "--resume needs --out, the results file to resume"),
     (("--set", "a"), "--set 'a': expected KEY=V1,V2,…"),
     (("--set", "a=1,,2"), "--set 'a=1,,2': an empty value"),
+    (("--set", "a=1,2", "--set", "b=1,2,3", "--pair", "a,b"),
+     "--pair a,b: a has 2, b has 3 values; paired axes need as many values each"),
+    (("--set", "a=1,2", "--pair", "a,c"), "--pair a,c: c is not an axis (axes: a)"),
+    (("--set", "a=1,2", "--pair", "a"), "--pair a: name two axes or more (KEY,KEY,…)"),
+    (("--set", "a=1,2", "-p", "n=1,2", "--set", "b=3,4", "--pair", "a,b", "--pair", "b,n"),
+     "--pair b,n: b is in two pairs; an axis pairs once"),
+    (("--set", "a=1,2", "--set", "b=1,2", "--pair", "a,b", "--zip"),
+     "--zip pairs every axis already; give it or --pair, not both"),
 ])
 def test_bad_sweep_options_are_one_line(cli, args, message):
     code, out, err = cli("sweep", LOAD_DOT, *args)

@@ -31,6 +31,10 @@ AxisParamOpt = Annotated[list[str] | None, typer.Option(
     help="A kernel parameter and its values (an axis if several); repeatable.")]
 ZipOpt = Annotated[bool, typer.Option(
     "--zip", help="Pair the axes' values in order instead of taking every combination.")]
+PairOpt = Annotated[list[str] | None, typer.Option(
+    "--pair", metavar="KEY,KEY,…",
+    help="Take these axes' values together (the i-th of each at once), crossed with the "
+         "other axes; repeatable, a group each.")]
 TimingOnlyOpt = Annotated[bool, typer.Option(
     "--timing-only", help="Skip values and verification (faster).")]
 JobsOpt = Annotated[int | None, typer.Option(
@@ -60,6 +64,7 @@ DaskOpt = Annotated[str | None, typer.Option(
 def sweep(
     kernel: KernelArg, topology: TopologyOpt = None, costs: CostsOpt = None,
     sets: AxisSetOpt = None, param: AxisParamOpt = None, zipped: ZipOpt = False,
+    pair: PairOpt = None,
     seed: SeedOpt = 0, timing_only: TimingOnlyOpt = False, jobs: JobsOpt = None,
     out: OutOpt = None, resume: ResumeOpt = False, replay: ReplayOpt = None,
     no_replay: NoReplayOpt = False, plot: PlotOpt = None, x: XOpt = None,
@@ -74,12 +79,12 @@ def sweep(
     if plot is not None:
         from kernbench_cli.report.plot import check
 
-        todo = api.sweep_points(sets or [], param or [], zipped)
+        todo = api.sweep_points(sets or [], param or [], zipped, pair or ())
         check(plot, x, y, list(todo[0].axes) if todo else [])
     progress = _progress(sys.stderr.isatty())
     try:
         result = api.sweep(kernel, topology, params=param or [], set=sets or [], costs=costs,
-                           zip=zipped, seed=seed, timing_only=timing_only,
+                           zip=zipped, pair=pair or (), seed=seed, timing_only=timing_only,
                            jobs=jobs, replay=replay, record_once=not no_replay, out=out,
                            resume=resume, dask=dask, on_start=progress.start,
                            on_row=progress.advance)
