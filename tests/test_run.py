@@ -245,7 +245,12 @@ def test_oplog_file_has_every_command_with_decoded_addresses(cli, run, tmp_path)
     assert len(records) == len(result.oplog)
     first = records[0]
     assert set(first) == {"seq", "pid", "pe", "engine", "kind", "issue_ps", "start_ps", "end_ps",
-                          "bytes", "flops", "src", "dst", "src_text", "dst_text"}
+                          "bytes", "flops", "src", "dst", "src_text", "dst_text", "line"}
+    # each record carries the kernel line of its command (kernels/sharded_gemm.py: the
+    # primitive loop loads at 85 and 86, stores at 89)
+    assert {r["line"] for r in records if r["kind"] == "load"} == {85, 86}
+    assert {r["line"] for r in records if r["kind"] == "store"} == {89}
+    assert all(r["line"] > 0 for r in records)
     assert (first["kind"], first["pe"]) == ("load", "rack=0 sip=0 cube=0 pe=0")
     assert first["src_text"].startswith("HBM rack=0 sip=0 cube=0 pe=0 offset=")
     assert first["dst_text"] == "TCM rack=0 sip=0 cube=0 pe=0 offset=0x0"
