@@ -112,6 +112,7 @@ class Launch:
         #: (sender, receiver) -> messages sent and not yet received: (bytes, dtype, value)
         self.mail: dict[tuple[int, int], deque[tuple[int, np.dtype, np.ndarray | None]]] = {}
         self.receivers: dict[int, PeThread] = {}  # PEs waiting in a receive, by pid
+        self.region_index = Interner(self.program.regions)  # region path -> index
 
 
 class TL:
@@ -133,6 +134,7 @@ class TL:
         topo = system.topology
         self._tcm = FreeListPool(f"TCM of PE ({self._coord})", 0, topo.pe.tcm.size)
         self._gemm = (topo.pe.gemm.rows, topo.pe.gemm.cols, topo.pe.gemm.dataflow)
+        self._region = 0  # the region its next command belongs to
 
     # ------------------------------------------------------------ grid (ADR-0022)
 
@@ -294,6 +296,15 @@ class TL:
         """
         self._emit(WAIT, NONE, NONE, 0, 0)
 
+    def region(self, name: str) -> AbstractContextManager[None]:
+        """``with tl.region("attn"): …``: the commands issued inside belong to region `name`
+        (nested regions make paths, "layer/attn"), which the report times: on the critical
+        path, by engine, and in the timeline. No command, no time."""
+        if not isinstance(name, str) or not name or "/" in name or not name.isprintable():
+            raise KernelError(f"tl.region: a name is a non-empty printable string without "
+                              f"'/', got {clip(name)}")
+        return _Region(self, name)
+
     def wait(self, handle: Handle) -> Tensor | None:
         """Stall PE_CPU until a composite is done; returns its TCM result (if any)."""
         if not isinstance(handle, Handle):
@@ -441,6 +452,18 @@ class TL:
                 raise KernelError(f"the kernel issued more than {launch.max_commands:,} "
                                   "commands; an endless loop? (--max-commands raises the limit)")
         return i
+
+    def _enter_region(self, region: int) -> None:
+        """The next commands belong to `region` (an index of the program's regions)."""
+        if region == self._region:
+            return
+        self._region = region
+        marks = self._launch.program.region_marks[self._pid]
+        at = len(self._rows) // _WIDTH
+        if marks and marks[-1][0] == at:  # nothing issued in the region just left
+            marks.pop()
+        if not marks or marks[-1][1] != region:
+            marks.append((at, region))
 
     def _result(self, i: int, shape: tuple[int, ...], dt: np.dtype, value: np.ndarray | None,
                 what: str) -> Tensor:
@@ -610,6 +633,25 @@ class TL:
             raise KernelError(f"cannot reshape {list(x.shape)} to {list(shape_t)}")
         value = x.value.reshape(shape_t) if x.value is not None else None
         return Tensor(self, shape_t, x.dtype, value, x.cmd, None, base=x)
+
+
+class _Region:
+    """The context manager of `TL.region`: marks where the PE's commands enter and leave."""
+
+    __slots__ = ("name", "outer", "tl")
+
+    def __init__(self, tl: TL, name: str):
+        self.tl, self.name, self.outer = tl, name, 0
+
+    def __enter__(self) -> None:
+        tl = self.tl
+        self.outer = tl._region
+        program = tl._launch.program
+        path = f"{program.regions[self.outer]}/{self.name}".lstrip("/")
+        tl._enter_region(tl._launch.region_index(path))
+
+    def __exit__(self, *exc: object) -> None:
+        self.tl._enter_region(self.outer)
 
 
 def functional_pass(launch: Launch, kernel: Callable[[TL], None],

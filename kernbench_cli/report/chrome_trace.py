@@ -99,10 +99,12 @@ class _Builder:
         self.slices.setdefault((pid, tid), []).append((start, end))
 
     def span(self, pid: int, name: str, start_ps: int, end_ps: int,
-             args: dict[str, Any]) -> None:
-        """An async slice of process `pid` (its own row in the `name` group)."""
+             args: dict[str, Any], cat: str | None = None) -> None:
+        """An async slice of process `pid` (its own row in the `cat` group, `name` by
+        default)."""
         self.async_id += 1
-        common = {"cat": name, "name": name, "pid": pid, "tid": 0, "id": self.async_id}
+        common = {"cat": cat or name, "name": name, "pid": pid, "tid": 0,
+                  "id": self.async_id}
         self.events.append({**common, "ph": "b", "ts": _us(start_ps // 1000), "args": args})
         self.events.append({**common, "ph": "e", "ts": _us(end_ps // 1000)})
 
@@ -166,6 +168,8 @@ class _Builder:
             self.slice(pid, ENGINES.index(engine), kind, start, held_until, args, engine)
         for pid in sorted(queue):
             self.counter(pid, "scheduler queue", "commands", queue[pid])
+        for pid, path, start, end in result.region_spans:  # tl.region stretches
+            self.span(pid, path, start, end, {"region": path}, cat="region")
 
     def resources(self, log: OpLog, pid: int) -> dict[str, int]:
         """The shared-resources process `pid`: a track per resource; their tids by name."""

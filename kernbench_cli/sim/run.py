@@ -51,6 +51,8 @@ from kernbench_cli.sim.critical import critical_path
 from kernbench_cli.sim.host import Host
 from kernbench_cli.sim.kernels import KernelModule
 from kernbench_cli.sim.races import find_races
+from kernbench_cli.sim.regions import regions
+from kernbench_cli.sim.regions import spans as region_spans
 from kernbench_cli.sim.result import Check, EngineStats, RunResult
 from kernbench_cli.sim.roofline import roofline
 from kernbench_cli.sim.trace_file import Trace, TraceError
@@ -140,6 +142,8 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     result.energy = energy.account(counts, amap.topology.energy)
     result.roofline = roofline(system, timing)
     result.critical_path = critical_path(system, timing)
+    result.regions = regions(program, result.critical_path, timing)
+    result.region_spans = region_spans(program, timing)
     if races:
         result.races = find_races(timing, amap)
     result.switches = launch.hub.switches
@@ -215,7 +219,8 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
     if extra:  # the topology's other PEs run nothing
         program = Program(program.streams + [Stream() for _ in range(extra)],
                           program.gemm_shapes, program.math_kinds, program.composites,
-                          program.tcm_peak + [0] * extra)
+                          program.tcm_peak + [0] * extra, program.regions,
+                          program.region_marks + [[] for _ in range(extra)])
     timing = Timing(system, program, oplog=oplog)
     (watch or Watch()).begin("timing pass", timing)
     try:
@@ -235,6 +240,8 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
     result.energy = energy.account(counts, topo.energy)
     result.roofline = roofline(system, timing)
     result.critical_path = critical_path(system, timing)
+    result.regions = regions(program, result.critical_path, timing)
+    result.region_spans = region_spans(program, timing)
     if races:
         result.races = find_races(timing, amap)
     result.wall_s = time.perf_counter() - wall

@@ -1,0 +1,113 @@
+"""Named regions (`tl.region`): where a run's time went, by the kernel's own names.
+
+A region is a path of names ("layer0/attn"); a command belongs to the innermost
+region open when it was issued, and counts for that region and each one around
+it. Per region:
+
+- `path_ps`: the time the critical path spends on the region's commands (a tile
+  operation counts for its composite, PE_CPU's issue of a command for that
+  command). Top-level regions and the time outside any region sum to the
+  latency exactly, as the critical path tiles it.
+- `by_engine`: that time by engine (the critical path's split).
+- `span_ps`: from the earliest issue of any of its commands, on any PE, to the
+  latest end: the wall-clock time the region was in progress somewhere.
+- `commands`: its commands, over every PE.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kernbench_cli.sim.critical import CriticalPath
+from kernbench_cli.stream import Program
+
+OUTSIDE = "(outside)"
+
+
+@dataclass(frozen=True)
+class Region:
+    name: str
+    path_ps: int
+    by_engine: dict[str, int] = field(default_factory=dict)
+    span_ps: int = 0
+    commands: int = 0
+
+
+def regions(program: Program, path: CriticalPath | None, timing) -> list[Region]:
+    """The regions of a run, in the order first entered, with the time outside them last;
+    empty when the kernel names none."""
+    if len(program.regions) == 1:
+        return []
+    names = program.regions
+    # every region a leaf belongs to: itself and each path around it
+    around = [[j for j, other in enumerate(names) if other and (
+        name == other or name.startswith(other + "/"))] for name in names]
+    path_ps = [0] * len(names)
+    by_engine: list[dict[str, int]] = [{} for _ in names]
+    of = {pid: program.region_of(pid) for pid in range(len(program.streams))
+          if program.region_marks[pid]}
+    if path is not None:
+        for step in path.steps:
+            marks = of.get(step.pid)
+            leaf = marks[step.command] if marks and 0 <= step.command < len(marks) else 0
+            ps = step.end_ps - step.start_ps
+            for j in around[leaf] or [0]:
+                path_ps[j] += ps
+                by_engine[j][step.engine] = by_engine[j].get(step.engine, 0) + ps
+    first, last, count = _spans(program, of, timing, around)
+    out = [Region(name, path_ps[j], _sorted(by_engine[j]), max(0, last[j] - first[j]),
+                  count[j]) for j, name in enumerate(names) if j]
+    out.append(Region(OUTSIDE, path_ps[0], _sorted(by_engine[0]), 0, count[0]))
+    return out
+
+
+def _spans(program: Program, of: dict[int, list[int]], timing,
+           around: list[list[int]]) -> tuple[list[int], list[int], list[int]]:
+    """Per region: the earliest issue, the latest end, and the count of its commands."""
+    n = len(program.regions)
+    first, last, count = [2**62] * n, [0] * n, [0] * n
+    for pid, stream in enumerate(program.streams):
+        marks = of.get(pid)
+        if marks is None:
+            count[0] += len(stream.op)
+            continue
+        proc = timing.procs[pid]
+        for i, leaf in enumerate(marks):
+            for j in around[leaf] or [0]:
+                count[j] += 1
+                if j and i < len(proc.issue):
+                    first[j] = min(first[j], proc.issue[i])
+                    last[j] = max(last[j], proc.end[i])
+    return first, last, count
+
+
+def _sorted(ps: dict[str, int]) -> dict[str, int]:
+    return dict(sorted(ps.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def spans(program: Program, timing) -> list[tuple[int, str, int, int]]:
+    """(pid, region path, start, end) of each stretch of a PE's commands in a region (each
+    level of a nested one): from the earliest issue of its commands to their latest end,
+    in the order the stretches begin."""
+    out = []
+    for pid, marks in enumerate(program.region_marks):
+        if not marks:
+            continue
+        proc, n = timing.procs[pid], len(program.streams[pid].op)
+        open_: dict[str, list[int]] = {}  # path -> [start, end] of its stretch so far
+        for k, (first, leaf) in enumerate(marks):
+            end = marks[k + 1][0] if k + 1 < len(marks) else n
+            name = program.regions[leaf]
+            paths = [name[:i] for i in range(len(name) + 1) if name and (
+                i == len(name) or name[i] == "/")]
+            for path in [p for p in open_ if p not in paths]:  # stretches that ended
+                start, stop = open_.pop(path)
+                out.append((pid, path, start, stop))
+            if first == end:
+                continue
+            lo, hi = min(proc.issue[first:end]), max(proc.end[first:end])
+            for path in paths:
+                got = open_.setdefault(path, [lo, hi])
+                got[0], got[1] = min(got[0], lo), max(got[1], hi)
+        out += [(pid, path, start, stop) for path, (start, stop) in open_.items()]
+    return sorted(out, key=lambda s: (s[2], s[0], s[1]))
