@@ -9,8 +9,8 @@ it. Per region:
   command). Top-level regions and the time outside any region sum to the
   latency exactly, as the critical path tiles it.
 - `by_engine`: that time by engine (the critical path's split).
-- `span_ps`: from the earliest issue of any of its commands, on any PE, to the
-  latest end: the wall-clock time the region was in progress somewhere.
+- `span_ps`: the time some PE was in the region: the union over PEs of each
+  stretch of its commands, from the stretch's first issue to its last end.
 - `commands`: its commands, over every PE.
 """
 
@@ -54,31 +54,33 @@ def regions(program: Program, path: CriticalPath | None, timing) -> list[Region]
             for j in around[leaf] or [0]:
                 path_ps[j] += ps
                 by_engine[j][step.engine] = by_engine[j].get(step.engine, 0) + ps
-    first, last, count = _spans(program, of, timing, around)
-    out = [Region(name, path_ps[j], _sorted(by_engine[j]), max(0, last[j] - first[j]),
-                  count[j]) for j, name in enumerate(names) if j]
+    count = [0] * len(names)
+    for pid, stream in enumerate(program.streams):
+        for leaf in of.get(pid, ()):
+            for j in around[leaf]:
+                count[j] += 1
+        count[0] += len(stream.op) if pid not in of else sum(1 for r in of[pid] if not r)
+    busy = _union(spans(program, timing))
+    out = [Region(name, path_ps[j], _sorted(by_engine[j]), busy.get(name, 0), count[j])
+           for j, name in enumerate(names) if j]
     out.append(Region(OUTSIDE, path_ps[0], _sorted(by_engine[0]), 0, count[0]))
     return out
 
 
-def _spans(program: Program, of: dict[int, list[int]], timing,
-           around: list[list[int]]) -> tuple[list[int], list[int], list[int]]:
-    """Per region: the earliest issue, the latest end, and the count of its commands."""
-    n = len(program.regions)
-    first, last, count = [2**62] * n, [0] * n, [0] * n
-    for pid, stream in enumerate(program.streams):
-        marks = of.get(pid)
-        if marks is None:
-            count[0] += len(stream.op)
-            continue
-        proc = timing.procs[pid]
-        for i, leaf in enumerate(marks):
-            for j in around[leaf] or [0]:
-                count[j] += 1
-                if j and i < len(proc.issue):
-                    first[j] = min(first[j], proc.issue[i])
-                    last[j] = max(last[j], proc.end[i])
-    return first, last, count
+def _union(stretches: list[tuple[int, str, int, int]]) -> dict[str, int]:
+    """Per region, the time some PE was in one of its stretches (their union's length)."""
+    by: dict[str, list[tuple[int, int]]] = {}
+    for _, name, start, end in stretches:
+        by.setdefault(name, []).append((start, end))
+    out = {}
+    for name, spans_ in by.items():
+        total, reach = 0, -1
+        for start, end in sorted(spans_):
+            if end > reach:
+                total += end - max(start, reach)
+                reach = end
+        out[name] = total
+    return out
 
 
 def _sorted(ps: dict[str, int]) -> dict[str, int]:
