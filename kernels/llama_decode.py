@@ -31,6 +31,7 @@ Dtype: weights, activations handed to the GEMM array and the KV cache in `dtype`
 the residual stream, norms, softmax and accumulation in f32.
 """
 
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -45,6 +46,7 @@ PARAMS = {
     "batch": 1,
     "context": 64,
     "layers": 0,
+    "scale_to": 0,
     "dtype": "bf16",
     "algo": "ring",
     "chunk": 512,
@@ -60,6 +62,10 @@ PARAM_INFO = {
     "context": ("tokens already in each sequence's KV cache (the new one is at this "
                 "position)", "tokens"),
     "layers": ("decoder layers to run (0: all of the model's)", "layers"),
+    "scale_to": ("representative layers: time `layers` (3 or more) and report the step "
+                 "of this many (0: the step as run), adding a middle layer's time per "
+                 "layer; exact when the middle layers take the same time, which the report "
+                 "checks (from 4 timed layers)", "layers"),
     "dtype": "weights, KV cache and GEMM operands (f32 accumulation)",
     "algo": "the all-reduces' algorithm (collectives)",
     "chunk": ("KV positions a PE's attention takes at once", "tokens"),
@@ -108,6 +114,9 @@ def _shape(host, p):
     layers = p["layers"] or cfg["num_hidden_layers"]
     if p["batch"] <= 0 or p["context"] < 0 or layers <= 0 or p["chunk"] <= 0:
         raise ValueError("batch, layers and chunk must be positive and context not negative")
+    if p["scale_to"] and not 3 <= layers <= p["scale_to"]:
+        raise ValueError(f"scale_to = {p['scale_to']} needs at least 3 timed layers (a first, "
+                         f"a middle, a last) and no more than it (layers = {layers})")
     if hq % hkv or d % 2 or d * hq != hidden:
         raise ValueError(f"heads {hq} must be a multiple of kv heads {hkv}, and hidden "
                          f"{hidden} = heads x an even head_dim ({d})")
@@ -159,6 +168,7 @@ def setup(host, p):
                                seq[pid], mlp[pid], lm[pid], layers, b, d, g, ctx)
             plans[pid]["arg"] = arg[pid]
     dims = {"b": b, "hidden": hidden, "g": g, "d": d, "layers": layers, "dt": dt,
+            "per_layer": bool(p["scale_to"]),
             "eps": cfg["rms_norm_eps"], "ctx": ctx, "chunk": p["chunk"], "algo": p["algo"],
             "vocab_share": -(-vocab // host.num_pes)}
     return {"plans": plans, "shared": shared, "dims": dims}
@@ -468,9 +478,10 @@ def kernel(tl, plans, shared, dims):
     x = tl.load(tl.shard(shared["x"]), shape=(b, hidden), dtype=dims["dt"]).to("f32")
     out = tl.shard(shared["hidden_out"])
     for i, layer in enumerate(plan["layers"]):
-        x = _layer(tl, plan, layer, i, x, shared, dims)
-        if tl.pid == 0:
-            tl.store(out + i * b * hidden * 4, x)
+        with tl.region(f"layer{i}") if dims["per_layer"] else contextlib.nullcontext():
+            x = _layer(tl, plan, layer, i, x, shared, dims)
+            if tl.pid == 0:  # the hidden state after the layer, for the check
+                tl.store(out + i * b * hidden * 4, x)
     with tl.region("lm_head"):
         _lm_head(tl, plan, x, shared, dims)
 
@@ -539,4 +550,71 @@ def outputs(host, args, p):
                      .reshape(b, plan["lm"][1])) for pid, plan in enumerate(args["plans"]))
     out["logits"] = np.concatenate([piece for _, piece in pieces], axis=1).astype(dt)
     out["next_token"] = host.read_shard(shared["token"], 0).astype(np.float32)
+    return out
+
+
+# ---------------------------------------------------------------------- bounds, metrics
+
+
+def _traffic(cfg, p, layers):
+    """(HBM bytes, MACs) of `layers` layers and the LM head: every weight once, each
+    layer's KV cache (the context and the new row) once; activations left out."""
+    hidden, inter, vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    hq, hkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    d = cfg.get("head_dim", hidden // hq)
+    item = 2  # bf16 and f16
+    weights = hidden * d * (2 * hq + 2 * hkv) + 3 * hidden * inter
+    kv = 2 * p["batch"] * hkv * (p["context"] + 1) * d
+    nbytes = layers * (weights + kv) * item + vocab * hidden * item
+    macs = p["batch"] * (layers * (weights + 2 * hq * (p["context"] + 1) * d)
+                         + vocab * hidden)
+    return nbytes, macs
+
+
+def bounds(topology, p):
+    """The step as run cannot be faster than reading its weights and KV cache once from
+    every HBM slice at its stream rate."""
+    cfg = model_config(p)
+    layers = p["layers"] or cfg["num_hidden_layers"]
+    nbytes, _ = _traffic(cfg, p, layers)
+    rate = topology.num_pes * _stream(topology)
+    return {"memory": (-(-nbytes * 10**12 // rate),
+                       f"weights and KV cache {nbytes} B / ({topology.num_pes} PEs x HBM "
+                       "stream bandwidth)")}
+
+
+def _stream(topology):
+    hbm = topology.hbm
+    return hbm.bandwidth * (hbm.refresh_interval - hbm.refresh_time) // hbm.refresh_interval
+
+
+def metrics(topology, p, run):
+    """Time per output token (TPOT), tokens/s, and TPOT against the HBM bound of the whole
+    step; with `scale_to`, the step of that many layers from the timed ones."""
+    cfg = model_config(p)
+    layers = p["layers"] or cfg["num_hidden_layers"]
+    tpot, how = run.latency_ps, f"{layers} layers as run"
+    out = {}
+    if p["scale_to"]:
+        times = [run.regions.get(f"layer{i}", 0) for i in range(layers)]
+        steady = times[len(times) // 2]  # a middle layer: the first fills, the last drains
+        exact = len(times) >= 4 and all(t == steady for t in times[1:-1])
+        tpot = run.latency_ps + (p["scale_to"] - layers) * steady
+        verdict = (f"exact: layers 2..{layers - 1} took the same time" if exact else
+                   "unchecked: time 4 layers or more to check it" if len(times) < 4 else
+                   "an estimate: the middle layers differ, " +
+                   ", ".join(f"{t / 1e6:.3f}" for t in times[1:-1]) + " us")
+        how = (f"{layers} layers timed, a middle one {steady / 1e6:.3f} us, scaled to "
+               f"{p['scale_to']}; {verdict}")
+        out["scaling_exact"] = (1.0 if exact else 0.0, "")
+        layers = p["scale_to"]
+    nbytes, macs = _traffic(cfg, p, layers)
+    bound = nbytes / (topology.num_pes * _stream(topology)) * 1e12
+    out = {"tpot_ps": (float(tpot), f"({how})"),
+           "tokens_per_s": (p["batch"] * 1e12 / tpot if tpot else 0.0,
+                            f"(batch {p['batch']} / TPOT)"),
+           "hbm_bound_ps": (bound, f"(weights and KV cache {nbytes} B / aggregate HBM "
+                                   "stream bandwidth)"),
+           "tpot_over_hbm_bound": (tpot / bound if bound else 0.0, ""),
+           "macs": (float(macs), ""), **out}
     return out

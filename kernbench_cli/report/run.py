@@ -244,8 +244,9 @@ def summary(result: RunResult) -> Table:
         rows.insert(3, (f"{name} bound", f"{format_time_ps(ps)} = {how}; the latency is "
                                           f"{ratio:.2f}x that"))
     if result.metrics:
-        rows.insert(3, ("metrics", "; ".join(f"{name} {value:.4g} {how}".rstrip()
-                                             for name, (value, how) in result.metrics.items())))
+        rows.insert(3, ("metrics", "; ".join(
+            f"{name} {format_time_ps(round(value)) if name.endswith('_ps') else f'{value:.4g}'}"
+            f" {how}".rstrip() for name, (value, how) in result.metrics.items())))
     for key, value in rows:
         table.add_row(key, value)
     return table

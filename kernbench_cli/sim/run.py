@@ -19,6 +19,7 @@ import math
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,15 @@ def _quiet(fn):
 
 
 @_quiet
+@dataclass(frozen=True)
+class Timed:
+    """A run as `metrics()` sees it: its latency, and each named region's time on the
+    critical path (``{}`` when it names none)."""
+
+    latency_ps: int
+    regions: dict[str, int]
+
+
 def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], seed: int = 0,
                timing_only: bool = False, max_commands: int = DEFAULT_MAX_COMMANDS,
                oplog: bool = False, watch: Watch | None = None,
@@ -152,7 +162,7 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
         result.bounds = _checked_bounds(kernel, _call(kernel, "bounds", amap.topology, params))
     if hasattr(kernel.module, "metrics"):
         result.metrics = _checked_metrics(kernel, _call(
-            kernel, "metrics", amap.topology, params, result.latency_ps))
+            kernel, "metrics", amap.topology, params, _timed(result)))
     topo = amap.topology
     costs = topo.cost_table.source
     result.trace = Trace(kernel.name, dict(params), seed, topo.name,
@@ -235,7 +245,7 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
     result = _collect(f"{trace.kernel} (replay)", system, timing, trace.params, trace.seed,
                       True, [])
     result.bounds = _shipped(trace, "bounds", topo, dict(trace.params))
-    result.metrics = _shipped(trace, "metrics", topo, dict(trace.params), result.latency_ps)
+    result.metrics = _shipped(trace, "metrics", topo, dict(trace.params), _timed(result))
     result.invariants = model_checks
     result.energy = energy.account(counts, topo.energy)
     result.roofline = roofline(system, timing)
@@ -256,6 +266,11 @@ def _checked_bounds(kernel: KernelModule, bounds: Any) -> dict[str, tuple[int, s
         raise KernelError(f"{kernel.shown}: bounds() must return a dict of name: "
                           "(picoseconds, how), not " + clip(bounds))
     return bounds
+
+
+def _timed(result: RunResult) -> Timed:
+    """What a kernel's `metrics()` is told of its run."""
+    return Timed(result.latency_ps, {r.name: r.path_ps for r in result.regions})
 
 
 def _checked_metrics(kernel: KernelModule, metrics: Any) -> dict[str, tuple[float, str]]:
