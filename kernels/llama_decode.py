@@ -48,7 +48,7 @@ PARAMS = {
     "layers": 0,
     "scale_to": 0,
     "dtype": "bf16",
-    "algo": "ring",
+    "algo": "hier",
     "chunk": 512,
 }
 CHOICES = {"model": ("tiny", "llama3-8b", "llama3-70b"), "dtype": ("bf16", "f16"),
@@ -67,7 +67,8 @@ PARAM_INFO = {
                  "layer; exact when the middle layers take the same time, which the report "
                  "checks (from 4 timed layers)", "layers"),
     "dtype": "weights, KV cache and GEMM operands (f32 accumulation)",
-    "algo": "the all-reduces' algorithm (collectives)",
+    "algo": "the all-reduces' algorithm (collectives); hier: a ring per level, the "
+            "fewest steps for the small vectors of a decode step",
     "chunk": ("KV positions a PE's attention takes at once", "tokens"),
 }
 CONFIGS = {
