@@ -617,5 +617,9 @@ def metrics(topology, p, run):
            "hbm_bound_ps": (bound, f"(weights and KV cache {nbytes} B / aggregate HBM "
                                    "stream bandwidth)"),
            "tpot_over_hbm_bound": (tpot / bound if bound else 0.0, ""),
+           "energy_per_token_uj": (run.energy_aj / 1e12 / p["batch"] * (
+               tpot / run.latency_ps if run.latency_ps else 1),
+               "(the step's energy / batch" + (", scaled as TPOT is)" if p["scale_to"]
+                                               else ")")),
            "macs": (float(macs), ""), **out}
     return out

@@ -39,6 +39,7 @@ def test_all_reduce_over_racks_sips_and_cubes_at_once(run, algo):
 @pytest.mark.parametrize(("call", "algo"), PAIRS)
 @pytest.mark.parametrize(("topology", "groups", "sizes"), [
     ("default", ("all", "cube"), (4, 100, 4100, 65548, 1048580)),
+    ("default", ("all",), (4194308,)),
     ("default_1slot", ("all", "cube"), (4, 4100, 65548)),
     ("racks", ("all", "sip", "cube"), (4, 100, 4100, 65548)),
     ("two_sips", ("all", "sip"), (4, 65548)),

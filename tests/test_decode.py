@@ -85,3 +85,17 @@ def test_a_bad_config_is_one_line(cli, tmp_path):
     code, _, err = cli("run", "llama_decode", "-p", f"config={bad}")
     assert code == 2
     assert err.startswith(f"error: llama_decode: config {bad}: missing intermediate_size, ")
+
+
+def test_a_replay_states_the_same_time_per_token(cli, tmp_path):
+    trace = tmp_path / "step.kbt"
+    code, out, err = cli("run", "llama_decode", "--timing-only", "--json", "--record",
+                         str(trace))
+    assert code == 0, err
+    run = json.loads(out)
+    code, out, err = cli("replay", str(trace), "--json")
+    assert code == 0, err
+    replay = json.loads(out)
+    assert replay["metrics"] == run["metrics"] and replay["regions"] == run["regions"]
+    assert run["metrics"]["energy_per_token_uj"] == pytest.approx(
+        run["energy_pj"]["total"] / 1e6)

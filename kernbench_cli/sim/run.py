@@ -79,11 +79,12 @@ def _quiet(fn):
 @_quiet
 @dataclass(frozen=True)
 class Timed:
-    """A run as `metrics()` sees it: its latency, and each named region's time on the
-    critical path (``{}`` when it names none)."""
+    """A run as `metrics()` sees it: its latency, each named region's time on the critical
+    path (``{}`` when it names none), and its energy in attojoules."""
 
     latency_ps: int
     regions: dict[str, int]
+    energy_aj: int = 0
 
 
 def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], seed: int = 0,
@@ -245,13 +246,13 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
     result = _collect(f"{trace.kernel} (replay)", system, timing, trace.params, trace.seed,
                       True, [])
     result.bounds = _shipped(trace, "bounds", topo, dict(trace.params))
-    result.metrics = _shipped(trace, "metrics", topo, dict(trace.params), _timed(result))
     result.invariants = model_checks
     result.energy = energy.account(counts, topo.energy)
     result.roofline = roofline(system, timing)
     result.critical_path = critical_path(system, timing)
     result.regions = regions(program, result.critical_path, timing)
     result.region_spans = region_spans(program, timing)
+    result.metrics = _shipped(trace, "metrics", topo, dict(trace.params), _timed(result))
     if races:
         result.races = find_races(timing, amap)
     result.wall_s = time.perf_counter() - wall
@@ -270,7 +271,8 @@ def _checked_bounds(kernel: KernelModule, bounds: Any) -> dict[str, tuple[int, s
 
 def _timed(result: RunResult) -> Timed:
     """What a kernel's `metrics()` is told of its run."""
-    return Timed(result.latency_ps, {r.name: r.path_ps for r in result.regions})
+    return Timed(result.latency_ps, {r.name: r.path_ps for r in result.regions},
+                 result.energy.total if result.energy is not None else 0)
 
 
 def _checked_metrics(kernel: KernelModule, metrics: Any) -> dict[str, tuple[float, str]]:
