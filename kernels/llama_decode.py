@@ -5,10 +5,11 @@ token (given as `inputs_embeds`) through `layers` decoder layers, the final norm
 the LM head, and pick the next token (argmax). Weights are seeded random, placed once
 in the PEs' HBM as a weight-stationary near-memory design keeps them:
 
-- The grid is one tensor-parallel group. Its PEs split into one *head group* per KV
-  head (hkv of them, PEs in ring order, so a head group is a cube where the sizes
-  allow); a head group owns its KV head, its G = heads_q / heads_kv query heads,
-  and their slices of the QKV and O projections.
+- The grid is one tensor-parallel group (`-p pp=N`: N pipeline stages, each one
+  with its share of the layers, handing the hidden state on). Its PEs split into
+  one *head group* per KV head (hkv of them, PEs in ring order, so a head group is
+  a cube where the sizes allow); a head group owns its KV head, its G = heads_q /
+  heads_kv query heads, and their slices of the QKV and O projections.
 - QKV projection: column-parallel inside the head group (each member computes its
   share of the group's (G + 2) x head_dim columns, in `collectives.layout`'s split),
   then an all-gather inside the group; RoPE (Hugging Face's rotate-half, the new
@@ -47,6 +48,7 @@ PARAMS = {
     "context": 64,
     "layers": 0,
     "scale_to": 0,
+    "pp": 1,
     "dtype": "bf16",
     "algo": "hier",
     "chunk": 512,
@@ -66,6 +68,9 @@ PARAM_INFO = {
                  "of this many (0: the step as run), adding a middle layer's time per "
                  "layer; exact when the middle layers take the same time, which the report "
                  "checks (from 4 timed layers)", "layers"),
+    "pp": ("pipeline stages: the grid's PEs (in ring order) split into this many "
+           "tensor-parallel groups, each running a share of the layers; one step, no "
+           "micro-batches, so stages run one after another", "stages"),
     "dtype": "weights, KV cache and GEMM operands (f32 accumulation)",
     "algo": "the all-reduces' algorithm (collectives); hier: a ring per level, the "
             "fewest steps for the small vectors of a decode step",
@@ -121,9 +126,11 @@ def _shape(host, p):
     if hq % hkv or d % 2 or d * hq != hidden:
         raise ValueError(f"heads {hq} must be a multiple of kv heads {hkv}, and hidden "
                          f"{hidden} = heads x an even head_dim ({d})")
-    if host.num_pes % hkv:
-        raise ValueError(f"the {host.num_pes} PEs do not split into {hkv} head groups "
-                         "(one per KV head): a topology with a multiple of them")
+    pp = p["pp"]
+    if pp <= 0 or pp > layers or host.num_pes % pp or (host.num_pes // pp) % hkv:
+        raise ValueError(f"pp = {pp}: the {host.num_pes} PEs must split into {pp} stages of "
+                         f"a multiple of {hkv} PEs (a head group per KV head), with a layer "
+                         f"each at least ({layers} layers)")
     return cfg, hidden, hq, hkv, d, layers
 
 
@@ -137,12 +144,13 @@ def setup(host, p):
     cfg, hidden, hq, hkv, d, layers = _shape(host, p)
     b, ctx, dt = p["batch"], p["context"], p["dtype"]
     inter, vocab, g = cfg["intermediate_size"], cfg["vocab_size"], hq // hkv
-    grid = coll.Grid(host.topology)
+    grid, pp = coll.Grid(host.topology), p["pp"]
     everyone = coll.ranks(grid)
-    size = host.num_pes // hkv
-    groups = [list(everyone[h * size:(h + 1) * size]) for h in range(hkv)]
+    width = host.num_pes // pp  # PEs per stage
+    stages = [list(everyone[k * width:(k + 1) * width]) for k in range(pp)]
     host_w = _weights(host, cfg, layers, hidden, hq, hkv, d, inter, vocab, dt, b, ctx)
     cos, sin = _rope(cfg, d, ctx)
+    share = -(-vocab // width)
     shared = {
         "x": host.replicate("inputs_embeds", host_w["inputs_embeds"]),
         "norms": [host.replicate(f"norm{i}", host_w[f"norm{i}"])
@@ -151,27 +159,36 @@ def setup(host, p):
         "qkvbuf": host.empty("qkvbuf", ((g + 2) * d * b,), dt),
         "obuf": host.empty("obuf", (b * g * d,), dt),
         "ybuf": host.empty("ybuf", (b * hidden,), "f32"),
-        "argbuf": host.empty("argbuf", (host.num_pes * b * 2,), "f32"),
+        "argbuf": host.empty("argbuf", (width * b * 2,), "f32"),
         "hidden_out": host.empty("hidden_out", (layers + 1, b * hidden), "f32"),
         "token": host.empty("token", (b,), "f32"),
-        "logits": host.empty("logits", (b * -(-vocab // host.num_pes),), "f32"),
+        "logits": host.empty("logits", (b * share,), "f32"),
     }
     plans = [None] * host.num_pes
-    mlp = coll.layout(grid, inter, everyone)
-    lm = coll.layout(grid, vocab, everyone)
-    arg = coll.layout(grid, host.num_pes * b * 2, everyone)
-    for h, members in enumerate(groups):
-        qkv_parts = coll.layout(grid, (g + 2) * d * b, members)
-        o_parts = coll.layout(grid, g * d, members)
-        seq = coll.layout(grid, ctx + 1, members)
-        for pid in members:
-            plans[pid] = _plan(host, host_w, pid, h, members, qkv_parts[pid], o_parts[pid],
-                               seq[pid], mlp[pid], lm[pid], layers, b, d, g, ctx)
-            plans[pid]["arg"] = arg[pid]
+    for k, stage in enumerate(stages):
+        first, count = coll.part(layers, pp, k)
+        last = k == pp - 1
+        size = width // hkv
+        mlp = coll.layout(grid, inter, stage)
+        lm = coll.layout(grid, vocab, stage) if last else {}
+        arg = coll.layout(grid, width * b * 2, stage)
+        for h in range(hkv):
+            members = stage[h * size:(h + 1) * size]
+            qkv_parts = coll.layout(grid, (g + 2) * d * b, members)
+            o_parts = coll.layout(grid, g * d, members)
+            seq = coll.layout(grid, ctx + 1, members)
+            for pid in members:
+                at = stage.index(pid)
+                plans[pid] = _plan(host, host_w, pid, h, members, qkv_parts[pid],
+                                   o_parts[pid], seq[pid], mlp[pid], lm.get(pid),
+                                   range(first, first + count), b, d, g, ctx)
+                plans[pid].update(arg=arg[pid], stage=stage,
+                                  prev=stages[k - 1][at] if k else None,
+                                  next=None if last else stages[k + 1][at])
     dims = {"b": b, "hidden": hidden, "g": g, "d": d, "layers": layers, "dt": dt,
             "per_layer": bool(p["scale_to"]),
             "eps": cfg["rms_norm_eps"], "ctx": ctx, "chunk": p["chunk"], "algo": p["algo"],
-            "vocab_share": -(-vocab // host.num_pes)}
+            "vocab_share": share}
     return {"plans": plans, "shared": shared, "dims": dims}
 
 
@@ -213,14 +230,14 @@ def _plan(host, w, pid, h, members, qkv_part, o_part, seq_part, mlp_part, lm_par
     c0, c1 = e0 // b, -(-(e0 + n) // b)  # the columns its part of the gather covers
     r0, rn = o_part
     f0, fn = mlp_part
-    v0, vn = lm_part
+    v0, vn = lm_part or (0, 0)
     s0, sn = seq_part
     plan = {"group": members, "rank": rank, "head": h, "qkv": (e0, n, c0, c1), "o": (r0, rn),
             "mlp": (f0, fn), "lm": (v0, vn), "seq": (s0, sn), "layers": []}
     hidden = w["inputs_embeds"].shape[1]
     src = [*range(h * g * d, (h + 1) * g * d), *range(h * d, (h + 1) * d),
            *range(h * d, (h + 1) * d)]  # the group's q rows, its k rows, its v rows
-    for i in range(layers):
+    for i in layers:
         pre = f"model.layers.{i}."
 
         def qkv(i=i, pre=pre):
@@ -246,7 +263,9 @@ def _plan(host, w, pid, h, members, qkv_part, o_part, seq_part, mlp_part, lm_par
                          rows("mlp.down_proj.weight", f0, fn), pid),
         }
         layer.update(_cache(host, i, pid, h, s0, sn, ctx, b, d))
-        plan["layers"].append(layer)
+        plan["layers"].append((i, layer))
+    if lm_part is None:  # not the last stage: no LM head
+        return plan
     plan["lm_w"] = _put(host, f"lm[{pid}]", (hidden, vn),
                         lambda: w["lm_head.weight"][v0:v0 + vn].T, pid)
     plan["iota"] = _put(host, f"iota[{pid}]", (1, vn),
@@ -398,12 +417,12 @@ def _attention(tl, plan, layer, new, shared, dims):
     coll.broadcast(tl, obuf, b * g * d, dt, root=members[0], group=members, algo="tree")
 
 
-def _all_reduce_into(tl, y, shared, dims):
-    """Sum `y` [b, hidden] (f32) over every PE, through the `ybuf` buffer."""
+def _all_reduce_into(tl, plan, y, shared, dims):
+    """Sum `y` [b, hidden] (f32) over the PEs of the stage, through the `ybuf` buffer."""
     b, hidden = dims["b"], dims["hidden"]
     buf = tl.shard(shared["ybuf"])
     tl.store(buf, y)
-    coll.all_reduce(tl, buf, b * hidden, "f32", algo=dims["algo"])
+    coll.all_reduce(tl, buf, b * hidden, "f32", group=plan["stage"], algo=dims["algo"])
     return tl.load(buf, shape=(b, hidden), dtype="f32")
 
 
@@ -427,7 +446,7 @@ def _layer(tl, plan, layer, i, x, shared, dims):
         else:
             y = tl.zeros((b, hidden))
     with tl.region("attn_all_reduce"):
-        x = x + _all_reduce_into(tl, y, shared, dims)
+        x = x + _all_reduce_into(tl, plan, y, shared, dims)
     with tl.region("rmsnorm"):
         h = _rmsnorm(tl, x, norms[2 * i + 1], hidden, eps).to(dt)
     with tl.region("mlp"):
@@ -440,7 +459,7 @@ def _layer(tl, plan, layer, i, x, shared, dims):
         else:
             y = tl.zeros((b, hidden))
     with tl.region("mlp_all_reduce"):
-        return x + _all_reduce_into(tl, y, shared, dims)
+        return x + _all_reduce_into(tl, plan, y, shared, dims)
 
 
 def _is_max(tl, x, m):
@@ -460,29 +479,37 @@ def _lm_head(tl, plan, x, shared, dims):
     iota = tl.load(plan["iota"], shape=(1, vn), dtype="f32")
     m = tl.max(logits, axis=1)
     idx = -tl.max(tl.where(_is_max(tl, logits, m[:, None]), -iota, NEG), axis=1)
-    buf, pes = tl.shard(shared["argbuf"]), tl.num_pes
+    buf, pes = tl.shard(shared["argbuf"]), len(plan["stage"])
     at, _ = plan["arg"]
     tl.store(buf + 4 * at, m)
     tl.store(buf + 4 * (at + b), idx)
-    coll.all_gather(tl, buf, pes * b * 2, "f32")
+    coll.all_gather(tl, buf, pes * b * 2, "f32", group=plan["stage"])
     pairs = tl.load(buf, shape=(pes, 2 * b), dtype="f32")
     best = tl.max(pairs[:, :b], axis=0)
     token = -tl.max(tl.where(_is_max(tl, pairs[:, :b], best[None, :]), -pairs[:, b:], NEG),
                     axis=0)
-    if tl.pid == 0:
+    if tl.pid == plan["stage"][0]:
         tl.store(tl.shard(shared["token"]), token)
 
 
 def kernel(tl, plans, shared, dims):
     plan = plans[tl.pid]
     b, hidden = dims["b"], dims["hidden"]
-    x = tl.load(tl.shard(shared["x"]), shape=(b, hidden), dtype=dims["dt"]).to("f32")
+    if plan["prev"] is None:
+        x = tl.load(tl.shard(shared["x"]), shape=(b, hidden), dtype=dims["dt"]).to("f32")
+    else:
+        with tl.region("pp_handoff"):  # the hidden state from the stage before
+            x = tl.recv(frm=plan["prev"], shape=(b, hidden), dtype="f32")
     out = tl.shard(shared["hidden_out"])
-    for i, layer in enumerate(plan["layers"]):
+    for i, layer in plan["layers"]:
         with tl.region(f"layer{i}") if dims["per_layer"] else contextlib.nullcontext():
             x = _layer(tl, plan, layer, i, x, shared, dims)
-            if tl.pid == 0:  # the hidden state after the layer, for the check
+            if tl.pid == plan["stage"][0]:  # the hidden state after the layer, for the check
                 tl.store(out + i * b * hidden * 4, x)
+    if plan["next"] is not None:
+        with tl.region("pp_handoff"):
+            tl.send(x, to=plan["next"])
+        return
     with tl.region("lm_head"):
         _lm_head(tl, plan, x, shared, dims)
 
@@ -541,16 +568,23 @@ def reference(host, p):
 
 
 def outputs(host, args, p):
-    dims, shared = args["dims"], args["shared"]
-    b, hidden, layers = dims["b"], dims["hidden"], dims["layers"]
+    dims, shared, plans = args["dims"], args["shared"], args["plans"]
+    b, hidden = dims["b"], dims["hidden"]
     dt = host.inputs["inputs_embeds"].dtype
-    states = host.read_shard(shared["hidden_out"], 0)
-    out = {f"hidden_states.{i}": states[i].reshape(b, hidden).astype(dt)
-           for i in range(layers)}
-    pieces = sorted((plan["lm"][0], host.read_shard(shared["logits"], pid)[:b * plan["lm"][1]]
-                     .reshape(b, plan["lm"][1])) for pid, plan in enumerate(args["plans"]))
+    out = {}
+    for pid, plan in enumerate(plans):  # each stage's first PE keeps its layers' states
+        if plan["stage"][0] == pid:
+            states = host.read_shard(shared["hidden_out"], pid)
+            for i, _ in plan["layers"]:
+                out[f"hidden_states.{i}"] = states[i].reshape(b, hidden).astype(dt)
+    out = dict(sorted(out.items(), key=lambda kv: int(kv[0].split(".")[1])))
+    last = [pid for pid, plan in enumerate(plans) if plan["next"] is None]
+    pieces = sorted((plans[pid]["lm"][0], host.read_shard(shared["logits"], pid)
+                     [:b * plans[pid]["lm"][1]].reshape(b, plans[pid]["lm"][1]))
+                    for pid in last)
     out["logits"] = np.concatenate([piece for _, piece in pieces], axis=1).astype(dt)
-    out["next_token"] = host.read_shard(shared["token"], 0).astype(np.float32)
+    out["next_token"] = host.read_shard(shared["token"], plans[last[0]]["stage"][0]) \
+        .astype(np.float32)
     return out
 
 

@@ -36,6 +36,7 @@ def test_the_tiny_model_verifies_and_times_each_operator(run):
 @pytest.mark.parametrize("params", [
     (f"config={SMALL}", "batch=2", "context=37"),  # another shape: MHA, uneven shards
     ("context=0",),  # an empty cache: the new token attends to itself alone
+    ("pp=2", "batch=2"),  # two pipeline stages of 8 PEs, a layer each
     pytest.param(("batch=3", "context=5", "algo=hier"), marks=pytest.mark.slow),  # shards
 ])                                                                # mostly empty
 def test_other_shapes_verify(run, params):
@@ -99,3 +100,14 @@ def test_a_replay_states_the_same_time_per_token(cli, tmp_path):
     assert replay["metrics"] == run["metrics"] and replay["regions"] == run["regions"]
     assert run["metrics"]["energy_per_token_uj"] == pytest.approx(
         run["energy_pj"]["total"] / 1e6)
+
+
+def test_pipeline_stages_hand_the_hidden_state_on(run):
+    one = run("llama_decode", "default", ("layers=2",), timing_only=True)
+    two = run("llama_decode", "default", ("layers=2", "pp=2"), timing_only=True)
+    by = {r.name: r for r in two.regions}
+    assert "pp_handoff" in by and by["pp_handoff"].commands == 16  # 8 sends, 8 receives
+    assert "pp_handoff" not in {r.name for r in one.regions}
+    # a stage's all-reduces span 8 PEs instead of 16: each is shorter
+    assert by["attn_all_reduce"].path_ps < {r.name: r for r in one.regions}[
+        "attn_all_reduce"].path_ps
