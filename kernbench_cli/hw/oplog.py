@@ -48,11 +48,11 @@ class OpLog:
     tile, its composite; for a chunk, its send), `queued` (1 if [issue,
     start] is the command's wait in the scheduler queue), `streams` (for a
     transfer: when its bytes streamed, [from, to); the engine's occupation
-    otherwise) and `via` (for a transfer: its shared resources, an index
-    into `paths`; -1: none) and `shape` (for a GEMM record, a DOT or a composite's tile:
-    its (m, k, n), an index into `shapes`; -1: none). Besides the records: `cpu` and `scheduler`
-    slices per PE, and `rings`, each ring's occupancy changes (time, +1 or
-    -1 slot whose credit is out).
+    otherwise), `via` (for a transfer: its shared resources, an index into
+    `paths`; -1: none) and `shape` (for a GEMM record, a DOT or a composite's
+    tile: its (m, k, n), an index into `shapes`; -1: none). Besides the
+    records: `cpu` and `scheduler` slices per PE, and `rings`, each ring's
+    occupancy changes (time, +1 or -1 slot whose credit is out).
     """
 
     def __init__(self) -> None:
