@@ -93,7 +93,7 @@ def following(message: str, watch, progress: bool = False):
 
     def say(line: str) -> None:
         if status is not None:  # a line above the spinner
-            status.console.print(line, markup=False, highlight=False)
+            status.console.print(line, markup=False, highlight=False, soft_wrap=True)
             return
         sys.stderr.write(line + "\n")
         sys.stderr.flush()
