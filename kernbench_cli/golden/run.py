@@ -9,6 +9,7 @@ writes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,7 +40,9 @@ def select(pattern: str | None) -> list[Case]:
     return [c for c in CASES if pattern is None or fnmatch.fnmatch(c.name, pattern)]
 
 
-def run_case(case: Case, costs: Path | None = None, sets: Sequence[str] = ()) -> dict[str, Any]:
+def run_case(case: Case, costs: Path | None = None, sets: Sequence[str] = (),
+             watch: Any = None) -> dict[str, Any]:
+    """The golden record of `case` (`watch`, a `sim.watch.Watch`, follows its progress)."""
     from kernbench_cli.address import load_address_map
     from kernbench_cli.sim.kernels import load_kernel, parse_params
     from kernbench_cli.sim.run import run_kernel
@@ -47,13 +50,17 @@ def run_case(case: Case, costs: Path | None = None, sets: Sequence[str] = ()) ->
     kernel = load_kernel(case.kernel)
     amap = load_address_map(case.topology, costs, sets)
     params = parse_params(kernel, list(case.params), amap.topology.num_pes)
-    result = run_kernel(kernel, amap, params, seed=case.seed, oplog=True, races=True)
+    result = run_kernel(kernel, amap, params, seed=case.seed, oplog=True, races=True,
+                        watch=watch)
     return rec.make_record(case.name, result)
 
 
 def regen(directory: Path, pattern: str | None, write: bool,
-          progress: Callable[[str], None] = lambda _: None,
+          progress: Callable[[str], Any] = lambda _: contextlib.nullcontext(),
           costs: Path | None = None, sets: Sequence[str] = ()) -> list[Difference]:
+    """Run the cases matching `pattern`, each inside ``progress(case name)`` (a context
+    manager, which gives the `Watch` that follows the case, or None); write the goldens
+    that changed to `directory` if `write`; every difference."""
     cases = select(pattern)
     olds = {}
     for case in cases:  # read (and so check) every golden before running anything
@@ -61,8 +68,8 @@ def regen(directory: Path, pattern: str | None, write: bool,
         olds[case.name] = rec.load(path) if path.is_file() else None
     differences: list[Difference] = []
     for case in cases:
-        progress(case.name)
-        new = run_case(case, costs, sets)
+        with progress(case.name) as watch:
+            new = run_case(case, costs, sets, watch)
         old = olds[case.name]
         if old is None:
             differences.append(Difference(case.name, "(file)", None, "new"))
