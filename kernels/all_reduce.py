@@ -24,7 +24,7 @@ from kernbench_cli.lang.dtypes import dtype
 
 PARAMS = {
     "collective": "all_reduce",
-    "bytes": 1 << 20,
+    "bytes": 1 << 18,
     "algo": "ring",
     "op": "sum",
     "dtype": "f32",

@@ -76,7 +76,6 @@ def _quiet(fn):
     return quiet
 
 
-@_quiet
 @dataclass(frozen=True)
 class Timed:
     """A run as `metrics()` sees it: its latency, each named region's time on the critical
@@ -87,6 +86,7 @@ class Timed:
     energy_aj: int = 0
 
 
+@_quiet
 def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], seed: int = 0,
                timing_only: bool = False, max_commands: int = DEFAULT_MAX_COMMANDS,
                oplog: bool = False, watch: Watch | None = None,
