@@ -9,6 +9,11 @@ from collections.abc import Sequence
 from kernbench_cli.lang.collectives.exchange import In, Out, exchange, pairwise, segments
 from kernbench_cli.lang.collectives.groups import Group, levels, sub
 
+#: the window of an exchange whose waits cannot close a cycle (trees, chains, stars:
+#: every wait is towards the root, or every one away from it): a message goes out as soon
+#: as what it carries is here, so that pieces received wait in TCM for no others
+ACYCLIC = 1 << 62
+
 
 def ring_pass(g: Group, ring: Sequence[int], span: tuple[int, int], rs: bool, ag: bool) -> None:
     """Ring reduce-scatter (`rs`) and/or all-gather (`ag`) of `span` over `ring`: rank i
@@ -99,7 +104,7 @@ def tree_reduce(g: Group, root: int) -> None:
         if parent is not None:  # what it sends is ready once the last child's piece is in
             outs.append(Out(ring[(parent + base) % n], load=None if children else piece,
                              needs=("acc", j, len(children) - 1) if children else None))
-    exchange(g, outs, ins)
+    exchange(g, outs, ins, window=ACYCLIC)
 
 
 def tree_bcast(g: Group, root: int) -> None:
@@ -116,7 +121,7 @@ def tree_bcast(g: Group, root: int) -> None:
                            keep=("b", j) if children else None))
         outs += fanout([ring[(c + base) % n] for c in children], piece, ("b", j),
                         loaded=parent is None)
-    exchange(g, outs, ins)
+    exchange(g, outs, ins, window=ACYCLIC)
 
 
 def fanout(peers: list[int], piece: tuple[int, int], key: object,
@@ -158,7 +163,7 @@ def chain(g: Group, root: int, reduce: bool) -> None:
             if down is not None:
                 outs.append(Out(down, needs=("b", j)) if up is not None
                             else Out(down, load=piece))
-    exchange(g, outs, ins)
+    exchange(g, outs, ins, window=ACYCLIC)
 
 
 def star(g: Group, root: int, reduce: bool) -> None:
@@ -182,7 +187,7 @@ def star(g: Group, root: int, reduce: bool) -> None:
                                keep=None if last else ("acc", j)))
         else:
             outs += fanout(others, piece, ("b", j), loaded=True)
-    exchange(g, outs, ins)
+    exchange(g, outs, ins, window=ACYCLIC)
 
 
 def rhd(g: Group, span: tuple[int, int], halving: bool,
