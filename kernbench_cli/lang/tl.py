@@ -593,20 +593,23 @@ def functional_pass(launch: Launch, kernel: Callable[[TL], None],
     `kernel` handles its own errors (it is the launcher's wrapper around the
     kernel); streams end where a PE stopped. The kernels run inside `guard`
     (the watchdog), their streams are made after it. Returns each PE's `TL`.
+    The garbage collector stays on, out of the way (`collector.deferred`): the
+    kernel's own Python may leave cycles to free.
     """
-    hub = launch.hub
-    threads = [hub.thread(pid) for pid in range(len(launch.system.pes))]
-    tls = [TL(launch, pid, thread) for pid, thread in enumerate(threads)]
-    with guard or nullcontext(), collector.deferred():  # the kernel's Python runs: not paused
-        hub.run(threads, [(lambda tl=tl: kernel(tl)) for tl in tls])
-    program = launch.program
-    for tl in tls:
-        program.tcm_peak[tl._pid] = tl._tcm.peak
-    batch = 256  # PEs converted at once: fewer numpy calls, little extra memory
-    for first in range(0, len(launch.rows), batch):
-        rows = launch.rows[first:first + batch]
-        program.streams[first:first + batch] = _columns(rows)
-        launch.rows[first:first + batch] = [array("q") for _ in rows]  # rows: 64 B a command
+    with collector.deferred():
+        hub = launch.hub
+        threads = [hub.thread(pid) for pid in range(len(launch.system.pes))]
+        tls = [TL(launch, pid, thread) for pid, thread in enumerate(threads)]
+        with guard or nullcontext():
+            hub.run(threads, [(lambda tl=tl: kernel(tl)) for tl in tls])
+        program = launch.program
+        for tl in tls:
+            program.tcm_peak[tl._pid] = tl._tcm.peak
+        batch = 256  # PEs converted at once: fewer numpy calls, little extra memory
+        for first in range(0, len(launch.rows), batch):
+            rows = launch.rows[first:first + batch]
+            program.streams[first:first + batch] = _columns(rows)
+            launch.rows[first:first + batch] = [array("q") for _ in rows]  # 64 B a command
     return tls
 
 
