@@ -1,3 +1,3 @@
-from kernbench_cli.cli.app import main
+from kernbench_cli.console import main
 
 main()

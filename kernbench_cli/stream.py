@@ -24,14 +24,15 @@ STORE       tensor       bytes     span         TCM offset       address      DM
 DOT         a, b         flops     gemm shape   TCM offset of a  TCM offset   GEMM
 MATH        x, y         elements  math kind    -                TCM offset   MATH
 COMPOSITE   a, b         bytes     composite    a's address      out          SCHED, DMA, GEMM
-WAIT        composite    -         -            -                -            CPU
+WAIT        composite/-  -         -            -                -            CPU
 SEND        tensor       bytes     peer pid     TCM offset       -            DMA, IPCQ
 RECV        -            bytes     peer pid     -                TCM offset   CPU, IPCQ
 CYCLES      -            -         cycles       -                -            CPU
 READ        tensor       -         -            -                -            CPU (waits)
 ========== ============ ========= ============ ================ ============ ==============
 
-A LOAD's or STORE's span is the bytes from its first to one past its last in
+A WAIT without a producer is `tl.fence`: it waits for every STORE before it
+to land. A LOAD's or STORE's span is the bytes from its first to one past its last in
 memory (more than its size when rows are strided). TCM addresses are offsets
 in the PE's TCM (the timing pass adds the base of
 the topology it times on). `gemm shape`, `math kind` and `composite` index

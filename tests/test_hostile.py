@@ -426,6 +426,7 @@ SLOW = ["run", "gqa_attention", "-t", "sip", "-p", "model=llama3-8b", "-p", "seq
         "--critical-path", "p.jsonl"]
 
 
+@pytest.mark.slow  # seconds each, signals against wall-clock delays: CI's slow part
 @pytest.mark.parametrize(("sig", "delay"), [
     (signal.SIGINT, 0.6), (signal.SIGINT, 1.5), (signal.SIGINT, 3.0), (signal.SIGINT, 3.8),
     (signal.SIGINT, 4.4), (signal.SIGINT, 5.0), (signal.SIGTERM, 2.0), (signal.SIGTERM, 4.2)])
@@ -451,6 +452,7 @@ def test_an_interrupt_exits_130_and_leaves_no_temporary_file(tmp_path, sig, dela
         json.loads((tmp_path / "c.json").read_text())
 
 
+@pytest.mark.slow  # seconds each, signals against wall-clock delays: CI's slow part
 def test_sigkill_leaves_the_old_output_or_the_new_and_stale_temporaries_are_ignored(
         tmp_path, cli):
     """SIGKILL cannot be cleaned up after: the old file stays until the new one is whole
@@ -536,6 +538,7 @@ def test_no_numpy_warning_reaches_the_terminal(tmp_path):
     assert "latency" in out
 
 
+@pytest.mark.slow  # seconds each, signals against wall-clock delays: CI's slow part
 def test_ctrl_c_stops_a_sweep_and_its_workers(tmp_path):
     """Ctrl-C reaches the whole process group: the workers leave it to the sweep, which stops
     them at once and exits 130; the results file keeps the points that finished (none yet:

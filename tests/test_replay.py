@@ -112,7 +112,7 @@ def test_the_trace_file_is_versioned_and_deterministic(tmp_path, run):
     size = int.from_bytes(data[len(MAGIC):len(MAGIC) + 8], "little")
     header = json.loads(data[len(MAGIC) + 8:len(MAGIC) + 8 + size])
     assert (header["format"], header["version"], header["kernel"]) == (
-        "kernbench-trace", 4, "ping_pong")
+        "kernbench-trace", 5, "ping_pong")
     assert header["lengths"] == [len(s) for s in recorded.trace.program.streams]
     back = read_trace(path)
     for got, want in zip(back.program.streams, recorded.trace.program.streams, strict=True):
@@ -193,11 +193,11 @@ def _damaged(tmp_path, run, edit) -> Path:
     (b"plain text", "not a kernbench trace (Not a gzipped file (b'pl'))"),
     (gzip.compress(b'{"format": "other"}'), "not a kernbench trace (no format 'kernbench-trace')"),
     (gzip.compress(b'{"format": "kernbench-trace", "version": 1}'),
-     "trace version 1 is not one this kernbench reads (4); record the run again"),
+     "trace version 1 is not one this kernbench reads (4, 5); record the run again"),
     (_trace_bytes({"format": "kernbench-trace", "version": 9}),
-     "trace version 9 is not one this kernbench reads (4); record the run again"),
-    (_trace_bytes({"format": "kernbench-trace", "version": 4}), "damaged trace: no 'lengths'"),
-    (_trace_bytes({"format": "kernbench-trace", "version": 4, "lengths": [3]}),
+     "trace version 9 is not one this kernbench reads (4, 5); record the run again"),
+    (_trace_bytes({"format": "kernbench-trace", "version": 5}), "damaged trace: no 'lengths'"),
+    (_trace_bytes({"format": "kernbench-trace", "version": 5, "lengths": [3]}),
      "damaged trace: column 'op' is cut short"),
 ])
 def test_bad_trace_files(cli, tmp_path, content, message):

@@ -117,3 +117,50 @@ def test_golden_check_under_a_set_shows_what_would_move(cli):
     assert "energy_aj.static" in out  # a longer run leaks longer
     assert err.endswith("error: 9 differences in 1 of 1 golden cases; if the change is "
                         "intended, run `kernbench golden regen` and add a CHANGELOG entry\n")
+
+
+def test_a_factor_scales_the_configured_value(cli):
+    import json
+
+    runs = [json.loads(cli("run", "softmax", "--timing-only", "--json", "--set", item)[1])
+            for item in ("hbm.bandwidth=x2", "hbm.bandwidth=204.8GB/s")]
+    assert runs[0] == runs[1]
+    assert runs[0]["overrides"] == ["hbm.bandwidth=204.8GB/s"]
+
+
+def test_a_table_wildcard_stands_for_each_of_its_keys(cli):
+    import json
+
+    code, out, _ = cli("run", "softmax", "--timing-only", "--json", "--set",
+                       "costs.issue.*=x0.5", "--set", "pe.math.op_cycles.*=2")
+    assert code == 0
+    overrides = json.loads(out)["overrides"]
+    assert {"costs.issue.composite=20ns", "costs.issue.load=2ns", "costs.issue.wait=2ns",
+            "pe.math.op_cycles.exp=2", "pe.math.op_cycles.cast=2"} <= set(overrides)
+    assert len(overrides) == 8 + 9
+
+
+@pytest.mark.parametrize(("item", "message"), [
+    ("pe.ipcq.slots=x0.3", "--set pe.ipcq.slots=x0.3: pe.ipcq.slots = 4 x 0.3 is not a whole "
+                           "number of its unit"),
+    ("pe.gemm.dataflow=x2", "--set pe.gemm.dataflow=x2: pe.gemm.dataflow is not a quantity; "
+                            "only numbers and quantities with units scale"),
+    ("hbm=x2", "--set hbm=x2: hbm is a table; give one of its keys or hbm.*"),
+    ("hbm.bandwidth.*=x2", "--set hbm.bandwidth.*=x2: hbm.bandwidth is a value, not a table"),
+    ("hbm.bandwith=x2", "--set hbm.bandwith=x2: hbm.bandwith: unknown key; did you mean "
+                        "'bandwidth'?"),
+])
+def test_bad_factors_and_wildcards_are_one_line(cli, item, message):
+    assert cli("run", "softmax", "--timing-only", "--set", item) == (2, "", f"error: {message}\n")
+
+
+def test_a_sweep_over_factors_of_cost_keys_replays_one_recording(cli):
+    import json
+
+    code, out, _ = cli("sweep", "softmax", "--timing-only", "--json", "--set",
+                       "costs.issue.*=x1,x0.5")
+    assert code == 0
+    a, b = (row["result"] for row in json.loads(out))
+    assert a["kernel"].endswith("(replay)") and b["kernel"].endswith("(replay)")
+    assert "costs.issue.load=2ns" in b["overrides"] and "costs.issue.load=4ns" in a["overrides"]
+    assert b["latency_ps"] < a["latency_ps"]

@@ -59,7 +59,7 @@ class KernbenchGroup(TyperGroup):
                 typer.echo(f"error: {line}", err=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
-            typer.echo("interrupted", err=True)
+            _said_interrupted()
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except BrokenPipeError:  # `kernbench … | head`: the reader has all it wanted
             _quiet_stdout()
@@ -138,6 +138,16 @@ def _quiet_stdout() -> None:
     os.dup2(devnull, sys.stdout.fileno())
 
 
+_INTERRUPT_SAID = [False]
+
+
+def _said_interrupted() -> None:
+    """Print `interrupted` (once): Ctrl-C or SIGTERM ended the command."""
+    if not _INTERRUPT_SAID[0]:
+        _INTERRUPT_SAID[0] = True
+        typer.echo("interrupted", err=True)
+
+
 def _terminate(signum, frame) -> None:
     """SIGTERM ends a run as Ctrl-C does: temporary files removed, exit 130."""
     raise Interrupted
@@ -190,6 +200,8 @@ def main() -> None:
         try:
             app()
         except SystemExit as done:
+            if done.code == EXIT_INTERRUPTED:  # Typer ends a Ctrl-C during its own set-up
+                _said_interrupted()  # (before the command runs) with 130, silently
             # Click and Rich answer a broken pipe (help, tables) with exit 1, Click with a
             # wrapper on stdout, Rich by pointing it at /dev/null: the reader went away
             if done.code == 1 and not _STDOUT_FAILED and (
@@ -202,7 +214,7 @@ def main() -> None:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             sys.stdout.flush()
     except KeyboardInterrupt:  # between start-up and the command, or while it ends
-        typer.echo("interrupted", err=True)
+        _said_interrupted()
         sys.exit(EXIT_INTERRUPTED)
     except BrokenPipeError:
         _quiet_stdout()

@@ -61,6 +61,9 @@ def run(
         help="Stop a kernel whose Python issues no command for this many seconds of wall "
              "time (an endless loop); 0: no limit.", min=0, metavar="SECONDS")]
     = DEFAULT_KERNEL_TIMEOUT,
+    sensitive: Annotated[bool, typer.Option(
+        "--sensitivity", help="Then re-time the run by replay with each timing key made 2x "
+                              "better, and rank what each saves.")] = False,
 ) -> None:
     """Run KERNEL on every PE of the topology, verify it, and report the time."""
     from kernbench_cli.api import runs as api
@@ -87,7 +90,7 @@ def run(
 
         write_trace(record, result.raw.trace)
     _write_outputs(chrome_trace, oplog, critical_path, result)
-    show(result, as_json, per_pe)
+    show(result, as_json, per_pe, sensitive)
     result.check()
 
 
@@ -187,16 +190,27 @@ def _write_outputs(chrome_trace: Path | None, oplog: Path | None, critical_path:
         atomic_write(oplog, write, "--oplog")
 
 
-def show(result, as_json: bool, per_pe: bool) -> None:
-    """A result (an API `Result`) as Rich tables, or as its JSON object with --json."""
+def show(result, as_json: bool, per_pe: bool, sensitive: bool = False) -> None:
+    """A result (an API `Result`) as Rich tables, or as its JSON object with --json; with
+    `sensitive`, what each key made 2x better changes (`api.sensitivity`), by replay."""
+    found = None
+    if sensitive:
+        from kernbench_cli.api.sensitivity import sensitivity
+
+        found = sensitivity(result)
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), sort_keys=True, indent=2))
+        data = result.to_dict()
+        if found is not None:
+            data["sensitivity"] = found.to_dict()
+        typer.echo(json.dumps(data, sort_keys=True, indent=2))
     else:
         from rich.console import Console
 
         from kernbench_cli.report import run as report
+        from kernbench_cli.report.sensitivity import sensitivity_table
 
-        echo_rich(report.render(result.raw, per_pe, Console().width))
+        echo_rich(report.render(result.raw, per_pe, Console().width),
+                  *([sensitivity_table(found)] if found is not None else []))
 
 
 def _save_npz(path: Path, arrays: dict) -> None:

@@ -17,9 +17,11 @@ import difflib
 import hashlib
 import json
 import numbers
+import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import fields, is_dataclass, replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -231,8 +233,16 @@ def load_topology(path: Path | str, costs: Path | str | None = None,
     """Load a topology and the cost table it names (`costs` overrides that), with the
     `--set KEY=VALUE` overrides `sets` (``costs.``-prefixed keys go to the cost table).
 
+    A VALUE of ``xF`` scales the key's value (``hbm.bandwidth=x2``, ``=x0.5``), and a key
+    ending in ``.*`` stands for every quantity of that table (``costs.issue.*=x0.5``): both
+    are resolved against the configuration the other items give, into plain items (which
+    the topology's `overrides` then hold, so a replay of it needs no base to scale).
     The cost-table path in the file is relative to the topology file.
     """
+    if any(_relative(item) for item in sets):
+        base = load_topology(path, costs, [i for i in sets if not _relative(i)])
+        sets = [r for item in sets for r in (resolve_relative(base, item) if _relative(item)
+                                             else [item])]
     path = Path(path)
     problems: list[str] = []
     parsed = parse_sets(sets)
@@ -254,6 +264,82 @@ def load_topology(path: Path | str, costs: Path | str | None = None,
     cost_table = load_costs(cost_path, cost_sets)
     return replace(topo, name=topo.name or path.stem, source=path, cost_table=cost_table,
                    overrides=tuple(item for _, item in parsed.values()))
+
+
+_SCALE = re.compile(r"^x([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)$")
+#: Kinds of key a factor may scale: the quantities (numbers of a unit, or counts).
+_SCALABLE = ("count", "cycles", "size", "time", "frequency", "bandwidth", "energy", "power")
+
+
+def _relative(item: str) -> bool:
+    """Whether a `--set` item scales a value (``=x2``) or names a table's keys (``.*=``)."""
+    key, _, raw = item.partition("=")
+    return key.strip().endswith(".*") or _SCALE.match(raw.strip()) is not None
+
+
+def resolve_relative(base: Topology, item: str) -> list[str]:
+    """The plain `--set` items `item` (``KEY=xF``, ``TABLE.*=VALUE``) stands for on `base`."""
+    from kernbench_cli.config.writer import exact
+
+    key, _, raw = item.partition("=")
+    key, raw = key.strip(), raw.strip()
+    scale = _SCALE.match(raw)
+    item = item if len(item) <= 80 else f"{item[:60]}… ({len(item):,} characters)"
+    try:
+        keys = _table_keys(base, key[:-2], item) if key.endswith(".*") else [key]
+        if scale is not None:
+            for name in keys:
+                _node(base, name, item)
+    except LookupError:  # an unknown key: the loader names it, with what it may have meant
+        return [f"{key}={raw}"]
+    out = []
+    for name in keys:
+        if scale is None:
+            out.append(f"{name}={raw}")
+            continue
+        value, kind = _value_of(base, name, item)
+        if kind not in _SCALABLE:
+            raise ConfigError([f"--set {item}: {name} is not a quantity; only numbers "
+                               "and quantities with units scale"])
+        scaled = Decimal(value) * Decimal(scale.group(1))
+        if scaled != scaled.to_integral_value():
+            raise ConfigError([f"--set {item}: {name} = {exact(kind, value)} x "
+                               f"{scale.group(1)} is not a whole number of its unit"])
+        text = str(int(scaled)) if kind in ("count", "cycles") else exact(kind, int(scaled))
+        out.append(f"{name}={text}")
+    return out
+
+
+def _node(base: Topology, dotted: str, item: str) -> tuple[Any, Any]:
+    """(the config object or value at `dotted`, its dataclass field) in `base`."""
+    obj: Any = base.cost_table if dotted.startswith(COSTS_PREFIX) else base
+    parts = dotted[len(COSTS_PREFIX):].split(".") if dotted.startswith(COSTS_PREFIX) \
+        else dotted.split(".")
+    spec = None
+    for part in parts:
+        spec = next((f for f in fields(obj) if f.name == part and
+                     not f.metadata.get("internal")), None) if is_dataclass(obj) else None
+        if spec is None:
+            raise LookupError(dotted)
+        obj = getattr(obj, part)
+    return obj, spec
+
+
+def _value_of(base: Topology, dotted: str, item: str) -> tuple[Any, str]:
+    value, spec = _node(base, dotted, item)
+    if "kind" not in spec.metadata:
+        raise ConfigError([f"--set {item}: {dotted} is a table; give one of its keys or "
+                           f"{dotted}.*"])
+    return value, spec.metadata["kind"]
+
+
+def _table_keys(base: Topology, dotted: str, item: str) -> list[str]:
+    """The keys of table `dotted` that hold values (not sub-tables), in declaration order."""
+    table, _ = _node(base, dotted, item)
+    if not is_dataclass(table):
+        raise ConfigError([f"--set {item}: {dotted} is a value, not a table"])
+    return [f"{dotted}.{f.name}" for f in fields(table)
+            if "kind" in f.metadata and not f.metadata.get("internal")]
 
 
 def _cost_path(topology_file: Path, costs: str) -> Path | None:

@@ -473,6 +473,7 @@ class Timing:
                 log.code(k) for k in ("load", "store", "dot", "wait", "cycles"))
             marks = array("q")  # PE_CPU's time per command: on reaching it, before its issue
         last_end = tcm_peak = 0
+        landed = (0, -1)  # (when, command) the latest of this PE's stores lands (tl.fence)
         heap = comps.heap
         for i in range(n):
             op = ops[i]
@@ -615,6 +616,8 @@ class Timing:
                     proc.waits[me] = (dma.waited_on, dma.waited)
                 heappush(held, (start, me))
                 end[i] = done
+                if done > landed[0]:
+                    landed = (done, i)
                 if log is not None:
                     log.append(pid, DMA, k_store, t, start, done, col_size[i], 0,
                                _tcm(tcm_base, col_src[i]), addr, i, True,
@@ -625,12 +628,13 @@ class Timing:
                 if sched.stalled_by >= 0:
                     cpus[i] = _why(QUEUE, sched.stalled_by)
                 continue
-            elif op == WAIT:
+            elif op == WAIT:  # on a composite, or (tl.fence) on every store before it
                 t = cpu.issue(c_wait)
                 a = col_a[i]
-                if end[a] > t:
-                    after[i] = (end[a], _why(PRODUCER, made.get(a, base | a)))
-                cpu.wait_until(end[a])
+                until, a = (end[a], a) if a >= 0 else landed
+                if until > t:
+                    after[i] = (until, _why(PRODUCER, made.get(a, base | a)))
+                cpu.wait_until(until)
                 done = cpu.time
                 starts[i], whys[i] = t, _why(ISSUED, me)
                 if log is not None:

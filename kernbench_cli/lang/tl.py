@@ -268,6 +268,18 @@ class TL:
             self._memory.write(out_ptr, value.astype(out_dt), "tl.composite", out_stride)
         return Handle(i, out)
 
+    def fence(self) -> None:
+        """Stall PE_CPU until every `tl.store` this PE issued so far has landed in memory.
+
+        Between PEs only IPCQ messages order memory, and a message orders what
+        its sender *issued* before it: a store is still on its way when a
+        `send` after it leaves. ``tl.store(…); tl.fence(); tl.send(…)`` makes
+        the receiver's loads after its `recv` see the stored bytes; without
+        the fence, the race detector reports the pattern ("in flight"). A
+        composite's output is waited for with `tl.wait(handle)`.
+        """
+        self._emit(WAIT, NONE, NONE, 0, 0)
+
     def wait(self, handle: Handle) -> Tensor | None:
         """Stall PE_CPU until a composite is done; returns its TCM result (if any)."""
         if not isinstance(handle, Handle):

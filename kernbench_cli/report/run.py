@@ -198,6 +198,17 @@ def energy_table(result: RunResult) -> Table:
     return out
 
 
+def roofline_text(result: RunResult) -> str:
+    """The roofline bounds, tightest first, each with how far the latency is above it."""
+    parts = []
+    for roof in result.roofline[:4]:
+        ratio = result.latency_ps / roof.ps if roof.ps else float("inf")
+        parts.append(f"{roof.name} {format_time_ps(roof.ps)} ({ratio:.2f}x)")
+    tight = result.roofline[0]
+    return (f"{', '.join(parts)}: each resource's work at its peak, and the latency over "
+            f"it; the tightest is {tight.unit}: {tight.how}")
+
+
 def summary(result: RunResult) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
@@ -214,6 +225,7 @@ def summary(result: RunResult) -> Table:
         ("verification", verification_text(result)),
         ("model checks", invariants_text(result)),
         ("bound by", bound_text(result)),
+        *([("roofline", roofline_text(result))] if result.roofline else []),
         *([("critical path", critical_path_text(result)), ("what if", what_if_text(result))]
           if result.critical_path is not None and result.latency_ps else []),
         *([("TCM", tcm_text(result))] if result.tcm_high_water else []),
@@ -362,15 +374,30 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
         "hbm_gbps": round(achieved, 6),
         "hbm_peak_gbps": round(peak, 6),
         "bounds_ps": {name: ps for name, (ps, _) in sorted(result.bounds.items())},
+        "roofline": [{"resource": r.name, "ps": r.ps, "unit": r.unit, "how": r.how,
+                      "latency_over_bound": round(result.latency_ps / r.ps, 6) if r.ps
+                      else None} for r in result.roofline],
     }
+    _optional_json(result, out, per_pe)
+    return out
+
+
+def _energy_json(result: RunResult) -> dict[str, Any]:
+    """`energy_pj` (pJ from the exact attojoules) and `average_power_w`."""
+    energy = result.energy
+    return {"energy_pj": {
+                "total": energy.total / 10**6, "dynamic": (energy.total - energy.static) / 10**6,
+                "static": energy.static / 10**6, "static_pe": energy.pe_static / 10**6,
+                "static_cube": energy.cube_static / 10**6,
+                "parts": {name: aj / 10**6 for name, aj in energy.dynamic.items() if aj}},
+            "average_power_w": round(average_power_w(result), 6)}
+
+
+def _optional_json(result: RunResult, out: dict[str, Any], per_pe: bool) -> None:
+    """The keys a run has only sometimes: energy, races, TCM high water, critical path,
+    per PE."""
     if result.energy is not None:
-        energy = result.energy
-        out["energy_pj"] = {
-            "total": energy.total / 10**6, "dynamic": (energy.total - energy.static) / 10**6,
-            "static": energy.static / 10**6, "static_pe": energy.pe_static / 10**6,
-            "static_cube": energy.cube_static / 10**6,
-            "parts": {name: aj / 10**6 for name, aj in energy.dynamic.items() if aj}}
-        out["average_power_w"] = round(average_power_w(result), 6)
+        out.update(_energy_json(result))
     if result.races is not None:
         out["races"] = [
             {"why": r.why, "addr": r.lo, "bytes": r.hi - r.lo,
@@ -400,7 +427,6 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
              **{f"{n}_busy_ps": result.engines[n].busy_ps[i]
                 for n in ("cpu", "scheduler", "dma", "gemm", "math")}}
             for i, label in enumerate(result.pe_labels)]
-    return out
 
 
 def _json_number(value: float | None) -> float | None:

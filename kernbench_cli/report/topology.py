@@ -36,13 +36,36 @@ def system_tree(amap: AddressMap) -> Tree:
             f"[dim](costs: {costs.name})[/dim]")
     pes.add(f"scheduler  queue {pe.scheduler.queue_depth}, plan {t(costs.scheduler.plan)}")
     pes.add(f"dma        setup {t(pe.dma.setup)}")
-    pes.add(f"gemm       {pe.gemm.rows}x{pe.gemm.cols} output-stationary systolic array")
+    pes.add(f"gemm       {pe.gemm.rows}x{pe.gemm.cols} {_DATAFLOWS[pe.gemm.dataflow]} "
+            "systolic array")
     pes.add(f"math       {pe.math.lanes} lanes")
     pes.add(f"tcm        {format_size(pe.tcm.size)}")
     pes.add(f"ipcq       4 directions x {pe.ipcq.slots} slots x {format_size(pe.ipcq.slot_size)}")
     pes.add(f"hbm        slice {format_size(topo.hbm.slice_size)}, "
             f"{format_bandwidth(topo.hbm.bandwidth)}, {t(topo.hbm.latency)}")
+    tree.add(peaks(topo))
     return tree
+
+
+_DATAFLOWS = {"os": "output-stationary", "ws": "weight-stationary", "is": "input-stationary"}
+
+
+def peaks(topo) -> str:
+    """The system's peak rates: what a roofline divides a run's work by."""
+    from kernbench_cli.hw.network import hbm_stream_bandwidth
+
+    pe, hbm = topo.pe, topo.hbm
+    flops = 2 * pe.gemm.rows * pe.gemm.cols * pe.clock  # per PE, 16-bit operands
+    stream = hbm_stream_bandwidth(hbm)
+    return (f"peaks: {flops / 1e12:.4g} TFLOP/s per PE (f16/bf16; f32 / "
+            f"{pe.gemm.passes.f32}), {flops * topo.num_pes / 1e12:.4g} TFLOP/s in all; HBM "
+            f"{format_bandwidth(stream)} per PE streamed ({format_bandwidth(hbm.bandwidth)} "
+            f"pins less refresh), {format_bandwidth(stream * topo.num_pes)} in all; ridge "
+            f"{flops / stream:.3g} flop/B; PE_MATH {pe.math.lanes * pe.clock / 1e9:.4g} "
+            f"G elements/s per PE; per link NoC {format_bandwidth(topo.noc.bandwidth)}, UCIe "
+            f"{format_bandwidth(topo.ucie.bandwidth)}, SIP "
+            f"{format_bandwidth(topo.sip_link.bandwidth)}, rack "
+            f"{format_bandwidth(topo.rack_link.bandwidth)}")
 
 
 def resource_table(amap: AddressMap) -> Table:

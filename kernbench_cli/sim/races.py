@@ -3,14 +3,19 @@
 Memory is coherent within a PE; between PEs it is ordered only by IPCQ
 messages: an access X of PE a is ordered before an access Y of PE b when a
 chain of messages leads from a after X to b before Y (a sends after X, the
-receiver sends on after that receive, …, b receives before Y). Two accesses
+receiver sends on after that receive, …, b receives before Y). A write X
+(a store, a composite's output) counts only from where PE a waited for it to
+land: a `tl.fence()` after it (or `tl.wait` on the composite), as the timing
+model makes a send after a fence wait for the stores before it. Two accesses
 of different PEs to overlapping bytes of HBM or the cube SRAM race when one
 is a write and
 
-- nothing orders them ("unordered"): which one lands first is up to timing;
+- nothing orders them ("unordered"): which one lands first is up to timing
+  (a store followed by a send with no fence between them is one);
 - or, for a read and a write, they overlap in simulated time ("in flight"):
-  messages may order them, yet the write was still on its way when the read
-  ran (a DMA completes after the CPU has moved on).
+  messages may order them, yet the read was still on its way when the write
+  landed (a DMA completes after the CPU has moved on, and a send after a load
+  does not wait for it).
 
 An access is a load's or store's byte span (strided rows: from the first
 byte to one past the last, gaps included) or a composite's operands and
@@ -29,7 +34,7 @@ import numpy as np
 from kernbench_cli.address.physaddr import AddressMap
 from kernbench_cli.config.units import format_time_ps
 from kernbench_cli.hw.timing import Timing
-from kernbench_cli.stream import COMPOSITE, LOAD, NONE, RECV, SEND, STORE
+from kernbench_cli.stream import COMPOSITE, LOAD, NONE, RECV, SEND, STORE, WAIT
 
 
 @dataclass(frozen=True)
@@ -58,8 +63,9 @@ class Race:
         except Exception:
             where = f"{self.lo:#x}"
         verb = "writes" if b.write else "reads"
-        detail = ("no message orders them" if self.why == "unordered" else
-                  "the write was still in flight")
+        detail = ("no message orders them (a store is ordered before a message only by "
+                  "a tl.fence between them)" if self.why == "unordered" else
+                  "the read was still in flight")
         return (f"race ({self.why}): PE {a.pid} at {shown}:{lines[a.pid][a.command]} writes "
                 f"{self.hi - self.lo} B at {where} during [{format_time_ps(a.start_ps)}, "
                 f"{format_time_ps(a.end_ps)}]; PE {b.pid} at {shown}:{lines[b.pid][b.command]} "
@@ -92,8 +98,8 @@ def find_races(timing: Timing, amap: AddressMap) -> list[Race]:
 def _race(x: Access, y: Access, order: _Order) -> Race | None:
     first, second = (x, y) if (x.write, -x.start_ps) > (y.write, -y.start_ps) else (y, x)
     lo, hi = max(x.lo, y.lo), min(x.hi, y.hi)
-    ordered = order.before(x.pid, x.command, y.pid, y.command) or \
-        order.before(y.pid, y.command, x.pid, x.command)
+    ordered = order.before(x.pid, x.command, x.write, y.pid, y.command) or \
+        order.before(y.pid, y.command, y.write, x.pid, x.command)
     if not ordered:
         return Race(first, second, "unordered", lo, hi)
     if not (x.write and y.write) and first.start_ps < second.end_ps and \
@@ -179,9 +185,28 @@ class _Order:
                 if k < len(matching):
                     self.sends[pid].append((i, dst, matching[k]))
         self._starts = [[i for i, _, _ in sends] for sends in self.sends]
+        # per PE: (command, what it waits for: NONE for a fence, else a composite) of its WAITs
+        self._waits = []
+        for stream in streams:
+            op = np.frombuffer(stream.op, np.uint8)
+            self._waits.append([(i, stream.a[i]) for i in np.flatnonzero(op == WAIT).tolist()])
 
-    def before(self, a: int, i: int, b: int, j: int) -> bool:
-        """Whether a chain of messages leads from PE a after command i to PE b before j."""
+    def landed(self, pe: int, i: int) -> int | None:
+        """The first command of PE `pe` after which its write `i` has landed: a fence after
+        it, or a wait on it (a composite); None if the PE never waits for it."""
+        for k, on in self._waits[pe]:
+            if k > i and on in (NONE, i):
+                return k
+        return None
+
+    def before(self, a: int, i: int, write: bool, b: int, j: int) -> bool:
+        """Whether a chain of messages leads from PE a after command i (a `write`: after
+        the PE waited for it to land) to PE b before j."""
+        if write:
+            fenced = self.landed(a, i)
+            if fenced is None:
+                return False
+            i = fenced
         earliest = {a: i}  # the earliest command reached on each PE
         frontier = [a]
         while frontier:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from kernbench_cli.sim.energy import Energy
     from kernbench_cli.sim.invariants import Invariant
     from kernbench_cli.sim.races import Race
+    from kernbench_cli.sim.roofline import Roof
     from kernbench_cli.sim.trace_file import Trace
 
 
@@ -85,6 +86,7 @@ class RunResult:
     races: list[Race] | None = None  # data races between PEs, when looked for
     lines: list = field(default_factory=list)  # per PE, the kernel line of each command
     energy: Energy | None = None  # attojoules, by part (sim.energy)
+    roofline: list[Roof] = field(default_factory=list)  # tightest first (sim.roofline)
     inputs: dict[str, np.ndarray] = field(default_factory=dict)
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
 

@@ -51,6 +51,7 @@ from kernbench_cli.sim.host import Host
 from kernbench_cli.sim.kernels import KernelModule
 from kernbench_cli.sim.races import find_races
 from kernbench_cli.sim.result import Check, EngineStats, RunResult
+from kernbench_cli.sim.roofline import roofline
 from kernbench_cli.sim.trace_file import Trace, TraceError
 from kernbench_cli.sim.watch import Watch
 from kernbench_cli.stream import Program, Stream
@@ -136,6 +137,7 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     result = _collect(kernel.name, system, timing, params, seed, timing_only, checks)
     result.invariants = model_checks
     result.energy = energy.account(counts, amap.topology.energy)
+    result.roofline = roofline(system, timing)
     result.critical_path = critical_path(system, timing)
     if races:
         result.races = find_races(timing, amap)
@@ -226,6 +228,7 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
     result.bounds = _shipped_bounds(trace, topo)
     result.invariants = model_checks
     result.energy = energy.account(counts, topo.energy)
+    result.roofline = roofline(system, timing)
     result.critical_path = critical_path(system, timing)
     if races:
         result.races = find_races(timing, amap)

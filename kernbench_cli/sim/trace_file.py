@@ -51,7 +51,8 @@ from kernbench_cli.stream import (
 )
 
 FORMAT = "kernbench-trace"
-VERSION = 4  # 4: the `rows` column, an operand width in each gemm shape
+VERSION = 5  # 4: the `rows` column, an operand width in each gemm shape; 5: tl.fence
+READS = (4, 5)  # versions this kernbench reads (a version 4 trace has no fence)
 MAGIC = FORMAT.encode() + b"\n"
 #: PE_MATH op classes a trace may name (the `[pe.math.op_cycles]` keys).
 MATH_CLASSES = ("add", "mul", "div", "cmp", "exp", "log", "sqrt", "reduce", "cast")
@@ -132,9 +133,10 @@ def read_trace(path: Path) -> Trace:
                          f"{str(exc).split(';')[0]})") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise TraceError(f"{path}: not a kernbench trace (no format {FORMAT!r})")
-    if header.get("version") != VERSION:
+    if header.get("version") not in READS or isinstance(header.get("version"), bool):
         raise TraceError(f"{path}: trace version {header.get('version')!r} is not one this "
-                         f"kernbench reads ({VERSION}); record the run again")
+                         f"kernbench reads ({', '.join(map(str, READS))}); record the run "
+                         "again")
     try:
         _printable(header)
         trace = _trace(header, data.columns(header))
@@ -237,7 +239,7 @@ def check_program(program: Program, memory: list[tuple[int, int, str]]) -> None:
     index = np.arange(len(op)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     where = (pid, index)
     _require(op <= READ, where, "a command of unknown kind")
-    needs_a = np.isin(op, (STORE, DOT, WAIT, SEND, READ))
+    needs_a = np.isin(op, (STORE, DOT, SEND, READ))  # a WAIT without one: tl.fence
     _require((a < index) & ((a >= 0) | ~needs_a) & (a >= -1), where,
              "a producer that is not an earlier command")
     _require((b < index) & ((b >= 0) | (op != DOT)) & (b >= -1), where,
@@ -255,7 +257,7 @@ def check_program(program: Program, memory: list[tuple[int, int, str]]) -> None:
     _require(~peer | ((arg >= 0) & (arg < len(streams)) & (arg != pid)), where,
              "a message to or from a PE that is not another PE")
     first = np.repeat(np.cumsum(lengths) - lengths, lengths)  # each command's stream start
-    _require((op != WAIT) | (op[first + np.maximum(a, 0)] == COMPOSITE), where,
+    _require((op != WAIT) | (a < 0) | (op[first + np.maximum(a, 0)] == COMPOSITE), where,
              "a wait on something that is not a composite")
     comps = np.array(program.composites, dtype=np.int64).reshape(-1, len(Composite._fields))
     col = {name: comps[:, j] for j, name in enumerate(Composite._fields)}
