@@ -4,6 +4,7 @@ from hypothesis import strategies as st
 
 from kernbench_cli.address import PeCoord
 from kernbench_cli.address.allocator import FreeListPool, Pool, SystemAllocator
+from kernbench_cli.config.units import format_size
 from kernbench_cli.errors import AddressError
 
 
@@ -129,8 +130,12 @@ def test_tcm_allocator_gives_the_addresses_plain_first_fit_gives(pool_range, ste
         if op == "alloc":
             expected = ref.alloc(n, align)
             if expected is None:
-                with pytest.raises(AddressError, match=r"^tcm is full"):
+                with pytest.raises(AddressError) as info:
                     pool.alloc(n, "t", align)
+                assert str(info.value) == (
+                    f"tcm is full: t needs {format_size(n)} ({n} B); "
+                    f"{size - sum(ref.sizes.values())} B of {format_size(size)} free, the "
+                    f"largest free block is {ref.largest_free()} B")
                 continue
             assert pool.alloc(n, "t", align) == expected
             live.append(expected)
@@ -143,3 +148,32 @@ def test_tcm_allocator_gives_the_addresses_plain_first_fit_gives(pool_range, ste
         assert pool.allocations() == ref.sizes
         assert pool.used == sum(ref.sizes.values())
         assert pool.peak == ref.peak
+
+
+def test_tcm_fragmented_by_small_tensors_freed_out_of_order():
+    """32 tensors of 16 B, one per 64 B slot, leave a 48 B sliver after each: long enough
+    for a 48 B request, but with no aligned address in it. Every other one is freed,
+    backwards: the cache serves their size, latest freed first; other sizes skip the
+    slivers; a request nothing fits merges the cache back, each freed 16 B joining the
+    slivers on both sides of it (112 B from 128j + 16), and fails when even that is short."""
+    pool = FreeListPool("TCM of PE (rack=0 sip=0 cube=0 pe=0)", 0, 4096)
+    assert [pool.alloc(16, "row max") for _ in range(32)] == list(range(0, 2048, 64))
+    for addr in range(31 * 64, 0, -128):  # 1984, 1856, ..., 64
+        pool.free(addr)
+    assert pool.alloc(48, "a") == 2048  # past every sliver, after the last tensor's
+    assert pool.alloc(16, "b") == 64  # the cache: the latest freed 16 B block
+    assert pool.alloc(1984, "c") == 2112  # the rest of TCM, from 2048 + 64
+    assert (pool.used, pool.peak) == (16 * 16 + 48 + 16 + 1984, 4096)
+    with pytest.raises(AddressError) as info:
+        pool.alloc(128, "scores")
+    assert str(info.value) == ("TCM of PE (rack=0 sip=0 cube=0 pe=0) is full: scores needs "
+                               "128B (128 B); 1792 B of 4KiB free, the largest free block is "
+                               "112 B")
+    # after that merge: [16, 64), [80, 128), then [128j + 16, 128j + 128) for j = 1..15
+    assert pool.alloc(64, "d") == 192  # [144, 256) is the first with an aligned 64 B
+    assert pool.alloc(64, "e") == 320  # [144, 192) is left, too short
+    assert pool.alloc(40, "f", align=16) == 16  # other alignments: the first sliver fits
+    assert pool.alloc(48, "g", align=16) == 80
+    pool.free(2112)
+    assert pool.largest_free() == 4096 - 2096  # c's block joins the 16 B before it
+    assert pool.allocations()[2048] == 48
