@@ -5,6 +5,12 @@ allocators, or by the TCM of a kernel's tensors). An access outside every
 allocation, or running past the end of one, is an AddressError naming the
 address. With ``backed=False`` (timing-only runs) nothing is stored and
 every read returns zeros of the right shape without touching memory.
+
+Blocks are cut from slabs of `SLAB_BYTES` (zero pages until written), not
+allocated one by one: a rack's 8,192 PEs place tens of thousands of small
+inputs, and small allocations freed leave the process's heap as large as
+before. `release` gives the bytes back to the system once a run has read
+what it needs (its outputs), before the timing pass.
 """
 
 from __future__ import annotations
@@ -15,6 +21,10 @@ import math
 import numpy as np
 
 from kernbench_cli.errors import AddressError
+
+SLAB_BYTES = 64 << 20  # the arrays blocks are cut from; a larger block is one of its own
+_ALIGN = 64  # where a block starts in its slab
+
 
 
 class Memory:
@@ -27,14 +37,33 @@ class Memory:
         # (base, end, name) of the allocations checked last, newest first: a kernel's loop
         # touches a few tensors in turn (A, B, C of a GEMM)
         self._recent: list[tuple[int, int, str]] = []
+        self._slab = np.zeros(0, dtype=np.uint8)  # where the next small block is cut
+        self.released = False
 
     def add(self, addr: int, nbytes: int, name: str) -> None:
         """Register an allocation of `nbytes` at `addr` (zero-filled when backed)."""
         i = bisect.bisect_left(self._bases, addr)
-        data = np.zeros(nbytes, dtype=np.uint8) if self.backed else None
+        data = self._cut(nbytes) if self.backed else None
         self._recent.clear()
         self._bases.insert(i, addr)
         self._blocks.insert(i, (nbytes, name, data))
+
+    def _cut(self, nbytes: int) -> np.ndarray:
+        """`nbytes` zeros of their own: the front of the current slab, or of a new one."""
+        if nbytes > SLAB_BYTES // 4:
+            return np.zeros(nbytes, dtype=np.uint8)
+        if nbytes > len(self._slab):
+            self._slab = np.zeros(SLAB_BYTES, dtype=np.uint8)
+        data = self._slab[:nbytes]
+        self._slab = self._slab[-(-nbytes // _ALIGN) * _ALIGN:]
+        return data
+
+    def release(self) -> None:
+        """Drop every block's bytes (the allocations stay known); reading or writing them
+        afterwards is an error of kernbench's own."""
+        self._blocks = [(size, name, None) for size, name, _ in self._blocks]
+        self._slab = np.zeros(0, dtype=np.uint8)
+        self.released = True
 
     def allocations(self) -> list[tuple[int, int, str]]:
         """(address, bytes, name) of every allocation, by address."""
@@ -72,6 +101,8 @@ class Memory:
         span = _span(shape, count, row_stride)
         _, _, data, offset = self._find(addr, span * itemsize, what)
         if data is None:
+            if self.released:
+                raise RuntimeError(f"{what} at {addr:#x}: simulated memory was released")
             return None
         if row_stride is None:
             return np.ndarray(shape, dtype, data, offset)
