@@ -43,6 +43,59 @@ def test_released_memory_keeps_its_allocations_and_refuses_reads():
     assert str(info.value) == "reading out at 0x40: simulated memory was released"
 
 
+def _kv(seed: int = 3) -> np.ndarray:
+    """A KV cache shaped [batch, heads, seq, dim], f16."""
+    return np.random.default_rng(seed).standard_normal((2, 3, 64, 8)).astype(np.float16)
+
+
+def test_a_shared_input_is_read_in_place_and_copied_before_a_write():
+    kv = _kv()
+    part = kv[:, :, 16:32]  # one PE's shard: 6 runs of 16 x 8 elements
+    memory = Memory()
+    memory.add(0x1000, part.nbytes, "k", part, share=True)
+    f16 = np.dtype(np.float16)
+    row = memory.view(0x1000 + 3 * 8 * 2, (2, 8), f16)  # rows 3 and 4 of the first run
+    np.testing.assert_array_equal(row, part[0, 0, 3:5])
+    assert np.shares_memory(row, kv) and not row.flags.writeable
+    across = memory.read(0x1000 + 15 * 8 * 2, (2, 8), f16)  # the last row of run 0, the first
+    np.testing.assert_array_equal(across, np.stack([part[0, 0, 15], part[0, 1, 0]]))
+    before = kv.copy()
+    memory.write(0x1000, np.ones((1, 8), f16))
+    np.testing.assert_array_equal(kv, before)  # the host's array is never written
+    got = memory.read(0x1000, (2, 3, 16, 8), f16)
+    np.testing.assert_array_equal(got[0, 0, 0], np.ones(8, f16))
+    np.testing.assert_array_equal(got.reshape(-1)[8:], np.ascontiguousarray(part).reshape(-1)[8:])
+    assert not np.shares_memory(memory.view(0x1000, (4,), f16), kv)
+
+
+@pytest.mark.parametrize(("array", "share"), [
+    (_kv()[:, :, :, 2:4], True),  # 384 runs of two elements: copied
+    (_kv(), False),  # not the host's input: copied, the caller may change it
+])
+def test_other_arrays_are_copied_in(array, share):
+    memory = Memory()
+    memory.add(0x40, array.nbytes, "x", array, share=share)
+    got = memory.view(0x40, array.shape, array.dtype)
+    np.testing.assert_array_equal(got, array)
+    assert not np.shares_memory(got, array)
+
+
+def test_the_host_places_its_inputs_in_place_and_other_arrays_by_copy(amap):
+    from kernbench_cli.hw.system import System
+    from kernbench_cli.sim.host import Host
+
+    memory = Memory()
+    host = Host(System(amap), memory, 0, timing_only=False)
+    k = host.random("k", (1, 2, 4 * host.num_pes, 8), "f16")
+    scale = np.full((4, 8), 2.0, np.float16)
+    sharded, placed = host.scatter("k", k, axis=2), host.place("scale", scale, 0)
+    scale[:] = 0  # after placing: memory keeps the values placed
+    np.testing.assert_array_equal(memory.read(placed, (4, 8), scale.dtype), np.full((4, 8), 2))
+    addr = amap.pe_hbm_addr(*host.grid[1], sharded.offset)
+    assert np.shares_memory(memory.view(addr, (4, 8), k.dtype), k)  # head 0 of PE 1's shard
+    np.testing.assert_array_equal(host.read_shard(sharded, 1), k[:, :, 4:8])  # both heads
+
+
 class _Passes(Watch):
     """Whether the functional pass's memory still holds bytes when the timing pass begins."""
 

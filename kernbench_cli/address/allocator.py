@@ -122,7 +122,8 @@ class FreeListPool:
         return dict(self._sizes)
 
     def alloc(self, nbytes: int, what: str, align: int = DEFAULT_ALIGN) -> int:
-        nbytes = max(nbytes, 1)
+        if nbytes < 1:
+            nbytes = 1
         cached = self._cached.get(nbytes)
         if cached:
             addr = cached.pop()
@@ -169,14 +170,17 @@ class FreeListPool:
         """Free block `i` less ``[addr, addr + nbytes)``: the head and tail left of it."""
         starts, lengths, room = self._starts, self._lengths, self._room
         start, end, tail = starts[i], starts[i] + lengths[i], addr + nbytes
+        # `_room` of the head and of the tail, written out (a call each cost more)
+        head_room = addr - -(-start // DEFAULT_ALIGN) * DEFAULT_ALIGN
         if end > tail:  # a tail is left: it stays at i, after the head if one is left too
-            starts[i], lengths[i], room[i] = tail, end - tail, _room(tail, end - tail)
+            starts[i], lengths[i] = tail, end - tail
+            room[i] = end - -(-tail // DEFAULT_ALIGN) * DEFAULT_ALIGN
             if addr > start:
                 starts.insert(i, start)
                 lengths.insert(i, addr - start)
-                room.insert(i, _room(start, addr - start))
+                room.insert(i, head_room)
         elif addr > start:
-            lengths[i], room[i] = addr - start, _room(start, addr - start)
+            lengths[i], room[i] = addr - start, head_room
         else:
             del starts[i], lengths[i], room[i]
 

@@ -261,7 +261,7 @@ class TL:
             raise KernelError(f"tl.composite: no tile plan for a {m}x{k}x{n} GEMM fits the "
                               f"{free} B of free TCM")
         program = self._launch.program
-        _ARG_AT.pack_into(self._rows, _ROW.size * i + _ARG_AT_OFFSET, len(program.composites))
+        _ARG_AT.pack_into(self._rows, _ROW_BYTES * i + _ARG_AT_OFFSET, len(program.composites))
         program.composites.append(Composite(
             m, k, n, a.dtype.itemsize, b.dtype.itemsize, out_dt.itemsize, a_tcm, b_tcm,
             NONE if a_tcm else a.addr, 0 if a_tcm else a.row_stride,
@@ -419,10 +419,10 @@ class TL:
         (`_line`), looked for from `depth` frames up: the fewest `tl` frames between the
         kernel and here on this path (frames cost time to look at)."""
         rows = self._rows
-        i = len(rows) // _ROW.size
-        rows += _ROW.pack(op, a, b, size, arg, src, block,
-                          _line(sys._getframe(depth), self._kernel_file, self._lines), dst,
-                          self._tcm.used)
+        i = len(rows) // _ROW_BYTES
+        rows += _PACK(op, a, b, size, arg, src, block,
+                      _line(sys._getframe(depth), self._kernel_file, self._lines), dst,
+                      self._tcm.used)
         if op != READ:
             launch = self._launch
             launch.commands += 1
@@ -455,7 +455,7 @@ class TL:
             tcm = self._tcm.alloc(nbytes, what)
         except AddressError as exc:
             raise KernelError(f"tensors overflow TCM: {exc}{self._holders()}") from None
-        _DST_TCM.pack_into(self._rows, _ROW.size * i + _DST_OFFSET, tcm, self._tcm.used)
+        _DST_TCM.pack_into(self._rows, _ROW_BYTES * i + _DST_OFFSET, tcm, self._tcm.used)
         return Tensor(self, shape, dt, value, i, tcm, None, nbytes)
 
     def _holders(self) -> str:
@@ -649,6 +649,7 @@ def functional_pass(launch: Launch, kernel: Callable[[TL], None],
 _ROW_COLUMNS = ("op", "a", "b", "size", "arg", "src", "rows", "line", "dst", "tcm")
 _ROW = struct.Struct("=" + "".join(dict(COLUMNS)[name] for name in _ROW_COLUMNS))
 _ROW_DTYPE = np.dtype([(name, dict(COLUMNS)[name]) for name in _ROW_COLUMNS])
+_ROW_BYTES, _PACK = _ROW.size, _ROW.pack
 _ARG_AT, _DST_TCM = struct.Struct("=" + dict(COLUMNS)["arg"]), struct.Struct(
     "=" + dict(COLUMNS)["dst"] + dict(COLUMNS)["tcm"])
 _ARG_AT_OFFSET, _DST_OFFSET = (_ROW_DTYPE.fields[name][1] for name in ("arg", "dst"))
@@ -694,7 +695,7 @@ def _columns(rows: list[bytearray]) -> list[Stream]:
         column = np.ascontiguousarray(table[name]).tobytes()
         width, at = array(code).itemsize, 0
         for stream, r in zip(streams, rows, strict=True):
-            end = at + len(r) // _ROW.size * width
+            end = at + len(r) // _ROW_BYTES * width
             getattr(stream, name).frombytes(column[at:end])
             at = end
     return streams
