@@ -463,10 +463,11 @@ class TL:
         live = self._tcm.allocations()
         if not live:
             return ""
-        rows, made = _table(self._rows), {}
-        for i in range(len(rows) - 1, -1, -1):  # the latest command at each offset
-            dst = int(rows["dst"][i])
-            if dst in live and dst not in made and rows["op"][i] != STORE:
+        table, made = _table(self._rows), {}
+        ops, args, dsts, lines = (table[name].tolist() for name in ("op", "arg", "dst", "line"))
+        for i in range(len(ops) - 1, -1, -1):  # the latest command at each offset
+            dst = dsts[i]
+            if dst in live and dst not in made and ops[i] != STORE:
                 made[dst] = i
         held = sorted(live.items(), key=lambda item: (-item[1], item[0]))
         parts = []
@@ -475,10 +476,9 @@ class TL:
             if i is None:
                 what = "a tensor"
             else:
-                op = rows["op"][i]
-                call = f"{MATH_KINDS[rows['arg'][i]][1]} (PE_MATH)" if op == MATH \
-                    else _CALLS[op]
-                what = f"{call} (line {rows['line'][i]})"
+                call = f"{MATH_KINDS[args[i]][1]} (PE_MATH)" if ops[i] == MATH \
+                    else _CALLS[ops[i]]
+                what = f"{call} (line {lines[i]})"
             parts.append(f"{format_size(size)} {what}")
         more = f", and {len(held) - 5} more" if len(held) > 5 else ""
         return f"; held by: {', '.join(parts)}{more}"
