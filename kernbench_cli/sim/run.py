@@ -129,6 +129,13 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
         if not isinstance(exc, KernbenchError) and kernel_line(kernel_file, exc.__traceback__) \
                 is None:
             raise exc  # not the kernel's doing: a bug in kernbench keeps its traceback
+    outputs, unread = {}, None
+    if not timing_only and not failures:  # read now: simulated memory goes before timing
+        try:
+            outputs = _call(kernel, "outputs", host, args, params)
+        except KernbenchError as exc:  # reported where it was: after the timing pass's errors
+            unread = exc
+        memory.release()
     program = launch.program
     timing = Timing(system, program, oplog=oplog and not failures)
     watch.begin("timing pass", timing)
@@ -144,10 +151,9 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     counts = energy.count(system, timing)
     model_checks = invariants.check(system, timing, counts)
     invariants.enforce(model_checks)
-    outputs, checks = {}, []
-    if not timing_only:
-        outputs = _call(kernel, "outputs", host, args, params)
-        checks = _verify(kernel, host, params, outputs)
+    if unread is not None:
+        raise unread
+    checks = [] if timing_only else _verify(kernel, host, params, outputs)
     result = _collect(kernel.name, system, timing, params, seed, timing_only, checks)
     result.invariants = model_checks
     result.energy = energy.account(counts, amap.topology.energy)
