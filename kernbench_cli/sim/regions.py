@@ -33,9 +33,10 @@ class Region:
     commands: int = 0
 
 
-def regions(program: Program, path: CriticalPath | None, timing) -> list[Region]:
+def regions(program: Program, path: CriticalPath | None,
+            stretches: list[tuple[int, str, int, int]]) -> list[Region]:
     """The regions of a run, in the order first entered, with the time outside them last;
-    empty when the kernel names none."""
+    empty when the kernel names none. `stretches` are the run's `spans`."""
     if len(program.regions) == 1:
         return []
     names = program.regions
@@ -60,7 +61,7 @@ def regions(program: Program, path: CriticalPath | None, timing) -> list[Region]
             for j in around[leaf]:
                 count[j] += 1
         count[0] += len(stream.op) if pid not in of else sum(1 for r in of[pid] if not r)
-    busy = _union(spans(program, timing))
+    busy = _union(stretches)
     out = [Region(name, path_ps[j], _sorted(by_engine[j]), busy.get(name, 0), count[j])
            for j, name in enumerate(names) if j]
     out.append(Region(OUTSIDE, path_ps[0], _sorted(by_engine[0]), 0, count[0]))

@@ -155,21 +155,10 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
         raise unread
     checks = [] if timing_only else _verify(kernel, host, params, outputs)
     result = _collect(kernel.name, system, timing, params, seed, timing_only, checks)
-    result.invariants = model_checks
-    result.energy = energy.account(counts, amap.topology.energy)
-    result.roofline = roofline(system, timing)
-    result.critical_path = critical_path(system, timing)
-    result.regions = regions(program, result.critical_path, timing)
-    result.region_spans = region_spans(program, timing)
-    if races:
-        result.races = find_races(timing, amap)
+    _analyse(result, system, timing, counts, model_checks, races)
     result.switches = launch.hub.switches
     result.inputs, result.outputs = host.inputs, outputs
-    if hasattr(kernel.module, "bounds"):
-        result.bounds = _checked_bounds(kernel, _call(kernel, "bounds", amap.topology, params))
-    if hasattr(kernel.module, "metrics"):
-        result.metrics = _checked_metrics(kernel, _call(
-            kernel, "metrics", amap.topology, params, _timed(result)))
+    _stated(kernel, amap.topology, params, result)
     topo = amap.topology
     costs = topo.cost_table.source
     result.trace = Trace(kernel.name, dict(params), seed, topo.name,
@@ -178,6 +167,29 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
                          str(costs.resolve()) if costs else "")
     result.wall_s = time.perf_counter() - wall
     return result
+
+
+def _stated(kernel: KernelModule, topology, params: dict[str, Any], result: RunResult) -> None:
+    """What the kernel itself states of its run: `bounds()` and `metrics()`, checked."""
+    if hasattr(kernel.module, "bounds"):
+        result.bounds = _checked_bounds(kernel, _call(kernel, "bounds", topology, params))
+    if hasattr(kernel.module, "metrics"):
+        result.metrics = _checked_metrics(kernel, _call(
+            kernel, "metrics", topology, params, _timed(result)))
+
+
+def _analyse(result: RunResult, system: System, timing: Timing, counts, model_checks,
+             races: bool) -> None:
+    """What a run and a replay both work out of a finished timing pass: the invariants'
+    verdicts, energy, roofline, critical path, regions and, if asked, races."""
+    result.invariants = model_checks
+    result.energy = energy.account(counts, system.topology.energy)
+    result.roofline = roofline(system, timing)
+    result.critical_path = critical_path(system, timing)
+    result.region_spans = region_spans(timing.program, timing)
+    result.regions = regions(timing.program, result.critical_path, result.region_spans)
+    if races:
+        result.races = find_races(timing, system.amap)
 
 
 def _timing_failed(shown: str, system: System, exc: TimingError) -> KernelError:
@@ -252,15 +264,8 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
     result = _collect(f"{trace.kernel} (replay)", system, timing, trace.params, trace.seed,
                       True, [])
     result.bounds = _shipped(trace, "bounds", topo, dict(trace.params))
-    result.invariants = model_checks
-    result.energy = energy.account(counts, topo.energy)
-    result.roofline = roofline(system, timing)
-    result.critical_path = critical_path(system, timing)
-    result.regions = regions(program, result.critical_path, timing)
-    result.region_spans = region_spans(program, timing)
+    _analyse(result, system, timing, counts, model_checks, races)
     result.metrics = _shipped(trace, "metrics", topo, dict(trace.params), _timed(result))
-    if races:
-        result.races = find_races(timing, amap)
     result.wall_s = time.perf_counter() - wall
     return result
 
