@@ -120,6 +120,10 @@ def test_the_run_reports_nccl_tests_bandwidths(run):
     ("irregular", 19, "hier needs a regular group: its cubes hold 7 and 8 members"),
     ("rhd", 21, "reduce_scatter: rhd needs a power-of-two group, this one has 15 PEs (ring "
                 "or hier work on any group)"),
+    ("float", 23, "a group is a non-empty list of PE indexes 0..15, got [0.0, 1]"),
+    ("list", 25, "a group is a non-empty list of PE indexes 0..15, got [[0], 1]"),
+    ("twice", 27, "a group names a PE twice"),
+    ("range", 29, "a group is a non-empty list of PE indexes 0..15, got [0, 16]"),
 ])
 def test_misuse_is_a_kernel_error_at_the_calling_line(cli, case, line, message):
     code, _, err = cli("run", "tests/kernels/coll_misuse.py", "-p", f"case={case}")
