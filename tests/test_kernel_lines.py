@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kernbench_cli.address import load_address_map
-from kernbench_cli.lang import tl as tl_module
+from kernbench_cli.lang.tl import core as tl_core
 from kernbench_cli.sim.kernels import load_kernel, parse_params
 from kernbench_cli.sim.run import run_kernel
 
@@ -43,7 +43,7 @@ def test_loops_helpers_other_files_and_lambdas_get_their_lines():
 ])
 def test_the_cache_gives_the_lines_the_frames_say(monkeypatch, kernel, topology, params):
     cached = _lines(kernel, topology, params)
-    monkeypatch.setattr(tl_module, "_line", _frames_say)
+    monkeypatch.setattr(tl_core, "_line", _frames_say)
     assert cached == _lines(kernel, topology, params)
     assert any(any(stream) for stream in cached)
 
