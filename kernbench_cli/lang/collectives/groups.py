@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -143,24 +144,43 @@ def ring_order(tl, group) -> tuple[int, ...]:
                          f"got {list(group)!r}"[:200])
     if len(set(pids)) != len(pids):
         raise ValueError("a group names a PE twice")
-    return tuple(sorted(pids, key=lambda p: _ring_key(tl, p)))
+    return _ordered(_dims(tl), tuple(pids))
 
 
-def _coord(tl, pid: int) -> tuple[int, int, int]:
+#: The grid as the ring order reads it: (PEs a cube, cubes a SIP, PE mesh, cube mesh).
+Dims = tuple[int, int, tuple[int, int], tuple[int, int]]
+
+
+def _dims(tl) -> Dims:
+    """What of `tl`'s grid the order and the levels depend on: their caches' key (every PE,
+    and the host's `Grid`, of one topology give the same)."""
+    return tl.num_programs(0), tl.num_programs(1), tl.mesh(0), tl.mesh(1)
+
+
+@functools.lru_cache(maxsize=256)
+def _ordered(dims: Dims, pids: tuple[int, ...]) -> tuple[int, ...]:
+    """`pids` in ring order: SIP, then cube along the cube mesh's cycle, then PE along the
+    PE mesh's (cached: every PE of a group orders it, once a call)."""
+    cube_at, pe_at = _cycle(*dims[3]), _cycle(*dims[2])
+
+    def key(pid: int) -> tuple[int, int, int]:
+        sip, cube, pe = _coord(dims, pid)
+        return sip, cube_at[cube], pe_at[pe]
+
+    return tuple(sorted(pids, key=key))
+
+
+def _coord(dims: Dims, pid: int) -> tuple[int, int, int]:
     """(SIP in the system, cube in its SIP, PE in its cube) of global PE `pid`."""
-    pes, cubes = tl.num_programs(0), tl.num_programs(1)
+    pes, cubes = dims[0], dims[1]
     return pid // (pes * cubes), pid // pes % cubes, pid % pes
 
 
-def _ring_key(tl, pid: int) -> tuple[int, int, int]:
-    sip, cube, pe = _coord(tl, pid)
-    return sip, _cycle(*tl.mesh(1))[cube], _cycle(*tl.mesh(0))[pe]
-
-
+@functools.lru_cache(maxsize=64)
 def _cycle(cols: int, rows: int) -> dict[int, int]:
     """Position of each mesh index (row * cols + col) in a walk of the mesh that moves one
     hop at a time and, when a side is even, ends next to where it began (a Hamiltonian
-    cycle: along row 0, snake back over columns 1.., up column 0)."""
+    cycle: along row 0, snake back over columns 1.., up column 0). Cached: read it only."""
     if rows % 2 and cols % 2 == 0 and rows > 1:  # walk the transpose
         order = [x * cols + y for x, y in _walk(rows, cols)]
     else:
@@ -179,15 +199,21 @@ def _walk(cols: int, rows: int) -> list[tuple[int, int]]:
     return cells + [(0, y) for y in range(rows - 1, 0, -1)]
 
 
-def levels(tl, members: tuple[int, ...], me: int) -> list[tuple[int, ...]]:
+def levels(tl, members: tuple[int, ...], me: int) -> tuple[tuple[int, ...], ...]:
     """For `hier`: this PE's ring at each level, innermost first, each in ring order: the
     group's PEs of its cube; those of the same rank in the other cubes of its SIP; those
     of the same two ranks in the other SIPs (over the SIP and rack links). Levels of one
     PE are left out. A ValueError unless every cube holds as many members, and every SIP
     as many cubes."""
+    return _levels(_dims(tl), members)[me]
+
+
+@functools.lru_cache(maxsize=256)
+def _levels(dims: Dims, members: tuple[int, ...]) -> dict[int, tuple[tuple[int, ...], ...]]:
+    """`levels` of every member (cached: each member asks, once a call)."""
     cubes: dict[tuple[int, int], list[int]] = {}
     for p in members:
-        cubes.setdefault(_coord(tl, p)[:2], []).append(p)
+        cubes.setdefault(_coord(dims, p)[:2], []).append(p)
     sips: dict[int, list[tuple[int, int]]] = {}
     for cube in cubes:
         sips.setdefault(cube[0], []).append(cube)
@@ -199,13 +225,16 @@ def levels(tl, members: tuple[int, ...], me: int) -> list[tuple[int, ...]]:
                              f"{' and '.join(map(str, sizes))} {held}")
     rank0 = {p: r for v in cubes.values() for r, p in enumerate(v)}
     rank1 = {p: sips[c[0]].index(c) for c, v in cubes.items() for p in v}
-    sip, cube, _ = _coord(tl, me)
-    rings = (
-        [p for p in members if _coord(tl, p)[:2] == (sip, cube)],
-        [p for p in members if _coord(tl, p)[0] == sip and rank0[p] == rank0[me]],
-        [p for p in members if rank0[p] == rank0[me] and rank1[p] == rank1[me]],
-    )
-    return [tuple(ring) for ring in rings if len(ring) > 1]
+    def keys(p: int) -> tuple[tuple, tuple, tuple]:  # of p's ring at each level
+        sip, cube, _ = _coord(dims, p)
+        return (0, sip, cube), (1, sip, rank0[p]), (2, rank0[p], rank1[p])
+
+    rings: dict[tuple, list[int]] = {}  # a ring's key -> its members, in ring order
+    for p in members:
+        for key in keys(p):
+            rings.setdefault(key, []).append(p)
+    made = {key: tuple(ring) for key, ring in rings.items()}
+    return {p: tuple(made[key] for key in keys(p) if len(made[key]) > 1) for p in members}
 
 
 def sub(span: tuple[int, int], n: int, rank: int) -> tuple[int, int]:
