@@ -7,6 +7,7 @@ by every concern of `tl`; the common, valid case returns first.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from typing import Any
@@ -90,8 +91,11 @@ def gemm_shape(what: str, a: tuple[int, ...], b: tuple[int, ...],
     return a[0], a[1], n
 
 
+@functools.lru_cache(maxsize=1024)
 def broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
-    """numpy's broadcast of `shapes`, or None when they do not broadcast."""
+    """numpy's broadcast of `shapes`, or None when they do not broadcast. Cached: a kernel's
+    loop broadcasts the same few pairs of shapes (a row of maxima against its tile) over
+    and over."""
     rank = max(len(shape) for shape in shapes)
     out = [1] * rank
     for shape in shapes:
