@@ -18,6 +18,8 @@ import struct
 import sys
 from array import array
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -107,6 +109,7 @@ class Core:
         self._tcm = FreeListPool(f"TCM of PE ({self._coord})", 0, topo.pe.tcm.size)
         self._gemm = (topo.pe.gemm.rows, topo.pe.gemm.cols, topo.pe.gemm.dataflow)
         self._region = 0  # the region its next command belongs to
+        self._pinned = 0  # inside a `library_call`: the kernel line of its commands
 
     def _emit(self, op: int, a: int, b: int, size: int, arg: int, src: int = NONE,
               dst: int = NONE, depth: int = 2, block: int = 0) -> int:
@@ -116,8 +119,8 @@ class Core:
         rows = self._rows
         i = len(rows) // _ROW_BYTES
         rows += _PACK(op, a, b, size, arg, src, block,
-                      _line(sys._getframe(depth), self._kernel_file, self._lines), dst,
-                      self._tcm.used)
+                      self._pinned or _line(sys._getframe(depth), self._kernel_file,
+                                            self._lines), dst, self._tcm.used)
         if op != READ:
             launch = self._launch
             launch.commands += 1
@@ -238,6 +241,23 @@ def _line(frame: FrameType | None, kernel_file: str,
             return line
         frame = frame.f_back
     return 0
+
+
+@contextmanager
+def library_call(tl: Core) -> Iterator[None]:
+    """Around library code a kernel calls (the collectives): every command the block issues
+    gets the kernel line of the call into it, found here once. The same line as `_line`
+    finds from each command, since no frame between the kernel's and `tl`'s is the
+    kernel's own; a collective's commands would otherwise walk its five frames out to the
+    kernel's, one by one, each time. Nested calls keep the outermost's line."""
+    if tl._pinned:
+        yield
+        return
+    tl._pinned = _line(sys._getframe(), tl._kernel_file, tl._lines)
+    try:
+        yield
+    finally:
+        tl._pinned = 0
 
 
 def kernel_line(kernel_file: str, tb) -> int | None:
