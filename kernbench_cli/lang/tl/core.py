@@ -248,8 +248,9 @@ def library_call(tl: Core) -> Iterator[None]:
     """Around library code a kernel calls (the collectives): every command the block issues
     gets the kernel line of the call into it, found here once. The same line as `_line`
     finds from each command, since no frame between the kernel's and `tl`'s is the
-    kernel's own; a collective's commands would otherwise walk its five frames out to the
-    kernel's, one by one, each time. Nested calls keep the outermost's line."""
+    kernel's own; without it each of a collective's commands walks the library's frames
+    (four or five) out to the kernel's, one by one. Nested calls keep the outermost's
+    line."""
     if tl._pinned:
         yield
         return
