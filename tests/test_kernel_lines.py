@@ -3,10 +3,13 @@ lookup gives the line the frames say, through loops, helpers and files."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from kernbench_cli.address import load_address_map
-from kernbench_cli.lang import tl as tl_module
+from kernbench_cli.lang import collectives
+from kernbench_cli.lang.tl import core as tl_core
 from kernbench_cli.sim.kernels import load_kernel, parse_params
 from kernbench_cli.sim.run import run_kernel
 
@@ -43,9 +46,24 @@ def test_loops_helpers_other_files_and_lambdas_get_their_lines():
 ])
 def test_the_cache_gives_the_lines_the_frames_say(monkeypatch, kernel, topology, params):
     cached = _lines(kernel, topology, params)
-    monkeypatch.setattr(tl_module, "_line", _frames_say)
+    monkeypatch.setattr(tl_core, "_line", _frames_say)
     assert cached == _lines(kernel, topology, params)
     assert any(any(stream) for stream in cached)
+
+
+@pytest.mark.parametrize(("kernel", "topology", "params"), [
+    ("all_reduce", "sip", ("algo=hier",)),
+    ("all_reduce", "default", ("algo=tree",)),
+    ("all_reduce", "default", ("algo=direct",)),
+    ("llama_decode", "default", ()),
+])
+def test_a_collective_s_commands_get_the_line_of_its_call(monkeypatch, kernel, topology,
+                                                         params):
+    """`library_call` gives a collective's commands the line each would find for itself."""
+    pinned = _lines(kernel, topology, params)
+    monkeypatch.setattr(collectives, "library_call", lambda tl: contextlib.nullcontext())
+    assert pinned == _lines(kernel, topology, params)
+    assert all(line > 0 for stream in pinned for line in stream)  # the kernel's lines
 
 
 def test_kernels_from_two_files_keep_their_own_lines(tmp_path):

@@ -45,3 +45,18 @@ def promote(*dtypes: np.dtype) -> np.dtype:
     """Result dtype of an operation: the common one, else f32."""
     first = dtypes[0]
     return first if all(d == first for d in dtypes) else DTYPES["f32"]
+
+
+F32 = DTYPES["f32"]
+
+
+def as_dtype(value: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """A tensor's float32 value in dtype `dt` (no copy for f32)."""
+    return value.astype(dt, copy=False)
+
+
+def rounded(value: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """`value` rounded to dtype `dt`, kept as float32 (a tensor's value)."""
+    if dt == F32:
+        return value.astype(F32, copy=False)
+    return value.astype(dt).astype(F32)

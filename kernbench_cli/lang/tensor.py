@@ -10,20 +10,46 @@ operators issue PE_MATH commands; indexing is a free view.
 
 Values are float32 arrays holding numbers of the tensor's dtype (rounded to
 it), so that every op works in float32 without converting its inputs.
+
+This module sits below `lang.tl`: a tensor knows the `tl` that made it only
+as a `Maker`, the few steps it asks of it, declared here.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from kernbench_cli.lang.dtypes import NAMES
 
 if TYPE_CHECKING:
-    from kernbench_cli.lang.tl import TL
+    from kernbench_cli.address.allocator import FreeListPool
+
+
+class Maker(Protocol):
+    """What a tensor asks of the PE's `tl` that made it (`lang.tl.TL` is one): its TCM, to
+    free the tensor's when it is dropped, and the commands and views its methods and
+    operators are."""
+
+    _tcm: FreeListPool
+
+    def _read(self, x: Tensor) -> np.ndarray: ...
+
+    def _view(self, x: Tensor, index: Any) -> Tensor: ...
+
+    def _transpose(self, x: Tensor) -> Tensor: ...
+
+    def _reshape(self, x: Tensor, shape: tuple[int, ...]) -> Tensor: ...
+
+    def _cast(self, x: Tensor, name: str) -> Tensor: ...
+
+    def _unary(self, fn: Callable, x: Tensor) -> Tensor: ...
+
+    def _binary(self, fn: Callable, x: Any, y: Any) -> Tensor: ...
 
 
 class Tensor:
@@ -31,7 +57,7 @@ class Tensor:
 
     __slots__ = ("_base", "_tl", "cmd", "dtype", "nbytes", "shape", "tcm", "value")
 
-    def __init__(self, tl: TL, shape: tuple[int, ...], dtype: np.dtype, value: np.ndarray | None,
+    def __init__(self, tl: Maker, shape: tuple[int, ...], dtype: np.dtype, value: np.ndarray | None,
                  cmd: int, tcm: int | None, base: Tensor | None = None,
                  nbytes: int | None = None):
         self._tl = tl

@@ -81,6 +81,7 @@ from kernbench_cli.lang.collectives.groups import (
     ring_order,
     start,
 )
+from kernbench_cli.lang.tl.core import library_call
 
 __all__ = ["ALGOS", "OPS", "Grid", "all_gather", "all_reduce", "broadcast", "layout", "part",
            "ranks", "reduce", "reduce_scatter"]
@@ -115,6 +116,12 @@ def _run(g: Group, call: str) -> None:
     """all_reduce, reduce_scatter or all_gather with `g.algo`."""
     if g.n == 1:
         return
+    with library_call(g.tl):
+        _run_algo(g, call)
+
+
+def _run_algo(g: Group, call: str) -> None:
+    """`_run`'s choice of algorithm."""
     rs, ag = call != "all_gather", call != "reduce_scatter"
     if g.algo == "ring":
         ring_pass(g, g.ranks, g.whole, rs=rs, ag=ag)
@@ -150,12 +157,13 @@ def _rooted(g: Group, root: int, reduce: bool) -> None:
     """broadcast (from `root`) or reduce (to it) with `g.algo`."""
     if g.n == 1:
         return
-    if g.algo == "tree":
-        (tree_reduce if reduce else tree_bcast)(g, root)
-    elif g.algo == "ring":
-        chain(g, root, reduce=reduce)
-    else:
-        star(g, root, reduce=reduce)
+    with library_call(g.tl):
+        if g.algo == "tree":
+            (tree_reduce if reduce else tree_bcast)(g, root)
+        elif g.algo == "ring":
+            chain(g, root, reduce=reduce)
+        else:
+            star(g, root, reduce=reduce)
 
 
 def ranks(tl, group: Sequence[int] | None = None) -> tuple[int, ...]:

@@ -114,7 +114,12 @@ class Group:
     def pieces(self, span: tuple[int, int]) -> list[tuple[int, int]]:
         """(offset, count) of the messages that carry `span` of the buffer."""
         at, n = span
-        return [(o, min(self.piece, at + n - o)) for o in range(at, at + n, self.piece)]
+        piece = self.piece
+        whole = at + n // piece * piece  # where the whole pieces end
+        out = [(o, piece) for o in range(at, whole, piece)]
+        if n % piece:
+            out.append((whole, n % piece))
+        return out
 
 
 def start(tl, call: str, ptr: int, count: int, dtype: str, group, algo: str, op: str,

@@ -1,0 +1,106 @@
+"""`tl`'s GEMM: `tl.dot` on PE_GEMM, and whole GEMMs handed to PE_SCHEDULER (`composite`).
+
+A dot's operands are tensors in TCM; a composite's may also be memory named
+by `tl.ref`, which the scheduler streams in tiles. Whether some tile plan of
+a composite fits the TCM free at issue is checked here (`hw.composite`'s
+planner); which plan runs is the timing pass's choice. Values are
+accumulated in float64 (`_matmul`), so every machine gets the same bits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernbench_cli.errors import KernelError
+from kernbench_cli.hw.composite import PlanCosts, plan_gemm
+from kernbench_cli.lang.dtypes import F32, rounded
+from kernbench_cli.lang.tensor import Handle, Ref, Tensor
+from kernbench_cli.lang.tl.checks import dtype_of, gemm_shape, offset, span_bytes
+from kernbench_cli.lang.tl.core import Core
+from kernbench_cli.stream import COMPOSITE, DOT, NONE, Composite
+
+F64 = np.dtype(np.float64)
+_OPERANDS = (Tensor, Ref)
+_FITS = PlanCosts(1.0, 0.0, 0.0)  # costs do not decide whether a plan fits
+
+
+class GemmOps(Core):
+    """`tl.dot` and `tl.composite`."""
+
+    def dot(self, a: Tensor, b: Tensor, trans_b: bool = False, out_dtype: str = "f32") -> Tensor:
+        """a @ b (or a @ b.T) on PE_GEMM; both operands in TCM."""
+        a, b = self._own(a, "dot"), self._own(b, "dot")
+        m, k, n = gemm_shape("tl.dot", a.shape, b.shape, trans_b)
+        out_dt = dtype_of(out_dtype)
+        width = max(a.dtype.itemsize, b.dtype.itemsize)  # the array's rate follows it
+        nbytes = m * n * out_dt.itemsize
+        i, tcm = self._make(DOT, a.cmd, b.cmd, 2 * m * k * n,
+                            self._launch.gemm_shape((m, k, n, width)), offset(a.tcm), nbytes,
+                            "tl.dot")
+        value = _matmul(a.value, b.value, trans_b, out_dt) if self._values else None
+        return Tensor(self, (m, n), out_dt, value, i, tcm, None, nbytes)
+
+    def composite(self, op: str = "gemm", *, a: Tensor | Ref, b: Tensor | Ref,
+                  out_ptr: int | None = None, trans_b: bool = False, out_dtype: str | None = None,
+                  out_stride: int | None = None) -> Handle:
+        """Hand a whole GEMM to PE_SCHEDULER, which tiles it and streams operands (non-blocking).
+
+        Operands are tensors in TCM or `tl.ref`s in memory. With `out_ptr` the
+        result is stored there; without, it stays in TCM as ``wait(h)``'s value.
+        """
+        if op != "gemm":
+            raise KernelError(f"tl.composite: op {op!r} is not supported (supported: 'gemm')")
+        for name, x in (("a", a), ("b", b)):
+            if not isinstance(x, _OPERANDS):
+                raise KernelError(f"tl.composite: {name} must be a tensor or a tl.ref, got {x!r}")
+            if isinstance(x, Tensor):
+                self._own(x, "composite")
+        m, k, n = gemm_shape("tl.composite", a.shape, b.shape, trans_b)
+        out_dt = a.dtype if out_dtype is None else dtype_of(out_dtype)
+        row_stride = n if out_stride is None else out_stride
+        if out_ptr is not None:
+            self._memory.check(out_ptr, span_bytes((m, n), out_dt, row_stride),
+                               "tl.composite out_ptr")
+        a_tcm, b_tcm = isinstance(a, Tensor), isinstance(b, Tensor)
+        moved = (0 if a_tcm else a.nbytes) + (0 if b_tcm else b.nbytes)
+        i = self._emit(COMPOSITE, a.cmd if a_tcm else NONE, b.cmd if b_tcm else NONE, moved, NONE,
+                       offset(a.tcm) if a_tcm else a.addr,
+                       NONE if out_ptr is None else out_ptr)
+        value = _matmul(self._operand_value(a), self._operand_value(b), trans_b, out_dt) \
+            if self._values else None
+        out = None
+        if out_ptr is None:
+            out = self._result(i, (m, n), out_dt, value, "tl.composite result")
+        free = self._tcm.size - self._tcm.used  # at best: other composites may hold some
+        if plan_gemm(m, k, n, a.dtype.itemsize, b.dtype.itemsize, out_dt.itemsize, a_tcm, b_tcm,
+                     *self._gemm, free, _FITS) is None:  # whether any plan fits, not which
+            raise KernelError(f"tl.composite: no tile plan for a {m}x{k}x{n} GEMM fits the "
+                              f"{free} B of free TCM")
+        program = self._launch.program
+        self._set_arg(i, len(program.composites))
+        program.composites.append(Composite(
+            m, k, n, a.dtype.itemsize, b.dtype.itemsize, out_dt.itemsize, a_tcm, b_tcm,
+            NONE if a_tcm else a.addr, 0 if a_tcm else a.row_stride,
+            NONE if b_tcm else b.addr, 0 if b_tcm else b.row_stride, bool(trans_b),
+            NONE if out_ptr is None else out_ptr, row_stride))
+        if out_ptr is not None and self._values:
+            self._memory.write(out_ptr, value.astype(out_dt), "tl.composite", out_stride)
+        return Handle(i, out)
+
+    def _operand_value(self, x: Tensor | Ref) -> np.ndarray:
+        if isinstance(x, Tensor):
+            return x.value
+        stride = x.row_stride if x.row_stride != x.shape[1] else None
+        return self._memory.view(x.addr, x.shape, x.dtype, "tl.ref", stride)
+
+
+def _matmul(a: np.ndarray, b: np.ndarray, trans_b: bool, out: np.dtype) -> np.ndarray:
+    """Accumulated in float64, rounded to float32 (the accumulator), then to the result dtype.
+
+    float64 makes the value independent of the BLAS's summation order, which differs by
+    CPU: products of f16/bf16/f32 operands are exact in it and sums almost always are, so
+    every machine gets the same bits (numpy's f16 matmul would also be ~180x slower).
+    Returned as a tensor value: float32, holding numbers of `out`.
+    """
+    a64, b64 = a.astype(F64), b.astype(F64)
+    return rounded((a64 @ (b64.T if trans_b else b64)).astype(F32), out)

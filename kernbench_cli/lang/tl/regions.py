@@ -1,0 +1,59 @@
+"""`tl`'s named regions: ``with tl.region("attn"): …`` marks the commands issued inside.
+
+A region issues no command and takes no time: the PE's program keeps marks
+(command index, region) where its commands enter and leave one, and the
+report times each region on the critical path, by engine and in the
+timeline. Nested regions make paths ("layer/attn"), interned once per launch.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+
+from kernbench_cli.errors import KernelError, clip
+from kernbench_cli.lang.tl.core import Core
+
+
+class Regions(Core):
+    """`tl.region`."""
+
+    def region(self, name: str) -> AbstractContextManager[None]:
+        """``with tl.region("attn"): …``: the commands issued inside belong to region `name`
+        (nested regions make paths, "layer/attn"), which the report times: on the critical
+        path, by engine, and in the timeline. No command, no time."""
+        if not isinstance(name, str) or not name or "/" in name or not name.isprintable():
+            raise KernelError(f"tl.region: a name is a non-empty printable string without "
+                              f"'/', got {clip(name)}")
+        return _Region(self, name)
+
+    def _enter_region(self, region: int) -> None:
+        """The next commands belong to `region` (an index of the program's regions)."""
+        if region == self._region:
+            return
+        self._region = region
+        marks = self._launch.program.region_marks[self._pid]
+        at = self._issued()
+        if marks and marks[-1][0] == at:  # nothing issued in the region just left
+            marks.pop()
+        if not marks or marks[-1][1] != region:
+            marks.append((at, region))
+
+
+class _Region:
+    """The context manager of `Regions.region`: marks where the PE's commands enter and
+    leave."""
+
+    __slots__ = ("name", "outer", "tl")
+
+    def __init__(self, tl: Regions, name: str):
+        self.tl, self.name, self.outer = tl, name, 0
+
+    def __enter__(self) -> None:
+        tl = self.tl
+        self.outer = tl._region
+        program = tl._launch.program
+        path = f"{program.regions[self.outer]}/{self.name}".lstrip("/")
+        tl._enter_region(tl._launch.region_index(path))
+
+    def __exit__(self, *exc: object) -> None:
+        self.tl._enter_region(self.outer)
