@@ -51,6 +51,7 @@ import simpy
 
 from kernbench_cli import collector
 from kernbench_cli.errors import KernelError
+from kernbench_cli.hw.classes import Classes, partition
 from kernbench_cli.hw.composite import (
     ACC_BYTES,
     GEMM_TILE,
@@ -63,6 +64,7 @@ from kernbench_cli.hw.composite import (
     tile_ops,
     traffic,
 )
+from kernbench_cli.hw.dedup import Ghosts, expand, overlaps
 from kernbench_cli.hw.dma import DmaEngine
 from kernbench_cli.hw.engine import InOrderEngine, cycles_to_ps
 from kernbench_cli.hw.flows import FairShare
@@ -138,12 +140,15 @@ class _Proc:
     """One PE's walk over its stream, as SimPy event callbacks resume it."""
 
     __slots__ = ("after", "at", "cpu", "current", "done", "end", "env", "error", "events", "gen",
-                 "issue", "last_end", "made", "n", "pid", "resume_cb", "start", "tcm_peak",
+                 "issue", "last_end", "made", "n", "pid", "planned", "prio", "resume_cb", "start",
+                 "tcm_peak",
                  "tcm_wait", "tile_buffers", "tile_worst", "tiles", "waiting", "waits", "why")
 
-    def __init__(self, env: simpy.Environment, pid: int):
+    def __init__(self, env: simpy.Environment, pid: int, prio: int | None = None):
         self.env = env
         self.pid = pid
+        self.prio = pid if prio is None else prio  # its rank among equal times (hw.classes)
+        self.planned = 0  # what its composites' plans move, by formula (invariants)
         self.gen: Iterator[None] | None = None
         self.done = False
         self.at = 0  # the command it waits in, while it waits
@@ -194,7 +199,7 @@ class _Proc:
         event._value = None
         event.callbacks.append(self.resume_cb)
         now = env.now
-        env.schedule(event, self.pid, t - now if t > now else 0)
+        env.schedule(event, self.prio, t - now if t > now else 0)
 
 
 class _Running:
@@ -264,8 +269,15 @@ class _Composites:
 class Timing:
     """One timing pass of `program` on `system` (fresh engines, calendars and rings)."""
 
-    def __init__(self, system: System, program: Program, oplog: bool = False):
+    def __init__(self, system: System, program: Program, oplog: bool = False,
+                 dedup: bool = True):
         topo = system.topology
+        self.dedup = dedup
+        self.classes: Classes | None = None  # the classes timed by representatives
+        self.rep_of: list[int] | None = None  # per PE, its representative (None: itself)
+        self.ghosts: Ghosts | None = None
+        self.users: dict | None = None  # calendar -> PEs that book it (while classing)
+        self.tries = 0  # timing passes made (more than one: classes split)
         self.system = system
         self.program = program
         self.env = simpy.Environment()
@@ -301,28 +313,72 @@ class Timing:
         on a rack, and the pass leaves no cycles for it to free.
         """
         with collector.paused():
-            self._run()
+            if not self.dedup or len(self.procs) < 2:
+                self._mark_shared()
+                self._run(self.procs)
+            else:
+                self._run_classes()
+            if self.oplog is not None:
+                self.oplog = self.oplog.ordered()
 
-    def _run(self) -> None:
-        self._mark_shared()
+    def _run_classes(self) -> None:
+        """Time one representative per class (`hw.classes`); where a member's transfer met
+        another PE's (`dedup.overlaps`), make it a class of its own and time again; an
+        error or a deadlock is found again by the full pass. Then give every PE its
+        representative's results (`dedup.expand`)."""
+        forced: set[int] = set()
+        while True:
+            self.tries += 1
+            self.users = {}
+            self._mark_shared()
+            classes = partition(self, self.users, forced)
+            full = len(classes.members) == len(self.procs)
+            if not full:
+                self._install(classes)
+            self._run([self.procs[pid] for pid in classes.rep])
+            if full:
+                return
+            bad = None if self.stuck or any(p.error for p in self.procs) else \
+                overlaps(self, classes)
+            if bad == set():
+                expand(self, classes)
+                return
+            forced = set(range(len(self.procs))) if bad is None else forced | bad
+            self._reset()
+
+    def _install(self, classes: Classes) -> None:
+        """Arrange the pass for `classes`: priorities, partners' representatives, ghosts."""
+        self.classes, self.rep_of = classes, classes.rep_of
+        for proc, prio in zip(self.procs, classes.priority, strict=True):
+            proc.prio = prio
+        self.ghosts = Ghosts({r for r, m in zip(classes.rep, classes.members, strict=True)
+                              if len(m) > 1})
+        self._paths.clear()
+        self._pairs.clear()
+
+    def _reset(self) -> None:
+        """Fresh engines, calendars, rings and records, for another pass."""
+        self.system.__init__(self.system.amap)
+        self.__init__(self.system, self.program, self.oplog is not None, self.dedup)
+
+    def _run(self, procs: list[_Proc]) -> None:
         if self.oplog is not None:
             log = self.oplog
             self._math = [(kind, log.code(name)) for kind, name in self.program.math_kinds]
-        for proc, pe in zip(self.procs, self.system.pes, strict=True):
-            proc.gen = self._walk(proc, pe)
+        pes = self.system.pes
+        for proc in procs:
+            proc.gen = self._walk(proc, pes[proc.pid])
             proc.wake_at(0)
         try:
             self.env.run()
         except OverflowError:  # in an event no PE's walk runs (a fair-shared flow's end)
             raise TimeRangeError(_TOO_LATE, 0, 0, self.env.now) from None
-        errors = [proc.error for proc in self.procs if proc.error is not None]
-        if errors:  # the earliest in simulated time, as if the run had stopped there
-            raise min(errors, key=lambda exc: (exc.time_ps, exc.pid))
-        for proc, pe in zip(self.procs, self.system.pes, strict=True):
+        errors = [proc.error for proc in procs if proc.error is not None]
+        if errors and len(procs) == len(self.procs):  # the earliest in simulated time, as if
+            raise min(errors, key=lambda exc: (exc.time_ps, exc.pid))  # the run had stopped
+        for proc in procs:
             if not proc.done:
-                self.stuck.append(Stuck(proc.pid, proc.at, proc.waiting, pe.cpu.time))
-        if self.oplog is not None:
-            self.oplog = self.oplog.ordered()
+                self.stuck.append(Stuck(proc.pid, proc.at, proc.waiting, pes[proc.pid].cpu.time))
 
     @property
     def latency_ps(self) -> int:
@@ -340,16 +396,23 @@ class Timing:
         key = (pid, inbound, addr >> self._region_shift)
         hit = self._paths.get(key) if self._region_shift < 64 else None
         if hit is None:
-            system = self.system
-            owner, kind = system.amap.locate(addr)
-            me = system.coords[pid]
-            src, dst = (owner, me) if inbound else (me, owner)
-            path = system.network.path(src, dst, owner if kind == "hbm" else None,
-                                       owner if kind == "sram" else None)
+            path = self.real_path(pid, addr, inbound)
             hit = (path, not any(cal.shared for cal in path[0]))
+            if self.ghosts is not None and pid in self.ghosts.reps:
+                hit = ((self.ghosts.resources(pid, path[0], ("path", addr, inbound)),
+                        *path[1:]), hit[1])
             if self._region_shift < 64:
                 self._paths[key] = hit
         return hit
+
+    def real_path(self, pid: int, addr: int, inbound: bool) -> Path:
+        """The path of a DMA of PE `pid` from `addr` (inbound) or to it, on real calendars."""
+        system = self.system
+        owner, kind = system.amap.locate(addr)
+        me = system.coords[pid]
+        src, dst = (owner, me) if inbound else (me, owner)
+        return system.network.path(src, dst, owner if kind == "hbm" else None,
+                                   owner if kind == "sram" else None)
 
     def _plan_costs(self, pid: int, desc: Composite) -> PlanCosts:
         """The planner's view of composite `desc` on PE `pid`: the rate, latency and pages of
@@ -366,21 +429,30 @@ class Timing:
                          hbm.opening_ps(1) * clock / 10**12 if hbm else 0.0,
                          gemm_passes(topo.pe.gemm, width), topo.pe.dma.setup_overlap)
 
-    def _pair(self, src: int, dst: int) -> tuple[str, Ring, Path, int, bool]:
+    def _pair(self, src: int, dst: int, sending: bool = True) -> tuple[str, Ring, Path, int,
+                                                                       bool]:
         """(ring direction, the receiver's ring, links, the credits' way back in ps, whether
-        no other PE uses those links) of IPCQ messages from `src` to `dst`."""
-        hit = self._pairs.get((src, dst))
+        no other PE uses those links) of IPCQ messages from `src` to `dst`; the ring is that
+        of `dst`'s representative, the links the sender's ghosts if it has them (`sending`;
+        a receiver asks only for its ring)."""
+        key = (src, dst) if sending else (src, dst, False)
+        hit = self._pairs.get(key)
         if hit is None:
             system = self.system
             a, b = system.coords[src], system.coords[dst]
             direction = system.arrival_direction(a, b)
             route = system.network.route(a, b)
             back = system.network.route(b, a).latency_ps
-            ring = system.pes[dst].rings[direction]
+            to = self.rep_of[dst] if self.rep_of is not None else dst  # who stands for dst
+            ring = system.pes[to].rings[direction]
             if self.oplog is not None and ring.trail is None:
-                ring.trail = self.oplog.rings.setdefault(f"PE ({b}) {direction} ring", [])
+                ring.trail = self.oplog.rings.setdefault(
+                    f"PE ({system.coords[to]}) {direction} ring", [])
             private = not any(cal.shared for cal in route.resources)
-            hit = self._pairs[(src, dst)] = (direction, ring, (route.resources, route.latency_ps,
+            links = route.resources
+            if sending and self.ghosts is not None and src in self.ghosts.reps:
+                links = self.ghosts.resources(src, links, ("route", dst - src))
+            hit = self._pairs[key] = (direction, ring, (links, route.latency_ps,
                                                                route.latency_ps + back), back,
                                              private)
         return hit
@@ -409,12 +481,17 @@ class Timing:
                     seen.add((pid, arg))
                     system = self.system
                     for cal in network.route(system.coords[pid], system.coords[arg]).resources:
-                        cal.use(pid)
+                        self._use_one(cal, pid)
         self._paths.clear()  # `private` was not final while marking
 
     def _use(self, pid: int, addr: int, inbound: bool) -> None:
         for cal in self._path(pid, addr, inbound)[0][0]:
-            cal.use(pid)
+            self._use_one(cal, pid)
+
+    def _use_one(self, cal, pid: int) -> None:
+        cal.use(pid)
+        if self.users is not None:
+            self.users.setdefault(cal, set()).add(pid)
 
     @staticmethod
     def _operand_ends(desc: Composite) -> list[tuple[int, bool]]:
@@ -750,7 +827,9 @@ class Timing:
         b_shape = (desc.n, desc.k) if desc.trans_b else (desc.k, desc.n)
         b = Operand(*b_shape, desc.b_itemsize, desc.b_tcm, desc.b_addr, desc.b_row_stride)
         out = desc.out_addr if desc.out_addr >= 0 else None
-        self.planned_bytes += traffic(tiling, a, b, desc.n, out is not None, desc.out_itemsize)
+        planned = traffic(tiling, a, b, desc.n, out is not None, desc.out_itemsize)
+        self.planned_bytes += planned
+        proc.planned += planned
         proc.current = i
         ops = tile_ops(ready, me, tiling, a, b, desc.n, desc.trans_b, out, desc.out_itemsize,
                        desc.out_row_stride, loads_from=dispatched)
@@ -895,7 +974,7 @@ class Timing:
         if streams_from >= peek():
             proc.wake_at(streams_from)
             yield
-        flow = self.flows.start(streams_from, nbytes, path[0], solo, proc.pid)
+        flow = self.flows.start(streams_from, nbytes, path[0], solo, proc.prio)
         if flow.end > peek():
             self.flows.arm(flow, proc.resume_cb)
             yield
@@ -979,7 +1058,8 @@ class Timing:
         stream = self.program.streams[pe.pid]
         me = pe.pid << PE_SHIFT | i
         src, nbytes = stream.arg[i], stream.size[i]
-        direction, ring, _, _, _ = self._pair(src, pe.pid)
+        direction, ring, _, _, _ = self._pair(src, pe.pid, sending=False)
+        sender = self.rep_of[src] if self.rep_of is not None else src
         cpu, env, dma, log = pe.cpu, self.env, pe.dma, self.oplog
         slot_bytes = ring.slot_bytes
         amap = self.system.amap
@@ -1010,7 +1090,7 @@ class Timing:
             yield from self._advance(proc, pe, comps, cpu.time)
         for _ in range(ring.chunks_for(nbytes)):
             credits = len(ring.credits)
-            taken = ring.take(src, copy, me)
+            taken = ring.take(sender, copy, me)
             while taken is None:
                 self._wake_senders(ring, credits)
                 ring.receiver_waiting = proc
@@ -1021,7 +1101,7 @@ class Timing:
                 proc.waiting = ""
                 cpu.wait_until(env.now)
                 credits = len(ring.credits)
-                taken = ring.take(src, copy, me)
+                taken = ring.take(sender, copy, me)
             self._wake_senders(ring, credits)
             if taken[1] > done:
                 done = taken[1]

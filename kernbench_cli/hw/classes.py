@@ -1,0 +1,310 @@
+"""Classes of PEs that the timing pass may time once: equal streams, equal surroundings.
+
+Two PEs are in one class when their streams are equal up to relocation
+(addresses in a PE's own HBM slice relative to that slice, IPCQ partners
+relative to the PE: ``partner - pid``; every other column, composite
+descriptor and address as it is) and their surroundings are too:
+
+- every path they move bytes over has the same latency, round trip and
+  resources (level, bandwidth, DRAM page and tFAW, latency), and is private
+  (only one PE books it) for both or for neither;
+- every IPCQ message they send or receive goes the same way (ring direction,
+  route) to or from a PE of the same class, matched with the same command
+  there (the k-th send from one PE to another meets the k-th receive of it);
+- the rings they receive on have senders of the same classes, in the same
+  order of PE index.
+
+The matching conditions refer to classes, so they are refined until stable
+(colour refinement, starting from the stream classes). On top of that, a
+PE is made a class of its own (`force`) when:
+
+- two senders of one of its rings are in one class, or a class messages
+  itself (a representative would have to stand for two PEs at once);
+- the order of PE index between two PEs that meet (a sender and its
+  receiver, two senders of a ring, two PEs of single classes that book one
+  calendar) cannot be kept between their classes' representatives: the
+  timing pass breaks ties of simulated time by that order (`priority`).
+
+The timing pass then times one representative per class (`hw.timing`), and
+checks what the classes cannot say by themselves: whether a transfer of a
+class's member meets another PE's on a calendar they both book
+(`hw.dedup`); a PE whose transfer does is made a class of its own and the
+pass re-timed.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from itertools import pairwise
+
+import numpy as np
+
+from kernbench_cli.stream import COLUMNS, COMPOSITE, LOAD, NONE, RECV, SEND, STORE
+
+_FIELDS = [name for name, _ in COLUMNS if name != "line"]  # the kernel line does not time
+
+
+class Classes:
+    """A partition of the PEs: `of[pid]` is a class, `members[c]` its PEs (by index),
+    `rep[c]` its representative (the lowest index), `priority[pid]` the representative's
+    rank among equal simulated times."""
+
+    def __init__(self, of: list[int]):
+        self.of = of
+        self.members: list[list[int]] = []
+        for pid, c in enumerate(of):
+            if c == len(self.members):
+                self.members.append([])
+            self.members[c].append(pid)
+        self.rep = [m[0] for m in self.members]
+        self.priority = list(range(len(of)))
+
+    @property
+    def rep_of(self) -> list[int]:
+        return [self.rep[c] for c in self.of]
+
+    def singleton(self, pid: int) -> bool:
+        return len(self.members[self.of[pid]]) == 1
+
+
+def _numbered(keys: list) -> list[int]:
+    """Class numbers from keys, numbered by first appearance in PE order."""
+    ids: dict = {}
+    return [ids.setdefault(k, len(ids)) for k in keys]
+
+
+def stream_keys(program, slice_base: list[int], slice_bytes: int, page: int) -> list[bytes]:
+    """Per PE, its stream relocated (see the module docstring) as bytes: equal bytes, equal
+    streams up to relocation (the comparison is exact, not a hash's)."""
+    descs = program.composites
+    reloc_ok = slice_bytes > 0 and (not page or all(b % page == 0 for b in slice_base))
+    comp_rest = _numbered([(d.m, d.k, d.n, d.a_itemsize, d.b_itemsize, d.out_itemsize,
+                            d.a_tcm, d.b_tcm, d.a_row_stride, d.b_row_stride, d.trans_b,
+                            d.out_row_stride, d.out_addr >= 0) for d in descs])
+    comp_addr = np.array([(d.a_addr, d.b_addr, d.out_addr) for d in descs] or
+                         np.zeros((0, 3)), dtype=np.int64).reshape(-1, 3)
+    comp_a_tcm = np.array([d.a_tcm for d in descs], dtype=bool)
+    rest = np.array(comp_rest, dtype=np.int64)
+    keys = []
+    for pid, stream in enumerate(program.streams):
+        cols = {name: np.frombuffer(getattr(stream, name), dtype=getattr(stream, name).typecode)
+                .astype(np.int64) for name in _FIELDS}
+        op, arg = cols["op"], cols["arg"].copy()
+        base = slice_base[pid]
+
+        def rel(values: np.ndarray, where: np.ndarray, base: int = base) -> np.ndarray:
+            """Addresses in this PE's own slice, relative (flagged by a 2^62 offset)."""
+            if not reloc_ok:
+                return values
+            own = where & (values >= base) & (values < base + slice_bytes)
+            return np.where(own, values - base - (1 << 62), values)
+
+        ipcq = (op == SEND) | (op == RECV)
+        arg[ipcq] -= pid
+        comp = op == COMPOSITE
+        planned = comp & (arg != NONE)
+        extra = np.zeros((len(op), 3), dtype=np.int64)
+        src_is_addr = op == LOAD
+        if planned.any():
+            idx = arg[planned]
+            arg[planned] = rest[idx]
+            extra[planned] = rel(comp_addr[idx], np.ones((len(idx), 3), dtype=bool))
+            src_is_addr = src_is_addr.copy()
+            src_is_addr[planned] = ~comp_a_tcm[idx]
+        cols["arg"] = arg
+        cols["src"] = rel(cols["src"], src_is_addr)
+        cols["dst"] = rel(cols["dst"], (op == STORE) | comp & (cols["dst"] != NONE))
+        keys.append(np.column_stack([cols[name] for name in _FIELDS] + [extra]).tobytes())
+    return keys
+
+
+def refine(start: list, matched: Callable[[list[int]], list]) -> list[int]:
+    """Colour refinement: classes from keys `start`, split by `matched(of)` (per PE, what
+    it meets, in terms of the classes `of`) until no class splits."""
+    of = _numbered(start)
+    while True:
+        again = _numbered(list(zip(of, matched(of), strict=True)))
+        if max(again, default=-1) == max(of, default=-1):
+            return again
+        of = again
+
+
+def priorities(classes: Classes, pairs: list[tuple[int, int]]) -> tuple[list[int], set[int]]:
+    """A rank per class that keeps the PE-index order of every pair (a, b) of PEs that meet,
+    and the PEs to make classes of their own where no rank can (a class meeting itself,
+    both orders between two classes, a cycle). Ranks follow the representatives' index
+    where the pairs leave a choice."""
+    of, edges, force = classes.of, {}, set()
+    for a, b in pairs:
+        ca, cb = of[a], of[b]
+        if ca == cb:
+            if a != b:
+                force.update(classes.members[ca])
+            continue
+        lo, hi = (ca, cb) if a < b else (cb, ca)
+        edges.setdefault(lo, set()).add(hi)
+    for lo, his in edges.items():
+        for hi in his:
+            if lo in edges.get(hi, ()):
+                force.update(classes.members[lo])
+                force.update(classes.members[hi])
+    indegree = [0] * len(classes.members)
+    for his in edges.values():
+        for hi in his:
+            indegree[hi] += 1
+    ready = [(classes.rep[c], c) for c, n in enumerate(indegree) if n == 0]
+    heapq.heapify(ready)
+    rank = [-1] * len(classes.members)
+    order = 0
+    while ready:
+        _, c = heapq.heappop(ready)
+        rank[c] = order
+        order += 1
+        for hi in sorted(edges.get(c, ())):
+            indegree[hi] -= 1
+            if indegree[hi] == 0:
+                heapq.heappush(ready, (classes.rep[hi], hi))
+    for c, r in enumerate(rank):
+        if r < 0:  # on a cycle
+            force.update(classes.members[c])
+    return rank, force
+
+
+def _cal_sig(cal) -> tuple:
+    return (cal.level, cal.bandwidth, cal.latency_ps, cal.page_bytes, cal.faw_ps, cal.activates)
+
+
+def _path_sig(path, private: bool) -> tuple:
+    return (path[1], path[2], private, tuple(_cal_sig(c) for c in path[0]))
+
+
+def _regions(stream, descs, shift: int) -> set[tuple[bool, int]]:
+    """(inbound, an address) per address region a stream's transfers reach."""
+    op = np.frombuffer(stream.op, dtype=np.uint8)
+    found: list[tuple[bool, np.ndarray]] = [
+        (True, np.frombuffer(stream.src, dtype=np.int64)[op == LOAD]),
+        (False, np.frombuffer(stream.dst, dtype=np.int64)[op == STORE])]
+    args = np.frombuffer(stream.arg, dtype=np.int64)[op == COMPOSITE]
+    for a in np.unique(args[args != NONE]).tolist():
+        d = descs[a]
+        found += [(True, np.array([d.a_addr]))] if not d.a_tcm else []
+        found += [(True, np.array([d.b_addr]))] if not d.b_tcm else []
+        found += [(False, np.array([d.out_addr]))] if d.out_addr >= 0 else []
+    out = set()
+    for inbound, addrs in found:
+        if len(addrs):
+            _, first = np.unique(addrs >> shift if shift < 64 else addrs, return_index=True)
+            out.update((inbound, int(addrs[k])) for k in first)
+    return out
+
+
+class _Surroundings:
+    """What the classes are refined by, from the streams and the routes (see the module
+    docstring): per PE its IPCQ commands (index, partner, the matched command there) and
+    the senders of each of its rings, and a static key (paths and routes)."""
+
+    def __init__(self, timing):
+        system, program = timing.system, timing.program
+        amap = system.amap
+        self.n = n = len(system.pes)
+        base = [amap.pe_hbm_addr(*c, 0) for c in system.coords]
+        size, shift = amap.slice_bytes, timing._region_shift
+        self.ipcq: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+        self.rings: dict[tuple[int, str], list[int]] = {}
+        static: list[list] = [[] for _ in range(n)]
+        sent: dict[tuple[int, int], list[int]] = {}  # (sender, receiver) -> sends, in order
+        got: dict[tuple[int, int], list[int]] = {}
+        for pid, stream in enumerate(program.streams):
+            for inbound, addr in sorted(_regions(stream, program.composites, shift)):
+                path, private = timing._path(pid, addr, inbound)
+                own = base[pid] <= addr < base[pid] + size
+                static[pid].append((inbound, own, (addr - base[pid]) >> min(shift, 62) if own
+                                    else addr >> min(shift, 62), _path_sig(path, private)))
+            op = np.frombuffer(stream.op, dtype=np.uint8)
+            for i in np.flatnonzero((op == SEND) | (op == RECV)).tolist():
+                partner = stream.arg[i]
+                if stream.op[i] == SEND:
+                    sent.setdefault((pid, partner), []).append(i)
+                    direction, _, route, back, private = timing._pair(pid, partner)
+                    static[pid].append((i, direction, back, _path_sig(route, private)))
+                    self.rings.setdefault((partner, direction), []).append(pid)
+                else:
+                    got.setdefault((partner, pid), []).append(i)
+        for (src, dst), sends in sent.items():
+            recvs = got.get((src, dst), [])
+            for k, i in enumerate(sends):
+                j = recvs[k] if k < len(recvs) else -1
+                self.ipcq[src].append((i, dst, j))
+                if j >= 0:
+                    self.ipcq[dst].append((j, src, i))
+        for (src, dst), recvs in got.items():
+            for j in recvs[len(sent.get((src, dst), [])):]:
+                self.ipcq[dst].append((j, src, -1))
+        for cmds in self.ipcq:
+            cmds.sort()
+        for senders in self.rings.values():
+            senders[:] = sorted(set(senders))
+        self.by_pe: list[list[tuple[str, list[int]]]] = [[] for _ in range(n)]
+        for (dst, direction), senders in sorted(self.rings.items()):
+            self.by_pe[dst].append((direction, senders))
+        keys = stream_keys(program, base, size, timing.system.topology.hbm.page_size)
+        self.start = [(k, tuple(s)) for k, s in zip(keys, static, strict=True)]
+
+    def matched(self, of: list[int]) -> list:
+        return [(tuple((i, of[p], j) for i, p, j in self.ipcq[pid]),
+                 tuple((d, tuple(of[s] for s in senders)) for d, senders in self.by_pe[pid]))
+                for pid in range(self.n)]
+
+
+def partition(timing, users: dict, forced: set[int]) -> Classes:
+    """The classes a timing pass may time by representatives (see the module docstring);
+    `forced` PEs are classes of their own; `users`: calendar -> the PEs that book it."""
+    around = _Surroundings(timing)
+    forced = set(forced)
+    while True:
+        start = [("alone", pid) if pid in forced else key
+                 for pid, key in enumerate(around.start)]
+        classes = Classes(refine(start, around.matched))
+        more = _conflicts(classes, around, users)
+        rank, alone = priorities(classes, _pairs(classes, around, users))
+        more |= alone
+        if more <= forced:
+            classes.priority = [rank[c] for c in classes.of]
+            classes.partners = [{p for _, p, _ in around.ipcq[pid]} |
+                                {s for _, senders in around.by_pe[pid] for s in senders}
+                                for pid in range(around.n)]
+            return classes
+        forced |= more
+
+
+def _conflicts(classes: Classes, around: _Surroundings, users: dict) -> set[int]:
+    """PEs a representative cannot stand for: two senders of a ring in one class, or two
+    partners (messages or senders of its rings) of one PE in one class."""
+    of, force = classes.of, set()
+    for senders in around.rings.values():
+        seen: dict[int, int] = {}
+        for s in senders:
+            if of[s] in seen:
+                force |= {s, seen[of[s]]}
+            seen.setdefault(of[s], s)
+    for pid in range(around.n):
+        partners = {p for _, p, _ in around.ipcq[pid]}
+        partners.update(s for _, senders in around.by_pe[pid] for s in senders)
+        seen = {}
+        for p in sorted(partners):
+            if of[p] in seen and not classes.singleton(p):
+                force |= {p, seen[of[p]]}
+            seen.setdefault(of[p], p)
+    return force
+
+
+def _pairs(classes: Classes, around: _Surroundings, users: dict) -> list[tuple[int, int]]:
+    """Pairs of PEs that meet and whose order of index the timing pass must keep."""
+    pairs = [(pid, p) for pid in range(around.n) for _, p, _ in around.ipcq[pid]]
+    for senders in around.rings.values():
+        pairs += pairwise(senders)
+    for pids in users.values():
+        alone = sorted(p for p in set(pids) if classes.singleton(p))
+        pairs += pairwise(alone)
+    return pairs
