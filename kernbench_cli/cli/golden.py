@@ -38,11 +38,13 @@ def regen(
 
 @app.command("check")
 def check_cmd(only: OnlyOpt = None, directory: DirOpt = None, costs: CostsOpt = None,
-              sets: SetOpt = None) -> None:
+              sets: SetOpt = None,
+              no_dedup: Annotated[bool, typer.Option(
+                  "--no-dedup", help="Time every PE of every case in full.")] = False) -> None:
     """Run every golden case; exit 1 with a table of differences if any result moved.
 
     With --set, every case runs with the overrides: which goldens would a change move?"""
-    _run(only, directory, costs, write=False, sets=sets or ())
+    _run(only, directory, costs, write=False, sets=sets or (), dedup=not no_dedup)
 
 
 def _default_folder(write: bool) -> Path:
@@ -60,7 +62,7 @@ def _default_folder(write: bool) -> Path:
 
 
 def _run(only: str | None, directory: Path | None, costs: Path | None, write: bool,
-         sets: Sequence[str] = ()) -> None:
+         sets: Sequence[str] = (), dedup: bool = True) -> None:
     from rich.console import Console
 
     from kernbench_cli.golden.run import regen as do_regen
@@ -81,7 +83,7 @@ def _run(only: str | None, directory: Path | None, costs: Path | None, write: bo
     err = Console(stderr=True)
     differences = do_regen(folder, only, write,
                            progress=lambda name: err.print(f"[dim]running {name}[/dim]"),
-                           costs=costs, sets=sets)
+                           costs=costs, sets=sets, dedup=dedup)
     if differences:
         echo_rich(difference_table(differences))
     changed = len({d.case for d in differences})

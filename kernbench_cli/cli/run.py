@@ -64,6 +64,9 @@ def run(
     sensitive: Annotated[bool, typer.Option(
         "--sensitivity", help="Then re-time the run by replay with each timing key made 2x "
                               "better, and rank what each saves.")] = False,
+    no_dedup: Annotated[bool, typer.Option(
+        "--no-dedup", help="Time every PE in full, not one per class of PEs that time alike "
+                           "(the results are the same).")] = False,
 ) -> None:
     """Run KERNEL on every PE of the topology, verify it, and report the time."""
     from kernbench_cli.api import runs as api
@@ -82,7 +85,7 @@ def run(
         result = api.run(module, topo, params=param or (), seed=seed, timing_only=timing_only,
                          max_commands=max_commands, kernel_timeout=kernel_timeout,
                          oplog=chrome_trace is not None or oplog is not None, watch=watch,
-                         races=races, per_pe=per_pe, check=False)
+                         races=races, per_pe=per_pe, check=False, dedup=not no_dedup)
     if save is not None:
         _save_npz(save, {**result.inputs, **result.outputs})
     if record is not None:
@@ -111,6 +114,9 @@ def replay(
     recorded_sets: Annotated[bool, typer.Option(
         "--recorded-sets/--no-recorded-sets",
         help="Apply the run's own --set items first (yours after them win).")] = True,
+    no_dedup: Annotated[bool, typer.Option(
+        "--no-dedup", help="Time every PE in full, not one per class of PEs that time alike "
+                           "(the results are the same).")] = False,
 ) -> None:
     """Re-time a recorded run without its kernel code or values (for cost sweeps).
 
@@ -129,7 +135,8 @@ def replay(
     watch = Watch()
     with _busy(f"replaying {data.kernel} on {topo.num_pes} PEs", watch):
         result = api.replay(data, topo, oplog=chrome_trace is not None or oplog is not None,
-                            watch=watch, races=races, per_pe=per_pe, check=False)
+                            watch=watch, races=races, per_pe=per_pe, check=False,
+                            dedup=not no_dedup)
     _write_outputs(chrome_trace, oplog, critical_path, result)
     show(result, as_json, per_pe)
     result.check()

@@ -39,7 +39,15 @@ def select(pattern: str | None) -> list[Case]:
     return [c for c in CASES if pattern is None or fnmatch.fnmatch(c.name, pattern)]
 
 
-def run_case(case: Case, costs: Path | None = None, sets: Sequence[str] = ()) -> dict[str, Any]:
+def run_case(case: Case, costs: Path | None = None, sets: Sequence[str] = (),
+             dedup: bool = True) -> dict[str, Any]:
+    """The record of golden case `case` (`dedup`: as `run_kernel`'s)."""
+    return rec.make_record(case.name, case_result(case, costs, sets, dedup))
+
+
+def case_result(case: Case, costs: Path | None = None, sets: Sequence[str] = (),
+                dedup: bool = True):
+    """The `RunResult` of golden case `case`, with its op log and races."""
     from kernbench_cli.address import load_address_map
     from kernbench_cli.sim.kernels import load_kernel, parse_params
     from kernbench_cli.sim.run import run_kernel
@@ -47,13 +55,14 @@ def run_case(case: Case, costs: Path | None = None, sets: Sequence[str] = ()) ->
     kernel = load_kernel(case.kernel)
     amap = load_address_map(case.topology, costs, sets)
     params = parse_params(kernel, list(case.params), amap.topology.num_pes)
-    result = run_kernel(kernel, amap, params, seed=case.seed, oplog=True, races=True)
-    return rec.make_record(case.name, result)
+    return run_kernel(kernel, amap, params, seed=case.seed, oplog=True, races=True,
+                      dedup=dedup)
 
 
 def regen(directory: Path, pattern: str | None, write: bool,
           progress: Callable[[str], None] = lambda _: None,
-          costs: Path | None = None, sets: Sequence[str] = ()) -> list[Difference]:
+          costs: Path | None = None, sets: Sequence[str] = (),
+          dedup: bool = True) -> list[Difference]:
     cases = select(pattern)
     olds = {}
     for case in cases:  # read (and so check) every golden before running anything
@@ -62,7 +71,7 @@ def regen(directory: Path, pattern: str | None, write: bool,
     differences: list[Difference] = []
     for case in cases:
         progress(case.name)
-        new = run_case(case, costs, sets)
+        new = run_case(case, costs, sets, dedup)
         old = olds[case.name]
         if old is None:
             differences.append(Difference(case.name, "(file)", None, "new"))

@@ -42,6 +42,10 @@ import numpy as np
 
 from kernbench_cli.stream import COLUMNS, COMPOSITE, LOAD, NONE, RECV, SEND, STORE
 
+#: Dedup pays when the classes are at most 1/WORTH of the PEs; with more, the full pass
+#: times every PE (its cost per PE is that of classing it, or less).
+WORTH = 2
+
 _FIELDS = [name for name, _ in COLUMNS if name != "line"]  # the kernel line does not time
 
 
@@ -119,15 +123,17 @@ def stream_keys(program, slice_base: list[int], slice_bytes: int, page: int) -> 
     return keys
 
 
-def refine(start: list, matched: Callable[[list[int]], list]) -> list[int]:
+def refine(start: list, matched: Callable[[list[int]], list], limit: int) -> list[int] | None:
     """Colour refinement: classes from keys `start`, split by `matched(of)` (per PE, what
-    it meets, in terms of the classes `of`) until no class splits."""
+    it meets, in terms of the classes `of`) until no class splits; None once there are
+    more than `limit` classes (too many to be worth timing by representatives)."""
     of = _numbered(start)
-    while True:
+    while max(of, default=-1) < limit:
         again = _numbered(list(zip(of, matched(of), strict=True)))
         if max(again, default=-1) == max(of, default=-1):
             return again
         of = again
+    return None
 
 
 def priorities(classes: Classes, pairs: list[tuple[int, int]]) -> tuple[list[int], set[int]]:
@@ -265,7 +271,10 @@ def partition(timing, users: dict, forced: set[int]) -> Classes:
     while True:
         start = [("alone", pid) if pid in forced else key
                  for pid, key in enumerate(around.start)]
-        classes = Classes(refine(start, around.matched))
+        of = refine(start, around.matched, around.n // WORTH)
+        if of is None:
+            return Classes(list(range(around.n)))
+        classes = Classes(of)
         more = _conflicts(classes, around, users)
         rank, alone = priorities(classes, _pairs(classes, around, users))
         more |= alone

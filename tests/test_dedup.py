@@ -1,0 +1,97 @@
+"""Trajectory dedup (`hw.classes`, `hw.dedup`): results equal to the full pass, exactly.
+
+Every case runs with dedup (the default) and with `dedup=False`, and must give the
+same golden record (whose op-log digest covers every record), the same op log with
+its CPU and scheduler slices, rings and resources, and the same critical path, races,
+energy and invariants. The test kernels are built to break a soundness check; the result must still be the
+full one.
+"""
+
+import json
+
+import pytest
+
+from kernbench_cli.golden import record as rec
+from kernbench_cli.golden.cases import CASES
+from kernbench_cli.golden.run import case_result
+from kernbench_cli.hw import timing as timing_module
+from tests.conftest import TESTS, test_topology
+
+
+def _outputs(result) -> dict:
+    log = result.oplog
+    return {"record": rec.dumps(rec.make_record("case", result)),
+            "oplog": list(log), "paths": [log.paths[v] for v in log.via],
+            "cpu": log.cpu, "scheduler": log.scheduler, "rings": log.rings,
+            "critical": repr(result.critical_path), "races": repr(result.races),
+            "energy": repr(result.energy), "invariants": repr(result.invariants),
+            "engines": repr(result.engines), "high water": result.tcm_high_water}
+
+
+@pytest.fixture
+def passes(monkeypatch):
+    """The `Timing` objects of the runs made while it is in use."""
+    made = []
+    run = timing_module.Timing.run
+
+    def keep(self):
+        made.append(self)
+        run(self)
+
+    monkeypatch.setattr(timing_module.Timing, "run", keep)
+    return made
+
+
+def _both(case) -> tuple[dict, dict]:
+    return _outputs(case_result(case, dedup=True)), _outputs(case_result(case, dedup=False))
+
+
+def _same(a: dict, b: dict) -> None:
+    for key in a:
+        assert a[key] == b[key], key
+
+
+@pytest.mark.parametrize("name", ["gqa_attention.sip", "softmax.default"])
+def test_small_golden_cases_are_the_same_both_ways(name):
+    case = next(c for c in CASES if c.name == name)
+    dedup, full = _both(case)
+    _same(dedup, full)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_every_golden_case_is_the_same_both_ways(case):
+    dedup, full = _both(case)
+    _same(dedup, full)
+
+
+def _run(kernel: str, topology: str, dedup: bool):
+    from kernbench_cli.address import load_address_map
+    from kernbench_cli.sim.kernels import load_kernel, parse_params
+    from kernbench_cli.sim.run import run_kernel
+
+    module = load_kernel(str(TESTS / "kernels" / f"{kernel}.py"))
+    amap = load_address_map(test_topology(topology), None, ())
+    return run_kernel(module, amap, parse_params(module, []), oplog=True, races=True,
+                      dedup=dedup)
+
+
+def test_loads_that_meet_on_another_pes_slice_time_as_in_full():
+    """The PEs' loads of PE 0's block meet on its HBM slice: whatever the classes, the
+    result is the full pass's."""
+    dedup = _outputs(_run("dedup_shared_slice", "tall", True))
+    _same(dedup, _outputs(_run("dedup_shared_slice", "tall", False)))
+
+
+def test_a_kernel_without_symmetry_is_timed_in_full(passes):
+    """Every stream differs: no class of more than one PE, one full pass."""
+    dedup = _outputs(_run("dedup_skewed", "tall", True))
+    assert passes[0].tries == 1 and passes[0].classes is None
+    _same(dedup, _outputs(_run("dedup_skewed", "tall", False)))
+
+
+def test_the_cli_takes_no_dedup(cli):
+    code, out, _ = cli("run", "softmax", "--json", "--no-dedup")
+    code2, out2, _ = cli("run", "softmax", "--json")
+    assert code == code2 == 0
+    assert json.loads(out) == json.loads(out2)
