@@ -3,8 +3,8 @@
 Every case runs with dedup (the default) and with `dedup=False`, and must give the
 same golden record (whose op-log digest covers every record), the same op log with
 its CPU and scheduler slices, rings and resources, and the same critical path, races,
-energy and invariants. The test kernels are built to break a soundness check; the result must still be the
-full one.
+energy and invariants. The test kernels are built to break a soundness check; the
+result must still be the full one.
 """
 
 import json
