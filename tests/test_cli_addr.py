@@ -57,7 +57,7 @@ def test_decode_errors_are_one_line_exit_2(cli, addr, message):
 @pytest.mark.parametrize(("addr", "code", "problem", "lines"), [
     ("0xe000001234", 3, "not in topology 'default': cube = 3 does not exist in topology "
                         "'default' (system.cubes_per_sip = 2: 0..1)",
-     ["0xe000001234: not in topology 'default' (the fields as they stand)",
+     ["0xe000001234: not in topology 'default'; its fields:",
       "  addr       0xe000001234", "  rack       0               [50:47]",
       "  sip        0               [46:43]", "  cube       3               [42:38]",
       "  window     1 HBM           [37]", "  hbm_offset 0x1234          [36:0]"]),

@@ -33,7 +33,53 @@ def test_two_runs_side_by_side(cli, tmp_path):
     assert got["metrics"]["bound"]["values"] == ["gemm", "gemm"]
     assert got["metrics"]["verified"] == {"values": [True, True], "delta_pct": [None, None]}
     code, text, _ = cli("compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"))
-    assert code == 0 and "latency_ps" in text and "(-3.9%)" in text
+    assert code == 0 and "(-3.9%)" in text
+    lines = text.splitlines()
+    # labelled by what changed (the --set item, resolved), not by the files' names
+    assert "a.json" not in text
+    assert any(line.split() == ["│", "hbm.bandwidth", "│", "not", "set", "│", "204.8GB/s", "│"]
+               for line in lines), text
+    latency = next(line for line in lines if "│ latency " in line)
+    assert latency.split("│")[2].strip() == f"{a['latency_ps'] / 1e3:.3f}ns"  # 542,858 ps
+    assert got["changed"] == [{"hbm.bandwidth": "not set"}, {"hbm.bandwidth": "204.8GB/s"}]
+
+
+def test_compare_formats(cli, tmp_path):
+    import csv
+    import io
+
+    a = _run(cli, tmp_path / "a.json", "--set", "pe.gemm.rows=16")
+    b = _run(cli, tmp_path / "b.json", "--set", "pe.gemm.rows=8")
+    files = (str(tmp_path / "a.json"), str(tmp_path / "b.json"))
+    code, out, _ = cli("compare", *files, "--format", "csv")
+    records = list(csv.DictReader(io.StringIO(out)))
+    assert code == 0 and list(records[0]) == ["run", "pe.gemm.rows", "metric", "value",
+                                              "delta_pct"]
+    assert [(r["pe.gemm.rows"], r["value"]) for r in records if r["metric"] == "latency_ps"] \
+        == [("16", str(a["latency_ps"])), ("8", str(b["latency_ps"]))]
+    code, out, _ = cli("compare", *files, "--format", "md")
+    lines = out.splitlines()
+    assert lines[2:5] == ["|  | run 1 | run 2 |", "|---|---:|---:|",
+                          "| pe.gemm.rows | 16 | 8 |"], out
+    assert cli("compare", *files, "--format", "json")[1] == cli("compare", *files, "--json")[1]
+    assert cli("compare", *files, "--format", "csv", "--json") == (
+        2, "", "error: --json and --format csv disagree: give one\n")
+
+
+def test_many_runs_are_a_row_each_where_columns_do_not_fit(cli, tmp_path, monkeypatch):
+    out = tmp_path / "s.jsonl"
+    code, _, _ = cli("sweep", LOAD_DOT, "--set", "costs.issue.load=1ns,2ns,3ns,4ns,5ns,6ns",
+                     "--out", str(out))
+    assert code == 0
+    monkeypatch.setenv("COLUMNS", "80")
+    code, text, _ = cli("compare", str(out))
+    assert code == 0 and "Compare: 6 runs, change against the first" in text
+    rows = [line.split("│")[1:4] for line in text.splitlines() if line.startswith("│")]
+    assert [[c.strip() for c in row[:2]] for row in rows] == [
+        [str(n), f"{n}ns"] for n in range(1, 7)]
+    assert "a row per run to fit 80 columns" in text
+    monkeypatch.setenv("COLUMNS", "200")
+    assert "│ costs.issue.load │" in cli("compare", str(out))[1]  # wide: a column each
 
 
 def test_a_sweeps_rows_are_runs(cli, tmp_path):

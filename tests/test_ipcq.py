@@ -50,6 +50,31 @@ def test_a_full_ring_makes_the_sender_wait(run):
     assert tight.latency_ps == roomy.latency_ps == 4 * 1040_000  # the receiver sets the pace
 
 
+@pytest.mark.parametrize("sharing", ["fair", "circuit"])
+def test_a_waiting_sender_resumes_at_the_credit_back_soonest(run, sharing):
+    """Two slots in PE 0's east ring, a far sender (PE 4, the other SIP) and a near one (PE
+    2, the next cube); PE 2's second send waits for a credit. PE 0 frees the far slot
+    first, but its credit is back at PE 4 only after two SIP links (1 us); it frees PE 2's
+    first slot next, and that credit is back at PE 2 after UCIe and a NoC hop (12 ns),
+    sooner. PE 2 resumes then: its second send starts at that copy's end + 12 ns, and PE 0's
+    last receive ends 60 ns later (20 ns setup + 256 B at the NoC's 64 GB/s in 4 ns + 12 ns
+    of latency, then PE 0's copy: 20 ns setup + 4 ns). (PE 2 used to sleep until the far
+    credit's time and take the sooner credit in the past: fair sharing then started a flow
+    before one it had solved, circuit mode held PE 2's CPU and PE 0's receive 1 us late.)"""
+    result = run("late_credit", "two_sips", sets=("pe.ipcq.slots=2",
+                                                  f"network.sharing={sharing}"))
+    far_copy, first_copy, last_copy = (r for r in result.oplog
+                                       if r[1] == 0 and r[3] == "recv copy")
+    _, second = (r for r in result.oplog if r[1] == 2 and r[3] == "send")
+    assert far_copy[6] < first_copy[6] < far_copy[6] + 1_000_000 - 12_000  # as described
+    back = first_copy[6] + 12_000
+    assert second[5] == back
+    assert result.cpu_stall_ps[2] == back - second[4]  # PE 2's CPU waited until then
+    assert last_copy[6] == back + 60_000
+    receives = [r for r in result.oplog if r[1] == 0 and r[3] == "recv"]
+    assert receives[-1][6] == back + 60_000
+
+
 def test_messages_never_received_are_an_error(cli):
     from pathlib import Path
 

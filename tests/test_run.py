@@ -100,8 +100,8 @@ def test_timing_only_gives_the_same_time_without_values(cli, run):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["nope"], "unknown kernel 'nope' (shipped: gqa_attention, rmsnorm, sharded_gemm, softmax; "
-              "or give a path to a .py file)"),
+    (["nope"], "unknown kernel 'nope' (shipped: all_reduce, gqa_attention, rmsnorm, "
+               "sharded_gemm, softmax; or give a path to a .py file)"),
     (["sharded_gemm", "-p", "Q=1"], "sharded_gemm has no parameter 'Q' (parameters: M, K, N, "
                                     "dtype, mode, tile_m, tile_n, tile_k)"),
     (["sharded_gemm", "-p", "M=big"], "parameter M: expected an integer, got 'big'"),
@@ -245,7 +245,12 @@ def test_oplog_file_has_every_command_with_decoded_addresses(cli, run, tmp_path)
     assert len(records) == len(result.oplog)
     first = records[0]
     assert set(first) == {"seq", "pid", "pe", "engine", "kind", "issue_ps", "start_ps", "end_ps",
-                          "bytes", "flops", "src", "dst", "src_text", "dst_text"}
+                          "bytes", "flops", "src", "dst", "src_text", "dst_text", "line"}
+    # each record carries the kernel line of its command (kernels/sharded_gemm.py: the
+    # primitive loop loads at 85 and 86, stores at 89)
+    assert {r["line"] for r in records if r["kind"] == "load"} == {85, 86}
+    assert {r["line"] for r in records if r["kind"] == "store"} == {89}
+    assert all(r["line"] > 0 for r in records)
     assert (first["kind"], first["pe"]) == ("load", "rack=0 sip=0 cube=0 pe=0")
     assert first["src_text"].startswith("HBM rack=0 sip=0 cube=0 pe=0 offset=")
     assert first["dst_text"] == "TCM rack=0 sip=0 cube=0 pe=0 offset=0x0"

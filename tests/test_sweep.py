@@ -27,6 +27,41 @@ def test_points_are_the_product_first_axis_slowest_or_zipped():
     assert split_values('"x,y",[1,2],3') == ['"x,y"', "[1,2]", "3"]
 
 
+def test_paired_axes_go_together_crossed_with_the_rest():
+    """--pair rows,cols: the i-th rows with the i-th cols, the pair crossed with the
+    bandwidth (the bandwidth slowest: it is the first axis); -p names pair as well."""
+    got = points(["hbm.bandwidth=1,2", "pe.gemm.rows=16,4", "pe.gemm.cols=16,64"], [],
+                 pairs=["pe.gemm.rows,pe.gemm.cols"])
+    assert [p.sets for p in got] == [
+        ("hbm.bandwidth=1", "pe.gemm.rows=16", "pe.gemm.cols=16"),
+        ("hbm.bandwidth=1", "pe.gemm.rows=4", "pe.gemm.cols=64"),
+        ("hbm.bandwidth=2", "pe.gemm.rows=16", "pe.gemm.cols=16"),
+        ("hbm.bandwidth=2", "pe.gemm.rows=4", "pe.gemm.cols=64")]
+    got = points(["a=1,2", "b=3"], ["n=5,6", "m=7,8"], pairs=[("m", "a")])
+    assert [(p.sets, p.params) for p in got] == [
+        (("a=1", "b=3"), ("n=5", "m=7")), (("a=1", "b=3"), ("n=6", "m=7")),
+        (("a=2", "b=3"), ("n=5", "m=8")), (("a=2", "b=3"), ("n=6", "m=8"))]
+
+
+def test_a_paired_sweep_through_the_cli_and_the_api(cli):
+    import kernbench_cli as kb
+
+    axes = ("--set", "hbm.bandwidth=102.4GB/s,204.8GB/s", "--set", "costs.issue.load=4ns,10ns",
+            "--set", "costs.issue.dot=4ns,8ns", "--pair", "costs.issue.load,costs.issue.dot")
+    code, out, _ = cli("sweep", LOAD_DOT, *axes, "--json")
+    rows = json.loads(out)
+    keys = ("hbm.bandwidth", "costs.issue.load", "costs.issue.dot")
+    assert code == 0 and [tuple(r["axes"][k] for k in keys) for r in rows] == [
+        ("102.4GB/s", "4ns", "4ns"), ("102.4GB/s", "10ns", "8ns"),
+        ("204.8GB/s", "4ns", "4ns"), ("204.8GB/s", "10ns", "8ns")]
+    api = kb.sweep(LOAD_DOT, set={"hbm.bandwidth": ["102.4GB/s", "204.8GB/s"],
+                                  "costs.issue.load": ["4ns", "10ns"],
+                                  "costs.issue.dot": ["4ns", "8ns"]},
+                   pair=[("costs.issue.load", "costs.issue.dot")], jobs=2)
+    assert [p.result.latency_ps for p in api.points] == [r["result"]["latency_ps"]
+                                                         for r in rows]
+
+
 def test_each_row_is_the_run_of_its_point_alone(cli):
     code, out, _ = cli("sweep", LOAD_DOT, *AXES, "--jobs", "2", "--json")
     assert code == 0
@@ -81,6 +116,30 @@ def test_a_csv_results_file(cli, tmp_path):
     assert rows[0]["result"]["bound"] == {"engine": "gemm"}
 
 
+def test_the_printed_table_in_other_formats(cli, monkeypatch):
+    """--format csv prints the rows `--out r.csv` writes; md the table as Markdown, headed
+    by the keys swept and titled with the ones held fixed."""
+    import csv
+    import io
+
+    axes = ("--set", "hbm.bandwidth=102.4GB/s,204.8GB/s", "--set", "costs.issue.load=4ns")
+    code, out, _ = cli("sweep", LOAD_DOT, *axes, "--format", "csv")
+    records = list(csv.DictReader(io.StringIO(out)))
+    assert code == 0 and [(r["hbm.bandwidth"], r["latency_ps"]) for r in records] == [
+        ("102.4GB/s", "542858"), ("204.8GB/s", "521429")]
+    code, out, _ = cli("sweep", LOAD_DOT, *axes, "--format", "md")
+    assert out.splitlines() == [
+        "Sweep: 2 points, PASS; costs.issue.load=4ns", "",
+        "| # | hbm.bandwidth | latency | vs first | energy | power | bound by | GEMM MAC |",
+        "|---:|---|---:|---:|---:|---:|---|---:|",
+        "| 0 | 102.4GB/s | 542.858ns | +0.0% | 1.52uJ | 2.79 W | gemm | 2.9% |",
+        "| 1 | 204.8GB/s | 521.429ns | -3.9% | 1.47uJ | 2.81 W | gemm | 3.1% |"], out
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = cli("sweep", LOAD_DOT, *axes)
+    assert "Sweep: 2 points, PASS; costs.issue.load=4ns" in out
+    assert "│ # │ hbm.      │" not in out and "┃   ┃ hbm.      ┃" in out
+
+
 def _dies_once(spec: Spec, point: Point) -> dict:
     """A worker that SIGKILLs its own process the first time it meets point 1."""
     marker = Path(spec.costs)  # (the test passes a marker path here)
@@ -128,6 +187,14 @@ def test_a_failing_point_is_a_row_not_a_crash(cli):
     (("--resume",), "--resume needs --out, the results file to resume"),
     (("--set", "a"), "--set 'a': expected KEY=V1,V2,…"),
     (("--set", "a=1,,2"), "--set 'a=1,,2': an empty value"),
+    (("--set", "a=1,2", "--set", "b=1,2,3", "--pair", "a,b"),
+     "--pair a,b: a has 2, b has 3 values; paired axes need as many values each"),
+    (("--set", "a=1,2", "--pair", "a,c"), "--pair a,c: c is not an axis (axes: a)"),
+    (("--set", "a=1,2", "--pair", "a"), "--pair a: name two axes or more (KEY,KEY,…)"),
+    (("--set", "a=1,2", "-p", "n=1,2", "--set", "b=3,4", "--pair", "a,b", "--pair", "b,n"),
+     "--pair b,n: b is in two pairs; an axis pairs once"),
+    (("--set", "a=1,2", "--set", "b=1,2", "--pair", "a,b", "--zip"),
+     "--zip pairs every axis already; give it or --pair, not both"),
 ])
 def test_bad_sweep_options_are_one_line(cli, args, message):
     code, out, err = cli("sweep", LOAD_DOT, *args)
@@ -197,6 +264,51 @@ def test_plot_draws_the_sweep(cli, tmp_path):
     assert "hbm.bandwidth (GB/s)" in text and "latency (us)" in text
     assert "costs.issue.load=10ns" in text  # a line per value of the other axis
     assert again.read_bytes() == svg.read_bytes()  # deterministic
+
+
+def _row(point: int, cols: int, bandwidth: str, latency_ps: int) -> dict:
+    """A sweep row whose run has the GEMM busy 80% and DMA 60% of the latency (overlapping)
+    and a roofline bound half the latency."""
+    engines = {"gemm": {"busy_ps": latency_ps * 8 // 10}, "dma": {"busy_ps": latency_ps * 6 // 10}}
+    return {"point": point, "axes": {"pe.gemm.cols": str(cols), "hbm.bandwidth": bandwidth,
+                                     "costs.issue.load": "4ns"}, "error": None,
+            "result": {"latency_ps": latency_ps, "engines": engines,
+                       "roofline": [{"resource": "gemm", "ps": latency_ps // 2}]}}
+
+
+def test_the_plots_panels_hold_the_sweeps_numbers():
+    """The figure's data, not its pixels: the latency per line, its tightest bound dashed,
+    a log2 axis for powers of two labelled by the key and its values, busy bars side by side
+    (each its engine's own busy time, not stacked), the latency over them, legends outside
+    the axes, the fixed key in the title."""
+    pytest.importorskip("matplotlib")
+    from kernbench_cli.report.plot import figure
+
+    rows = [_row(n, cols, bw, lat) for n, (cols, bw, lat) in enumerate(
+        [(8, "102.4GB/s", 8_000_000), (16, "102.4GB/s", 5_000_000), (32, "102.4GB/s", 4_000_000),
+         (8, "204.8GB/s", 7_000_000), (16, "204.8GB/s", 4_000_000), (32, "204.8GB/s", 3_000_000)])]
+    fig = figure(rows, None, "latency", "k on sip")
+    top, bottom = fig.axes
+    assert fig._suptitle.get_text() == "k on sip\nfixed: costs.issue.load=4ns"
+    lines = {line.get_label(): line.get_xydata().tolist() for line in top.get_lines()}
+    assert lines["hbm.bandwidth=102.4GB/s"] == [[8, 8.0], [16, 5.0], [32, 4.0]]
+    assert lines["hbm.bandwidth=204.8GB/s: tightest bound (gemm)"] == [[8, 3.5], [16, 2.0],
+                                                                       [32, 1.5]]
+    assert top.get_xscale() == "log" and top.get_xlabel() == "pe.gemm.cols"
+    assert [t.get_text() for t in top.get_xticklabels()] == ["8", "16", "32"]
+    bars = {c.get_label(): [(b.get_y(), b.get_height()) for b in c] for c in bottom.containers}
+    assert bars["GEMM"] == [(0, lat * 0.8 / 1e6) for lat in (8e6, 5e6, 4e6, 7e6, 4e6, 3e6)]
+    assert bars["DMA"][0] == (0, 4.8)  # beside GEMM's 6.4, not on top of it
+    (latency,) = [line for line in bottom.get_lines() if line.get_label() == "latency"]
+    assert latency.get_ydata().tolist() == [8.0, 5.0, 4.0, 7.0, 4.0, 3.0]
+    assert [t.get_text() for t in bottom.get_xticklabels()][:2] == ["8, 102.4GB/s",
+                                                                   "16, 102.4GB/s"]
+    fig.canvas.draw()
+    for ax in (top, bottom):
+        assert ax.get_legend().get_window_extent().x0 >= ax.get_window_extent().x1
+    fig = figure(rows, "hbm.bandwidth", "latency", "k")
+    assert fig.axes[0].get_xscale() == "linear"  # two values: not worth a log axis
+    assert fig.axes[0].get_xlabel() == "hbm.bandwidth (GB/s)"
 
 
 @pytest.mark.parametrize(("args", "message"), [

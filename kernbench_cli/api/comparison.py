@@ -28,10 +28,12 @@ class Comparison:
     runs: tuple[str, ...]
     metrics: Mapping[str, tuple[Any, ...]]
     delta_pct: Mapping[str, tuple[float | None, ...]]
+    #: per run, the settings that differ between the runs (`report.compare.changed`)
+    changed: tuple[Mapping[str, str], ...] = ()
     _json: str = field(default="[]", repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"runs": list(self.runs),
+        return {"runs": list(self.runs), "changed": [dict(c) for c in self.changed],
                 "metrics": {name: {"values": list(values), "delta_pct": list(self.delta_pct[name])}
                             for name, values in self.metrics.items()}}
 
@@ -61,28 +63,33 @@ def compare(*runs: Run, labels: Sequence[str] | None = None) -> Comparison:
     ``.jsonl``, as `kernbench compare` reads it). A result is labelled by its position and
     its ``set`` overrides, a sweep's point by its index and axes, a file's run as the CLI
     labels it; `labels` gives your own, one per run compared."""
-    from kernbench_cli.report.compare import deltas, enough, metrics
+    from kernbench_cli.report.compare import changed, deltas, enough, metrics, settings
 
-    pairs = enough([pair for n, run in enumerate(runs) for pair in _runs_of(run, n)])
+    found = enough([one for n, run in enumerate(runs) for one in _runs_of(run, n)])
     if labels is not None:
         labels = list(labels)
-        if len(labels) != len(pairs) or not all(isinstance(x, str) for x in labels):
-            raise KernbenchError(f"labels: {len(pairs)} runs to compare need {len(pairs)} "
+        if len(labels) != len(found) or not all(isinstance(x, str) for x in labels):
+            raise KernbenchError(f"labels: {len(found)} runs to compare need {len(found)} "
                                  f"labels (strings); got {labels!r}")
-        pairs = [(label, run) for label, (_, run) in zip(labels, pairs, strict=True)]
+        found = [(label, run, axes) for label, (_, run, axes) in zip(labels, found,
+                                                                      strict=True)]
+    pairs = [(label, run) for label, run, _ in found]
     table = metrics(pairs)
+    changes = changed([label for label, _ in pairs],
+                      [settings(run, axes) for _, run, axes in found])
     return Comparison(tuple(label for label, _ in pairs),
                       MappingProxyType({k: tuple(v) for k, v in table.items()}),
                       MappingProxyType({k: tuple(deltas(v)) for k, v in table.items()}),
-                      json.dumps(pairs))
+                      tuple(MappingProxyType(c) for c in changes), json.dumps(pairs))
 
 
-def _runs_of(run: Run, n: int) -> list[tuple[str, dict[str, Any]]]:
-    """(label, run --json object) of each run in one argument of `compare` (the `n`-th)."""
+def _runs_of(run: Run, n: int) -> list[tuple[str, dict[str, Any], Mapping[str, Any] | None]]:
+    """(label, run --json object, a sweep point's axes or None) of each run in one argument
+    of `compare` (the `n`-th)."""
     from kernbench_cli.report.compare import checked, load_file
 
     if isinstance(run, Result):
-        return [(" ".join([f"#{n}", *run.overrides]), run.to_dict())]
+        return [(" ".join([f"#{n}", *run.overrides]), run.to_dict(), None)]
     if isinstance(run, SweepResult):
         out = []
         for point in run.points:
@@ -90,12 +97,12 @@ def _runs_of(run: Run, n: int) -> list[tuple[str, dict[str, Any]]]:
                 raise KernbenchError(f"sweep point {point.index}: no run result (a failed "
                                      "point, or one resumed from a .csv file)")
             axes = " ".join(f"{k}={v}" for k, v in point.axes.items())
-            out.append((f"#{point.index} {axes}".rstrip(), point.result.to_dict()))
+            out.append((f"#{point.index} {axes}".rstrip(), point.result.to_dict(), point.axes))
         return out
     if isinstance(run, Mapping):
         if "latency_ps" not in run:
             raise KernbenchError(f"run {n}: not a `run --json` object (no latency_ps)")
-        return [(f"#{n}", checked(json.loads(json.dumps(dict(run))), f"run {n}"))]
+        return [(f"#{n}", checked(json.loads(json.dumps(dict(run))), f"run {n}"), None)]
     if isinstance(run, str | Path):
         return load_file(Path(run))
     raise KernbenchError(f"run {n}: expected a Result, SweepResult, `run --json` dict or a "

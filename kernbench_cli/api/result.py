@@ -158,6 +158,7 @@ class Result:
     hbm_gbps: float
     hbm_peak_gbps: float
     bounds_ps: Mapping[str, int]
+    metrics: Mapping[str, float]
     energy_pj: Energy | None = None
     average_power_w: float | None = None
     critical_path: CriticalPath | None = None

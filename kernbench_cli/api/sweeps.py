@@ -143,14 +143,16 @@ def check_options(kernel: str | Path, topology: str | Path | None, costs: str | 
     check_outputs({"--out": out, "--plot": plot}, rewrites=("--out",) if resume else ())
 
 
-def sweep_points(sets: Axes, params: Axes, zipped: bool = False) -> list:
+def sweep_points(sets: Axes, params: Axes, zipped: bool = False,
+                 pairs: Sequence[Sequence[str] | str] = ()) -> list:
     """The sweep's points (`explore.sweep.Point`), in order, from the API's axes or the CLI's
-    ``KEY=V1,V2,…`` items."""
+    ``KEY=V1,V2,…`` items; each group of `pairs` names axes whose values go together."""
     from kernbench_cli.config.loader import set_items
     from kernbench_cli.explore.sweep import combine
     from kernbench_cli.sim.kernels import param_items
 
-    return combine(_axes(sets, "--set", set_items), _axes(params, "-p", param_items), zipped)
+    return combine(_axes(sets, "--set", set_items), _axes(params, "-p", param_items), zipped,
+                   pairs)
 
 
 def _axes(given: Axes, option: str, items: Callable[[Mapping[str, Any]], list[str]]
@@ -177,14 +179,17 @@ def _axes(given: Axes, option: str, items: Callable[[Mapping[str, Any]], list[st
 
 def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axes = None,
           set: Axes = None,  # `set`, as the CLI says it
-          costs: str | Path | None = None, zip: bool = False, seed: int = 0,
+          costs: str | Path | None = None, zip: bool = False,
+          pair: Sequence[Sequence[str] | str] = (), seed: int = 0,
           timing_only: bool = False, jobs: int | None = None, replay: str | Path | None = None,
           record_once: bool = True, out: str | Path | None = None, resume: bool = False,
           dask: str | None = None, on_start: Callable[[int], None] | None = None,
           on_row: Callable[[dict[str, Any]], None] | None = None) -> SweepResult:
     """Run `kernel` at every point of the axes: `kernbench sweep` (see the module docstring
     for the axes). The points are every combination, the first axis slowest, or with
-    `zip` the axes' values side by side; each runs in a fresh worker process (`jobs` of
+    `zip` the axes' values side by side; each group of `pair` (axis keys, such as
+    ``("pe.gemm.rows", "pe.gemm.cols")``) goes through its values together, crossed with
+    the other axes. Each point runs in a fresh worker process (`jobs` of
     them, default the CPU count; `dask`: on that Dask scheduler). A point that fails is a
     point with its `error`, not an exception (`SweepResult.check()` raises the CLI's).
 
@@ -198,7 +203,7 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
     check_options(kernel, topology, costs, replay, out, resume, jobs, dask)
     from kernbench_cli.explore.sweep import Results, Spec
 
-    todo = sweep_points(set, params, zip)
+    todo = sweep_points(set, params, zip, pair)
     spec = Spec(str(kernel), str(topology) if topology is not None else None,
                 str(costs) if costs is not None else None, seed, timing_only,
                 str(replay) if replay is not None else None)

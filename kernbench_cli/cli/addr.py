@@ -77,7 +77,7 @@ def decode(
         if problem:
             typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(code)
-    print(decoded.text if decoded else f"{value:#x}: {verdict} (the fields as they stand)")
+    print(decoded.text if decoded else f"{value:#x}: {verdict}; its fields:")
     print(f"  {'addr':<11}{value:#x}")
     for f in fields:
         bits = f"[{f.hi}:{f.lo}]" if f.width > 1 else f"[{f.hi}]"

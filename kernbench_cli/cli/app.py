@@ -18,7 +18,7 @@ import typer
 from typer.core import TyperGroup
 
 from kernbench_cli.cli import addr, compare, golden, kernels, run, sweep, topology
-from kernbench_cli.cli.common import plain_metavars
+from kernbench_cli.cli.common import plain_help, plain_metavars
 from kernbench_cli.errors import KernbenchError
 from kernbench_cli.lang.confine import Interrupted
 
@@ -41,6 +41,10 @@ class KernbenchGroup(TyperGroup):
     else is a bug in kernbench: ``internal error: … (please report)`` on one
     line, the traceback in a file named there, and exit 70.
     """
+
+    def main(self, *args, **kwargs):
+        plain_help(self)
+        return super().main(*args, **kwargs)
 
     def invoke(self, ctx):
         from kernbench_cli.fileio import begin_command, end_command

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -32,27 +33,47 @@ ParamOpt = Annotated[list[str] | None, typer.Option(
     "--param", "-p", metavar="NAME=VALUE",
     help="Kernel parameter (`kernbench kernels KERNEL` lists them); repeatable.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
+
+
+class Format(StrEnum):
+    """What `--format` prints: the Rich table, CSV, Markdown or JSON."""
+
+    table = "table"
+    csv = "csv"
+    md = "md"
+    json = "json"
+
+
+FormatOpt = Annotated[Format | None, typer.Option(
+    "--format", help="table (the default), csv (a row per value, for pandas or a "
+                     "spreadsheet), md (Markdown) or json (as --json).")]
+
+
+def chosen_format(fmt: Format | None, as_json: bool) -> Format:
+    """The format `--format` and `--json` ask for (refused when they disagree)."""
+    if as_json and fmt not in (None, Format.json):
+        from kernbench_cli.errors import KernbenchError
+
+        raise KernbenchError(f"--json and --format {fmt.value} disagree: give one")
+    return Format.json if as_json else fmt or Format.table
+
+
 PerPeOpt = Annotated[bool, typer.Option("--per-pe", help="Also show each PE.")]
 
 
 def echo_rich(*renderables) -> None:
     """Print Rich renderables: as they are on a terminal; piped, without the padding Rich
-    puts at the end of lines (so `grep`, `diff` and files see clean text). Table cells
-    too wide for the terminal wrap instead of ending in "…"."""
+    puts at the end of lines (so `grep`, `diff` and files see clean text). Every table is
+    fitted to the terminal's width without breaking a number or a name in a cell, or shown
+    in its long form where it cannot be (`report.fit`)."""
     import sys
 
     from rich.console import Console
-    from rich.table import Table
 
-    def fold(items) -> None:  # a narrow terminal wraps a cell; it never cuts a number
-        for item in items:
-            if isinstance(item, Table):
-                for column in item.columns:
-                    column.overflow = "fold"  # (a no_wrap column is shrunk last)
-            fold(getattr(item, "renderables", ()))
+    from kernbench_cli.report.fit import fitted
 
-    fold(renderables)
     console = Console()
+    renderables = [fitted(item, console, console.width) for item in renderables]
     if console.is_terminal:
         console.print(*renderables, sep="\n")
         return
@@ -76,6 +97,25 @@ def parse_int(text: str, what: str) -> int:
         raise AddressError(f"{what} {shown[:21]}…{shown[-8:]} ({len(shown):,} digits) is too "
                            "large")
     return value
+
+
+def plain_help(command) -> None:
+    """Help texts shown as written: Typer reads them as Rich markup, which takes
+    ``kernbench[plot]`` for a style tag and prints ``kernbench``. Escapes the markup of the
+    help of `command`, its parameters and every command below it (once)."""
+    from rich.markup import escape
+
+    if getattr(command, "_plain_help", False):
+        return
+    command._plain_help = True
+    for attr in ("help", "short_help", "epilog"):
+        if getattr(command, attr, None):
+            setattr(command, attr, escape(getattr(command, attr)))
+    for param in command.params:
+        if getattr(param, "help", None):
+            param.help = escape(param.help)
+    for sub in getattr(command, "commands", {}).values():
+        plain_help(sub)
 
 
 def plain_metavars() -> None:

@@ -216,8 +216,9 @@ def show(result, as_json: bool, per_pe: bool, sensitive: bool = False) -> None:
         from kernbench_cli.report import run as report
         from kernbench_cli.report.sensitivity import sensitivity_table
 
-        echo_rich(report.render(result.raw, per_pe, Console().width),
-                  *([sensitivity_table(found)] if found is not None else []))
+        width = Console().width
+        echo_rich(report.render(result.raw, per_pe, width),
+                  *([sensitivity_table(found, width)] if found is not None else []))
 
 
 def _save_npz(path: Path, arrays: dict) -> None:

@@ -8,7 +8,15 @@ from typing import Annotated, Any
 
 import typer
 
-from kernbench_cli.cli.common import CostsOpt, JsonOpt, SeedOpt, echo_rich
+from kernbench_cli.cli.common import (
+    CostsOpt,
+    Format,
+    FormatOpt,
+    JsonOpt,
+    SeedOpt,
+    chosen_format,
+    echo_rich,
+)
 
 KernelArg = Annotated[str, typer.Argument(help="Kernel name (sharded_gemm, …) or .py path.")]
 TopologyOpt = Annotated[str | None, typer.Option(
@@ -23,6 +31,10 @@ AxisParamOpt = Annotated[list[str] | None, typer.Option(
     help="A kernel parameter and its values (an axis if several); repeatable.")]
 ZipOpt = Annotated[bool, typer.Option(
     "--zip", help="Pair the axes' values in order instead of taking every combination.")]
+PairOpt = Annotated[list[str] | None, typer.Option(
+    "--pair", metavar="KEY,KEY,…",
+    help="Take these axes' values together (the i-th of each at once), crossed with the "
+         "other axes; repeatable, a group each.")]
 TimingOnlyOpt = Annotated[bool, typer.Option(
     "--timing-only", help="Skip values and verification (faster).")]
 JobsOpt = Annotated[int | None, typer.Option(
@@ -52,46 +64,65 @@ DaskOpt = Annotated[str | None, typer.Option(
 def sweep(
     kernel: KernelArg, topology: TopologyOpt = None, costs: CostsOpt = None,
     sets: AxisSetOpt = None, param: AxisParamOpt = None, zipped: ZipOpt = False,
+    pair: PairOpt = None,
     seed: SeedOpt = 0, timing_only: TimingOnlyOpt = False, jobs: JobsOpt = None,
     out: OutOpt = None, resume: ResumeOpt = False, replay: ReplayOpt = None,
     no_replay: NoReplayOpt = False, plot: PlotOpt = None, x: XOpt = None,
-    y: YOpt = "latency", dask: DaskOpt = None,
+    y: YOpt = "latency", dask: DaskOpt = None, fmt: FormatOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run KERNEL at every point of the axes; a table of the points, as given."""
     from kernbench_cli.api import sweeps as api
 
+    fmt = chosen_format(fmt, as_json)
     api.check_options(kernel, topology, costs, replay, out, resume, jobs, dask, plot=plot)
     if plot is not None:
         from kernbench_cli.report.plot import check
 
-        todo = api.sweep_points(sets or [], param or [], zipped)
+        todo = api.sweep_points(sets or [], param or [], zipped, pair or ())
         check(plot, x, y, list(todo[0].axes) if todo else [])
     progress = _progress(sys.stderr.isatty())
     try:
         result = api.sweep(kernel, topology, params=param or [], set=sets or [], costs=costs,
-                           zip=zipped, seed=seed, timing_only=timing_only, jobs=jobs,
-                           replay=replay, record_once=not no_replay, out=out, resume=resume,
-                           dask=dask, on_start=progress.start, on_row=progress.advance)
+                           zip=zipped, pair=pair or (), seed=seed, timing_only=timing_only,
+                           jobs=jobs, replay=replay, record_once=not no_replay, out=out,
+                           resume=resume, dask=dask, on_start=progress.start,
+                           on_row=progress.advance)
     finally:
         progress.stop()
     ordered = result.to_dicts()
-    if as_json:
-        import json
-
-        typer.echo(json.dumps(ordered, sort_keys=True, indent=2))
-    else:
-        from rich.console import Console
-
-        from kernbench_cli.report.sweep import sweep_table
-
-        echo_rich(sweep_table(ordered, Console().width))
+    _print(ordered, list(result.axes), fmt)
     if plot is not None:
         from kernbench_cli.report.plot import plot as draw
 
         where = topology or "default"
         draw(plot, ordered, x, y, f"{kernel} on {where}: {len(ordered)} points")
     result.check()
+
+
+def _print(rows: list[dict[str, Any]], axes: list[str], fmt: Format) -> None:
+    """The sweep's rows in the format asked for: a table, the `--out` CSV, Markdown or
+    every row's JSON."""
+    if fmt is Format.json:
+        import json
+
+        typer.echo(json.dumps(rows, sort_keys=True, indent=2))
+    elif fmt is Format.csv:
+        from kernbench_cli.explore.sweep import csv_header, csv_row
+        from kernbench_cli.report.formats import csv_text
+
+        typer.echo(csv_text(csv_header(axes), (csv_row(r, axes) for r in rows)), nl=False)
+    else:
+        from rich.console import Console
+
+        from kernbench_cli.report.sweep import sweep_table
+
+        if fmt is Format.md:
+            from kernbench_cli.report.formats import markdown
+
+            typer.echo(markdown(sweep_table(rows)), nl=False)
+        else:
+            echo_rich(sweep_table(rows, Console().width))
 
 
 class _progress:

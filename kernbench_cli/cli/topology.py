@@ -33,10 +33,12 @@ def show(
 
         typer.echo(topology_toml(amap.topology), nl=False)
         return
+    from rich.console import Console
+
     from kernbench_cli.cli.common import echo_rich
     from kernbench_cli.report.topology import resource_table, system_tree
 
-    echo_rich(system_tree(amap), resource_table(amap))
+    echo_rich(system_tree(amap), resource_table(amap, Console().width))
 
 
 @app.command()

@@ -104,16 +104,20 @@ def split_axes(items: Sequence[str], option: str) -> list[list[str]]:
     return axes
 
 
-def points(sets: Sequence[str], params: Sequence[str], zipped: bool = False) -> list[Point]:
+def points(sets: Sequence[str], params: Sequence[str], zipped: bool = False,
+           pairs: Sequence[Sequence[str]] = ()) -> list[Point]:
     """The points of a sweep, in order: the product of the axes (first axis slowest), or
-    with `zipped`, the i-th value of every axis together (all axes the same length)."""
-    return combine(split_axes(sets, "--set"), split_axes(params, "-p"), zipped)
+    with `zipped`, the i-th value of every axis together (all axes the same length); each
+    group of `pairs` (axis keys) goes through its values together, crossed with the rest."""
+    return combine(split_axes(sets, "--set"), split_axes(params, "-p"), zipped, pairs)
 
 
 def combine(set_axes: list[list[str]], param_axes: list[list[str]],
-            zipped: bool = False) -> list[Point]:
+            zipped: bool = False, pairs: Sequence[Sequence[str]] = ()) -> list[Point]:
     """The points of axes already split into their `KEY=value` alternatives (`points`)."""
     axes = set_axes + param_axes
+    if zipped and pairs:
+        raise ParamError("--zip pairs every axis already; give it or --pair, not both")
     if zipped:
         lengths = {len(a) for a in axes if len(a) > 1}
         if len(lengths) > 1:
@@ -122,11 +126,53 @@ def combine(set_axes: list[list[str]], param_axes: list[list[str]],
         combos: Iterator[tuple[str, ...]] = (tuple(a[i] if len(a) > 1 else a[0] for a in axes)
                                               for i in range(n))
     else:
-        combos = itertools.product(*axes)
+        units = _units(axes, pairs)
+        combos = (_flatten(axes, units, choice)
+                  for choice in itertools.product(*(range(len(axes[u[0]])) for u in units)))
     out = []
     for index, combo in enumerate(combos):
         out.append(Point(index, tuple(combo[:len(set_axes)]), tuple(combo[len(set_axes):])))
     return out
+
+
+def _flatten(axes: list[list[str]], units: list[list[int]], choice: tuple[int, ...]
+             ) -> tuple[str, ...]:
+    """The items of one point, in the axes' order: value `choice[u]` of each axis of unit
+    `u`."""
+    combo = [""] * len(axes)
+    for unit, at in zip(units, choice, strict=True):
+        for axis in unit:
+            combo[axis] = axes[axis][at]
+    return tuple(combo)
+
+
+def _units(axes: list[list[str]], pairs: Sequence[Sequence[str]]) -> list[list[int]]:
+    """The axes crossed, in order (each where its first axis is): an axis alone, or a group
+    of `pairs` whose axes go through their values together (as many values each)."""
+    where = {axis[0].split("=", 1)[0]: n for n, axis in enumerate(axes)}
+    grouped: dict[int, list[int]] = {}
+    for group in pairs:
+        keys = [k.strip() for k in (group.split(",") if isinstance(group, str) else group)]
+        name = ",".join(keys)
+        if len(keys) < 2:
+            raise ParamError(f"--pair {name}: name two axes or more (KEY,KEY,…)")
+        missing = [k for k in keys if k not in where]
+        if missing:
+            raise ParamError(f"--pair {name}: {missing[0]} is not an axis (axes: "
+                             f"{', '.join(where) or 'none'})")
+        taken = [k for k in keys if where[k] in grouped or keys.count(k) > 1]
+        if taken:
+            raise ParamError(f"--pair {name}: {taken[0]} is in two pairs; an axis pairs once")
+        lengths = [len(axes[where[k]]) for k in keys]
+        if len(set(lengths)) > 1:
+            counts = ", ".join(f"{k} has {n}" for k, n in zip(keys, lengths, strict=True))
+            raise ParamError(f"--pair {name}: {counts} values; paired axes need as many "
+                             "values each")
+        unit = sorted(where[k] for k in keys)
+        for axis in unit:
+            grouped[axis] = unit
+    return [grouped.get(n, [n]) for n in range(len(axes))
+            if n not in grouped or grouped[n][0] == n]
 
 
 def run_point(spec: Spec, point: Point) -> dict[str, Any]:
@@ -208,7 +254,13 @@ CSV_RESULT = ("latency_ps", "bound", "verified", "gemm_mac_utilization", "hbm_gb
               "energy_pj")
 
 
-def _csv_row(row: dict[str, Any], axis_keys: list[str]) -> list[Any]:
+def csv_header(axis_keys: list[str]) -> list[str]:
+    """The columns of a sweep's `.csv` rows."""
+    return ["point", *axis_keys, *CSV_RESULT, "error", "sweep"]
+
+
+def csv_row(row: dict[str, Any], axis_keys: list[str]) -> list[Any]:
+    """A sweep row (`point`, `axes`, `result`, `error`, `sweep`) as `.csv` fields."""
     result = row["result"] or {}
     values = [row["point"], *(row["axes"].get(k, "") for k in axis_keys)]
     values += [result.get("latency_ps", ""), (result.get("bound") or {}).get("engine") or "",
@@ -343,7 +395,7 @@ class Results:
         if not self.csv:
             return ""
         text = io.StringIO(newline="")
-        csv.writer(text).writerow(["point", *self.axis_keys, *CSV_RESULT, "error", "sweep"])
+        csv.writer(text).writerow(csv_header(self.axis_keys))
         return text.getvalue()
 
     def _line(self, row: dict[str, Any]) -> str:
@@ -351,7 +403,7 @@ class Results:
         if not self.csv:
             return json.dumps(row, sort_keys=True) + "\n"
         text = io.StringIO(newline="")
-        csv.writer(text).writerow(_csv_row(row, self.axis_keys))
+        csv.writer(text).writerow(csv_row(row, self.axis_keys))
         return text.getvalue()
 
 

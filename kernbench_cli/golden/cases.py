@@ -36,4 +36,6 @@ CASES: tuple[Case, ...] = (
     Case("rmsnorm.default", "rmsnorm", "default"),
     Case("rmsnorm.llama3-8b.sip", "rmsnorm", "sip", ("model=llama3-8b",)),
     Case("rmsnorm.rack", "rmsnorm", "rack", ("cols=256",)),
+    Case("all_reduce.ring.default", "all_reduce", "default"),
+    Case("all_reduce.hier.sip", "all_reduce", "sip", ("algo=hier", "bytes=65536")),
 )

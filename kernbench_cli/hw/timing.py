@@ -139,9 +139,9 @@ class Stuck:
 class _Proc:
     """One PE's walk over its stream, as SimPy event callbacks resume it."""
 
-    __slots__ = ("after", "at", "cpu", "current", "done", "end", "env", "error", "events", "gen",
-                 "issue", "last_end", "made", "n", "pid", "planned", "prio", "resume_cb", "start",
-                 "tcm_peak",
+    __slots__ = ("after", "at", "cpu", "current", "done", "due", "end", "env", "error", "events",
+                 "gen", "issue", "last_end", "made", "n", "pid", "planned", "prio", "resume_cb",
+                 "start", "tcm_peak",
                  "tcm_wait", "tile_buffers", "tile_worst", "tiles", "waiting", "waits", "why")
 
     def __init__(self, env: simpy.Environment, pid: int, prio: int | None = None):
@@ -178,6 +178,7 @@ class _Proc:
         self.tile_buffers: dict[int, list] = {}
         self.tile_worst = (0, 0, -1)
         self.resume_cb = self._resume
+        self.due: list[int] | None = None  # the resume `wake_by` planned, while it waits
 
     def _resume(self, _event: simpy.Event) -> None:
         self.events += 1
@@ -191,15 +192,32 @@ class _Proc:
             self.error = TimeRangeError(_TOO_LATE, self.pid, self.at, self.env.now)
             self.done = True
 
-    def wake_at(self, t: int) -> None:
-        """Resume at simulated time `t` (now if past), in PE-index order among equals."""
+    def wake_at(self, t: int, callback=None) -> None:
+        """Resume at simulated time `t` (now if past), in PE-index order among equals
+        (`callback`: what resumes it, if not `_resume`)."""
         env = self.env
         event = simpy.Event(env)
         event._ok = True
         event._value = None
-        event.callbacks.append(self.resume_cb)
+        event.callbacks.append(callback or self.resume_cb)
         now = env.now
         env.schedule(event, self.prio, t - now if t > now else 0)
+
+    def wake_by(self, t: int) -> None:
+        """Resume at `t` at the latest: a wait for the earliest of times learnt while it
+        sleeps (an IPCQ credit given back after another that is back later). A resume
+        planned for later is called off; one planned for `t` or sooner stands."""
+        due = self.due
+        if due is not None and due[0] <= t:
+            return
+        self.due = due = [t]
+
+        def resume(event: simpy.Event) -> None:
+            if self.due is due:  # not called off since
+                self.due = None
+                self._resume(event)
+
+        self.wake_at(t, resume)
 
 
 class _Running:
@@ -1007,6 +1025,7 @@ class Timing:
                 proc.waiting = (f"send to PE ({self.system.coords[dst]}): its {direction} "
                                 "ring is full")
                 yield
+                ring.sender_waiting.remove(proc)
                 proc.waiting = ""
                 cpu.wait_until(env.now)
                 credit = ring.take_credit()
@@ -1119,12 +1138,13 @@ class Timing:
 
     @staticmethod
     def _wake_senders(ring: Ring, credits_before: int) -> None:
-        """Wake the senders waiting on `ring` if taking chunks gave credits back."""
+        """Wake the senders waiting on `ring` when its earliest credit is back, if taking
+        chunks gave credits back. They stay waiting until they resume: a credit given
+        back later may be back sooner (its way back is shorter), and wakes them sooner."""
         if len(ring.credits) > credits_before and ring.sender_waiting:
             at = ring.credits[0][0]  # a heap: the earliest credit is its head
             for proc in ring.sender_waiting:
-                proc.wake_at(at)
-            ring.sender_waiting.clear()
+                proc.wake_by(at)
 
 
 class _Tiles:

@@ -152,6 +152,20 @@ class TL:
                               f"got {axis!r}")
         return axis
 
+    def mesh(self, axis: int = 0) -> tuple[int, int]:
+        """(columns, rows) of the PE mesh of a cube (axis 0), of the cube mesh of a SIP
+        (axis 1), or of the system's SIPs (axis 2: one row). Mesh neighbours are one hop
+        apart (PE index = row * columns + column)."""
+        s = self._launch.system.topology.system
+        return (tuple(s.pe_mesh), tuple(s.cube_mesh),
+                (s.racks * s.sips_per_rack, 1))[self._axis(axis)]
+
+    def ring_capacity(self) -> tuple[int, int]:
+        """(slots, slot bytes) of each inbound IPCQ ring: a sender may have that much of
+        messages not yet taken by a receiver before its `send` waits for a credit."""
+        ipcq = self._launch.system.topology.pe.ipcq
+        return ipcq.slots, ipcq.slot_size
+
     @property
     def pid(self) -> int:
         """Global PE index: PEs of a cube fastest, then cubes, then SIPs."""

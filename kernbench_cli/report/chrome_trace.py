@@ -42,6 +42,13 @@ from kernbench_cli.hw.pe import ENGINES
 from kernbench_cli.sim.result import RunResult
 
 
+def kernel_line(result: RunResult, pid: int, command: int) -> int:
+    """The kernel line that issued command `command` of PE `pid` (0: not known, as in a
+    result without lines)."""
+    lines = result.lines[pid] if pid < len(result.lines) else ()
+    return lines[command] if 0 <= command < len(lines) else 0
+
+
 def decoded(amap: AddressMap, addr: int | None, cache: dict[int, str]) -> str | None:
     """The human form of `addr` (None stays None), memoised in `cache`."""
     if addr is None:
@@ -70,8 +77,7 @@ class _Builder:
         self.cache: dict[int, str] = {}
 
     def line(self, pid: int, command: int) -> int:
-        lines = self.result.lines[pid] if pid < len(self.result.lines) else ()
-        return lines[command] if 0 <= command < len(lines) else 0
+        return kernel_line(self.result, pid, command)
 
     def meta(self, pid: int, tid: int | None, name: str, sort: int) -> None:
         if tid is None:

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
 from rich.table import Table
 
 from kernbench_cli.config.units import format_energy_aj, format_time_ps
@@ -21,20 +22,16 @@ from kernbench_cli.fileio import parse_json, read_input
 MAX_RESULTS_BYTES = 2**32
 
 
-def load_runs(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
-    """(label, run --json object) of every run in `paths`; a file is one object or JSON lines."""
-    return enough([run for path in paths for run in load_file(path)])
-
-
-def enough(runs: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+def enough(runs: list) -> list:
     """`runs`, if there are at least two to compare."""
     if len(runs) < 2:
         raise KernbenchError(f"compare needs at least two runs; got {len(runs)}")
     return runs
 
 
-def load_file(path: Path) -> list[tuple[str, dict[str, Any]]]:
-    """(label, run --json object) of every run in one file: one object, or a sweep's rows."""
+def load_file(path: Path) -> list[tuple[str, dict[str, Any], dict[str, Any] | None]]:
+    """(label, run --json object, the sweep point's axes or None) of every run in one file:
+    one object, or a sweep's rows."""
     try:
         text = read_input(path, MAX_RESULTS_BYTES, "a results file").decode()
     except UnicodeDecodeError:
@@ -45,7 +42,7 @@ def load_file(path: Path) -> list[tuple[str, dict[str, Any]]]:
     except (ValueError, RecursionError):
         whole = None
     if isinstance(whole, dict) and "latency_ps" in whole:
-        return [(path.name, checked(whole, str(path)))]
+        return [(path.name, checked(whole, str(path)), None)]
     runs = []
     for n, line in enumerate(text.splitlines(), 1):
         try:
@@ -57,10 +54,10 @@ def load_file(path: Path) -> list[tuple[str, dict[str, Any]]]:
         if not isinstance(result, dict) or "latency_ps" not in result:
             raise KernbenchError(f"{path}:{n}: no run result here (a failed sweep point, "
                                  "or not kernbench output)")
-        axes = row.get("axes")
-        axes = " ".join(f"{k}={v}" for k, v in axes.items()) if isinstance(axes, dict) else ""
-        runs.append((f"{path.name}#{row.get('point', n - 1)} {axes}".rstrip(),
-                     checked(result, f"{path}:{n}")))
+        axes = row.get("axes") if isinstance(row.get("axes"), dict) else None
+        shown = " ".join(f"{k}={v}" for k, v in (axes or {}).items())
+        runs.append((f"{path.name}#{row.get('point', n - 1)} {shown}".rstrip(),
+                     checked(result, f"{path}:{n}"), axes))
     return runs
 
 
@@ -123,6 +120,48 @@ def deltas(values: list[Any]) -> list[float | None]:
     return out
 
 
+#: How the table names a metric (its key in `--json` and csv is the metric itself).
+SHOWN = {"latency_ps": "latency", "energy_pj": "energy", "average_power_w": "average power",
+         "bound": "bound by", "invariants_held": "invariants held"}
+
+
+def shown_name(metric: str) -> str:
+    """"latency_ps" -> "latency", "dma.busy_ps" -> "dma busy", "dma.utilization" -> "dma
+    util": what the table calls a metric (its values carry their units)."""
+    engine, _, what = metric.partition(".")
+    if what:
+        return f"{engine} {'busy' if what == 'busy_ps' else 'util'}"
+    return SHOWN.get(metric, metric)
+
+
+def settings(run: dict[str, Any], axes: dict[str, Any] | None = None) -> dict[str, str]:
+    """What a run was run with, each as text: kernel, topology, cost table, seed, timing
+    only, then a sweep point's axes as given, or else each parameter and `--set` item."""
+    out = {key: str(run.get(key)) for key in ("kernel", "topology", "costs", "seed",
+                                              "timing_only")}
+    if axes is not None:
+        out.update((str(k), str(v)) for k, v in axes.items())
+        return out
+    params = run.get("params") if isinstance(run.get("params"), dict) else {}
+    out.update((str(k), str(v)) for k, v in sorted(params.items()))
+    overrides = run.get("overrides") if isinstance(run.get("overrides"), list) else []
+    out.update(str(item).split("=", 1) for item in overrides if "=" in str(item))
+    return out
+
+
+def changed(labels: list[str], every: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Per run, the settings that differ between the runs ("not set" where a run left a key
+    as its topology has it); where none differ, the run's label (its file) under "run"."""
+    keys = list(dict.fromkeys(key for one in every for key in one))
+    differ = [key for key in keys if len({one.get(key, NOT_SET) for one in every}) > 1]
+    if not differ:
+        return [{"run": label} for label in labels]
+    return [{key: one.get(key, NOT_SET) for key in differ} for one in every]
+
+
+NOT_SET = "not set"
+
+
 def _cell(name: str, value: Any) -> str:
     if value is None:
         return "-"
@@ -137,24 +176,41 @@ def _cell(name: str, value: Any) -> str:
     return str(value)
 
 
-def compare_table(runs: list[tuple[str, dict[str, Any]]]) -> Table:
+def compare_table(runs: list[tuple[str, dict[str, Any]]], changes: list[dict[str, str]],
+                  width: int | None = None) -> Table:
+    """The runs side by side, a column each, under rows naming what changed between them;
+    where that would not fit `width` columns, a row per run instead (as a sweep's table)."""
+    from kernbench_cli.report.fit import fits
+
+    table = _by_metric(runs, changes)
+    if width is None or fits(table, Console(width=10_000), width):
+        return table
+    from kernbench_cli.report.sweep import sweep_table
+
+    rows = [{"point": n + 1, "axes": change, "result": run, "error": None}
+            for n, ((_, run), change) in enumerate(zip(runs, changes, strict=True))]
+    table = sweep_table(rows, width)
+    table.title = f"Compare: {len(runs)} runs, change against the first"
+    table.caption = (f"a row per run to fit {width} columns; --format csv or json has every "
+                     "metric")
+    return table
+
+
+def _by_metric(runs: list[tuple[str, dict[str, Any]]], changes: list[dict[str, str]]) -> Table:
     table = Table(title="Compare: change against the first run", title_style="bold")
-    table.add_column("metric", style="bold")
-    for label, _ in runs:
-        table.add_column(label, justify="right", overflow="fold")
+    table.add_column("", style="bold")
+    for n in range(len(runs)):
+        table.add_column(f"run {n + 1}", justify="right", no_wrap=True)
+    keys = list(changes[0])
+    for key in keys:
+        table.add_row(key, *(change[key] for change in changes),
+                      end_section=key == keys[-1])
     for name, values in metrics(runs).items():
         cells = []
         for value, delta in zip(values, deltas(values), strict=True):
             text = _cell(name, value)
-            if delta is not None and values is not None and cells:
+            if delta is not None and cells:
                 text += f" ({delta:+.1f}%)"
             cells.append(text)
-        table.add_row(name, *cells)
+        table.add_row(shown_name(name), *cells)
     return table
-
-
-def compare_json(runs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-    table = metrics(runs)
-    return {"runs": [label for label, _ in runs],
-            "metrics": {name: {"values": values, "delta_pct": deltas(values)}
-                        for name, values in table.items()}}

@@ -242,47 +242,51 @@ def summary(result: RunResult) -> Table:
         ratio = result.latency_ps / ps if ps else float("inf")
         rows.insert(3, (f"{name} bound", f"{format_time_ps(ps)} = {how}; the latency is "
                                           f"{ratio:.2f}x that"))
+    if result.metrics:
+        rows.insert(3, ("metrics", "; ".join(f"{name} {value:.4g} {how}".rstrip()
+                                             for name, (value, how) in result.metrics.items())))
     for key, value in rows:
         table.add_row(key, value)
     return table
 
 
+#: The engine table's columns a narrow terminal leaves out, the least needed first.
+ENGINE_OPTIONAL = ("energy", "wait", "min", "idle", "max")
+
+
 def engine_table(result: RunResult, width: int | None = None) -> Table:
-    """Busy, wait, idle and utilisation per engine, and its dynamic energy: the energy column
-    is left out (the caption says so) when the table would not fit `width` columns."""
+    """Busy, wait, idle and utilisation per engine, and its dynamic energy: columns of
+    `ENGINE_OPTIONAL` are left out (the caption says which) while the table would not fit
+    `width` columns without splitting a number."""
+    from kernbench_cli.report.fit import drop_to_fit, dropped_caption
+
     energy = result.energy.dynamic if result.energy is not None else None
-    table = _engines(result, energy)
-    if energy is not None and width is not None and table_width(table) > width:
-        table = _engines(result, None)
+    optional = ENGINE_OPTIONAL if energy is not None else ENGINE_OPTIONAL[1:]
+    table, dropped = drop_to_fit(lambda out: _engines(result, energy, out), optional, width)
+    if dropped == ["energy"]:
         table.caption = f"energy by engine: the Energy table (no room in {width} columns)"
+    elif dropped:
+        table.caption = dropped_caption(dropped, width)
     return table
 
 
-def _engines(result: RunResult, energy: dict[str, int] | None) -> Table:
+def _engines(result: RunResult, energy: dict[str, int] | None, dropped) -> Table:
     table = Table(title="Engines: busy time (min, mean, max over the n units); wait, idle "
                         "and util of the mean")
-    columns = ("engine", "n", "min", "mean", "max", "wait", "idle", "util", "ops")
-    for col in (*columns, *(("energy",) if energy is not None else ())):
-        table.add_column(col, justify="left" if col == "engine" else "right")
+    columns = [c for c in ("engine", "n", "min", "mean", "max", "wait", "idle", "util", "ops",
+                           *(("energy",) if energy is not None else ())) if c not in dropped]
+    for col in columns:
+        table.add_column(col, justify="left" if col == "engine" else "right", no_wrap=True)
     for name, stats in result.engines.items():
         row = _engine_numbers(stats, result.latency_ps)
-        table.add_row(name, str(stats.instances), short(row["busy_min_ps"]),
-                      short(row["busy_ps"]), short(row["busy_max_ps"]),
-                      short(row["wait_ps"]) if stats.wait_ps else "-", short(row["idle_ps"]),
-                      f"{row['utilization']:.1%}", f"{row['ops']:,}",
-                      *((format_energy_aj(energy.get(name, 0)),) if energy is not None else ()))
+        cells = {"engine": name, "n": str(stats.instances), "min": short(row["busy_min_ps"]),
+                 "mean": short(row["busy_ps"]), "max": short(row["busy_max_ps"]),
+                 "wait": short(row["wait_ps"]) if stats.wait_ps else "-",
+                 "idle": short(row["idle_ps"]), "util": f"{row['utilization']:.1%}",
+                 "ops": f"{row['ops']:,}",
+                 "energy": format_energy_aj(energy.get(name, 0)) if energy is not None else ""}
+        table.add_row(*(cells[c] for c in columns))
     return table
-
-
-def table_width(table: Table) -> int:
-    """The columns `table` takes when nothing makes it narrower."""
-    import io
-
-    from rich.console import Console
-
-    out = io.StringIO()
-    Console(file=out, width=10_000).print(table)
-    return max(len(line.rstrip()) for line in out.getvalue().splitlines())
 
 
 def per_pe_table(result: RunResult) -> Table:
@@ -374,6 +378,7 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
         "hbm_gbps": round(achieved, 6),
         "hbm_peak_gbps": round(peak, 6),
         "bounds_ps": {name: ps for name, (ps, _) in sorted(result.bounds.items())},
+        "metrics": {name: value for name, (value, _) in result.metrics.items()},
         "roofline": [{"resource": r.name, "ps": r.ps, "unit": r.unit, "how": r.how,
                       "latency_over_bound": round(result.latency_ps / r.ps, 6) if r.ps
                       else None} for r in result.roofline],

@@ -7,7 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from kernbench_cli.config.units import format_energy_aj, format_time_ps
-from kernbench_cli.report.run import table_width
+from kernbench_cli.report.fit import drop_to_fit, dropped_caption
 
 
 def _verdict(row: dict[str, Any]) -> str:
@@ -29,16 +29,9 @@ def sweep_table(rows: list[dict[str, Any]], width: int | None = None) -> Table:
     is tight. A result all points share ("timing only") goes in the title.
     Given the terminal's `width`, columns of `OPTIONAL` are left out, the
     least needed first, until the table fits; the caption names them."""
-    dropped: list[str] = []
-    table = _table(rows, dropped)
-    for name in OPTIONAL:
-        if width is None or table_width(table) <= width:
-            break
-        dropped.append(name)
-        table = _table(rows, dropped)
+    table, dropped = drop_to_fit(lambda out: _table(rows, out), OPTIONAL, width)
     if dropped:
-        names = " and ".join(n.replace("\n", " ") for n in dropped)
-        table.caption = f"{names} left out to fit {width} columns (--json has every field)"
+        table.caption = dropped_caption(dropped, width)
     return table
 
 
@@ -47,13 +40,14 @@ def _table(rows: list[dict[str, Any]], dropped: list[str]) -> Table:
     varying = [k for k in keys if len({r["axes"].get(k) for r in rows}) > 1] or keys
     verdicts = [_verdict(row) for row in rows]
     common = verdicts[0] if verdicts and len(set(verdicts)) == 1 else None
-    table = Table(title=f"Sweep: {len(rows)} points" + (f", {common}" if common else ""),
-                  title_style="bold")
+    fixed = " ".join(f"{k}={rows[0]['axes'][k]}" for k in keys if k not in varying)
+    table = Table(title=f"Sweep: {len(rows)} points" + (f", {common}" if common else "")
+                  + (f"; {fixed}" if fixed else ""), title_style="bold")
     table.add_column("#", justify="right", no_wrap=True)
-    for name in varying:  # "pe.gemm.rows" headed "pe.gemm" over "rows"
+    for name in varying:  # "pe.gemm.rows" headed "pe.gemm." over "rows"
         head, _, last = name.rpartition(".")
         widest = max(len(str(r["axes"].get(name, ""))) for r in rows)
-        table.add_column(f"{head}\n{last}" if head else name, no_wrap=widest <= 12)
+        table.add_column(f"{head}.\n{last}" if head else name, no_wrap=widest <= 12)
     shown = [c for c in COLUMNS if c not in dropped and not (c == "result" and common)]
     for name in shown:
         table.add_column(name, justify="left" if name in ("bound\nby", "result") else "right",
@@ -73,9 +67,11 @@ def _cells(result: dict[str, Any] | None, first: int | None) -> dict[str, str]:
         return dict.fromkeys(COLUMNS, "-")
     latency = result["latency_ps"]
     energy = (result.get("energy_pj") or {}).get("total")
+    bound = result.get("bound") or {}
+    power, mac = result.get("average_power_w"), result.get("gemm_mac_utilization")
     return {"latency": format_time_ps(latency),
             "vs\nfirst": f"{(latency - first) / first:+.1%}" if first else "-",
             "energy": "-" if energy is None else format_energy_aj(round(energy * 10**6)),
-            "power": "-" if energy is None else f"{result['average_power_w']:.3g} W",
-            "bound\nby": result["bound"].get("by") or result["bound"]["engine"] or "latency",
-            "GEMM\nMAC": f"{result['gemm_mac_utilization']:.1%}"}
+            "power": "-" if power is None else f"{power:.3g} W",
+            "bound\nby": bound.get("by") or bound.get("engine") or "latency",
+            "GEMM\nMAC": "-" if mac is None else f"{mac:.1%}"}

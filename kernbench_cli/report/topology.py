@@ -68,13 +68,26 @@ def peaks(topo) -> str:
             f"{format_bandwidth(topo.rack_link.bandwidth)}")
 
 
-def resource_table(amap: AddressMap) -> Table:
+def resource_table(amap: AddressMap, width: int | None = None) -> Table:
+    """The PE resource window, a row per component; without its end column (start + size)
+    when the table would not fit `width` columns."""
+    from kernbench_cli.report.fit import drop_to_fit, dropped_caption
+
+    table, dropped = drop_to_fit(lambda out: _resources(amap, out), ("end",), width)
+    if dropped:
+        table.caption = dropped_caption(dropped, width).replace("--json has every field",
+                                                                "end = start + size")
+    return table
+
+
+def _resources(amap: AddressMap, dropped) -> Table:
     table = Table(title="PE resource window (ADR-0031), offsets within pe_offset [29:0]")
-    for column, justify in (("component", "left"), ("start", "right"), ("end", "right"),
-                            ("size", "right"), ("in use", "right")):
-        table.add_column(column, justify=justify)
+    columns = [c for c in ("component", "start", "end", "size", "in use") if c not in dropped]
+    for column in columns:
+        table.add_column(column, justify="left" if column == "component" else "right")
     for name, start, end, used in amap.resources.layout():
-        style = "dim" if name == "reserved" else None
-        table.add_row(name, f"{start:#011x}", f"{end:#011x}", format_size_approx(end - start),
-                      format_size(used) if used else "-", style=style)
+        cells = {"component": name, "start": f"{start:#011x}", "end": f"{end:#011x}",
+                 "size": format_size_approx(end - start),
+                 "in use": format_size(used) if used else "-"}
+        table.add_row(*(cells[c] for c in columns), style="dim" if name == "reserved" else None)
     return table

@@ -23,6 +23,9 @@ A kernel module defines:
     cannot run (the message is shown to the user).
 ``kernel(tl, **args)``
     the `tl` kernel every PE runs.
+``metrics(topology, p, latency_ps)`` (optional)
+    figures of merit the kernel states of its run, ``{name: (value, how)}``
+    (a collective's bus bandwidth), shown in the summary and ``--json``.
 ``reference(host, p)``
     the expected outputs, by name, computed with numpy from ``host.inputs``.
 ``outputs(host, args, p)``
@@ -140,7 +143,7 @@ def _check_module(module: ModuleType, shown: str) -> None:
     def bad(what: str) -> ParamError:
         return ParamError(f"{shown}: {what}")
 
-    optional = tuple(n for n in ("bounds", "scaled_defaults") if hasattr(module, n))
+    optional = tuple(n for n in ("bounds", "metrics", "scaled_defaults") if hasattr(module, n))
     for name in REQUIRED_NAMES[1:] + optional:
         if not callable(getattr(module, name)):
             raise bad(f"{name} must be a function, not {type(getattr(module, name)).__name__}")

@@ -77,6 +77,8 @@ class RunResult:
     hbm_bytes: int = 0
     hbm_peak_bytes_per_ps: float = 0.0
     bounds: dict[str, tuple[int, str]] = field(default_factory=dict)  # name: (ps, how)
+    #: what the kernel states of its run (`metrics()`): name: (value, how)
+    metrics: dict[str, tuple[float, str]] = field(default_factory=dict)
     trace: Trace | None = None  # what `run --record` writes (sim.trace_file)
     invariants: list[Invariant] = field(default_factory=list)  # physical checks (all held)
     critical_path: CriticalPath | None = None

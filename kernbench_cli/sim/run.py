@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -146,6 +147,9 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     result.inputs, result.outputs = host.inputs, outputs
     if hasattr(kernel.module, "bounds"):
         result.bounds = _checked_bounds(kernel, _call(kernel, "bounds", amap.topology, params))
+    if hasattr(kernel.module, "metrics"):
+        result.metrics = _checked_metrics(kernel, _call(
+            kernel, "metrics", amap.topology, params, result.latency_ps))
     topo = amap.topology
     costs = topo.cost_table.source
     result.trace = Trace(kernel.name, dict(params), seed, topo.name,
@@ -228,7 +232,8 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
     invariants.enforce(model_checks)
     result = _collect(f"{trace.kernel} (replay)", system, timing, trace.params, trace.seed,
                       True, [])
-    result.bounds = _shipped_bounds(trace, topo)
+    result.bounds = _shipped(trace, "bounds", topo, dict(trace.params))
+    result.metrics = _shipped(trace, "metrics", topo, dict(trace.params), result.latency_ps)
     result.invariants = model_checks
     result.energy = energy.account(counts, topo.energy)
     result.roofline = roofline(system, timing)
@@ -249,19 +254,31 @@ def _checked_bounds(kernel: KernelModule, bounds: Any) -> dict[str, tuple[int, s
     return bounds
 
 
-def _shipped_bounds(trace: Trace, topology) -> dict[str, tuple[int, str]]:
-    """The bounds a shipped kernel states for a replayed trace of it (the kernel's code is
-    not needed to time the trace, only to state its bounds); none for other kernels."""
+def _checked_metrics(kernel: KernelModule, metrics: Any) -> dict[str, tuple[float, str]]:
+    if not isinstance(metrics, dict) or not all(
+            isinstance(k, str) and isinstance(v, tuple) and len(v) == 2
+            and isinstance(v[0], (int, float)) and not isinstance(v[0], bool)
+            and math.isfinite(v[0]) and isinstance(v[1], str)
+            for k, v in metrics.items()):
+        raise KernelError(f"{kernel.shown}: metrics() must return a dict of name: "
+                          "(finite number, how), not " + clip(metrics))
+    return metrics
+
+
+def _shipped(trace: Trace, hook: str, *args: Any) -> dict:
+    """What a shipped kernel's `bounds()` or `metrics()` states for a replayed trace of it
+    (the kernel's code is not needed to time the trace, only to state these); nothing for
+    other kernels."""
     from kernbench_cli.sim.kernels import load_kernel, shipped_kernels
 
     if trace.kernel not in shipped_kernels():
         return {}
     module = load_kernel(trace.kernel).module
-    if not hasattr(module, "bounds"):
+    if not hasattr(module, hook):
         return {}
     try:
-        return module.bounds(topology, dict(trace.params))
-    except Exception:  # params the kernel's version here does not know: state no bound
+        return getattr(module, hook)(*args)
+    except Exception:  # params the kernel's version here does not know: state nothing
         return {}
 
 

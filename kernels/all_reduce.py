@@ -1,0 +1,176 @@
+"""Collectives benchmark: one collective over groups of PEs, with nccl-tests' bandwidths.
+
+Every PE holds a buffer of `bytes` (count = bytes / element size) in its HBM
+slice and calls `collective` on it with `algo` (kernbench_cli.lang.collectives,
+which docs/kernels.md describes). `group` is `all` (one group of every PE),
+`sip` or `cube` (one group per SIP or cube, all running at once).
+
+Reported as nccl-tests reports them (its PERFORMANCE.md), with t the run's latency:
+  algbw = bytes / t
+  busbw = algbw * 2(n-1)/n (all_reduce), * (n-1)/n (reduce_scatter, all_gather),
+          * 1 (broadcast, reduce)
+beside the closed-form alpha-beta time of the same algorithm on the same
+machine (`alpha_beta`): its bus bandwidth and the ratio.
+
+Inputs are small integers, so that every order of summation gives the same
+exact sum: the check against numpy is exact for every algorithm and dtype.
+"""
+
+import numpy as np
+
+from kernbench_cli.lang import alpha_beta
+from kernbench_cli.lang import collectives as coll
+from kernbench_cli.lang.dtypes import dtype
+
+PARAMS = {
+    "collective": "all_reduce",
+    "bytes": 1 << 20,
+    "algo": "ring",
+    "op": "sum",
+    "dtype": "f32",
+    "group": "all",
+    "root": 0,
+}
+CHOICES = {
+    "collective": tuple(coll.ALGOS),
+    "algo": ("ring", "direct", "tree", "rhd", "hier"),
+    "op": coll.OPS,
+    "dtype": ("f16", "bf16", "f32"),
+    "group": ("all", "sip", "cube"),
+}
+PARAM_INFO = {
+    "collective": "all_reduce, reduce_scatter, all_gather, broadcast or reduce",
+    "bytes": ("the buffer each PE holds (nccl-tests' size: all_gather's output, "
+              "reduce_scatter's input)", "B"),
+    "algo": "ring, direct, tree, rhd or hier (which each collective offers: docs/kernels.md)",
+    "op": "the reduction: sum, max or min",
+    "dtype": "element type of the buffers",
+    "group": "all: one group of every PE; sip, cube: one group per SIP or cube, at once",
+    "root": "broadcast and reduce: the root's rank in its group",
+}
+#: the largest integer each dtype holds exactly with every integer below it
+_EXACT = {"f16": 2048, "bf16": 256, "f32": 1 << 24}
+
+
+def _groups(host, p):
+    """The groups, as lists of global PE indexes (every PE is in one)."""
+    s = host.topology.system
+    size = {"all": host.num_pes, "sip": s.cubes_per_sip * s.pes_per_cube,
+            "cube": s.pes_per_cube}[p["group"]]
+    return [list(range(first, first + size)) for first in range(0, host.num_pes, size)]
+
+
+def _check(host, p):
+    item = np.dtype("float32").itemsize if p["dtype"] == "f32" else 2
+    if p["bytes"] <= 0 or p["bytes"] % item:
+        raise ValueError(f"bytes = {p['bytes']} must be a positive multiple of the "
+                         f"{item} B of a {p['dtype']} element")
+    if p["algo"] not in coll.ALGOS[p["collective"]]:
+        raise ValueError(f"{p['collective']} has no algo {p['algo']!r} (it has: "
+                         f"{', '.join(coll.ALGOS[p['collective']])})")
+    n = len(_groups(host, p)[0])
+    if not 0 <= p["root"] < n:
+        raise ValueError(f"root = {p['root']} is not a rank of a group of {n} PEs")
+    if p["algo"] == "rhd" and p["collective"] != "all_reduce" and n & (n - 1):
+        raise ValueError(f"rhd {p['collective']} needs a power-of-two group; groups here "
+                         f"have {n} PEs")
+    return p["bytes"] // item
+
+
+def setup(host, p):
+    count = _check(host, p)
+    groups = _groups(host, p)
+    shape = (host.num_pes, count)
+    if host.timing_only:
+        x = np.broadcast_to(np.zeros((), dtype(p["dtype"])), shape)
+    else:  # |x| <= k with n * k exact in the dtype: sums in any order are exact
+        k = max(1, min(8, _EXACT[p["dtype"]] // len(groups[0])))
+        x = host.rng.integers(-k, k + 1, size=shape).astype(dtype(p["dtype"]))
+    host.inputs["x"] = x
+    return {"buf": host.scatter("x", x.reshape(-1), axis=0), "count": count,
+            "groups": groups, "p": {k: p[k] for k in ("collective", "algo", "op", "dtype",
+                                                      "root")}}
+
+
+def kernel(tl, buf, count, groups, p):
+    group = groups[tl.pid // len(groups[0])]
+    ptr, call = tl.shard(buf), p["collective"]
+    if call in ("broadcast", "reduce"):
+        root = coll.ranks(tl, group)[p["root"]]
+        if call == "broadcast":
+            coll.broadcast(tl, ptr, count, p["dtype"], root, group, p["algo"])
+        else:
+            coll.reduce(tl, ptr, count, p["dtype"], root, group, p["algo"], p["op"])
+    elif call == "all_gather":
+        coll.all_gather(tl, ptr, count, p["dtype"], group, p["algo"])
+    else:
+        getattr(coll, call)(tl, ptr, count, p["dtype"], group, p["algo"], p["op"])
+
+
+def reference(host, p):
+    x = host.inputs["x"].astype(np.float64)
+    fold = {"sum": np.sum, "max": np.max, "min": np.min}[p["op"]]
+    out = x.copy()
+    count = x.shape[1]
+    grid = coll.Grid(host.topology)
+    for group in _groups(host, p):
+        folded = fold(x[group], axis=0)
+        ranks = coll.ranks(grid, group)
+        call = p["collective"]
+        if call == "all_reduce":
+            out[group] = folded
+        elif call == "broadcast":
+            out[group] = x[ranks[p["root"]]]
+        elif call == "reduce":
+            out[ranks[p["root"]]] = folded
+        else:
+            parts = coll.layout(grid, count, group, p["algo"])
+            for pid in group:
+                for owner, (at, n) in parts.items():
+                    if call == "all_gather":
+                        out[pid, at:at + n] = x[owner, at:at + n]
+                    elif owner == pid:
+                        out[pid, at:at + n] = folded[at:at + n]
+    if p["collective"] == "reduce_scatter":  # the rest of a buffer is scratch
+        out = _parts_only(host, p, out)
+    return {"buf": out.astype(host.inputs["x"].dtype)}
+
+
+def _parts_only(host, p, full):
+    """Each PE's own part, concatenated in PE order (reduce_scatter's result)."""
+    grid, count = coll.Grid(host.topology), full.shape[1]
+    pieces = []
+    for group in _groups(host, p):
+        parts = coll.layout(grid, count, group, p["algo"])
+        pieces += [full[pid, at:at + n] for pid in group for at, n in [parts[pid]]]
+    return np.concatenate(pieces)
+
+
+def outputs(host, args, p):
+    full = np.stack([host.read_shard(args["buf"], pid) for pid in range(host.num_pes)])
+    if p["collective"] == "reduce_scatter":
+        full = _parts_only(host, p, full.astype(np.float64)).astype(full.dtype)
+    return {"buf": full}
+
+
+def metrics(topology, p, latency_ps):
+    """algbw and busbw as nccl-tests defines them, and the alpha-beta model's busbw
+    (kernbench_cli/lang/alpha_beta.py) for the same algorithm on the same links."""
+    class _Host:  # what _groups reads
+        num_pes = topology.num_pes
+
+    _Host.topology = topology
+    group = _groups(_Host, p)[0]
+    n, nbytes = len(group), p["bytes"]
+    seconds = latency_ps / 1e12
+    model = alpha_beta.seconds(topology, p["collective"], p["algo"], group, nbytes, p["root"])
+    busbw = alpha_beta.busbw_gbps(p["collective"], n, nbytes, seconds)
+    model_busbw = alpha_beta.busbw_gbps(p["collective"], n, nbytes, model)
+    return {
+        "algbw_gbps": (nbytes / seconds / 1e9 if seconds else 0.0, f"({nbytes} B / latency)"),
+        "busbw_gbps": (busbw, f"(algbw x {alpha_beta.BUS_FACTOR[p['collective']](n)}, "
+                              f"nccl-tests' factor for n = {n})"),
+        "alpha_beta_busbw_gbps": (model_busbw, f"(the alpha-beta time of {p['algo']}: "
+                                               f"{model * 1e6:.3f} us)"),
+        "busbw_over_alpha_beta": (busbw / model_busbw if model_busbw else 0.0, ""),
+    }

@@ -1,0 +1,113 @@
+"""The collectives library (kernbench_cli/lang/collectives.py) through the all_reduce kernel.
+
+Inputs are small integers, so every algorithm's sums are exact: each run's verification
+(PASS, max |err| 0) is the check against numpy. The wide matrix (every collective and
+algorithm at sizes from 4 B to 1 MiB, on four topologies and three group shapes, and on
+one-slot rings) is marked slow; the fast suite runs each pair once.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kernbench_cli.lang import collectives as coll
+from kernbench_cli.lang.alpha_beta import busbw_gbps, seconds
+
+PAIRS = [(call, algo) for call, algos in coll.ALGOS.items() for algo in algos]
+
+
+def _exact(result) -> None:
+    assert result.verified, [(c.name, c.max_abs_err) for c in result.checks]
+    assert all(c.max_abs_err == 0 for c in result.checks)
+
+
+@pytest.mark.parametrize(("call", "algo"), PAIRS)
+def test_each_collective_and_algorithm_equals_numpy(run, call, algo):
+    # 16 PEs over 2 cubes; 4,097 elements: uneven parts
+    _exact(run("all_reduce", "default", (f"collective={call}", f"algo={algo}",
+                                         "bytes=16388")))
+
+
+@pytest.mark.parametrize("algo", ("ring", "direct", "hier"))
+def test_all_reduce_over_racks_sips_and_cubes_at_once(run, algo):
+    # 2 racks x 2 SIPs x 2 cubes x 4 PEs: one group of all, then one per SIP
+    for group in ("all", "sip"):
+        _exact(run("all_reduce", "racks", (f"algo={algo}", "bytes=4100", f"group={group}")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("call", "algo"), PAIRS)
+@pytest.mark.parametrize(("topology", "groups", "sizes"), [
+    ("default", ("all", "cube"), (4, 100, 4100, 65548, 1048580)),
+    ("default_1slot", ("all", "cube"), (4, 4100, 65548)),
+    ("racks", ("all", "sip", "cube"), (4, 100, 4100, 65548)),
+    ("two_sips", ("all", "sip"), (4, 65548)),
+])
+def test_every_size_group_and_ring_depth(run, call, algo, topology, groups, sizes):
+    for group in groups:
+        for size in sizes:
+            _exact(run("all_reduce", topology, (f"collective={call}", f"algo={algo}",
+                                                f"bytes={size}", f"group={group}")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ("ring", "hier"))
+def test_all_reduce_over_the_128_pes_of_a_sip(run, algo):
+    _exact(run("all_reduce", "sip", (f"algo={algo}", "bytes=131076")))
+
+
+def test_ranks_follow_the_mesh():
+    class Grid:  # default's shape: 2 cubes side by side, PEs 4 x 2
+        num_pes = 16
+
+        def num_programs(self, axis):
+            return (8, 2, 1)[axis]
+
+        def mesh(self, axis):
+            return ((4, 2), (2, 1), (1, 1))[axis]
+
+    # along row 0, back along row 1: each step one hop, the cycle closed
+    assert coll.ranks(Grid()) == (0, 1, 2, 3, 7, 6, 5, 4, 8, 9, 10, 11, 15, 14, 13, 12)
+    assert coll.part(10, 4, 0) == (0, 3) and coll.part(10, 4, 3) == (8, 2)
+
+
+def test_alpha_beta_of_a_ring_of_two_is_the_stated_formula(amap):
+    from kernbench_cli.address import load_address_map
+
+    topo = load_address_map("tests/topologies/pair.toml").topology
+    hbm = topo.hbm
+    stream = hbm.bandwidth * (1 - hbm.refresh_time / hbm.refresh_interval)
+    noc, setup, slot = topo.noc, topo.pe.dma.setup / 1e12, topo.pe.ipcq.slot_size
+    latency = noc.latency / 1e12  # one hop: PE 1 is east of PE 0
+    credits = 1 * slot / (2 * latency + slot / noc.bandwidth)  # a one-slot ring
+    beta = 1 / stream + 1 / min(noc.bandwidth, credits) + 1 / noc.bandwidth + 3 * setup / slot
+    alpha = latency + setup
+    n, nbytes = 2, 1 << 20
+    want = 2 * (n - 1) * (alpha + nbytes / n * beta)
+    assert seconds(topo, "all_reduce", "ring", [0, 1], nbytes) == pytest.approx(want, rel=1e-12)
+    assert busbw_gbps("all_reduce", n, nbytes, want) == pytest.approx(nbytes / want / 1e9)
+
+
+def test_the_run_reports_nccl_tests_bandwidths(run):
+    result = run("all_reduce", "default", ("bytes=262144",), timing_only=True)
+    m = {k: v for k, (v, _) in result.metrics.items()}
+    seconds_ = result.latency_ps / 1e12
+    assert m["algbw_gbps"] == pytest.approx(262144 / seconds_ / 1e9)
+    assert m["busbw_gbps"] == pytest.approx(m["algbw_gbps"] * 2 * 15 / 16)
+    assert m["busbw_over_alpha_beta"] == pytest.approx(
+        m["busbw_gbps"] / m["alpha_beta_busbw_gbps"])
+
+
+@pytest.mark.parametrize(("case", "line", "message"), [
+    ("algo", 15, "all_reduce: algo 'butterfly' is not one of ring, direct, tree, rhd, hier"),
+    ("outside", 17, "all_reduce: PE 2 calls it but is not in the group"),
+    ("irregular", 19, "hier needs a regular group: its cubes hold 7 and 8 members"),
+    ("rhd", 21, "reduce_scatter: rhd needs a power-of-two group, this one has 15 PEs (ring "
+                "or hier work on any group)"),
+])
+def test_misuse_is_a_kernel_error_at_the_calling_line(cli, case, line, message):
+    code, _, err = cli("run", "tests/kernels/coll_misuse.py", "-p", f"case={case}")
+    assert code == 1
+    pe = "pe=2" if case == "outside" else "pe=0"
+    assert err == (f"error: tests/kernels/coll_misuse.py:{line}: PE (rack=0 sip=0 cube=0 "
+                   f"{pe}) at t=0ns: ValueError: {message}\n")

@@ -1,0 +1,36 @@
+"""Help texts print as written: Typer reads them as Rich markup, where ``kernbench[plot]``
+is a style tag that vanishes (`sweep --help` said "needs kernbench")."""
+
+from __future__ import annotations
+
+import re
+
+import typer
+
+from kernbench_cli.cli.app import app
+
+
+def _paths(command, path=()):
+    """(command path, click command) of every command and group below `command`."""
+    yield path, command
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        yield from _paths(sub, (*path, name))
+
+
+def _flat(text: str) -> str:
+    """`text` without the help boxes' borders, its spaces collapsed (help wraps)."""
+    return " ".join(re.sub(r"[\u2500-\u257f]", " ", text).split())
+
+
+def test_every_help_text_is_shown_as_written(cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    bracketed = 0
+    for path, command in _paths(typer.main.get_command(app)):
+        _, out, _ = cli(*path, "--help")
+        shown = _flat(out)
+        texts = [command.help or "", *(getattr(p, "help", None) or "" for p in command.params)]
+        for text in texts:
+            for piece in re.findall(r"\S*\[[^\]\s]*\]\S*", text):
+                bracketed += 1
+                assert _flat(piece) in shown, (path, piece)
+    assert bracketed >= 2  # kernbench[plot], kernbench[dask] at least
