@@ -21,7 +21,7 @@ from tests.conftest import TESTS, test_topology
 def _outputs(result) -> dict:
     log = result.oplog
     return {"record": rec.dumps(rec.make_record("case", result)),
-            "oplog": list(log), "paths": [log.paths[v] for v in log.via],
+            "oplog": list(log), "paths": [log.paths[v] if v >= 0 else None for v in log.via],
             "cpu": log.cpu, "scheduler": log.scheduler, "rings": log.rings,
             "critical": repr(result.critical_path), "races": repr(result.races),
             "energy": repr(result.energy), "invariants": repr(result.invariants),
@@ -56,6 +56,42 @@ def test_small_golden_cases_are_the_same_both_ways(name):
     case = next(c for c in CASES if c.name == name)
     dedup, full = _both(case)
     _same(dedup, full)
+
+
+def test_a_reduction_tree_is_timed_by_multicast(passes):
+    """gqa on `sip`: its reduction tree's senders of one role send to receivers of other
+    classes (each cube's role carried down), and a class's sends are multicast to them:
+    15 classes of 128 PEs. One class's copies got different credits on the first try
+    (`Timing.unsound`): it sends to one receiving class from then on, the class splits (14 to
+    15), and the result is still the full pass's."""
+    case = next(c for c in CASES if c.name == "gqa_attention.sip")
+    dedup = _outputs(case_result(case, dedup=True))
+    timing = passes[0]
+    assert (len(timing.classes.members), len(timing.procs), timing.tries) == (15, 128, 2)
+    assert len(timing.unicast) == 7
+    _same(dedup, _outputs(case_result(case, dedup=False)))
+
+
+def test_a_tie_out_of_the_members_order_splits():
+    """Representatives 1 (a sender) and 0 (the receiver) used ring (0, E)'s credits at one
+    time, 1 first. PE 0 and its sender 1 are in that order; PE 3 and its sender 2 are not
+    (2 < 3): those two must be timed apart. A receiver taking chunks while its only sender
+    puts one is no tie; members whose order agrees are none."""
+    from types import SimpleNamespace
+
+    from kernbench_cli.hw.classes import Classes
+    from kernbench_cli.hw.dedup import tie_faults
+
+    classes = Classes([0, 1, 1, 0])
+    classes.rings = {(0, "E"): [1], (3, "E"): [2]}
+    timing = SimpleNamespace(ties={(0, "E", 1, 0, "credits")})
+    assert tie_faults(timing, classes) == {2, 3}
+    timing.ties = {(0, "E", 1, 0, "chunks")}
+    assert tie_faults(timing, classes) == set()
+    agreeing = Classes([0, 1, 0, 1])  # PE 2's sender 3 is after it, as 1 is after 0
+    agreeing.rings = {(0, "E"): [1], (2, "E"): [3]}
+    timing.ties = {(0, "E", 1, 0, "credits")}
+    assert tie_faults(timing, agreeing) == set()
 
 
 @pytest.mark.slow

@@ -9,34 +9,37 @@ descriptor and address as it is) and their surroundings are too:
   resources (level, bandwidth, DRAM page and tFAW, latency), and is private
   (only one PE books it) for both or for neither;
 - every IPCQ message they send or receive goes the same way (ring direction,
-  route) to or from a PE of the same class, matched with the same command
-  there (the k-th send from one PE to another meets the k-th receive of it);
+  route), matched with the same command there (the k-th send from one PE to
+  another meets the k-th receive of it); a message they receive comes from
+  a PE of the same class;
 - the rings they receive on have senders of the same classes, in the same
   order of PE index.
 
+A message they send may go to PEs of different classes: the timing pass
+multicasts the representative's send to every receiving class's
+representative (`hw.timing`), each copy on a credit of that ring, and
+checks that the copies' credits are the same. A PE in `unicast` (its
+class failed that check) requires its receivers' classes to be equal too.
+
 The matching conditions refer to classes, so they are refined until stable
 (colour refinement, starting from the stream classes). On top of that, a
-PE is made a class of its own (`force`) when:
-
-- two senders of one of its rings are in one class, or a class messages
-  itself (a representative would have to stand for two PEs at once);
-- the order of PE index between two PEs that meet (a sender and its
-  receiver, two senders of a ring, two PEs of single classes that book one
-  calendar) cannot be kept between their classes' representatives: the
-  timing pass breaks ties of simulated time by that order (`priority`).
+PE is made a class of its own (`force`) when two senders of one of its
+rings are in one class, two of its partners are, or it messages a PE of
+its own class (a representative would have to stand for two PEs at once).
 
 The timing pass then times one representative per class (`hw.timing`), and
-checks what the classes cannot say by themselves: whether a transfer of a
-class's member meets another PE's on a calendar they both book
-(`hw.dedup`); a PE whose transfer does is made a class of its own and the
-pass re-timed.
+checks what the classes cannot say by themselves (`hw.dedup`): whether a
+transfer of a class's member meets another PE's on a calendar they both
+book, whether the copies of a multicast got the same credits, and whether
+two representatives that met on a ring at one simulated time did so in the
+order of PE index their members would have. Where a check fails the class
+is split (PEs made classes of their own, or sends unicast) and the pass
+re-timed.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
-from itertools import pairwise
 
 import numpy as np
 
@@ -51,8 +54,7 @@ _FIELDS = [name for name, _ in COLUMNS if name != "line"]  # the kernel line doe
 
 class Classes:
     """A partition of the PEs: `of[pid]` is a class, `members[c]` its PEs (by index),
-    `rep[c]` its representative (the lowest index), `priority[pid]` the representative's
-    rank among equal simulated times."""
+    `rep[c]` its representative (the lowest index)."""
 
     def __init__(self, of: list[int]):
         self.of = of
@@ -62,7 +64,6 @@ class Classes:
                 self.members.append([])
             self.members[c].append(pid)
         self.rep = [m[0] for m in self.members]
-        self.priority = list(range(len(of)))
 
     @property
     def rep_of(self) -> list[int]:
@@ -123,6 +124,18 @@ def stream_keys(program, slice_base: list[int], slice_bytes: int, page: int) -> 
     return keys
 
 
+def few_enough(streams, limit: int) -> bool:
+    """Whether the streams fall into at most `limit` groups by their op and size columns
+    (which relocation leaves alone): classes are at least as many, so with more groups
+    dedup cannot pay, and finding that out costs a look at two columns."""
+    seen: set[tuple[bytes, bytes]] = set()
+    for stream in streams:
+        seen.add((bytes(stream.op), bytes(stream.size)))
+        if len(seen) > limit:
+            return False
+    return True
+
+
 def refine(start: list, matched: Callable[[list[int]], list], limit: int) -> list[int] | None:
     """Colour refinement: classes from keys `start`, split by `matched(of)` (per PE, what
     it meets, in terms of the classes `of`) until no class splits; None once there are
@@ -134,47 +147,6 @@ def refine(start: list, matched: Callable[[list[int]], list], limit: int) -> lis
             return again
         of = again
     return None
-
-
-def priorities(classes: Classes, pairs: list[tuple[int, int]]) -> tuple[list[int], set[int]]:
-    """A rank per class that keeps the PE-index order of every pair (a, b) of PEs that meet,
-    and the PEs to make classes of their own where no rank can (a class meeting itself,
-    both orders between two classes, a cycle). Ranks follow the representatives' index
-    where the pairs leave a choice."""
-    of, edges, force = classes.of, {}, set()
-    for a, b in pairs:
-        ca, cb = of[a], of[b]
-        if ca == cb:
-            if a != b:
-                force.update(classes.members[ca])
-            continue
-        lo, hi = (ca, cb) if a < b else (cb, ca)
-        edges.setdefault(lo, set()).add(hi)
-    for lo, his in edges.items():
-        for hi in his:
-            if lo in edges.get(hi, ()):
-                force.update(classes.members[lo])
-                force.update(classes.members[hi])
-    indegree = [0] * len(classes.members)
-    for his in edges.values():
-        for hi in his:
-            indegree[hi] += 1
-    ready = [(classes.rep[c], c) for c, n in enumerate(indegree) if n == 0]
-    heapq.heapify(ready)
-    rank = [-1] * len(classes.members)
-    order = 0
-    while ready:
-        _, c = heapq.heappop(ready)
-        rank[c] = order
-        order += 1
-        for hi in sorted(edges.get(c, ())):
-            indegree[hi] -= 1
-            if indegree[hi] == 0:
-                heapq.heappush(ready, (classes.rep[hi], hi))
-    for c, r in enumerate(rank):
-        if r < 0:  # on a cycle
-            force.update(classes.members[c])
-    return rank, force
 
 
 def _cal_sig(cal) -> tuple:
@@ -249,6 +221,8 @@ class _Surroundings:
                 self.ipcq[dst].append((j, src, -1))
         for cmds in self.ipcq:
             cmds.sort()
+        self.sending = [[program.streams[pid].op[i] == SEND for i, _, _ in cmds]
+                        for pid, cmds in enumerate(self.ipcq)]
         for senders in self.rings.values():
             senders[:] = sorted(set(senders))
         self.by_pe: list[list[tuple[str, list[int]]]] = [[] for _ in range(n)]
@@ -257,39 +231,47 @@ class _Surroundings:
         keys = stream_keys(program, base, size, timing.system.topology.hbm.page_size)
         self.start = [(k, tuple(s)) for k, s in zip(keys, static, strict=True)]
 
-    def matched(self, of: list[int]) -> list:
-        return [(tuple((i, of[p], j) for i, p, j in self.ipcq[pid]),
+    def matched(self, of: list[int], unicast: set[int]) -> list:
+        """Per PE, what it meets in terms of the classes `of`: its receives' senders'
+        classes and its rings' senders' classes; its sends' receivers' classes only if it
+        is in `unicast` (otherwise a send is multicast to every receiving class)."""
+        return [(tuple((i, of[p] if pid in unicast or not sends else -1, j)
+                       for (i, p, j), sends in zip(self.ipcq[pid], self.sending[pid],
+                                                   strict=True)),
                  tuple((d, tuple(of[s] for s in senders)) for d, senders in self.by_pe[pid]))
                 for pid in range(self.n)]
 
 
-def partition(timing, users: dict, forced: set[int]) -> Classes:
+def partition(timing, forced: set[int], unicast: set[int]) -> Classes:
     """The classes a timing pass may time by representatives (see the module docstring);
-    `forced` PEs are classes of their own; `users`: calendar -> the PEs that book it."""
+    `forced` PEs are classes of their own, `unicast` PEs' sends are not multicast."""
+    n = len(timing.program.streams)
+    if not few_enough(timing.program.streams, n // WORTH):
+        return Classes(list(range(n)))
     around = _Surroundings(timing)
     forced = set(forced)
     while True:
         start = [("alone", pid) if pid in forced else key
                  for pid, key in enumerate(around.start)]
-        of = refine(start, around.matched, around.n // WORTH)
+        of = refine(start, lambda of: around.matched(of, unicast), around.n // WORTH)
         if of is None:
             return Classes(list(range(around.n)))
         classes = Classes(of)
-        more = _conflicts(classes, around, users)
-        rank, alone = priorities(classes, _pairs(classes, around, users))
-        more |= alone
+        more = _conflicts(classes, around)
         if more <= forced:
-            classes.priority = [rank[c] for c in classes.of]
             classes.partners = [{p for _, p, _ in around.ipcq[pid]} |
                                 {s for _, senders in around.by_pe[pid] for s in senders}
                                 for pid in range(around.n)]
+            classes.rings = around.rings
+            classes.talks = [{p for _, p, _ in cmds} for cmds in around.ipcq]
             return classes
         forced |= more
 
 
-def _conflicts(classes: Classes, around: _Surroundings, users: dict) -> set[int]:
-    """PEs a representative cannot stand for: two senders of a ring in one class, or two
-    partners (messages or senders of its rings) of one PE in one class."""
+def _conflicts(classes: Classes, around: _Surroundings) -> set[int]:
+    """PEs a representative cannot stand for: two senders of a ring in one class, two
+    partners (messages or senders of its rings) of one PE in one class, or a partner in
+    the PE's own class."""
     of, force = classes.of, set()
     for senders in around.rings.values():
         seen: dict[int, int] = {}
@@ -300,20 +282,9 @@ def _conflicts(classes: Classes, around: _Surroundings, users: dict) -> set[int]
     for pid in range(around.n):
         partners = {p for _, p, _ in around.ipcq[pid]}
         partners.update(s for _, senders in around.by_pe[pid] for s in senders)
-        seen = {}
+        seen = {of[pid]: pid}
         for p in sorted(partners):
             if of[p] in seen and not classes.singleton(p):
                 force |= {p, seen[of[p]]}
             seen.setdefault(of[p], p)
     return force
-
-
-def _pairs(classes: Classes, around: _Surroundings, users: dict) -> list[tuple[int, int]]:
-    """Pairs of PEs that meet and whose order of index the timing pass must keep."""
-    pairs = [(pid, p) for pid in range(around.n) for _, p, _ in around.ipcq[pid]]
-    for senders in around.rings.values():
-        pairs += pairwise(senders)
-    for pids in users.values():
-        alone = sorted(p for p in set(pids) if classes.singleton(p))
-        pairs += pairwise(alone)
-    return pairs

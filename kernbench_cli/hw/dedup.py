@@ -29,7 +29,7 @@ import numpy as np
 from kernbench_cli.hw.network import Calendar
 
 PID_BITS, PE_SHIFT, CAUSE_SHIFT = 22, 36, 58
-_INDEX = (1 << PE_SHIFT) - 1
+INDEX = _INDEX = (1 << PE_SHIFT) - 1  # an op reference's command index
 _PID = (1 << PID_BITS) - 1
 
 
@@ -165,16 +165,6 @@ def spans_meet(spans: dict[int, list[tuple[int, int]]]) -> set[int]:
     return bad
 
 
-def partner_map(mapping_of: dict[int, int], pid: int, rep: int) -> dict[int, int]:
-    """The PE-index map member `pid` reads its representative's references through."""
-    mapping = dict(mapping_of)
-    mapping[rep] = pid
-    return mapping
-
-
-__all__ = ["Ghost", "Ghosts", "Relocated", "RelocatedKeys", "array", "relocate", "spans_meet"]
-
-
 class _Where:
     """Where member PEs' own things are: HBM slices, PE resource windows, coordinates."""
 
@@ -235,6 +225,28 @@ def overlaps(timing, classes) -> set[int] | None:
     return bad
 
 
+def tie_faults(timing, classes) -> set[int]:
+    """Members whose representatives met on a ring at one simulated time (`Timing.ties`)
+    in an order of PE index other than their own: the timing pass breaks ties by that
+    order, so the members would have met the other way. Each member of the ring's class
+    reads the pair as its own ring's PEs: itself, or its sender of that class. The
+    receiver taking chunks and a sender putting one is no tie on a ring of one sender:
+    either way the receiver takes it then, with the same copies."""
+    of, rep, bad = classes.of, classes.rep, set()
+    for owner, direction, a, b, kind in timing.ties:
+        for member in classes.members[of[owner]]:
+            real = {owner: member}
+            senders = classes.rings.get((member, direction), ())
+            if kind == "chunks" and owner in (a, b) and len(senders) == 1:
+                continue
+            for s in senders:
+                real.setdefault(rep[of[s]], s)
+            x, y = real.get(a), real.get(b)
+            if x is None or y is None or (x < y) != (a < b):
+                bad |= {member} | {p for p in (x, y) if p is not None}
+    return bad
+
+
 _ENGINES = ("cpu", "scheduler", "dma", "gemm", "math")
 _PROC_VALUES = ("done", "at", "n", "last_end", "tcm_peak", "tile_worst", "planned", "end",
                 "start", "issue")
@@ -245,14 +257,15 @@ def expand(timing, classes) -> None:
     where = timing.where
     procs, pes = timing.procs, timing.system.pes
     streams = timing.program.streams
-    partners = classes.partners
+    partners, talks, rep_of = classes.partners, classes.talks, classes.rep_of
     log_rows = []
     for rep, members in zip(classes.rep, classes.members, strict=True):
         source = procs[rep]
         raw = (source.why, source.cpu, source.after, source.tiles, source.made, source.waits)
         ghosts = timing.ghosts.by_rep.get(rep, []) if len(members) > 1 else []
         for pid in members:
-            mapping = {classes.rep[classes.of[p]]: p for p in partners[pid]}
+            mapping = {rep_of[p]: p for p in partners[pid]}  # ring senders
+            mapping.update({rep_of[p]: p + pid - rep for p in talks[rep]})  # multicast
             mapping[rep] = pid
             own = {}
             for ghost in ghosts:

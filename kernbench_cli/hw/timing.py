@@ -41,6 +41,7 @@ frees. Errors in a stream (a trace timed on a topology it does not fit) are
 
 from __future__ import annotations
 
+import gc
 import heapq
 from array import array
 from collections.abc import Generator, Iterator
@@ -64,7 +65,7 @@ from kernbench_cli.hw.composite import (
     tile_ops,
     traffic,
 )
-from kernbench_cli.hw.dedup import Ghosts, expand, overlaps
+from kernbench_cli.hw.dedup import INDEX, Ghosts, expand, overlaps, tie_faults
 from kernbench_cli.hw.dma import DmaEngine
 from kernbench_cli.hw.engine import InOrderEngine, cycles_to_ps
 from kernbench_cli.hw.flows import FairShare
@@ -140,14 +141,13 @@ class _Proc:
     """One PE's walk over its stream, as SimPy event callbacks resume it."""
 
     __slots__ = ("after", "at", "cpu", "current", "done", "due", "end", "env", "error", "events",
-                 "gen", "issue", "last_end", "made", "n", "pid", "planned", "prio", "resume_cb",
-                 "start", "tcm_peak",
+                 "gen", "issue", "last_end", "made", "n", "pid", "planned", "resume_cb", "start",
+                 "tcm_peak",
                  "tcm_wait", "tile_buffers", "tile_worst", "tiles", "waiting", "waits", "why")
 
-    def __init__(self, env: simpy.Environment, pid: int, prio: int | None = None):
+    def __init__(self, env: simpy.Environment, pid: int):
         self.env = env
         self.pid = pid
-        self.prio = pid if prio is None else prio  # its rank among equal times (hw.classes)
         self.planned = 0  # what its composites' plans move, by formula (invariants)
         self.gen: Iterator[None] | None = None
         self.done = False
@@ -201,7 +201,7 @@ class _Proc:
         event._value = None
         event.callbacks.append(callback or self.resume_cb)
         now = env.now
-        env.schedule(event, self.prio, t - now if t > now else 0)
+        env.schedule(event, self.pid, t - now if t > now else 0)
 
     def wake_by(self, t: int) -> None:
         """Resume at `t` at the latest: a wait for the earliest of times learnt while it
@@ -284,6 +284,10 @@ class _Composites:
                                                  if end > t]
 
 
+#: Timing passes dedup makes before it times every PE (each split of classes costs one).
+TRIES = 3
+
+
 class Timing:
     """One timing pass of `program` on `system` (fresh engines, calendars and rings)."""
 
@@ -294,8 +298,13 @@ class Timing:
         self.classes: Classes | None = None  # the classes timed by representatives
         self.rep_of: list[int] | None = None  # per PE, its representative (None: itself)
         self.ghosts: Ghosts | None = None
-        self.users: dict | None = None  # calendar -> PEs that book it (while classing)
         self.tries = 0  # timing passes made (more than one: classes split)
+        self.unicast: set[int] = set()  # PEs whose multicasts got different credits
+        self.unsound: set[int] = set()  # those of this pass
+        self._multicast: dict[tuple[int, int], list[Ring]] = {}  # (class, offset) -> rings
+        #: (ring's PE, direction, PE, PE, "credits" or "chunks"): representatives that used
+        #: a ring's credits or chunks at one time, in that order
+        self.ties: set[tuple[int, str, int, int, str]] | None = None
         self.system = system
         self.program = program
         self.env = simpy.Environment()
@@ -340,44 +349,55 @@ class Timing:
                 self.oplog = self.oplog.ordered()
 
     def _run_classes(self) -> None:
-        """Time one representative per class (`hw.classes`); where a member's transfer met
-        another PE's (`dedup.overlaps`), make it a class of its own and time again; an
-        error or a deadlock is found again by the full pass. Then give every PE its
-        representative's results (`dedup.expand`)."""
+        """Time one representative per class (`hw.classes`); where a check of `hw.dedup`
+        fails (a member's transfer met another PE's, a multicast's copies got different
+        credits, representatives met on a ring out of their members' order), split the
+        class and time again; an error or a deadlock is found again by the full pass. Then
+        give every PE its representative's results (`dedup.expand`)."""
         forced: set[int] = set()
+        unicast = self.unicast
         while True:
             self.tries += 1
-            self.users = {}
             self._mark_shared()
-            classes = partition(self, self.users, forced)
+            classes = partition(self, forced, unicast)
             full = len(classes.members) == len(self.procs)
             if not full:
                 self._install(classes)
             self._run([self.procs[pid] for pid in classes.rep])
-            if full:
-                return
-            bad = None if self.stuck or any(p.error for p in self.procs) else \
-                overlaps(self, classes)
-            if bad == set():
-                expand(self, classes)
-                return
-            forced = set(range(len(self.procs))) if bad is None else forced | bad
+            if self.unsound:  # multicasts' copies disagreed: those classes send to one
+                unicast |= self.unsound
+                bad = set()
+            else:
+                if full:
+                    return
+                bad = None if self.stuck or any(p.error for p in self.procs) else \
+                    overlaps(self, classes) | tie_faults(self, classes)
+                if bad == set():
+                    expand(self, classes)
+                    return
+            if bad is None or self.tries >= TRIES:  # the full pass from here
+                bad = set(range(len(self.procs)))
+            forced |= bad
             self._reset()
 
     def _install(self, classes: Classes) -> None:
-        """Arrange the pass for `classes`: priorities, partners' representatives, ghosts."""
+        """Arrange the pass for `classes`: partners' representatives, ghosts, ties."""
         self.classes, self.rep_of = classes, classes.rep_of
-        for proc, prio in zip(self.procs, classes.priority, strict=True):
-            proc.prio = prio
         self.ghosts = Ghosts({r for r, m in zip(classes.rep, classes.members, strict=True)
                               if len(m) > 1})
+        self.ties = set()
         self._paths.clear()
         self._pairs.clear()
 
     def _reset(self) -> None:
-        """Fresh engines, calendars, rings and records, for another pass."""
+        """Fresh engines, calendars, rings and records, for another pass; the last pass's
+        (SimPy events and PE walks that refer to each other) collected now, as the
+        collector waits until the end of `run` and they are no use to anyone."""
+        tries, unicast = self.tries, self.unicast
         self.system.__init__(self.system.amap)
         self.__init__(self.system, self.program, self.oplog is not None, self.dedup)
+        self.tries, self.unicast = tries, unicast
+        gc.collect()
 
     def _run(self, procs: list[_Proc]) -> None:
         if self.oplog is not None:
@@ -462,10 +482,7 @@ class Timing:
             route = system.network.route(a, b)
             back = system.network.route(b, a).latency_ps
             to = self.rep_of[dst] if self.rep_of is not None else dst  # who stands for dst
-            ring = system.pes[to].rings[direction]
-            if self.oplog is not None and ring.trail is None:
-                ring.trail = self.oplog.rings.setdefault(
-                    f"PE ({system.coords[to]}) {direction} ring", [])
+            ring = self._ring(to, direction)
             private = not any(cal.shared for cal in route.resources)
             links = route.resources
             if sending and self.ghosts is not None and src in self.ghosts.reps:
@@ -474,6 +491,78 @@ class Timing:
                                                                route.latency_ps + back), back,
                                              private)
         return hit
+
+    def _ring(self, pid: int, direction: str) -> Ring:
+        """PE `pid`'s ring on side `direction`, its occupancy kept in the op log."""
+        ring = self.system.pes[pid].rings[direction]
+        if not ring.where:
+            ring.where = (pid, direction)
+            if self.oplog is not None:
+                ring.trail = self.oplog.rings.setdefault(
+                    f"PE ({self.system.coords[pid]}) {direction} ring", [])
+        return ring
+
+    def _copies(self, pid: int, dst: int, ring: Ring) -> list[Ring]:
+        """The rings a send from `pid` to `dst` goes to: `ring` (of `dst`'s representative)
+        and, if `pid` stands for a class, those of the other classes its members send to
+        at the same offset (a multicast, `hw.classes`)."""
+        classes = self.classes
+        if classes is None:
+            return [ring]
+        c = classes.of[pid]
+        key = (c, dst - pid)
+        hit = self._multicast.get(key)
+        if hit is None:
+            rep_of, off, direction = self.rep_of, dst - pid, ring.where[1]
+            others = sorted({rep_of[m + off] for m in classes.members[c]} - {rep_of[dst]})
+            hit = self._multicast[key] = [ring] + [self._ring(to, direction) for to in others]
+        return hit
+
+    def _credits(self, pid: int, rings: list[Ring]) -> tuple[int, int, int] | None:
+        """A credit of each of a multicast's `rings` (`_copies`): the first's. When they
+        are not all there and the same (time, slot and the receive that freed it), the
+        sender's class must not multicast (`unsound`): the pass goes on, to find the
+        other such classes, and is timed again."""
+        credits = [ring.take_credit() for ring in rings]
+        first = credits[0]
+        if not (first is not None and all(c is not None and c[:2] == first[:2] and
+                                          (c[2] < 0) == (first[2] < 0) and
+                                          c[2] & INDEX == first[2] & INDEX for c in credits)):
+            self.unsound.update(self.classes.members[self.classes.of[pid]])
+        return first
+
+    def _met(self, ring: Ring, pid: int) -> None:
+        """PE `pid` uses `ring`'s chunks (a sender puts one, the receiver takes them) now: a
+        tie with the last PE that used them at this time (`ties`)."""
+        now, seen = self.env.now, ring.seen.get("chunks")
+        if seen is not None and seen[0] == now and seen[1] != pid:
+            self.ties.add((*ring.where, seen[1], pid, "chunks"))
+        ring.seen["chunks"] = (now, pid)
+
+    def _credit_used(self, ring: Ring, pid: int, used, woken: bool = False) -> None:
+        """PE `pid` used `ring`'s credits now: a sender took credit `used` (None: there was
+        none), or the receiver gave back the list `used`. A tie (`ties`) with an earlier
+        use at this time by another PE if the other order would have changed what a
+        sender took: it took a credit given back then, found none, or one later than
+        a credit given back after it. A sender the receiver woke (`woken`) went after
+        the receiver's credits whatever the order of PEs."""
+        now = self.env.now
+        seen = ring.seen.get("credits")
+        if seen is None or seen[0] != now:
+            seen = ring.seen["credits"] = (now, [])
+        owner, giving = ring.where[0], isinstance(used, list)
+        for other, before in seen[1]:
+            if other == pid or (woken and other == owner):
+                continue
+            if isinstance(before, list) == giving:  # two senders (one receiver per ring)
+                matters = True
+            elif giving:  # `before` was taken, then `used` given
+                matters = before is None or any(c < before for c in used)
+            else:
+                matters = used is None or used in before
+            if matters:
+                self.ties.add((*ring.where, other, pid, "credits"))
+        seen[1].append((pid, used))
 
     def _mark_shared(self) -> None:
         """Find, from every stream, the calendars more than one PE books (`Calendar.shared`)."""
@@ -508,8 +597,6 @@ class Timing:
 
     def _use_one(self, cal, pid: int) -> None:
         cal.use(pid)
-        if self.users is not None:
-            self.users.setdefault(cal, set()).add(pid)
 
     @staticmethod
     def _operand_ends(desc: Composite) -> list[tuple[int, bool]]:
@@ -992,7 +1079,7 @@ class Timing:
         if streams_from >= peek():
             proc.wake_at(streams_from)
             yield
-        flow = self.flows.start(streams_from, nbytes, path[0], solo, proc.prio)
+        flow = self.flows.start(streams_from, nbytes, path[0], solo, proc.pid)
         if flow.end > peek():
             self.flows.arm(flow, proc.resume_cb)
             yield
@@ -1014,11 +1101,16 @@ class Timing:
         me = pe.pid << PE_SHIFT | i
         dst, nbytes = stream.arg[i], stream.size[i]
         direction, ring, route, back, private = self._pair(pe.pid, dst)
+        rings = self._copies(pe.pid, dst, ring)
+        ties = self.ties
         cpu, env, log, dma = pe.cpu, self.env, self.oplog, pe.dma
         count = ring.chunks_for(nbytes)
         first = last = None
         for index in range(count):
-            credit = ring.take_credit()
+            credit = ring.take_credit() if len(rings) == 1 else self._credits(pe.pid, rings)
+            if ties is not None:
+                for each in rings:
+                    self._credit_used(each, pe.pid, credit)
             while credit is None:
                 ring.sender_waiting.append(proc)
                 proc.at = i
@@ -1029,6 +1121,8 @@ class Timing:
                 proc.waiting = ""
                 cpu.wait_until(env.now)
                 credit = ring.take_credit()
+                if ties is not None:
+                    self._credit_used(ring, pe.pid, credit, woken=True)
             free_at, slot, freer = credit
             if free_at > t and cpu.time > t:  # PE_CPU waited for this credit
                 proc.after[i] = (cpu.time, _why(CREDIT, freer))
@@ -1040,8 +1134,6 @@ class Timing:
                 start, end = dma.transfer(at, size, route)
             else:
                 start, end = yield from self._flow(proc, dma, at, size, route)
-            if ring.trail is not None:
-                ring.trail.append((at, 1))
             if first is None:
                 first = start
                 proc.start[i] = start
@@ -1049,7 +1141,9 @@ class Timing:
             dma.last = me
             if dma.waited_on is not None:
                 proc.waits[me] = (dma.waited_on, dma.waited)
-            ring.chunks.append(Chunk(pe.pid, index, count, nbytes, slot, end, back, me))
+            chunk = Chunk(pe.pid, index, count, nbytes, slot, end, back, me)
+            for each in rings:
+                self._deliver(each, chunk, at)
             last = end if last is None or end > last else last
             if log is not None:
                 amap = self.system.amap
@@ -1057,13 +1151,23 @@ class Timing:
                            _tcm(amap.pe_tcm_addr(*pe.coord, 0), stream.src[i]),
                            amap.pe_ipcq_slot_addr(*self.system.coords[dst], direction, slot),
                            i, index == 0, (dma.stream_at, dma.free_at), log.path(route[0]))
-            waiting = ring.receiver_waiting
-            if waiting is not None:
-                ring.receiver_waiting = None
-                waiting.wake_at(env.now)
         pe.scheduler.hold(first, me)
         proc.end[i] = last
         return last
+
+    def _deliver(self, ring: Ring, chunk: Chunk, at: int) -> None:
+        """Put `chunk` (its credit taken at `at`) in `ring`; wake its waiting receiver."""
+        if ring.trail is not None:
+            ring.trail.append((at, 1))
+        ring.chunks.append(chunk)
+        if self.ties is not None:
+            self._met(ring, chunk.sender)
+        waiting = ring.receiver_waiting
+        if waiting is not None:
+            ring.receiver_waiting = None
+            waiting.wake_at(self.env.now)
+            if self.ties is not None:  # it goes on after this, whatever the order of PEs
+                ring.seen["chunks"] = (self.env.now, waiting.pid)
 
     def _recv(self, proc: _Proc, pe: Pe, comps: _Composites, i: int,
               t: int) -> Iterator[None]:
@@ -1109,7 +1213,7 @@ class Timing:
             yield from self._advance(proc, pe, comps, cpu.time)
         for _ in range(ring.chunks_for(nbytes)):
             credits = len(ring.credits)
-            taken = ring.take(sender, copy, me)
+            taken = self._take(ring, pe.pid, sender, copy, me)
             while taken is None:
                 self._wake_senders(ring, credits)
                 ring.receiver_waiting = proc
@@ -1120,7 +1224,7 @@ class Timing:
                 proc.waiting = ""
                 cpu.wait_until(env.now)
                 credits = len(ring.credits)
-                taken = ring.take(sender, copy, me)
+                taken = self._take(ring, pe.pid, sender, copy, me)
             self._wake_senders(ring, credits)
             if taken[1] > done:
                 done = taken[1]
@@ -1135,6 +1239,17 @@ class Timing:
                        amap.pe_ipcq_slot_addr(*pe.coord, direction, 0),
                        _tcm(tcm_base, stream.dst[i]), i)
         return done
+
+    def _take(self, ring: Ring, pid: int, sender: int, copy, who: int):
+        """`ring.take`, its uses of chunks and credits noted if ties are looked for."""
+        if self.ties is None:
+            return ring.take(sender, copy, who)
+        self._met(ring, pid)
+        ring.gave = []
+        taken = ring.take(sender, copy, who)
+        self._credit_used(ring, pid, ring.gave)
+        ring.gave = None
+        return taken
 
     @staticmethod
     def _wake_senders(ring: Ring, credits_before: int) -> None:
