@@ -129,7 +129,7 @@ def run(kernel: str | Path | KernelModule, topology: str | Path | Topology | Non
         per_pe: bool = False, races: bool = False, oplog: bool = False,
         max_commands: int = DEFAULT_MAX_COMMANDS,
         kernel_timeout: float = DEFAULT_KERNEL_TIMEOUT, watch: Watch | None = None,
-        check: bool = True, dedup: bool = True) -> Result:
+        check: bool = True, dedup: bool = False) -> Result:
     """Run `kernel` on every PE of `topology` and verify it: `kernbench run`.
 
     ``result.to_dict()`` is what ``run --json`` prints for the same arguments (with
@@ -157,7 +157,7 @@ def replay(trace: str | Path | Trace | Result, topology: str | Path | Topology |
            *, costs: str | Path | None = None, set: Sets = None,
            recorded_sets: bool = True, per_pe: bool = False, races: bool = False,
            oplog: bool = False, watch: Watch | None = None, check: bool = True,
-           dedup: bool = True) -> Result:
+           dedup: bool = False) -> Result:
     """Re-time a recorded run without its kernel code or values: `kernbench replay`.
 
     `trace` is a trace file (`run --record`), a loaded one (`load_trace`), or a `Result` of

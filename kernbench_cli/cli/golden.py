@@ -39,12 +39,13 @@ def regen(
 @app.command("check")
 def check_cmd(only: OnlyOpt = None, directory: DirOpt = None, costs: CostsOpt = None,
               sets: SetOpt = None,
-              no_dedup: Annotated[bool, typer.Option(
-                  "--no-dedup", help="Time every PE of every case in full.")] = False) -> None:
+              dedup: Annotated[bool, typer.Option(
+                  "--dedup", help="Time one PE per class of PEs that time alike.")]
+              = False) -> None:
     """Run every golden case; exit 1 with a table of differences if any result moved.
 
     With --set, every case runs with the overrides: which goldens would a change move?"""
-    _run(only, directory, costs, write=False, sets=sets or (), dedup=not no_dedup)
+    _run(only, directory, costs, write=False, sets=sets or (), dedup=dedup)
 
 
 def _default_folder(write: bool) -> Path:
@@ -62,7 +63,7 @@ def _default_folder(write: bool) -> Path:
 
 
 def _run(only: str | None, directory: Path | None, costs: Path | None, write: bool,
-         sets: Sequence[str] = (), dedup: bool = True) -> None:
+         sets: Sequence[str] = (), dedup: bool = False) -> None:
     from rich.console import Console
 
     from kernbench_cli.golden.run import regen as do_regen

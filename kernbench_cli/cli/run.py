@@ -64,9 +64,10 @@ def run(
     sensitive: Annotated[bool, typer.Option(
         "--sensitivity", help="Then re-time the run by replay with each timing key made 2x "
                               "better, and rank what each saves.")] = False,
-    no_dedup: Annotated[bool, typer.Option(
-        "--no-dedup", help="Time every PE in full, not one per class of PEs that time alike "
-                           "(the results are the same).")] = False,
+    dedup: Annotated[bool, typer.Option(
+        "--dedup", help="Time one PE per class of PEs that time alike, not every PE (the "
+                        "results are the same; off by default: it does not pay yet).")]
+    = False,
 ) -> None:
     """Run KERNEL on every PE of the topology, verify it, and report the time."""
     from kernbench_cli.api import runs as api
@@ -85,7 +86,7 @@ def run(
         result = api.run(module, topo, params=param or (), seed=seed, timing_only=timing_only,
                          max_commands=max_commands, kernel_timeout=kernel_timeout,
                          oplog=chrome_trace is not None or oplog is not None, watch=watch,
-                         races=races, per_pe=per_pe, check=False, dedup=not no_dedup)
+                         races=races, per_pe=per_pe, check=False, dedup=dedup)
     if save is not None:
         _save_npz(save, {**result.inputs, **result.outputs})
     if record is not None:
@@ -114,9 +115,10 @@ def replay(
     recorded_sets: Annotated[bool, typer.Option(
         "--recorded-sets/--no-recorded-sets",
         help="Apply the run's own --set items first (yours after them win).")] = True,
-    no_dedup: Annotated[bool, typer.Option(
-        "--no-dedup", help="Time every PE in full, not one per class of PEs that time alike "
-                           "(the results are the same).")] = False,
+    dedup: Annotated[bool, typer.Option(
+        "--dedup", help="Time one PE per class of PEs that time alike, not every PE (the "
+                        "results are the same; off by default: it does not pay yet).")]
+    = False,
 ) -> None:
     """Re-time a recorded run without its kernel code or values (for cost sweeps).
 
@@ -136,7 +138,7 @@ def replay(
     with _busy(f"replaying {data.kernel} on {topo.num_pes} PEs", watch):
         result = api.replay(data, topo, oplog=chrome_trace is not None or oplog is not None,
                             watch=watch, races=races, per_pe=per_pe, check=False,
-                            dedup=not no_dedup)
+                            dedup=dedup)
     _write_outputs(chrome_trace, oplog, critical_path, result)
     show(result, as_json, per_pe)
     result.check()

@@ -40,13 +40,13 @@ def select(pattern: str | None) -> list[Case]:
 
 
 def run_case(case: Case, costs: Path | None = None, sets: Sequence[str] = (),
-             dedup: bool = True) -> dict[str, Any]:
+             dedup: bool = False) -> dict[str, Any]:
     """The record of golden case `case` (`dedup`: as `run_kernel`'s)."""
     return rec.make_record(case.name, case_result(case, costs, sets, dedup))
 
 
 def case_result(case: Case, costs: Path | None = None, sets: Sequence[str] = (),
-                dedup: bool = True):
+                dedup: bool = False):
     """The `RunResult` of golden case `case`, with its op log and races."""
     from kernbench_cli.address import load_address_map
     from kernbench_cli.sim.kernels import load_kernel, parse_params
@@ -62,7 +62,7 @@ def case_result(case: Case, costs: Path | None = None, sets: Sequence[str] = (),
 def regen(directory: Path, pattern: str | None, write: bool,
           progress: Callable[[str], None] = lambda _: None,
           costs: Path | None = None, sets: Sequence[str] = (),
-          dedup: bool = True) -> list[Difference]:
+          dedup: bool = False) -> list[Difference]:
     cases = select(pattern)
     olds = {}
     for case in cases:  # read (and so check) every golden before running anything

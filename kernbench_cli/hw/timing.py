@@ -292,7 +292,7 @@ class Timing:
     """One timing pass of `program` on `system` (fresh engines, calendars and rings)."""
 
     def __init__(self, system: System, program: Program, oplog: bool = False,
-                 dedup: bool = True):
+                 dedup: bool = False):
         topo = system.topology
         self.dedup = dedup
         self.classes: Classes | None = None  # the classes timed by representatives
