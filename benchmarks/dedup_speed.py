@@ -1,8 +1,8 @@
 """Trajectory dedup's speed: the timing pass with and without it, against the bare loop.
 
 Per case, in this process: the functional pass once (timing-only), then the timing
-pass of the same streams alone, with dedup (the default: one representative per
-class of PEs, `hw.classes`, `hw.dedup`) and without (`--no-dedup`: every PE), in
+pass of the same streams alone, with dedup (`--dedup`, off by default: one
+representative per class of PEs, `hw.classes`, `hw.dedup`) and without (every PE), in
 CPU seconds (`time.process_time`) and wall seconds, and commands/s of each against
 the bare SimPy + greenlet loop's for as many commands on as many PEs
 (`sim_throughput.bare_loop_times`, measured in the same run). On the rack case

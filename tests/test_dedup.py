@@ -1,6 +1,6 @@
 """Trajectory dedup (`hw.classes`, `hw.dedup`): results equal to the full pass, exactly.
 
-Every case runs with dedup (the default) and with `dedup=False`, and must give the
+Every case runs with `dedup=True` and with `dedup=False` (the default), and must give the
 same golden record (whose op-log digest covers every record), the same op log with
 its CPU and scheduler slices, rings and resources, and the same critical path, races,
 energy and invariants. The test kernels are built to break a soundness check; the
