@@ -130,11 +130,13 @@ def main() -> int:
         amap = load_address_map(topology)
         pes = amap.topology.num_pes
         params = parse_params(kernel, ["model=llama3-8b"], pes)
-        runs = [functional_pass(kernel, amap, params, args.values, collector)
-                for _ in range(args.repeat)]
-        functional = min(run[:5] for run in runs)
-        n, program = runs[0][5].commands, runs[0][5].trace.program
-        del runs  # the results hold the values and a copy of simulated HBM
+        functional = []
+        for _ in range(args.repeat):
+            *figures, result = functional_pass(kernel, amap, params, args.values, collector)
+            functional.append(tuple(figures))
+            n, program = result.commands, result.trace.program
+            del result  # it holds the values and simulated HBM: one run's at a time
+        functional = min(functional)
         timed = min(timing_pass(amap, program, collector) for _ in range(args.repeat))
         per_pe = n // pes
         bare_cpu, bare_wall = map(min, zip(*(bare_loop_times(pes, per_pe)

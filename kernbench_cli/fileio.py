@@ -129,6 +129,24 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None], what: str,
         _OUTPUTS.add(target.resolve())
 
 
+def gzipped_if_named(path: Path, write: Callable[[BinaryIO], None]) -> Callable[[BinaryIO], None]:
+    """`write`, through gzip when `path`'s name ends in ``.gz`` (Perfetto, ``zcat`` and
+    ``jq`` read it as it is). The gzip header holds no file name and no time, so equal
+    runs still give equal files; level 6 (gzip's own default) packs a timeline about as
+    small as 9 does, in a fraction of the time."""
+    if not path.name.endswith(".gz"):
+        return write
+
+    def packed(out: BinaryIO) -> None:
+        import gzip
+
+        with gzip.GzipFile(filename="", mode="wb", fileobj=out, compresslevel=6,
+                           mtime=0) as stream:
+            write(stream)
+
+    return packed
+
+
 def read_input(path: Path, limit: int, what: str) -> bytes:
     """The bytes of input file `path`: a regular file of at most `limit` bytes.
 

@@ -130,10 +130,24 @@ class Program:
     math_kinds: list[tuple[str, str]] = field(default_factory=lambda: list(MATH_KINDS))
     composites: list[Composite] = field(default_factory=list)
     tcm_peak: list[int] = field(default_factory=list)
+    #: named regions (`tl.region`): their paths ("layer/attn"; index 0 is "", outside any),
+    #: and per PE where its commands change region: (first command, region index) pairs
+    regions: list[str] = field(default_factory=lambda: [""])
+    region_marks: list[list[tuple[int, int]]] = field(default_factory=list)
 
     @classmethod
     def empty(cls, pes: int) -> Program:
-        return cls([Stream() for _ in range(pes)], tcm_peak=[0] * pes)
+        return cls([Stream() for _ in range(pes)], tcm_peak=[0] * pes,
+                   region_marks=[[] for _ in range(pes)])
+
+    def region_of(self, pid: int) -> list[int]:
+        """The region index of each of PE `pid`'s commands."""
+        n = len(self.streams[pid].op)
+        out, marks = [0] * n, self.region_marks[pid] if self.region_marks else []
+        for k, (first, region) in enumerate(marks):
+            end = marks[k + 1][0] if k + 1 < len(marks) else n
+            out[first:end] = [region] * (end - first)
+        return out
 
     @property
     def commands(self) -> int:

@@ -24,7 +24,7 @@ from kernbench_cli.lang.dtypes import dtype
 
 PARAMS = {
     "collective": "all_reduce",
-    "bytes": 1 << 20,
+    "bytes": 1 << 18,
     "algo": "ring",
     "op": "sum",
     "dtype": "f32",
@@ -153,7 +153,7 @@ def outputs(host, args, p):
     return {"buf": full}
 
 
-def metrics(topology, p, latency_ps):
+def metrics(topology, p, run):
     """algbw and busbw as nccl-tests defines them, and the alpha-beta model's busbw
     (kernbench_cli/lang/alpha_beta.py) for the same algorithm on the same links."""
     class _Host:  # what _groups reads
@@ -162,7 +162,7 @@ def metrics(topology, p, latency_ps):
     _Host.topology = topology
     group = _groups(_Host, p)[0]
     n, nbytes = len(group), p["bytes"]
-    seconds = latency_ps / 1e12
+    seconds = run.latency_ps / 1e12
     model = alpha_beta.seconds(topology, p["collective"], p["algo"], group, nbytes, p["root"])
     busbw = alpha_beta.busbw_gbps(p["collective"], n, nbytes, seconds)
     model_busbw = alpha_beta.busbw_gbps(p["collective"], n, nbytes, model)

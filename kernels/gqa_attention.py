@@ -193,21 +193,33 @@ def reference(host, p):
     """softmax(Q K^T / sqrt(D)) V for every query head with its group's KV head.
 
     In float64, so that the reference does not depend on the machine's BLAS; one
-    (batch, KV head) at a time, so that a long KV cache is not copied whole.
+    (batch, KV head) at a time, and within it K and V converted `_REF_CHUNK`
+    positions at a time, so that a long KV cache is never copied whole (a
+    128k-token head of K is 128 MiB in float64; a chunk is 4 MiB).
     """
     q, k, v = host.inputs["q"], host.inputs["k"], host.inputs["v"]
     b, hq, d = q.shape
-    hkv = k.shape[1]
+    hkv, s = k.shape[1], k.shape[2]
     g = hq // hkv
     out = np.empty((b, hkv, g, d))
+    chunks = [slice(c0, c0 + _REF_CHUNK) for c0 in range(0, s, _REF_CHUNK)]
     for bi in range(b):
         for h in range(hkv):
             qg = q[bi, h * g:(h + 1) * g].astype(np.float64)  # the heads of this KV head
-            scores = qg @ k[bi, h].astype(np.float64).T / math.sqrt(d)
+            scores = np.empty((g, s))
+            for c in chunks:
+                scores[:, c] = qg @ k[bi, h, c].astype(np.float64).T
+            scores /= math.sqrt(d)
             w = np.exp(scores - scores.max(axis=1, keepdims=True))
             w /= w.sum(axis=1, keepdims=True)
-            out[bi, h] = w @ v[bi, h].astype(np.float64)
+            o = np.zeros((g, d))
+            for c in chunks:
+                o += w[:, c] @ v[bi, h, c].astype(np.float64)
+            out[bi, h] = o
     return {"out": out.reshape(b, hq, d).astype(q.dtype)}
+
+
+_REF_CHUNK = 4096  # KV positions the reference converts to float64 at a time
 
 
 def outputs(host, args, p):

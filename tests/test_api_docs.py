@@ -24,11 +24,11 @@ def blocks(text: str) -> list[tuple[str, str, str | None]]:
     return [(m.group(2) or "", m.group(3), m.group(4)) for m in BLOCK.finditer(text)]
 
 
-def run_block(code: str, namespace: dict, n: int) -> str:
-    """What block `n` prints, run in `namespace` (the notebook's state so far)."""
+def run_block(code: str, namespace: dict, n: int, doc: str = "docs/api.md") -> str:
+    """What block `n` of `doc` prints, run in `namespace` (the notebook's state so far)."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code, f"docs/api.md block {n}", "exec"), namespace)
+        exec(compile(code, f"{doc} block {n}", "exec"), namespace)
     return out.getvalue()
 
 
@@ -72,3 +72,23 @@ def test_the_readme_python_block_runs():
     namespace: dict = {}
     run_block(code, namespace, 0)
     assert namespace["result"].overrides == ("pe.gemm.rows=8",)
+
+
+def test_getting_started_runs_as_a_notebook(monkeypatch, tmp_path):
+    """docs/getting-started.md's Python, in order, in a fresh folder holding the kernel file
+    the page has the reader save: each block prints exactly the text shown under it."""
+    from .test_readme import page_files
+
+    doc = ROOT / "docs" / "getting-started.md"
+    text = doc.read_text()
+    files = page_files(text)
+    monkeypatch.chdir(tmp_path)
+    for name, code in files.items():
+        (tmp_path / name).write_text(code)
+    found = [b for b in blocks(text) if b[1] not in files.values()]
+    assert len(found) >= 2 and text.count("```python") == len(found) + len(files)
+    namespace: dict = {}
+    for n, (_, code, shown) in enumerate(found):
+        printed = run_block(code, namespace, n, "docs/getting-started.md")
+        assert shown is not None and printed == shown, \
+            f"docs/getting-started.md block {n} printed:\n{printed}"

@@ -1,4 +1,4 @@
-"""The collectives library (kernbench_cli/lang/collectives.py) through the all_reduce kernel.
+"""The collectives library (kernbench_cli/lang/collectives/) through the all_reduce kernel.
 
 Inputs are small integers, so every algorithm's sums are exact: each run's verification
 (PASS, max |err| 0) is the check against numpy. The wide matrix (every collective and
@@ -39,9 +39,11 @@ def test_all_reduce_over_racks_sips_and_cubes_at_once(run, algo):
 @pytest.mark.parametrize(("call", "algo"), PAIRS)
 @pytest.mark.parametrize(("topology", "groups", "sizes"), [
     ("default", ("all", "cube"), (4, 100, 4100, 65548, 1048580)),
+    ("default", ("all",), (4194308,)),
     ("default_1slot", ("all", "cube"), (4, 4100, 65548)),
     ("racks", ("all", "sip", "cube"), (4, 100, 4100, 65548)),
     ("two_sips", ("all", "sip"), (4, 65548)),
+    ("sip", ("all",), (4100,)),
 ])
 def test_every_size_group_and_ring_depth(run, call, algo, topology, groups, sizes):
     for group in groups:

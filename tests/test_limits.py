@@ -57,7 +57,8 @@ def test_sweep_options_are_checked_before_any_point(cli):
                                               "workers\n")
     code, _, err = cli("sweep", "nope", "--set", "pe.gemm.rows=4,8")
     assert (code, err.splitlines()[0]) == (2, "error: unknown kernel 'nope' (shipped: "
-                                              "all_reduce, gqa_attention, rmsnorm, "
+                                              "all_reduce, gqa_attention, llama_decode, "
+                                              "rmsnorm, "
                                               "sharded_gemm, softmax; "
                                               "or give a path to a .py file)")
     assert cli("sweep", "softmax", "--timing-only", "--set", "pe.gemm.rows=4,8", "--set",

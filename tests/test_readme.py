@@ -32,9 +32,20 @@ def test_ci_checks_the_goldens_after_the_tests():
 
 # ------------------------------------------------------------ the commands the README shows
 
-#: Shown commands not run here: the sweep example takes a minute (its rows are the
-#: sweep tests' business).
-NOT_RUN = ("kernbench sweep ",)
+#: Shown commands not run here: the README's sweep examples take a minute (their rows are
+#: the sweep tests' business).
+NOT_RUN = {"README.md": ("kernbench sweep ",)}
+#: Pages whose commands run in a fresh folder holding the page's files (a ```python block
+#: right after ``<!-- file: NAME -->`` is file NAME): every command on them runs.
+IN_A_FOLDER = ("docs/getting-started.md",)
+#: Every page whose ``$ kernbench`` blocks are run.
+PAGES = ("README.md", "docs/kernels.md", *IN_A_FOLDER)
+FILE = re.compile(r"<!-- file: (\S+) -->\n```python\n(.*?)```\n", re.DOTALL)
+
+
+def page_files(text: str) -> dict[str, str]:
+    """{name: text} of the files a page has the reader save."""
+    return {m.group(1): m.group(2) for m in FILE.finditer(text)}
 
 
 def shown_commands(text: str) -> list[tuple[str, list[str]]]:
@@ -86,14 +97,35 @@ def _matches(shown: list[str], got: list[str]) -> bool:
     return bool(got) and _same(shown[0], got[0]) and _matches(shown[1:], got[1:])
 
 
-@pytest.mark.parametrize(("command", "output"), [
-    pytest.param(c, o, id=c[:60]) for doc in ("README.md", "docs/kernels.md")
-    for c, o in shown_commands((ROOT / doc).read_text()) if not c.startswith(NOT_RUN)])
-def test_the_readme_shows_what_the_cli_prints(cli, monkeypatch, command, output):
+@pytest.mark.parametrize(("doc", "command", "output"), [
+    pytest.param(doc, c, o, id=f"{doc}: {c[:60]}") for doc in PAGES
+    for c, o in shown_commands((ROOT / doc).read_text())
+    if not c.startswith(NOT_RUN.get(doc, ()))])
+def test_the_readme_shows_what_the_cli_prints(cli, monkeypatch, tmp_path, doc, command,
+                                              output):
     monkeypatch.setenv("COLUMNS", "80")
+    if doc in IN_A_FOLDER:
+        monkeypatch.chdir(tmp_path)
+        for name, text in page_files((ROOT / doc).read_text()).items():
+            (tmp_path / name).write_text(text)
     _, out, err = cli(*shlex.split(command)[1:])
     got = (out + err).splitlines()
     assert _matches(output, got), "\n".join(["shown:", *output, "printed:", *got])
+
+
+def test_getting_started_runs_all_it_shows_and_the_readme_leads_there():
+    """Each step of the page is a command the test above runs (none left out), its kernel
+    is a file the page has the reader save, and the README points at the page before its
+    first section."""
+    text = (ROOT / "docs/getting-started.md").read_text()
+    commands = [c.split()[1] for c, _ in shown_commands(text)]
+    assert {"run", "sweep", "--version"} <= set(commands)
+    assert any("--set" in c for c, _ in shown_commands(text))
+    assert any("--plot" in c for c, _ in shown_commands(text))
+    assert list(page_files(text)) == ["scale.py"]
+    assert any(c.startswith("kernbench run scale.py") for c, _ in shown_commands(text))
+    readme = (ROOT / "README.md").read_text()
+    assert "(docs/getting-started.md)" in readme[:readme.index("\n## ")]
 
 
 def test_every_json_key_is_documented(cli):

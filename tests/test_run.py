@@ -100,7 +100,8 @@ def test_timing_only_gives_the_same_time_without_values(cli, run):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["nope"], "unknown kernel 'nope' (shipped: all_reduce, gqa_attention, rmsnorm, "
+    (["nope"], "unknown kernel 'nope' (shipped: all_reduce, gqa_attention, "
+               "llama_decode, rmsnorm, "
                "sharded_gemm, softmax; or give a path to a .py file)"),
     (["sharded_gemm", "-p", "Q=1"], "sharded_gemm has no parameter 'Q' (parameters: M, K, N, "
                                     "dtype, mode, tile_m, tile_n, tile_k)"),

@@ -195,3 +195,159 @@ def test_the_checker_catches_what_perfetto_misdraws():
                      {"ph": "X", "name": "b", "pid": 0, "tid": 0, "ts": 0.002, "dur": 0.003},
                      {"ph": "X", "name": "c", "pid": 0, "tid": 0, "ts": 0.01, "dur": 0.01}]
     assert problems({"traceEvents": nested}) == []
+
+
+# ------------------------------------------------- what a big run's timeline keeps (issue 19)
+
+def _drawn(trace):
+    """{(track, name, start ns, end ns, pe)} of the X slices; pe: the PE a slice is of (its
+    process, or a shared resource's transfer's ``pe``)."""
+    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
+             if e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"]
+               if e["name"] == "thread_name"}
+    out = set()
+    for e in trace["traceEvents"]:
+        if e["ph"] == "X":
+            start = round(e["ts"] * 1000)
+            pe = e["args"]["pe"] if names[e["pid"]] == "shared resources" else e["pid"]
+            out.add(((names[e["pid"]], threads[e["pid"], e["tid"]]), e["name"], start,
+                     start + round(e["dur"] * 1000), pe))
+    return out
+
+
+def test_a_filtered_timeline_keeps_what_its_pes_did_in_its_window(run):
+    """Of the full timeline, the slices of PEs 1 and 3 (their tracks, and their transfers on
+    shared resources) that overlap [2us, 4us], drawn whole, and nothing else; counters
+    start at 2us with the value they had then; a clean trace that says what it shows."""
+    from kernbench_cli.report.trace_filter import TraceFilter
+
+    result = run("gqa_attention", "default", timing_only=True)
+    amap = load_address_map(test_topology("default"))
+    full = chrome_trace(result, amap)
+    keep = TraceFilter(frozenset({1, 3}), 2_000_000, 4_000_000)
+    part = chrome_trace(result, amap, keep)
+    assert problems(json.loads(dumps(part))) == []
+    expected = {s for s in _drawn(full) if s[4] in (1, 3) and s[3] >= 2000 and s[2] <= 4000}
+    assert _drawn(part) == expected and len(expected) > 20
+    assert any(s[2] < 2000 for s in expected)  # a slice across the window's start, whole
+    assert {e["args"]["name"] for e in part["traceEvents"] if e["name"] == "process_name"} \
+        == {"PE 1 (rack=0 sip=0 cube=0 pe=1)", "PE 3 (rack=0 sip=0 cube=0 pe=3)",
+            "shared resources"}
+    assert part["otherData"]["trace_pes"] == [1, 3]
+    assert part["otherData"]["trace_window_ps"] == [2_000_000, 4_000_000]
+
+    def queue(trace, pid):
+        return [(round(e["ts"] * 1000), e["args"]["commands"]) for e in trace["traceEvents"]
+                if e["ph"] == "C" and e["pid"] == pid]
+
+    whole = queue(full, 1)
+    then = [value for ns, value in whole if ns <= 2000][-1]
+    assert queue(part, 1) == [(2000, then)] + [
+        (ns, value) for ns, value in whole if 2000 < ns <= 4000]
+
+
+def test_rings_are_kept_with_the_pe_they_deliver_to(run):
+    result = run("relay", "default", timing_only=True)
+    amap = load_address_map(test_topology("default"))
+    from kernbench_cli.report.trace_filter import TraceFilter
+
+    label = result.pe_labels[1]
+    part = chrome_trace(result, amap, TraceFilter(frozenset({1})))
+    rings = {e["name"] for e in part["traceEvents"] if e["ph"] == "C"
+             and e["name"].endswith(" ring")}
+    assert rings == {name for name in result.oplog.rings if name.startswith(f"PE ({label}) ")}
+    assert rings and len(rings) < len(result.oplog.rings)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--trace-pes", "0-3,x"), "--trace-pes '0-3,x': 'x' is not a PE index or a range of "
+                               "them (give e.g. 0-3,8)"),
+    (("--trace-pes", ""), "--trace-pes '': '' is not a PE index or a range of them (give "
+                          "e.g. 0-3,8)"),
+    (("--trace-pes", "5-2"), "--trace-pes '5-2': the range 5-2 runs backwards"),
+    (("--trace-pes", "0,16"), "--trace-pes '0,16': PE 16 does not exist: the topology has 16 "
+                              "PEs (0-15)"),
+    (("--trace-window", "10us"), "--trace-window '10us': give START,END, two times such as "
+                                 "10us,25us"),
+    (("--trace-window", "1,2us"), "--trace-window '1,2us': expected a time such as '30ns' "
+                                  "(units: ps, ns, us, µs, ms, s), got '1'"),
+    (("--trace-window", "2us,1us"), "--trace-window '2us,1us': the end 1us is not after the "
+                                    "start 2us"),
+    (("--trace-window", "1ms,2ms"), "--trace-window starts at 1ms, after the run ended "
+                                    "(t=7.844us): nothing to draw"),
+])
+def test_bad_trace_filters_are_one_line_errors_and_write_nothing(cli, tmp_path, args, message):
+    out = tmp_path / "t.json"
+    code, _, err = cli("run", "gqa_attention", "--timing-only", "--chrome-trace", str(out),
+                       "--critical-path", str(tmp_path / "c.jsonl"), *args)
+    assert (code, err) == (2, f"error: {message}\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_trace_filter_needs_a_timeline(cli):
+    code, _, err = cli("run", "gqa_attention", "--timing-only", "--trace-window", "1us,2us")
+    assert (code, err) == (2, "error: --trace-window filters the timeline: it goes with "
+                              "--chrome-trace\n")
+
+
+def test_a_trace_named_gz_is_the_same_trace_gzip_compressed(cli, tmp_path):
+    """Byte for byte the plain file, gzip'd with no name or time in the header (equal runs,
+    equal files); the op log too; replay's as run's."""
+    import gzip
+
+    run = ("run", "gqa_attention", "--timing-only", "--trace-pes", "0-3")
+    for name in ("t.json", "t.json.gz", "again.json.gz"):
+        oplog = tmp_path / name.replace("json", "jsonl")
+        assert cli(*run, "--chrome-trace", str(tmp_path / name), "--oplog", str(oplog))[0] == 0
+    packed = (tmp_path / "t.json.gz").read_bytes()
+    assert packed[:2] == b"\x1f\x8b" and packed[3:8] == b"\0\0\0\0\0"  # no name, mtime 0
+    assert gzip.decompress(packed) == (tmp_path / "t.json").read_bytes()
+    assert packed == (tmp_path / "again.json.gz").read_bytes()
+    assert gzip.decompress((tmp_path / "t.jsonl.gz").read_bytes()) == \
+        (tmp_path / "t.jsonl").read_bytes()
+    assert len(packed) < len((tmp_path / "t.json").read_bytes()) / 5
+
+
+def test_a_gz_output_that_fails_leaves_no_file(tmp_path):
+    import errno
+
+    from kernbench_cli.errors import OutputError
+    from kernbench_cli.fileio import atomic_write, gzipped_if_named
+
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(b"before")
+
+    def write(out):
+        out.write(b"x" * 100_000)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OutputError, match="No space left on device"):
+        atomic_write(path, gzipped_if_named(path, write), "--chrome-trace")
+    assert [p.name for p in tmp_path.iterdir()] == ["t.json.gz"]
+    assert path.read_bytes() == b"before"
+
+
+def test_gemm_slices_carry_their_shape(run):
+    """A DOT's slice carries its M, K, N (load_dot: 32 x 64 by 64 x 32); a composite's tiles
+    theirs: each tile's 2·m·k·n is its flops, and a composite's tiles cover its whole
+    M x K x N (sharded_gemm with 64 KiB of TCM splits each composite into tiles)."""
+    trace = _trace(run("load_dot", "default", timing_only=True), "default")
+    (dot,) = [e for e in trace["traceEvents"] if e.get("cat") == "gemm"]
+    assert (dot["name"], dot["args"]["m"], dot["args"]["k"], dot["args"]["n"]) == (
+        "dot", 32, 64, 32)
+    result = run("sharded_gemm", "default", ("M=32", "K=128", "N=512"), timing_only=True,
+                 sets=("pe.tcm.size=64KiB",))
+    trace = _trace(result, "default")
+    tiles = [e for e in trace["traceEvents"] if e.get("cat") == "gemm"]
+    assert tiles and all(e["name"] == "gemm_tile" for e in tiles)
+    assert all(2 * e["args"]["m"] * e["args"]["k"] * e["args"]["n"] == e["args"]["flops"]
+               for e in tiles)
+    shapes = {(e["args"]["m"], e["args"]["k"], e["args"]["n"]) for e in tiles}
+    assert (32, 128, 32) not in shapes  # each PE's composite is 32 x 128 by 128 x 32: tiled
+    per_pe = defaultdict(int)
+    for e in tiles:
+        per_pe[e["pid"]] += e["args"]["m"] * e["args"]["k"] * e["args"]["n"]
+    composites = result.trace.program.composites
+    whole = sum(c.m * c.k * c.n for c in composites) // len(composites)
+    assert set(per_pe.values()) == {whole}

@@ -90,8 +90,15 @@ class FreeListPool:
     Freed blocks wait in a cache by size, since a kernel's loop allocates the
     same tile sizes again and again; they return to the free list (and
     coalesce) only when a request finds no room otherwise, or when the free
-    space is asked for. The free list is two lists, block starts and sizes by
-    address, so that first fit scans the sizes in C.
+    space is asked for. A request the cache cannot serve takes the
+    lowest-addressed free block it fits in at an aligned address.
+
+    The free list is three lists by address: block starts, sizes, and the
+    room from a block's first `DEFAULT_ALIGN`-aligned byte to its end. Tensors
+    of a few bytes leave slivers behind them (the 48 B after a 16 B tensor in a
+    64 B slot) that are long enough for a request of their size but hold no
+    aligned address; first fit over the sizes stopped at each one in Python,
+    while over the room the first block that fits is the first found, in C.
     """
 
     def __init__(self, name: str, base: int, size: int):
@@ -100,6 +107,7 @@ class FreeListPool:
         self.size = size
         self._starts: list[int] = [base]  # free blocks, by address
         self._lengths: list[int] = [size]
+        self._room: list[int] = [_room(base, size)]  # from the first aligned byte to the end
         self._sizes: dict[int, int] = {}  # allocated block -> its size
         self._cached: dict[int, list[int]] = {}  # size -> freed blocks of that size
         self.used = 0
@@ -114,7 +122,8 @@ class FreeListPool:
         return dict(self._sizes)
 
     def alloc(self, nbytes: int, what: str, align: int = DEFAULT_ALIGN) -> int:
-        nbytes = max(nbytes, 1)
+        if nbytes < 1:
+            nbytes = 1
         cached = self._cached.get(nbytes)
         if cached:
             addr = cached.pop()
@@ -137,18 +146,43 @@ class FreeListPool:
         return addr
 
     def _first_fit(self, nbytes: int, align: int) -> int | None:
-        starts, lengths = self._starts, self._lengths
-        # blocks at least `nbytes` long, found in C; the first whose aligned start fits wins
-        for i in itertools.compress(itertools.count(), map(nbytes.__le__, lengths)):
-            start, size = starts[i], lengths[i]
-            addr = -(-start // align) * align
-            if addr + nbytes <= start + size:
-                head, tail = addr - start, start + size - (addr + nbytes)
-                new_starts = ([start] if head else []) + ([addr + nbytes] if tail else [])
-                starts[i:i + 1] = new_starts
-                lengths[i:i + 1] = ([head] if head else []) + ([tail] if tail else [])
-                return addr
-        return None
+        """The address of `nbytes` in the lowest-addressed free block they fit in at an
+        address aligned to `align` (the block split around them); None if none fits."""
+        starts = self._starts
+        if align == DEFAULT_ALIGN:  # the room says it: the first block with enough fits
+            i = next(itertools.compress(itertools.count(), map(nbytes.__le__, self._room)),
+                     None)
+            if i is None:
+                return None
+            addr = -(-starts[i] // align) * align
+        else:
+            lengths = self._lengths
+            for i in itertools.compress(itertools.count(), map(nbytes.__le__, lengths)):
+                addr = -(-starts[i] // align) * align
+                if addr + nbytes <= starts[i] + lengths[i]:
+                    break
+            else:
+                return None
+        self._split(i, addr, nbytes)
+        return addr
+
+    def _split(self, i: int, addr: int, nbytes: int) -> None:
+        """Free block `i` less ``[addr, addr + nbytes)``: the head and tail left of it."""
+        starts, lengths, room = self._starts, self._lengths, self._room
+        start, end, tail = starts[i], starts[i] + lengths[i], addr + nbytes
+        # `_room` of the head and of the tail, written out (a call each cost more)
+        head_room = addr - -(-start // DEFAULT_ALIGN) * DEFAULT_ALIGN
+        if end > tail:  # a tail is left: it stays at i, after the head if one is left too
+            starts[i], lengths[i] = tail, end - tail
+            room[i] = end - -(-tail // DEFAULT_ALIGN) * DEFAULT_ALIGN
+            if addr > start:
+                starts.insert(i, start)
+                lengths.insert(i, addr - start)
+                room.insert(i, head_room)
+        elif addr > start:
+            lengths[i], room[i] = addr - start, head_room
+        else:
+            del starts[i], lengths[i], room[i]
 
     def free(self, addr: int) -> None:
         nbytes = self._sizes.pop(addr)
@@ -175,6 +209,13 @@ class FreeListPool:
                 starts.append(start)
                 lengths.append(size)
         self._starts, self._lengths = starts, lengths
+        self._room = [_room(start, size) for start, size in zip(starts, lengths, strict=True)]
+
+
+def _room(start: int, size: int) -> int:
+    """Bytes from the first `DEFAULT_ALIGN`-aligned address of ``[start, start + size)`` to
+    its end (0 or less if none is inside): the most an aligned request can take there."""
+    return start + size - -(-start // DEFAULT_ALIGN) * DEFAULT_ALIGN
 
 
 @dataclass(frozen=True)

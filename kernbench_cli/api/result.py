@@ -164,6 +164,7 @@ class Result:
     critical_path: CriticalPath | None = None
     tcm_high_water: TcmHighWater | None = None
     races: tuple[Mapping[str, Any], ...] | None = None
+    regions: tuple[Mapping[str, Any], ...] | None = None
     per_pe: tuple[Mapping[str, Any], ...] | None = None
     race_lines: tuple[str, ...] = ()
     #: the simulator's own result (`sim.result.RunResult`: op log, trace, inputs, outputs)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
+from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -59,6 +62,85 @@ def chosen_format(fmt: Format | None, as_json: bool) -> Format:
 
 
 PerPeOpt = Annotated[bool, typer.Option("--per-pe", help="Also show each PE.")]
+
+#: Seconds between the plain progress lines of `--progress` (stderr not a terminal).
+PROGRESS_EVERY = 10.0
+
+DEDUP_DEFAULT = False  # classes do not pay yet on the rack case (README "Measured here")
+DedupOpt = Annotated[bool, typer.Option(
+    "--dedup/--no-dedup", help="Time one PE per class of PEs that time alike, or every PE in "
+                               "full (the results are the same).")]
+
+ProgressOpt = Annotated[bool, typer.Option(
+    "--progress", help="With stderr not a terminal (piped, a log), print plain progress "
+                       f"lines there: as each pass begins and every {PROGRESS_EVERY:g} s (on "
+                       "a terminal a spinner shows it anyway).")]
+
+
+@contextmanager
+def following(message: str, watch, progress: bool = False):
+    """Show how a run (its `sim.watch.Watch`) gets on, on stderr, while the block runs.
+
+    On a terminal a spinner with `watch.text()`, twice a second. Elsewhere, with
+    `progress`, plain lines (no spinner, no carriage returns): one as each pass begins,
+    one every `PROGRESS_EVERY` seconds, one when the run is done; without it, nothing.
+    Either way a big run's estimate (`sim.watch.estimate`) is printed as its timing pass
+    begins.
+    """
+    import sys
+    import threading
+
+    from kernbench_cli.sim.watch import estimate
+
+    tty = sys.stderr.isatty()
+    plain = progress and not tty
+    status = None  # the spinner, on a terminal
+
+    def say(line: str) -> None:
+        if status is not None:  # a line above the spinner
+            status.console.print(line, markup=False, highlight=False, soft_wrap=True)
+            return
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def began(watch) -> None:
+        if plain:
+            done = watch.functional
+            say(f"{message}: {watch.phase}" + (
+                f" (functional pass: {done[0]:,} commands in {done[1]:.1f} s)" if done else ""))
+        line = estimate(watch)
+        if line is not None:
+            say(f"{message}: {line}")
+
+    watch.on_begin = began
+    started = time.perf_counter()
+    stop = threading.Event()
+    with contextlib.ExitStack() as stack:
+        if tty:
+            from rich.console import Console
+
+            status = stack.enter_context(Console(stderr=True).status(message))
+            tick, update = 0.5, lambda: status.update(f"{message}: {watch.text()}")
+        else:
+            tick, update = PROGRESS_EVERY, lambda: say(f"{message}: {watch.text()}")
+        thread = threading.Thread(target=lambda: _every(stop, tick, update), daemon=True)
+        if tty or plain:
+            thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            if thread.is_alive():
+                thread.join()
+            watch.on_begin = None
+    if plain:
+        say(f"{message}: done in {time.perf_counter() - started:.1f} s")
+
+
+def _every(stop, seconds: float, do) -> None:
+    """Call `do` every `seconds` until `stop` is set."""
+    while not stop.wait(seconds):
+        do()
 
 
 def echo_rich(*renderables) -> None:

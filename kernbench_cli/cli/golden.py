@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from kernbench_cli.cli.common import SetOpt, echo_rich
+from kernbench_cli.cli.common import (
+    DEDUP_DEFAULT,
+    DedupOpt,
+    ProgressOpt,
+    SetOpt,
+    echo_rich,
+    following,
+)
 from kernbench_cli.errors import GoldenMismatch, KernbenchError
 
 app = typer.Typer(help="Golden results: regenerate after an intended model change; check in CI.",
@@ -31,21 +39,20 @@ def regen(
         "--check", help="Write nothing; fail on any difference (same as `golden check`).")] = False,
     directory: DirOpt = None,
     costs: CostsOpt = None,
+    progress: ProgressOpt = False,
 ) -> None:
     """Run every golden case and rewrite the goldens that changed; print what changed."""
-    _run(only, directory, costs, write=not check)
+    _run(only, directory, costs, write=not check, progress=progress)
 
 
 @app.command("check")
 def check_cmd(only: OnlyOpt = None, directory: DirOpt = None, costs: CostsOpt = None,
-              sets: SetOpt = None,
-              dedup: Annotated[bool, typer.Option(
-                  "--dedup", help="Time one PE per class of PEs that time alike.")]
-              = False) -> None:
+              sets: SetOpt = None, progress: ProgressOpt = False,
+              dedup: DedupOpt = DEDUP_DEFAULT) -> None:
     """Run every golden case; exit 1 with a table of differences if any result moved.
 
     With --set, every case runs with the overrides: which goldens would a change move?"""
-    _run(only, directory, costs, write=False, sets=sets or (), dedup=dedup)
+    _run(only, directory, costs, write=False, sets=sets or (), progress=progress, dedup=dedup)
 
 
 def _default_folder(write: bool) -> Path:
@@ -63,12 +70,14 @@ def _default_folder(write: bool) -> Path:
 
 
 def _run(only: str | None, directory: Path | None, costs: Path | None, write: bool,
-         sets: Sequence[str] = (), dedup: bool = False) -> None:
+         sets: Sequence[str] = (), progress: bool = False, dedup: bool = DEDUP_DEFAULT) -> None:
     from rich.console import Console
 
     from kernbench_cli.golden.run import regen as do_regen
     from kernbench_cli.golden.run import select
     from kernbench_cli.report.golden import difference_table
+    from kernbench_cli.sim.watch import Watch
+
     folder = directory or _default_folder(write)
     if write and not folder.is_dir():
         try:
@@ -82,9 +91,18 @@ def _run(only: str | None, directory: Path | None, costs: Path | None, write: bo
     if not cases:
         raise KernbenchError(f"no golden case matches {only!r}")
     err = Console(stderr=True)
-    differences = do_regen(folder, only, write,
-                           progress=lambda name: err.print(f"[dim]running {name}[/dim]"),
-                           costs=costs, sets=sets, dedup=dedup)
+    numbers = {case.name: n for n, case in enumerate(cases, 1)}
+
+    @contextmanager
+    def follow(name: str):
+        """Each case says so as it starts (and with --progress, how it gets on)."""
+        err.print(f"[dim]running {name}[/dim]")
+        watch = Watch()
+        with following(f"{name} ({numbers[name]} of {len(cases)})", watch, progress):
+            yield watch
+
+    differences = do_regen(folder, only, write, progress=follow, costs=costs, sets=sets,
+                           dedup=dedup)
     if differences:
         echo_rich(difference_table(differences))
     changed = len({d.case for d in differences})

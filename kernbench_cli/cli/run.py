@@ -3,32 +3,44 @@
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from kernbench_cli.cli.common import (
+    DEDUP_DEFAULT,
     CostsOpt,
+    DedupOpt,
     JsonOpt,
     ParamOpt,
     PerPeOpt,
+    ProgressOpt,
     SeedOpt,
     SetOpt,
     TopologyOpt,
     echo_rich,
+    following,
 )
 from kernbench_cli.errors import KernbenchError
 from kernbench_cli.fileio import check_outputs
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
 from kernbench_cli.lang.watchdog import DEFAULT_KERNEL_TIMEOUT
+from kernbench_cli.report.trace_filter import trace_filter
 
 ChromeTraceOpt = Annotated[Path | None, typer.Option(
     "--chrome-trace",
-    help="Write a Perfetto/Chrome timeline here: engines, shared resources, rings, critical path.")]
+    help="Write a Perfetto/Chrome timeline here: engines, shared resources, rings, critical "
+         "path (gzip-compressed when the name ends in .gz).")]
+TracePesOpt = Annotated[str | None, typer.Option(
+    "--trace-pes", metavar="PES",
+    help="Draw only these PEs in the timeline: indexes and ranges, e.g. 0-3,8.")]
+TraceWindowOpt = Annotated[str | None, typer.Option(
+    "--trace-window", metavar="START,END",
+    help="Draw only what overlaps this time window in the timeline, e.g. 10us,25us.")]
 OplogOpt = Annotated[Path | None, typer.Option(
-    "--oplog", help="Write the op log here: a JSON line per command, addresses decoded.")]
+    "--oplog", help="Write the op log here: a JSON line per command, addresses decoded "
+                    "(gzip-compressed when the name ends in .gz).")]
 CriticalPathOpt = Annotated[Path | None, typer.Option(
     "--critical-path", help="Write the critical path here: a JSON line per step.")]
 
@@ -50,6 +62,8 @@ def run(
     record: Annotated[Path | None, typer.Option(
         help="Write the command trace to this file, for `kernbench replay`.")] = None,
     chrome_trace: ChromeTraceOpt = None,
+    trace_pes: TracePesOpt = None,
+    trace_window: TraceWindowOpt = None,
     oplog: OplogOpt = None,
     critical_path: CriticalPathOpt = None,
     races: Annotated[bool, typer.Option(
@@ -64,10 +78,8 @@ def run(
     sensitive: Annotated[bool, typer.Option(
         "--sensitivity", help="Then re-time the run by replay with each timing key made 2x "
                               "better, and rank what each saves.")] = False,
-    dedup: Annotated[bool, typer.Option(
-        "--dedup", help="Time one PE per class of PEs that time alike, not every PE (the "
-                        "results are the same; off by default: it does not pay yet).")]
-    = False,
+    progress: ProgressOpt = False,
+    dedup: DedupOpt = DEDUP_DEFAULT,
 ) -> None:
     """Run KERNEL on every PE of the topology, verify it, and report the time."""
     from kernbench_cli.api import runs as api
@@ -77,12 +89,13 @@ def run(
     api.check_kernel_timeout(kernel_timeout)
     module = api.load_kernel(kernel)
     topo = api.load_topology(topology, costs=costs, set=sets or ())
+    keep = trace_filter(trace_pes, trace_window, topo.num_pes, chrome_trace)
     check_outputs({"--save": save, "--record": record, "--chrome-trace": chrome_trace,
                    "--oplog": oplog, "--critical-path": critical_path})
     from kernbench_cli.sim.watch import Watch
 
     watch = Watch()
-    with _busy(f"{module.name} on {topo.num_pes} PEs", watch):
+    with following(f"{module.name} on {topo.num_pes} PEs", watch, progress):
         result = api.run(module, topo, params=param or (), seed=seed, timing_only=timing_only,
                          max_commands=max_commands, kernel_timeout=kernel_timeout,
                          oplog=chrome_trace is not None or oplog is not None, watch=watch,
@@ -93,7 +106,7 @@ def run(
         from kernbench_cli.sim.trace_file import write_trace
 
         write_trace(record, result.raw.trace)
-    _write_outputs(chrome_trace, oplog, critical_path, result)
+    _write_outputs(chrome_trace, keep, oplog, critical_path, result)
     show(result, as_json, per_pe, sensitive)
     result.check()
 
@@ -108,6 +121,8 @@ def replay(
     per_pe: PerPeOpt = False,
     as_json: JsonOpt = False,
     chrome_trace: ChromeTraceOpt = None,
+    trace_pes: TracePesOpt = None,
+    trace_window: TraceWindowOpt = None,
     oplog: OplogOpt = None,
     critical_path: CriticalPathOpt = None,
     races: Annotated[bool, typer.Option(
@@ -115,10 +130,8 @@ def replay(
     recorded_sets: Annotated[bool, typer.Option(
         "--recorded-sets/--no-recorded-sets",
         help="Apply the run's own --set items first (yours after them win).")] = True,
-    dedup: Annotated[bool, typer.Option(
-        "--dedup", help="Time one PE per class of PEs that time alike, not every PE (the "
-                        "results are the same; off by default: it does not pay yet).")]
-    = False,
+    progress: ProgressOpt = False,
+    dedup: DedupOpt = DEDUP_DEFAULT,
 ) -> None:
     """Re-time a recorded run without its kernel code or values (for cost sweeps).
 
@@ -130,65 +143,45 @@ def replay(
     data = api.load_trace(trace)
     topo = api.load_topology(topology, costs=costs, set=sets or (), trace=data,
                              recorded_sets=recorded_sets)
+    keep = trace_filter(trace_pes, trace_window, topo.num_pes, chrome_trace)
     check_outputs({"--chrome-trace": chrome_trace, "--oplog": oplog,
                    "--critical-path": critical_path})
     from kernbench_cli.sim.watch import Watch
 
     watch = Watch()
-    with _busy(f"replaying {data.kernel} on {topo.num_pes} PEs", watch):
+    with following(f"replaying {data.kernel} on {topo.num_pes} PEs", watch, progress):
         result = api.replay(data, topo, oplog=chrome_trace is not None or oplog is not None,
                             watch=watch, races=races, per_pe=per_pe, check=False,
                             dedup=dedup)
-    _write_outputs(chrome_trace, oplog, critical_path, result)
+    _write_outputs(chrome_trace, keep, oplog, critical_path, result)
     show(result, as_json, per_pe)
     result.check()
 
 
-@contextmanager
-def _busy(message: str, watch):
-    """A spinner with the run's progress on stderr (`watch.text()`, twice a second) while a
-    run works; nothing unless stderr is a terminal."""
-    import sys
-    import threading
-
-    if not sys.stderr.isatty():
-        yield
-        return
-    from rich.console import Console
-
-    done = threading.Event()
-    with Console(stderr=True).status(message) as status:
-        def follow() -> None:
-            while not done.wait(0.5):
-                status.update(f"{message}: {watch.text()}")
-
-        thread = threading.Thread(target=follow, daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            done.set()
-            thread.join()
-
-
-def _write_outputs(chrome_trace: Path | None, oplog: Path | None, critical_path: Path | None,
-                   result) -> None:
-    """The optional files of a run (an API `Result`): a Chrome trace, the op log, the
-    critical path."""
-    from kernbench_cli.fileio import atomic_write
+def _write_outputs(chrome_trace: Path | None, keep, oplog: Path | None,
+                   critical_path: Path | None, result) -> None:
+    """The optional files of a run (an API `Result`): a Chrome trace of what `keep` (a
+    `TraceFilter` or None) keeps, the op log, the critical path; each written whole or not
+    at all, gzip-compressed where its name ends in .gz."""
+    from kernbench_cli.fileio import atomic_write, gzipped_if_named
+    from kernbench_cli.report.trace_filter import check_window
 
     raw, amap = result.raw, result.address_map
+    if chrome_trace is not None:
+        check_window(keep, raw.latency_ps)
     if critical_path is not None:
         from kernbench_cli.report.run import critical_path_lines
 
         text = "".join(line + "\n" for line in critical_path_lines(raw)).encode()
-        atomic_write(critical_path, lambda out: out.write(text), "--critical-path")
+        atomic_write(critical_path, gzipped_if_named(critical_path, lambda out: out.write(text)),
+                     "--critical-path")
     if chrome_trace is not None:
         from kernbench_cli.report.chrome_trace import chrome_trace as make_trace
         from kernbench_cli.report.chrome_trace import dumps
 
-        text = dumps(make_trace(raw, amap)).encode()
-        atomic_write(chrome_trace, lambda out: out.write(text), "--chrome-trace")
+        text = dumps(make_trace(raw, amap, keep)).encode()
+        atomic_write(chrome_trace, gzipped_if_named(chrome_trace, lambda out: out.write(text)),
+                     "--chrome-trace")
     if oplog is not None:
         from kernbench_cli.report.oplog import oplog_lines
 
@@ -196,7 +189,7 @@ def _write_outputs(chrome_trace: Path | None, oplog: Path | None, critical_path:
             for line in oplog_lines(raw, amap):
                 out.write(line.encode() + b"\n")
 
-        atomic_write(oplog, write, "--oplog")
+        atomic_write(oplog, gzipped_if_named(oplog, write), "--oplog")
 
 
 def show(result, as_json: bool, per_pe: bool, sensitive: bool = False) -> None:

@@ -38,4 +38,7 @@ CASES: tuple[Case, ...] = (
     Case("rmsnorm.rack", "rmsnorm", "rack", ("cols=256",)),
     Case("all_reduce.ring.default", "all_reduce", "default"),
     Case("all_reduce.hier.sip", "all_reduce", "sip", ("algo=hier", "bytes=65536")),
+    Case("llama_decode.tiny.default", "llama_decode", "default", ("batch=2", "context=37")),
+    Case("llama_decode.llama3-8b-2layers.sip", "llama_decode", "sip",
+         ("model=llama3-8b", "layers=2", "context=256")),
 )

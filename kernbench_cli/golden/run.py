@@ -9,6 +9,7 @@ writes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,13 +41,14 @@ def select(pattern: str | None) -> list[Case]:
 
 
 def run_case(case: Case, costs: Path | None = None, sets: Sequence[str] = (),
-             dedup: bool = False) -> dict[str, Any]:
-    """The record of golden case `case` (`dedup`: as `run_kernel`'s)."""
-    return rec.make_record(case.name, case_result(case, costs, sets, dedup))
+             watch: Any = None, dedup: bool = False) -> dict[str, Any]:
+    """The golden record of `case` (`watch`, a `sim.watch.Watch`, follows its progress;
+    `dedup`: as `run_kernel`'s)."""
+    return rec.make_record(case.name, case_result(case, costs, sets, watch, dedup))
 
 
 def case_result(case: Case, costs: Path | None = None, sets: Sequence[str] = (),
-                dedup: bool = False):
+                watch: Any = None, dedup: bool = False):
     """The `RunResult` of golden case `case`, with its op log and races."""
     from kernbench_cli.address import load_address_map
     from kernbench_cli.sim.kernels import load_kernel, parse_params
@@ -56,13 +58,16 @@ def case_result(case: Case, costs: Path | None = None, sets: Sequence[str] = (),
     amap = load_address_map(case.topology, costs, sets)
     params = parse_params(kernel, list(case.params), amap.topology.num_pes)
     return run_kernel(kernel, amap, params, seed=case.seed, oplog=True, races=True,
-                      dedup=dedup)
+                      watch=watch, dedup=dedup)
 
 
 def regen(directory: Path, pattern: str | None, write: bool,
-          progress: Callable[[str], None] = lambda _: None,
+          progress: Callable[[str], Any] = lambda _: contextlib.nullcontext(),
           costs: Path | None = None, sets: Sequence[str] = (),
           dedup: bool = False) -> list[Difference]:
+    """Run the cases matching `pattern`, each inside ``progress(case name)`` (a context
+    manager, which gives the `Watch` that follows the case, or None); write the goldens
+    that changed to `directory` if `write`; every difference (`dedup`: as `run_kernel`'s)."""
     cases = select(pattern)
     olds = {}
     for case in cases:  # read (and so check) every golden before running anything
@@ -70,8 +75,8 @@ def regen(directory: Path, pattern: str | None, write: bool,
         olds[case.name] = rec.load(path) if path.is_file() else None
     differences: list[Difference] = []
     for case in cases:
-        progress(case.name)
-        new = run_case(case, costs, sets, dedup)
+        with progress(case.name) as watch:
+            new = run_case(case, costs, sets, watch, dedup)
         old = olds[case.name]
         if old is None:
             differences.append(Difference(case.name, "(file)", None, "new"))

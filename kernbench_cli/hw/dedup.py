@@ -312,7 +312,7 @@ def _expand_log(timing, classes, where: _Where, rows: list, streams) -> None:
                                            dtype=getattr(log, name).typecode).copy())
                for name, width in (("engine", 1), ("kind", 1), ("times", 3), ("amounts", 2),
                                    ("addrs", 2), ("command", 1), ("queued", 1), ("streams", 2),
-                                   ("via", 1))]
+                                   ("via", 1), ("shape", 1))]
     cpu_of: dict[int, list] = {}
     for s in log.cpu:
         cpu_of.setdefault(s.pid, []).append(s)

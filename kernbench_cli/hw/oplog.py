@@ -23,7 +23,7 @@ OP_FIELDS = ("seq", "pid", "engine", "kind", "issue_ps", "start_ps", "end_ps", "
 
 #: (column, values per record) of the per-record arrays, in `OpLog.ordered`'s care.
 _COLUMNS = (("pid", 1), ("engine", 1), ("kind", 1), ("times", 3), ("amounts", 2), ("addrs", 2),
-            ("command", 1), ("queued", 1), ("streams", 2), ("via", 1))
+            ("command", 1), ("queued", 1), ("streams", 2), ("via", 1), ("shape", 1))
 
 
 class Slice(NamedTuple):
@@ -48,10 +48,11 @@ class OpLog:
     tile, its composite; for a chunk, its send), `queued` (1 if [issue,
     start] is the command's wait in the scheduler queue), `streams` (for a
     transfer: when its bytes streamed, [from, to); the engine's occupation
-    otherwise) and `via` (for a transfer: its shared resources, an index
-    into `paths`; -1: none). Besides the records: `cpu` and `scheduler`
-    slices per PE, and `rings`, each ring's occupancy changes (time, +1 or
-    -1 slot whose credit is out).
+    otherwise), `via` (for a transfer: its shared resources, an index into
+    `paths`; -1: none) and `shape` (for a GEMM record, a DOT or a composite's
+    tile: its (m, k, n), an index into `shapes`; -1: none). Besides the
+    records: `cpu` and `scheduler` slices per PE, and `rings`, each ring's
+    occupancy changes (time, +1 or -1 slot whose credit is out).
     """
 
     def __init__(self) -> None:
@@ -65,10 +66,13 @@ class OpLog:
         self.queued = array("B")
         self.streams = array("q")
         self.via = array("i")
+        self.shape = array("i")
         self.kinds: list[str] = []
         self._codes: dict[str, int] = {}
         self.paths: list[tuple[str, ...]] = []  # resource names ("hbm rack=0 …") per path
         self._path_ids: dict[tuple, int] = {}
+        self.shapes: list[tuple[int, int, int]] = []  # (m, k, n) of GEMM records
+        self._shape_ids: dict[tuple[int, int, int], int] = {}
         self.cpu: list[Slice] = []
         self.scheduler: list[Slice] = []
         self.rings: dict[str, list[tuple[int, int]]] = {}
@@ -89,10 +93,19 @@ class OpLog:
             self.paths.append(tuple(f"{cal.level} {cal.name}" for cal in resources))
         return code
 
+    def gemm_shape(self, m: int, k: int, n: int) -> int:
+        """The index in `shapes` of a GEMM of `m` x `k` by `k` x `n`."""
+        key = (m, k, n)
+        code = self._shape_ids.get(key)
+        if code is None:
+            code = self._shape_ids[key] = len(self.shapes)
+            self.shapes.append(key)
+        return code
+
     def append(self, pid: int, engine: int, kind: int, issue: int, start: int, end: int,
                nbytes: int, flops: int, src: int | None, dst: int | None, command: int = -1,
                queued: bool = False, streams: tuple[int, int] | None = None,
-               via: int = -1) -> None:
+               via: int = -1, shape: int = -1) -> None:
         self.pid.append(pid)
         self.engine.append(engine)
         self.kind.append(kind)
@@ -103,6 +116,7 @@ class OpLog:
         self.queued.append(queued)
         self.streams.extend(streams or (start, end))
         self.via.append(via)
+        self.shape.append(shape)
 
     def ordered(self) -> OpLog:
         """The same records by (start time, PE, the order the PE made them); the CPU and
@@ -113,6 +127,7 @@ class OpLog:
         out = OpLog()
         out.kinds, out._codes = self.kinds, self._codes
         out.paths, out._path_ids = self.paths, self._path_ids
+        out.shapes, out._shape_ids = self.shapes, self._shape_ids
         out.cpu = sorted(self.cpu, key=lambda s: s.pid)
         out.scheduler = sorted(self.scheduler, key=lambda s: s.pid)
         out.rings = self.rings

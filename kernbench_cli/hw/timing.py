@@ -770,7 +770,8 @@ class Timing:
                 end[i] = done
                 if log is not None:
                     log.append(pid, GEMM, k_dot, t, start, done, 0, col_size[i],
-                               _tcm(tcm_base, col_src[i]), _tcm(tcm_base, col_dst[i]), i, True)
+                               _tcm(tcm_base, col_src[i]), _tcm(tcm_base, col_dst[i]), i, True,
+                               shape=log.gemm_shape(*shapes[shape][:3]))
             elif op == STORE:
                 t, ready = enqueue(cpu, c_store)
                 why = _why(SCHEDULER, sched.last) if ready > t else _why(ISSUED, me)
@@ -1300,7 +1301,7 @@ class _Tiles:
         me = self._record(gemm, GEMM, ready, after, start, end)
         if log is not None:
             log.append(self.pe.pid, GEMM, self.codes[0], ready, start, end, 0, 2 * m * k * n,
-                       None, None, proc.current)
+                       None, None, proc.current, shape=log.gemm_shape(m, k, n))
         return start, end, me
 
     def move(self, inbound: bool, ready: int, after: int, *where) -> Iterator[None]:

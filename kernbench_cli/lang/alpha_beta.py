@@ -34,6 +34,8 @@ from fractions import Fraction
 
 from kernbench_cli.hw.network import Network, hbm_stream_bandwidth
 from kernbench_cli.lang import collectives as coll
+from kernbench_cli.lang.collectives.algorithms import binomial
+from kernbench_cli.lang.collectives.groups import levels
 
 #: nccl-tests' bus bandwidth factor of each collective, by group size n
 BUS_FACTOR = {
@@ -139,18 +141,18 @@ def _tree(ab, ranks: list[int], root_rank: int, nbytes: int, piece: int,
     n = len(ranks)
     pairs, depth = [], 0
     for v in range(1, n):
-        parent, _ = coll._binomial(n, v)
+        parent, _ = binomial(n, v)
         pairs.append((ranks[(parent + root_rank) % n], ranks[(v + root_rank) % n]))
         depth = max(depth, bin(v).count("1"))
     a, b = ab(pairs)
-    children = len(coll._binomial(n, 0)[1])
+    children = len(binomial(n, 0)[1])
     return passes * (depth * (a + piece * b) + nbytes * children * b)
 
 
 def _hier(topology, network: Network, coords, call: str, grid, ranks: list[int],
           nbytes: int) -> float:
     """Ring terms per level of the first rank's rings (every rank's are alike)."""
-    rings = coll._levels(grid, tuple(ranks), ranks[0])
+    rings = levels(grid, tuple(ranks), ranks[0])
     total, size = 0.0, float(nbytes)
     for ring in rings:
         n = len(ring)

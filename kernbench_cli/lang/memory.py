@@ -5,16 +5,49 @@ allocators, or by the TCM of a kernel's tensors). An access outside every
 allocation, or running past the end of one, is an AddressError naming the
 address. With ``backed=False`` (timing-only runs) nothing is stored and
 every read returns zeros of the right shape without touching memory.
+
+Blocks are cut from slabs of `SLAB_BYTES` (zero pages until written), not
+allocated one by one: a rack's 8,192 PEs place tens of thousands of small
+inputs, and small allocations freed leave the process's heap as large as
+before. `release` gives the bytes back to the system once a run has read
+what it needs (its outputs), before the timing pass.
+
+An input the host places (`add` with its array) is not copied when its bytes
+are a few runs of that array, as a KV cache's shard is: the block reads
+those runs where they are, and gets bytes of its own (a copy) before its
+first write or a read across two runs. The host's array is never written.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 
 import numpy as np
 
 from kernbench_cli.errors import AddressError
+
+SLAB_BYTES = 64 << 20  # the arrays blocks are cut from; a larger block is one of its own
+_ALIGN = 64  # where a block starts in its slab
+_MAX_RUNS = 64  # an array of more runs than this is copied in (a run costs a Python object)
+
+
+class Shared:
+    """A block's bytes as read-only runs of a host array, in order."""
+
+    __slots__ = ("runs", "starts")
+
+    def __init__(self, runs: list[np.ndarray]):
+        self.runs = runs
+        self.starts = list(itertools.accumulate((len(run) for run in runs[:-1]), initial=0))
+
+    def run(self, offset: int, nbytes: int) -> tuple[np.ndarray, int] | None:
+        """(the run, the offset in it) holding ``[offset, offset + nbytes)``; None if no
+        single run does."""
+        j = bisect.bisect_right(self.starts, offset) - 1
+        at = offset - self.starts[j]
+        return (self.runs[j], at) if at + nbytes <= len(self.runs[j]) else None
 
 
 class Memory:
@@ -23,18 +56,46 @@ class Memory:
     def __init__(self, backed: bool = True):
         self.backed = backed
         self._bases: list[int] = []
-        self._blocks: list[tuple[int, str, np.ndarray | None]] = []  # (size, name, bytes)
+        #: (size, name, bytes): its own, a host array's (`Shared`), or None (not backed)
+        self._blocks: list[tuple[int, str, np.ndarray | Shared | None]] = []
         # (base, end, name) of the allocations checked last, newest first: a kernel's loop
         # touches a few tensors in turn (A, B, C of a GEMM)
         self._recent: list[tuple[int, int, str]] = []
+        self._slab = np.zeros(0, dtype=np.uint8)  # where the next small block is cut
+        self.released = False
 
-    def add(self, addr: int, nbytes: int, name: str) -> None:
-        """Register an allocation of `nbytes` at `addr` (zero-filled when backed)."""
+    def add(self, addr: int, nbytes: int, name: str, source: np.ndarray | None = None,
+            share: bool = False) -> None:
+        """Register an allocation of `nbytes` at `addr`, holding `source`'s values in C order
+        (read in place with `share`: a host's input, never written then) or zeros, when
+        backed."""
         i = bisect.bisect_left(self._bases, addr)
-        data = np.zeros(nbytes, dtype=np.uint8) if self.backed else None
+        data = None
+        if self.backed:
+            runs = _runs(source) if share and source is not None else None
+            data = self._cut(nbytes) if runs is None else Shared(runs)
+            if source is not None and runs is None:
+                np.ndarray(source.shape, source.dtype, data)[...] = source
         self._recent.clear()
         self._bases.insert(i, addr)
         self._blocks.insert(i, (nbytes, name, data))
+
+    def _cut(self, nbytes: int) -> np.ndarray:
+        """`nbytes` zeros of their own: the front of the current slab, or of a new one."""
+        if nbytes > SLAB_BYTES // 4:
+            return np.zeros(nbytes, dtype=np.uint8)
+        if nbytes > len(self._slab):
+            self._slab = np.zeros(SLAB_BYTES, dtype=np.uint8)
+        data = self._slab[:nbytes]
+        self._slab = self._slab[-(-nbytes // _ALIGN) * _ALIGN:]
+        return data
+
+    def release(self) -> None:
+        """Drop every block's bytes (the allocations stay known); reading or writing them
+        afterwards is an error of kernbench's own."""
+        self._blocks = [(size, name, None) for size, name, _ in self._blocks]
+        self._slab = np.zeros(0, dtype=np.uint8)
+        self.released = True
 
     def allocations(self) -> list[tuple[int, int, str]]:
         """(address, bytes, name) of every allocation, by address."""
@@ -46,32 +107,53 @@ class Memory:
         for base, end, name in self._recent:
             if base <= addr and addr + nbytes <= end:
                 return name
-        size, name, _, offset = self._find(addr, nbytes, what)
+        i, offset = self._find(addr, nbytes, what)
+        size, name, _ = self._blocks[i]
         self._recent.insert(0, (addr - offset, addr - offset + size, name))
         del self._recent[4:]
         return name
 
-    def _find(self, addr: int, nbytes: int, what: str) -> tuple[int, str, np.ndarray | None, int]:
+    def _find(self, addr: int, nbytes: int, what: str) -> tuple[int, int]:
+        """(index, offset in it) of the allocation holding ``[addr, addr + nbytes)``."""
         i = bisect.bisect_right(self._bases, addr) - 1
         if i < 0 or addr >= self._bases[i] + self._blocks[i][0]:
             raise AddressError(f"{what} at {addr:#x}: no allocation holds this address")
-        size, name, data = self._blocks[i]
+        size, name, _ = self._blocks[i]
         offset = addr - self._bases[i]
         if offset + nbytes > size:
             raise AddressError(f"{what} of {nbytes} B at {addr:#x} runs past the end of "
                                f"{name!r} ({size} B at {self._bases[i]:#x}) by "
                                f"{offset + nbytes - size} B")
-        return size, name, data, offset
+        return i, offset
+
+    def _bytes(self, i: int, offset: int, nbytes: int,
+               own: bool) -> tuple[np.ndarray | None, int]:
+        """(bytes, offset in them) of ``[offset, offset + nbytes)`` of allocation `i`: a run
+        of a host's array if one holds them and not `own` (to write), else the block's own
+        bytes (copied from the host's array the first time)."""
+        size, name, data = self._blocks[i]
+        if data.__class__ is Shared:
+            found = None if own else data.run(offset, nbytes)
+            if found is not None:
+                return found
+            runs, data = data.runs, self._cut(size)
+            np.concatenate(runs, out=data)
+            self._blocks[i] = (size, name, data)
+        return data, offset
 
     def view(self, addr: int, shape: tuple[int, ...], dtype: np.dtype, what: str = "read",
-             row_stride: int | None = None) -> np.ndarray | None:
+             row_stride: int | None = None, own: bool = False) -> np.ndarray | None:
         """The array at `addr` (rows `row_stride` elements apart if given), as a view of
-        memory: valid until the next write. None when memory is not backed."""
+        memory (read-only unless `own`, for a write): valid until the next write. None
+        when memory is not backed."""
         count = math.prod(shape)
         itemsize = np.dtype(dtype).itemsize
         span = _span(shape, count, row_stride)
-        _, _, data, offset = self._find(addr, span * itemsize, what)
+        data, offset = self._bytes(*self._find(addr, span * itemsize, what), span * itemsize,
+                                   own)
         if data is None:
+            if self.released:
+                raise RuntimeError(f"{what} at {addr:#x}: simulated memory was released")
             return None
         if row_stride is None:
             return np.ndarray(shape, dtype, data, offset)
@@ -92,7 +174,7 @@ class Memory:
     def write(self, addr: int, value: np.ndarray, what: str = "write",
               row_stride: int | None = None) -> None:
         """Store `value` at `addr` (rows `row_stride` elements apart if given)."""
-        target = self.view(addr, value.shape, value.dtype, what, row_stride)
+        target = self.view(addr, value.shape, value.dtype, what, row_stride, own=True)
         if target is not None:
             target[...] = value
 
@@ -103,3 +185,20 @@ def _span(shape: tuple[int, ...], count: int, row_stride: int | None) -> int:
         return count
     rows, cols = shape
     return (rows - 1) * row_stride + cols if rows else 0
+
+
+def _runs(array: np.ndarray) -> list[np.ndarray] | None:
+    """`array`'s bytes in C order as read-only views of its contiguous runs, or None when
+    they are more than `_MAX_RUNS` runs (or runs of one element)."""
+    inner, run = array.ndim, array.itemsize  # the trailing axes laid out C-contiguous
+    while inner and (array.shape[inner - 1] == 1 or array.strides[inner - 1] == run):
+        run *= array.shape[inner - 1]
+        inner -= 1
+    if inner == array.ndim or math.prod(array.shape[:inner]) > _MAX_RUNS:
+        return None
+    runs = []
+    for index in np.ndindex(array.shape[:inner]):
+        part = array[index].reshape(-1).view(np.uint8)
+        part.flags.writeable = False
+        runs.append(part)
+    return runs

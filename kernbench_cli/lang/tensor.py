@@ -44,8 +44,10 @@ class Tensor:
         self.nbytes = math.prod(shape) * dtype.itemsize if nbytes is None else nbytes
 
     def __del__(self) -> None:
-        # (no `tcm` yet: an interrupt cut its __init__ short, and it holds no TCM)
-        tcm = getattr(self, "tcm", None)
+        try:
+            tcm = self.tcm
+        except AttributeError:  # an interrupt cut its __init__ short: it holds no TCM
+            return
         if tcm is not None:  # dropped: its TCM is free again
             self._tl._tcm.free(tcm)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
+import struct
 import sys
 from array import array
 from collections import deque
@@ -104,14 +105,15 @@ class Launch:
         self.max_commands = max_commands
         self.commands = 0
         self.program = Program.empty(len(system.pes))
-        #: per PE, the commands as rows of the stream's columns (one `extend` each), made
-        #: into the program's columns when the pass ends
-        self.rows = [array("q") for _ in system.pes]
+        #: per PE, the commands as packed rows (`_ROW`), made into the program's columns
+        #: when the pass ends
+        self.rows = [bytearray() for _ in system.pes]
         self.gemm_shape = Interner(self.program.gemm_shapes)
         self.hub = Hub()
         #: (sender, receiver) -> messages sent and not yet received: (bytes, dtype, value)
         self.mail: dict[tuple[int, int], deque[tuple[int, np.dtype, np.ndarray | None]]] = {}
         self.receivers: dict[int, PeThread] = {}  # PEs waiting in a receive, by pid
+        self.region_index = Interner(self.program.regions)  # region path -> index
 
 
 class TL:
@@ -133,6 +135,7 @@ class TL:
         topo = system.topology
         self._tcm = FreeListPool(f"TCM of PE ({self._coord})", 0, topo.pe.tcm.size)
         self._gemm = (topo.pe.gemm.rows, topo.pe.gemm.cols, topo.pe.gemm.dataflow)
+        self._region = 0  # the region its next command belongs to
 
     # ------------------------------------------------------------ grid (ADR-0022)
 
@@ -196,10 +199,11 @@ class TL:
         span = _span_bytes(shape_t, dt, stride)
         _aligned(ptr, dt, "tl.load")
         self._memory.check(ptr, span, "tl.load")
-        i = self._emit(LOAD, NONE, NONE, nbytes, span, ptr, block=_block_rows(shape_t, stride))
+        i, tcm = self._make(LOAD, NONE, NONE, nbytes, span, ptr, nbytes, "tl.load",
+                            block=_block_rows(shape_t, stride))
         value = self._memory.read_f32(ptr, shape_t, dt, "tl.load", stride) \
             if self._values else None
-        return self._result(i, shape_t, dt, value, "tl.load")
+        return Tensor(self, shape_t, dt, value, i, tcm, None, nbytes)
 
     def ref(self, ptr: int, shape: Sequence[int], dtype: str, stride: int | None = None) -> Ref:
         """Name `shape` of `dtype` at `ptr` without moving it (a composite operand)."""
@@ -229,11 +233,12 @@ class TL:
         m, k, n = _gemm_shape("tl.dot", a.shape, b.shape, trans_b)
         out_dt = _dtype(out_dtype)
         width = max(a.dtype.itemsize, b.dtype.itemsize)  # the array's rate follows it
-        i = self._emit(DOT, a.cmd, b.cmd, 2 * m * k * n,
-                       self._launch.gemm_shape((m, k, n, width)),
-                       _offset(a.tcm))
+        nbytes = m * n * out_dt.itemsize
+        i, tcm = self._make(DOT, a.cmd, b.cmd, 2 * m * k * n,
+                            self._launch.gemm_shape((m, k, n, width)), _offset(a.tcm), nbytes,
+                            "tl.dot")
         value = _matmul(a.value, b.value, trans_b, out_dt) if self._values else None
-        return self._result(i, (m, n), out_dt, value, "tl.dot")
+        return Tensor(self, (m, n), out_dt, value, i, tcm, None, nbytes)
 
     def composite(self, op: str = "gemm", *, a: Tensor | Ref, b: Tensor | Ref,
                   out_ptr: int | None = None, trans_b: bool = False, out_dtype: str | None = None,
@@ -272,7 +277,7 @@ class TL:
             raise KernelError(f"tl.composite: no tile plan for a {m}x{k}x{n} GEMM fits the "
                               f"{free} B of free TCM")
         program = self._launch.program
-        self._rows[_WIDTH * i + _ARG] = len(program.composites)
+        _ARG_AT.pack_into(self._rows, _ROW_BYTES * i + _ARG_AT_OFFSET, len(program.composites))
         program.composites.append(Composite(
             m, k, n, a.dtype.itemsize, b.dtype.itemsize, out_dt.itemsize, a_tcm, b_tcm,
             NONE if a_tcm else a.addr, 0 if a_tcm else a.row_stride,
@@ -293,6 +298,15 @@ class TL:
         composite's output is waited for with `tl.wait(handle)`.
         """
         self._emit(WAIT, NONE, NONE, 0, 0)
+
+    def region(self, name: str) -> AbstractContextManager[None]:
+        """``with tl.region("attn"): …``: the commands issued inside belong to region `name`
+        (nested regions make paths, "layer/attn"), which the report times: on the critical
+        path, by engine, and in the timeline. No command, no time."""
+        if not isinstance(name, str) or not name or "/" in name or not name.isprintable():
+            raise KernelError(f"tl.region: a name is a non-empty printable string without "
+                              f"'/', got {clip(name)}")
+        return _Region(self, name)
 
     def wait(self, handle: Handle) -> Tensor | None:
         """Stall PE_CPU until a composite is done; returns its TCM result (if any)."""
@@ -430,10 +444,10 @@ class TL:
         (`_line`), looked for from `depth` frames up: the fewest `tl` frames between the
         kernel and here on this path (frames cost time to look at)."""
         rows = self._rows
-        i = len(rows) // _WIDTH
-        rows.extend((op, a, b, size, arg, src, dst,
-                     _line(sys._getframe(depth), self._kernel_file, self._lines),
-                     self._tcm.used, block))
+        i = len(rows) // _ROW_BYTES
+        rows += _PACK(op, a, b, size, arg, src, block,
+                      _line(sys._getframe(depth), self._kernel_file, self._lines), dst,
+                      self._tcm.used)
         if op != READ:
             launch = self._launch
             launch.commands += 1
@@ -442,28 +456,55 @@ class TL:
                                   "commands; an endless loop? (--max-commands raises the limit)")
         return i
 
+    def _enter_region(self, region: int) -> None:
+        """The next commands belong to `region` (an index of the program's regions)."""
+        if region == self._region:
+            return
+        self._region = region
+        marks = self._launch.program.region_marks[self._pid]
+        at = len(self._rows) // _ROW_BYTES
+        if marks and marks[-1][0] == at:  # nothing issued in the region just left
+            marks.pop()
+        if not marks or marks[-1][1] != region:
+            marks.append((at, region))
+
+    def _make(self, op: int, a: int, b: int, size: int, arg: int, src: int, nbytes: int,
+              what: str, depth: int = 2, block: int = 0) -> tuple[int, int]:
+        """`_emit` for a command that makes a tensor of `nbytes` in fresh TCM, taken first
+        so that the row is written whole: (its index, the tensor's TCM offset). `what` names
+        the call if TCM is full. Either error leaves the command in the stream as it was
+        issued, with no TCM of its own (the command limit: `_emit` raises)."""
+        launch = self._launch
+        try:
+            tcm = self._tcm.alloc(nbytes, what) if launch.commands < launch.max_commands \
+                else NONE
+        except AddressError as exc:
+            self._emit(op, a, b, size, arg, src, NONE, depth + 1, block)
+            raise KernelError(f"tensors overflow TCM: {exc}{self._holders()}") from None
+        return self._emit(op, a, b, size, arg, src, tcm, depth + 1, block), tcm
+
     def _result(self, i: int, shape: tuple[int, ...], dt: np.dtype, value: np.ndarray | None,
                 what: str) -> Tensor:
-        """The tensor command `i` makes, in fresh TCM (its offset goes into the stream)."""
+        """The tensor command `i`, emitted before, makes, in fresh TCM (its offset goes into
+        the stream): for commands that wait between issue and result (`recv`)."""
         nbytes = math.prod(shape) * dt.itemsize
         try:
             tcm = self._tcm.alloc(nbytes, what)
         except AddressError as exc:
             raise KernelError(f"tensors overflow TCM: {exc}{self._holders()}") from None
-        at = _WIDTH * i
-        self._rows[at + _DST] = tcm
-        self._rows[at + _TCM] = self._tcm.used
-        return Tensor(self, shape, dt, value, i, tcm, nbytes=nbytes)
+        _DST_TCM.pack_into(self._rows, _ROW_BYTES * i + _DST_OFFSET, tcm, self._tcm.used)
+        return Tensor(self, shape, dt, value, i, tcm, None, nbytes)
 
     def _holders(self) -> str:
         """'; held by: SIZE CALL (line N), …' for the live tensors, largest first."""
         live = self._tcm.allocations()
         if not live:
             return ""
-        rows, made = self._rows, {}
-        for i in range(len(rows) // _WIDTH - 1, -1, -1):  # the latest command at each offset
-            dst = rows[_WIDTH * i + _DST]
-            if dst in live and dst not in made and rows[_WIDTH * i] != STORE:
+        table, made = _table(self._rows), {}
+        ops, args, dsts, lines = (table[name].tolist() for name in ("op", "arg", "dst", "line"))
+        for i in range(len(ops) - 1, -1, -1):  # the latest command at each offset
+            dst = dsts[i]
+            if dst in live and dst not in made and ops[i] != STORE:
                 made[dst] = i
         held = sorted(live.items(), key=lambda item: (-item[1], item[0]))
         parts = []
@@ -472,10 +513,9 @@ class TL:
             if i is None:
                 what = "a tensor"
             else:
-                op = rows[_WIDTH * i]
-                call = f"{MATH_KINDS[rows[_WIDTH * i + _ARG]][1]} (PE_MATH)" if op == MATH \
-                    else _CALLS[op]
-                what = f"{call} (line {rows[_WIDTH * i + _LINE]})"
+                call = f"{MATH_KINDS[args[i]][1]} (PE_MATH)" if ops[i] == MATH \
+                    else _CALLS[ops[i]]
+                what = f"{call} (line {lines[i]})"
             parts.append(f"{format_size(size)} {what}")
         more = f", and {len(held) - 5} more" if len(held) > 5 else ""
         return f"; held by: {', '.join(parts)}{more}"
@@ -529,9 +569,10 @@ class TL:
         """PE_MATH command `kind` (`MATH_KINDS`) over `count` elements; its value is
         ``fn(*args)`` rounded to `dt`. (Called from the kernel through two frames at least:
         `tl.full` and this.)"""
-        i = self._emit(MATH, a, b, count, kind, depth=3)
+        nbytes = math.prod(shape) * dt.itemsize
+        i, tcm = self._make(MATH, a, b, count, kind, NONE, nbytes, _MATH_CALLS[kind], 3)
         value = _rounded(fn(*args), dt) if self._values else None
-        return self._result(i, shape, dt, value, _MATH_CALLS[kind])
+        return Tensor(self, shape, dt, value, i, tcm, None, nbytes)
 
     def _unary(self, fn: Callable, x: Tensor) -> Tensor:
         kind = _KIND_OF[fn]
@@ -612,6 +653,25 @@ class TL:
         return Tensor(self, shape_t, x.dtype, value, x.cmd, None, base=x)
 
 
+class _Region:
+    """The context manager of `TL.region`: marks where the PE's commands enter and leave."""
+
+    __slots__ = ("name", "outer", "tl")
+
+    def __init__(self, tl: TL, name: str):
+        self.tl, self.name, self.outer = tl, name, 0
+
+    def __enter__(self) -> None:
+        tl = self.tl
+        self.outer = tl._region
+        program = tl._launch.program
+        path = f"{program.regions[self.outer]}/{self.name}".lstrip("/")
+        tl._enter_region(tl._launch.region_index(path))
+
+    def __exit__(self, *exc: object) -> None:
+        self.tl._enter_region(self.outer)
+
+
 def functional_pass(launch: Launch, kernel: Callable[[TL], None],
                     guard: AbstractContextManager | None = None) -> list[TL]:
     """Run `kernel(tl)` on every PE of `launch` until each has ended or waits for good.
@@ -619,27 +679,37 @@ def functional_pass(launch: Launch, kernel: Callable[[TL], None],
     `kernel` handles its own errors (it is the launcher's wrapper around the
     kernel); streams end where a PE stopped. The kernels run inside `guard`
     (the watchdog), their streams are made after it. Returns each PE's `TL`.
+    The garbage collector stays on, out of the way (`collector.deferred`): the
+    kernel's own Python may leave cycles to free.
     """
-    hub = launch.hub
-    threads = [hub.thread(pid) for pid in range(len(launch.system.pes))]
-    tls = [TL(launch, pid, thread) for pid, thread in enumerate(threads)]
-    with guard or nullcontext(), collector.deferred():  # the kernel's Python runs: not paused
-        hub.run(threads, [(lambda tl=tl: kernel(tl)) for tl in tls])
-    program = launch.program
-    for tl in tls:
-        program.tcm_peak[tl._pid] = tl._tcm.peak
-    batch = 256  # PEs converted at once: fewer numpy calls, little extra memory
-    for first in range(0, len(launch.rows), batch):
-        rows = launch.rows[first:first + batch]
-        program.streams[first:first + batch] = _columns(rows)
-        launch.rows[first:first + batch] = [array("q") for _ in rows]  # rows: 64 B a command
+    with collector.deferred():
+        hub = launch.hub
+        threads = [hub.thread(pid) for pid in range(len(launch.system.pes))]
+        tls = [TL(launch, pid, thread) for pid, thread in enumerate(threads)]
+        with guard or nullcontext():
+            hub.run(threads, [(lambda tl=tl: kernel(tl)) for tl in tls])
+        program = launch.program
+        for tl in tls:
+            program.tcm_peak[tl._pid] = tl._tcm.peak
+        batch = 256  # PEs converted at once: fewer numpy calls, little extra memory
+        for first in range(0, len(launch.rows), batch):
+            rows = launch.rows[first:first + batch]
+            program.streams[first:first + batch] = _columns(rows)
+            launch.rows[first:first + batch] = [bytearray() for _ in rows]
     return tls
 
 
-_WIDTH = len(COLUMNS)  # integers a command's row holds
+#: A command while the pass runs: its columns (`COLUMNS`, each in its stream type) packed
+#: in a row, 53 B; dst and tcm, which a result written after its command fills, side by
+#: side at the end. One `pack` a command is a third of the time of a row of integers.
+_ROW_COLUMNS = ("op", "a", "b", "size", "arg", "src", "rows", "line", "dst", "tcm")
+_ROW = struct.Struct("=" + "".join(dict(COLUMNS)[name] for name in _ROW_COLUMNS))
+_ROW_DTYPE = np.dtype([(name, dict(COLUMNS)[name]) for name in _ROW_COLUMNS])
+_ROW_BYTES, _PACK = _ROW.size, _ROW.pack
+_ARG_AT, _DST_TCM = struct.Struct("=" + dict(COLUMNS)["arg"]), struct.Struct(
+    "=" + dict(COLUMNS)["dst"] + dict(COLUMNS)["tcm"])
+_ARG_AT_OFFSET, _DST_OFFSET = (_ROW_DTYPE.fields[name][1] for name in ("arg", "dst"))
 _FITS = PlanCosts(1.0, 0.0, 0.0)  # costs do not decide whether a plan fits
-_ARG, _DST, _LINE, _TCM = (  # the columns a row gets after it is emitted, and its line
-    [name for name, _ in COLUMNS].index(c) for c in ("arg", "dst", "line", "tcm"))
 _CALLS = {LOAD: "tl.load", DOT: "tl.dot", COMPOSITE: "tl.composite",
           RECV: "tl.recv"}  # what a tensor's producer is called in messages
 
@@ -668,15 +738,20 @@ def _line(frame: FrameType | None, kernel_file: str,
     return 0
 
 
-def _columns(rows: list[array]) -> list[Stream]:
-    """Streams from their commands' rows (`COLUMNS` order, one integer a column)."""
-    table = np.frombuffer(b"".join(rows), dtype=np.int64).reshape(-1, len(COLUMNS))
+def _table(rows: bytearray) -> np.ndarray:
+    """One PE's rows as a numpy record array (a view), a field per column."""
+    return np.frombuffer(rows, dtype=_ROW_DTYPE)
+
+
+def _columns(rows: list[bytearray]) -> list[Stream]:
+    """Streams from their commands' rows (`_ROW`)."""
+    table = _table(b"".join(rows))
     streams = [Stream() for _ in rows]
-    for j, (name, code) in enumerate(COLUMNS):
-        column = table[:, j].astype(code).tobytes()
+    for name, code in COLUMNS:
+        column = np.ascontiguousarray(table[name]).tobytes()
         width, at = array(code).itemsize, 0
         for stream, r in zip(streams, rows, strict=True):
-            end = at + len(r) // len(COLUMNS) * width
+            end = at + len(r) // _ROW_BYTES * width
             getattr(stream, name).frombytes(column[at:end])
             at = end
     return streams

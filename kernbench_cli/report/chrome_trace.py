@@ -12,7 +12,8 @@ Processes and tracks:
     ``scheduler queue`` of the commands holding queue slots;
   - ``DMA``: each transfer while it holds the engine, setup to its last byte
     leaving (a wait for a busy HBM slice, SRAM port or link included, args
-    ``wait_ns``); ``GEMM`` and ``MATH``: each command or tile operation;
+    ``wait_ns``); ``GEMM`` and ``MATH``: each command or tile operation (a GEMM's
+    args ``m``, ``k``, ``n``: the DOT's or the tile's shape, M x K by K x N);
   - async tracks: ``queued`` (a command from its issue to its engine taking
     it), ``in flight`` (a transfer's bytes from leaving to arriving: the
     path latency) and ``composite`` (a composite from issue to its last tile);
@@ -39,6 +40,7 @@ from kernbench_cli.address.physaddr import AddressMap
 from kernbench_cli.errors import AddressError
 from kernbench_cli.hw.oplog import OpLog
 from kernbench_cli.hw.pe import ENGINES
+from kernbench_cli.report.trace_filter import TraceFilter
 from kernbench_cli.sim.result import RunResult
 
 
@@ -69,8 +71,9 @@ def _us(ns: int) -> float:
 
 
 class _Builder:
-    def __init__(self, result: RunResult, amap: AddressMap):
+    def __init__(self, result: RunResult, amap: AddressMap, keep: TraceFilter | None = None):
         self.result, self.amap = result, amap
+        self.keep = keep or TraceFilter()
         self.events: list[dict[str, Any]] = []
         self.slices: dict[tuple[int, int], list[tuple[int, int]]] = {}  # track -> (ns, ns)
         self.async_id = 0
@@ -93,21 +96,28 @@ class _Builder:
 
     def slice(self, pid: int, tid: int, name: str, start_ps: int, end_ps: int,
               args: dict[str, Any], cat: str) -> None:
+        if not self.keep.overlaps(start_ps, end_ps):
+            return
         start, end = start_ps // 1000, end_ps // 1000
         self.events.append({"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid,
                             "ts": _us(start), "dur": _us(end - start), "args": args})
         self.slices.setdefault((pid, tid), []).append((start, end))
 
     def span(self, pid: int, name: str, start_ps: int, end_ps: int,
-             args: dict[str, Any]) -> None:
-        """An async slice of process `pid` (its own row in the `name` group)."""
+             args: dict[str, Any], cat: str | None = None) -> None:
+        """An async slice of process `pid` (its own row in the `cat` group, `name` by
+        default)."""
+        if not self.keep.overlaps(start_ps, end_ps):
+            return
         self.async_id += 1
-        common = {"cat": name, "name": name, "pid": pid, "tid": 0, "id": self.async_id}
+        common = {"cat": cat or name, "name": name, "pid": pid, "tid": 0,
+                  "id": self.async_id}
         self.events.append({**common, "ph": "b", "ts": _us(start_ps // 1000), "args": args})
         self.events.append({**common, "ph": "e", "ts": _us(end_ps // 1000)})
 
     def counter(self, pid: int, name: str, key: str, changes: list[tuple[int, int]]) -> None:
-        """A counter track from (time in ps, +n/-n) changes: its value at each time it moves."""
+        """A counter track from (time in ps, +n/-n) changes: its value at each time it moves
+        (in the window: from its start, with the value then)."""
         value, last = 0, None
         points: list[tuple[int, int]] = [(0, 0)]
         for t, delta in sorted(changes):
@@ -117,6 +127,12 @@ class _Builder:
                 points[-1] = (ns, value)
             else:
                 points.append((ns, value))
+        keep = self.keep
+        if keep.start_ps or keep.end_ps is not None:
+            first, end = keep.start_ps // 1000, keep.end_ps
+            before = [v for ns, v in points if ns <= first]
+            points = [(first, before[-1])] + [(ns, v) for ns, v in points if ns > first and (
+                end is None or ns <= end // 1000)]
         for ns, value in points:
             if value != last:
                 self.events.append({"ph": "C", "name": name, "pid": pid, "tid": 0,
@@ -126,22 +142,25 @@ class _Builder:
     # ------------------------------------------------------------------ the parts
 
     def pes(self, log: OpLog) -> None:
-        result = self.result
+        result, kept = self.result, self.keep.pe
         for pid, label in enumerate(result.pe_labels):
+            if not kept(pid):
+                continue
             self.meta(pid, None, f"PE {pid} ({label})", pid)
             for tid, engine in enumerate(ENGINES):
                 self.meta(pid, tid, engine, tid)  # a track per engine, by its name
         cpu, sched = ENGINES.index("cpu"), ENGINES.index("scheduler")
-        for s in log.cpu:
-            self.slice(s.pid, cpu, s.name, s.start_ps, s.end_ps,
-                       {"line": self.line(s.pid, s.command)}, "cpu")
-        for s in log.scheduler:
-            self.slice(s.pid, sched, s.name, s.start_ps, s.end_ps,
-                       {"line": self.line(s.pid, s.command)}, "scheduler")
+        for tid, slices in ((cpu, log.cpu), (sched, log.scheduler)):
+            for s in slices:
+                if kept(s.pid):
+                    self.slice(s.pid, tid, s.name, s.start_ps, s.end_ps,
+                               {"line": self.line(s.pid, s.command)}, ENGINES[tid])
         queue: dict[int, list[tuple[int, int]]] = {}
         dma_free: dict[int, int] = {}  # per PE: when its DMA's last transfer stopped streaming
         streams, amap, cache = log.streams, self.amap, self.cache
         for seq, pid, engine, kind, issue, start, end, nbytes, flops, src, dst in log:
+            if not kept(pid):
+                continue
             line = self.line(pid, log.command[seq])
             if log.queued[seq]:
                 queue.setdefault(pid, []).extend(((issue, 1), (start, -1)))
@@ -157,6 +176,8 @@ class _Builder:
             held_until = streams[2 * seq + 1]
             if end > held_until:  # a transfer's latency, PE_MATH's pipeline
                 self.span(pid, "in flight", held_until, end, {"kind": kind, "line": line})
+            if engine == "gemm":  # a DOT's or a composite tile's shape
+                args["m"], args["k"], args["n"] = log.shapes[log.shape[seq]]
             if engine == "dma":
                 args["wait_ns"] = (streams[2 * seq] - start) // 1000
                 # a setup that overlapped the transfer before shows from that one's end
@@ -166,31 +187,42 @@ class _Builder:
             self.slice(pid, ENGINES.index(engine), kind, start, held_until, args, engine)
         for pid in sorted(queue):
             self.counter(pid, "scheduler queue", "commands", queue[pid])
+        for pid, path, start, end in result.region_spans:  # tl.region stretches
+            if self.keep.pe(pid):
+                self.span(pid, path, start, end, {"region": path}, cat="region")
 
     def resources(self, log: OpLog, pid: int) -> dict[str, int]:
-        """The shared-resources process `pid`: a track per resource; their tids by name."""
-        names = sorted({name for path in log.paths for name in path})
+        """The shared-resources process `pid`: a track per resource a kept transfer used;
+        their tids by name."""
+        keep, streams = self.keep, log.streams
+        kept = [(seq, pe, kind, nbytes) for seq, pe, _, kind, _, _, _, nbytes, _, _, _ in log
+                if log.via[seq] >= 0 and keep.pe(pe)
+                and keep.overlaps(streams[2 * seq], streams[2 * seq + 1])]
+        names = sorted({name for seq, *_ in kept for name in log.paths[log.via[seq]]})
         tids = {name: tid for tid, name in enumerate(names)}
         if not names:
             return tids
         self.meta(pid, None, "shared resources", pid)
         for name, tid in tids.items():
             self.meta(pid, tid, name, tid)
-        for seq, pe, _, kind, _, _, _, nbytes, _, _, _ in log:
+        for seq, pe, kind, nbytes in kept:
             via = log.via[seq]
-            if via < 0:
-                continue
-            at, until = log.streams[2 * seq], log.streams[2 * seq + 1]
+            at, until = streams[2 * seq], streams[2 * seq + 1]
             args = {"pe": pe, "bytes": nbytes, "line": self.line(pe, log.command[seq])}
             for name in log.paths[via]:
                 self.slice(pid, tids[name], kind, at, until, args, "resource")
         return tids
 
     def rings(self, log: OpLog, pid: int) -> None:
-        if not log.rings:
+        """The IPCQ rings process `pid`: a counter per ring of a kept PE (named "PE (its
+        coordinates) direction ring")."""
+        index = {label: n for n, label in enumerate(self.result.pe_labels)}
+        names = [name for name in sorted(log.rings)
+                 if self.keep.pe(index.get(name[name.find("(") + 1:name.find(")")], -1))]
+        if not names:
             return
         self.meta(pid, None, "IPCQ rings", pid)
-        for name in sorted(log.rings):
+        for name in names:
             self.counter(pid, name, "slots", log.rings[name])
 
     def flows(self, resources: dict[str, int], resource_pid: int) -> None:
@@ -241,12 +273,14 @@ class _Builder:
         self.flows(resources, shared)
         return {"displayTimeUnit": "ns", "traceEvents": self.events,
                 "otherData": {"kernel": result.kernel, "topology": result.topology,
-                              "latency_ps": result.latency_ps}}
+                              "latency_ps": result.latency_ps, **self.keep.to_dict()}}
 
 
-def chrome_trace(result: RunResult, amap: AddressMap) -> dict[str, Any]:
-    """The Trace Event object of `result` (run with an op log)."""
-    return _Builder(result, amap).build()
+def chrome_trace(result: RunResult, amap: AddressMap,
+                 keep: TraceFilter | None = None) -> dict[str, Any]:
+    """The Trace Event object of `result` (run with an op log), of what `keep` keeps (by
+    default, everything)."""
+    return _Builder(result, amap, keep).build()
 
 
 def dumps(trace: dict[str, Any]) -> str:

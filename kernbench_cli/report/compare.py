@@ -98,6 +98,12 @@ def metrics(runs: list[tuple[str, dict[str, Any]]]) -> dict[str, list[Any]]:
     if any("energy_pj" in r for _, r in runs):
         out["energy_pj"] = [(r.get("energy_pj") or {}).get("total") for _, r in runs]
         out["average_power_w"] = [r.get("average_power_w") for _, r in runs]
+    names = list(dict.fromkeys(g.get("name") for _, r in runs for g in r.get("regions", [])
+                               if isinstance(g, dict)))
+    for name in names:  # named regions: their time on the critical path
+        out[f"region {name} path_ps"] = [
+            next((g.get("path_ps") for g in r.get("regions", []) if isinstance(g, dict)
+                  and g.get("name") == name), None) for _, r in runs]
     out["bound"] = [(r.get("bound") or {}).get("engine") for _, r in runs]
     out["verified"] = [r.get("verified") for _, r in runs]
     out["invariants_held"] = [
@@ -128,6 +134,8 @@ SHOWN = {"latency_ps": "latency", "energy_pj": "energy", "average_power_w": "ave
 def shown_name(metric: str) -> str:
     """"latency_ps" -> "latency", "dma.busy_ps" -> "dma busy", "dma.utilization" -> "dma
     util": what the table calls a metric (its values carry their units)."""
+    if metric.startswith("region "):
+        return metric.removesuffix(" path_ps")
     engine, _, what = metric.partition(".")
     if what:
         return f"{engine} {'busy' if what == 'busy_ps' else 'util'}"

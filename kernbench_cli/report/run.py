@@ -16,6 +16,7 @@ from rich.table import Table
 
 from kernbench_cli.config.units import format_energy_aj, format_size, format_time_ps
 from kernbench_cli.config.units import format_time_short as short
+from kernbench_cli.report.regions import region_table, regions_json
 from kernbench_cli.sim.energy import basis
 from kernbench_cli.sim.result import EngineStats, RunResult
 
@@ -243,8 +244,9 @@ def summary(result: RunResult) -> Table:
         rows.insert(3, (f"{name} bound", f"{format_time_ps(ps)} = {how}; the latency is "
                                           f"{ratio:.2f}x that"))
     if result.metrics:
-        rows.insert(3, ("metrics", "; ".join(f"{name} {value:.4g} {how}".rstrip()
-                                             for name, (value, how) in result.metrics.items())))
+        rows.insert(3, ("metrics", "; ".join(
+            f"{name} {format_time_ps(round(value)) if name.endswith('_ps') else f'{value:.4g}'}"
+            f" {how}".rstrip() for name, (value, how) in result.metrics.items())))
     for key, value in rows:
         table.add_row(key, value)
     return table
@@ -306,6 +308,8 @@ def per_pe_table(result: RunResult) -> Table:
 def render(result: RunResult, per_pe: bool = False, width: int | None = None) -> Group:
     """The report; tables that would not fit `width` columns leave optional columns out."""
     parts = [summary(result), engine_table(result, width)]
+    if result.regions:
+        parts.append(region_table(result))
     if result.energy is not None:
         parts.append(energy_table(result))
     if per_pe:
@@ -403,6 +407,8 @@ def _optional_json(result: RunResult, out: dict[str, Any], per_pe: bool) -> None
     per PE."""
     if result.energy is not None:
         out.update(_energy_json(result))
+    if result.regions:
+        out["regions"] = regions_json(result)
     if result.races is not None:
         out["races"] = [
             {"why": r.why, "addr": r.lo, "bytes": r.hi - r.lo,

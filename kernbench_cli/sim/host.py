@@ -69,9 +69,7 @@ class Host:
         """Copy `array` into PE `pid`'s HBM slice; returns its address."""
         coord = self.grid[pid]
         addr = self._hbm_alloc(coord, array.nbytes, name)
-        self.memory.add(addr, array.nbytes, name)
-        if not self.timing_only:
-            self.memory.write(addr, np.ascontiguousarray(array), f"placing {name!r}")
+        self._add(addr, array, name)
         return addr
 
     def place_sram(self, name: str, array: np.ndarray, cube: int = 0) -> int:
@@ -87,9 +85,7 @@ class Host:
             addr = self._alloc.alloc("sram", coord._replace(pe=0), array.nbytes, name)
         except AddressError as exc:
             raise ParamError(f"inputs overflow a cube's SRAM: {exc}") from None
-        self.memory.add(addr, array.nbytes, name)
-        if not self.timing_only:
-            self.memory.write(addr, np.ascontiguousarray(array), f"placing {name!r}")
+        self._add(addr, array, name)
         return addr
 
     def replicate(self, name: str, array: np.ndarray) -> Sharded:
@@ -142,10 +138,19 @@ class Host:
                 addr = pool.alloc_at(pool.base + offset, nbytes, name)
             except AddressError as exc:
                 raise ParamError(f"inputs overflow an HBM slice: {exc}") from None
-            self.memory.add(addr, nbytes, name)
-            if piece is not None and not self.timing_only:
-                self.memory.write(addr, np.ascontiguousarray(piece(pid)), f"placing {name!r}")
+            if piece is None:
+                self.memory.add(addr, nbytes, name)
+            else:
+                self._add(addr, piece(pid), name)
         return Sharded(name, offset, tuple(shape), NAMES[dt], nbytes)
+
+    def _add(self, addr: int, array: np.ndarray, name: str) -> None:
+        """Memory at `addr` holding `array`'s values: read in place if it is (part of) an
+        input this host drew, which nothing writes (the kernel's stores go to a copy);
+        other arrays are copied, as the caller may change them afterwards."""
+        owner = array if array.base is None else array.base
+        self.memory.add(addr, array.nbytes, name, None if self.timing_only else array,
+                        share=any(owner is x for x in self.inputs.values()))
 
     def _hbm_alloc(self, coord: PeCoord, nbytes: int, name: str) -> int:
         try:

@@ -23,9 +23,11 @@ A kernel module defines:
     cannot run (the message is shown to the user).
 ``kernel(tl, **args)``
     the `tl` kernel every PE runs.
-``metrics(topology, p, latency_ps)`` (optional)
+``metrics(topology, p, run)`` (optional)
     figures of merit the kernel states of its run, ``{name: (value, how)}``
-    (a collective's bus bandwidth), shown in the summary and ``--json``.
+    (a collective's bus bandwidth, a decode step's time per token), shown in
+    the summary and ``--json``; `run` has ``latency_ps`` and ``regions``
+    (each named region's time on the critical path, in ps).
 ``reference(host, p)``
     the expected outputs, by name, computed with numpy from ``host.inputs``.
 ``outputs(host, args, p)``

@@ -79,6 +79,9 @@ class RunResult:
     bounds: dict[str, tuple[int, str]] = field(default_factory=dict)  # name: (ps, how)
     #: what the kernel states of its run (`metrics()`): name: (value, how)
     metrics: dict[str, tuple[float, str]] = field(default_factory=dict)
+    regions: list = field(default_factory=list)  # `sim.regions.Region`s, if named
+    #: (pid, region, start, end) of each stretch of a PE's commands in a region
+    region_spans: list[tuple[int, str, int, int]] = field(default_factory=list)
     trace: Trace | None = None  # what `run --record` writes (sim.trace_file)
     invariants: list[Invariant] = field(default_factory=list)  # physical checks (all held)
     critical_path: CriticalPath | None = None

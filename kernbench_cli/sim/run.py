@@ -19,6 +19,7 @@ import math
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,8 @@ from kernbench_cli.sim.critical import critical_path
 from kernbench_cli.sim.host import Host
 from kernbench_cli.sim.kernels import KernelModule
 from kernbench_cli.sim.races import find_races
+from kernbench_cli.sim.regions import regions
+from kernbench_cli.sim.regions import spans as region_spans
 from kernbench_cli.sim.result import Check, EngineStats, RunResult
 from kernbench_cli.sim.roofline import roofline
 from kernbench_cli.sim.trace_file import Trace, TraceError
@@ -71,6 +74,16 @@ def _quiet(fn):
         with np.errstate(all="ignore"), contextlib.redirect_stdout(sys.stderr), confined():
             return fn(*args, **kwargs)
     return quiet
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A run as `metrics()` sees it: its latency, each named region's time on the critical
+    path (``{}`` when it names none), and its energy in attojoules."""
+
+    latency_ps: int
+    regions: dict[str, int]
+    energy_aj: int = 0
 
 
 @_quiet
@@ -118,6 +131,13 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
         if not isinstance(exc, KernbenchError) and kernel_line(kernel_file, exc.__traceback__) \
                 is None:
             raise exc  # not the kernel's doing: a bug in kernbench keeps its traceback
+    outputs, unread = {}, None
+    if not timing_only and not failures:  # read now: simulated memory goes before timing
+        try:
+            outputs = _call(kernel, "outputs", host, args, params)
+        except KernbenchError as exc:  # reported where it was: after the timing pass's errors
+            unread = exc
+        memory.release()
     program = launch.program
     timing = Timing(system, program, oplog=oplog and not failures, dedup=dedup)
     watch.begin("timing pass", timing)
@@ -133,24 +153,14 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     counts = energy.count(system, timing)
     model_checks = invariants.check(system, timing, counts)
     invariants.enforce(model_checks)
-    outputs, checks = {}, []
-    if not timing_only:
-        outputs = _call(kernel, "outputs", host, args, params)
-        checks = _verify(kernel, host, params, outputs)
+    if unread is not None:
+        raise unread
+    checks = [] if timing_only else _verify(kernel, host, params, outputs)
     result = _collect(kernel.name, system, timing, params, seed, timing_only, checks)
-    result.invariants = model_checks
-    result.energy = energy.account(counts, amap.topology.energy)
-    result.roofline = roofline(system, timing)
-    result.critical_path = critical_path(system, timing)
-    if races:
-        result.races = find_races(timing, amap)
+    _analyse(result, system, timing, counts, model_checks, races)
     result.switches = launch.hub.switches
     result.inputs, result.outputs = host.inputs, outputs
-    if hasattr(kernel.module, "bounds"):
-        result.bounds = _checked_bounds(kernel, _call(kernel, "bounds", amap.topology, params))
-    if hasattr(kernel.module, "metrics"):
-        result.metrics = _checked_metrics(kernel, _call(
-            kernel, "metrics", amap.topology, params, result.latency_ps))
+    _stated(kernel, amap.topology, params, result)
     topo = amap.topology
     costs = topo.cost_table.source
     result.trace = Trace(kernel.name, dict(params), seed, topo.name,
@@ -159,6 +169,29 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
                          str(costs.resolve()) if costs else "")
     result.wall_s = time.perf_counter() - wall
     return result
+
+
+def _stated(kernel: KernelModule, topology, params: dict[str, Any], result: RunResult) -> None:
+    """What the kernel itself states of its run: `bounds()` and `metrics()`, checked."""
+    if hasattr(kernel.module, "bounds"):
+        result.bounds = _checked_bounds(kernel, _call(kernel, "bounds", topology, params))
+    if hasattr(kernel.module, "metrics"):
+        result.metrics = _checked_metrics(kernel, _call(
+            kernel, "metrics", topology, params, _timed(result)))
+
+
+def _analyse(result: RunResult, system: System, timing: Timing, counts, model_checks,
+             races: bool) -> None:
+    """What a run and a replay both work out of a finished timing pass: the invariants'
+    verdicts, energy, roofline, critical path, regions and, if asked, races."""
+    result.invariants = model_checks
+    result.energy = energy.account(counts, system.topology.energy)
+    result.roofline = roofline(system, timing)
+    result.critical_path = critical_path(system, timing)
+    result.region_spans = region_spans(timing.program, timing)
+    result.regions = regions(timing.program, result.critical_path, result.region_spans)
+    if races:
+        result.races = find_races(timing, system.amap)
 
 
 def _timing_failed(shown: str, system: System, exc: TimingError) -> KernelError:
@@ -219,7 +252,8 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
     if extra:  # the topology's other PEs run nothing
         program = Program(program.streams + [Stream() for _ in range(extra)],
                           program.gemm_shapes, program.math_kinds, program.composites,
-                          program.tcm_peak + [0] * extra)
+                          program.tcm_peak + [0] * extra, program.regions,
+                          program.region_marks + [[] for _ in range(extra)])
     timing = Timing(system, program, oplog=oplog, dedup=dedup)
     (watch or Watch()).begin("timing pass", timing)
     try:
@@ -234,13 +268,8 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
     result = _collect(f"{trace.kernel} (replay)", system, timing, trace.params, trace.seed,
                       True, [])
     result.bounds = _shipped(trace, "bounds", topo, dict(trace.params))
-    result.metrics = _shipped(trace, "metrics", topo, dict(trace.params), result.latency_ps)
-    result.invariants = model_checks
-    result.energy = energy.account(counts, topo.energy)
-    result.roofline = roofline(system, timing)
-    result.critical_path = critical_path(system, timing)
-    if races:
-        result.races = find_races(timing, amap)
+    _analyse(result, system, timing, counts, model_checks, races)
+    result.metrics = _shipped(trace, "metrics", topo, dict(trace.params), _timed(result))
     result.wall_s = time.perf_counter() - wall
     return result
 
@@ -253,6 +282,12 @@ def _checked_bounds(kernel: KernelModule, bounds: Any) -> dict[str, tuple[int, s
         raise KernelError(f"{kernel.shown}: bounds() must return a dict of name: "
                           "(picoseconds, how), not " + clip(bounds))
     return bounds
+
+
+def _timed(result: RunResult) -> Timed:
+    """What a kernel's `metrics()` is told of its run."""
+    return Timed(result.latency_ps, {r.name: r.path_ps for r in result.regions},
+                 result.energy.total if result.energy is not None else 0)
 
 
 def _checked_metrics(kernel: KernelModule, metrics: Any) -> dict[str, tuple[float, str]]:

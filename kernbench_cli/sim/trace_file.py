@@ -21,6 +21,7 @@ never a crash.
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import sys
 import zlib
@@ -97,6 +98,10 @@ def write_trace(path: Path, trace: Trace) -> None:
         "math_kinds": [list(k) for k in program.math_kinds],
         "composites": [list(c) for c in program.composites], "tcm_peak": program.tcm_peak,
     }
+    if len(program.regions) > 1:  # named regions: a version-5 trace without them has none
+        header["regions"] = program.regions
+        header["region_marks"] = [[x for mark in marks for x in mark]
+                                  for marks in program.region_marks]
     head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
 
     def write(raw) -> None:
@@ -209,6 +214,7 @@ def _trace(header: dict[str, Any], columns: memoryview) -> Trace:
         _ints(header["tcm_peak"], "tcm_peak"))
     if len(program.tcm_peak) != len(streams):
         raise ValueError("tcm_peak does not have one entry per PE")
+    _regions(header, program)
     memory = [(_int(a, "memory"), _int(n, "memory"), _str(name, "memory"))
               for a, n, name in _list(header["memory"], "memory")]
     if not isinstance(header["params"], dict):
@@ -313,6 +319,28 @@ def _int(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not -2**63 <= value < 2**63:
         raise ValueError(f"{what} holds {clip(value)}, not a 64-bit integer")
     return value
+
+
+def _regions(header: dict[str, Any], program: Program) -> None:
+    """The named regions of `header`, if it has any, checked and set on `program`."""
+    program.region_marks = [[] for _ in program.streams]
+    if "regions" not in header:
+        return
+    names = [_str(n, "regions") for n in _list(header["regions"], "regions")]
+    marks = _list(header["region_marks"], "region_marks")
+    if not names or names[0] != "" or len(marks) != len(program.streams):
+        raise ValueError("regions do not start with the unnamed one, or region_marks does "
+                         "not have one entry per PE")
+    program.regions = names
+    for pid, flat in enumerate(marks):
+        flat = _ints(flat, "region_marks")
+        pairs = list(zip(flat[::2], flat[1::2], strict=True)) if len(flat) % 2 == 0 else None
+        n = len(program.streams[pid].op)
+        if pairs is None or any(not 0 <= c <= n or not 0 <= r < len(names) for c, r in pairs) \
+                or any(a[0] >= b[0] for a, b in itertools.pairwise(pairs)):
+            raise ValueError(f"region_marks of PE {pid} are not (command, region) pairs in "
+                             "order")
+        program.region_marks[pid] = pairs
 
 
 def _ints(values: Any, what: str) -> list[int]:

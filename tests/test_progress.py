@@ -1,0 +1,134 @@
+"""Big runs that are not blind (issue 19, part 7): the estimate before the timing pass, and
+`--progress` lines when stderr is not a terminal (as under the test runner)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from kernbench_cli.sim import watch as watching
+from kernbench_cli.stream import Stream
+
+from .conftest import test_topology
+
+
+def _streams(*lengths: int) -> list[Stream]:
+    streams = []
+    for n in lengths:
+        stream = Stream()
+        stream.op.extend([0] * n)  # LOADs: n commands
+        streams.append(stream)
+    return streams
+
+
+def _watch(functional: tuple[int, float] | None, *lengths: int) -> watching.Watch:
+    w = watching.Watch()
+    w.phase, w.functional = "timing pass", functional
+    w.timing = SimpleNamespace(program=SimpleNamespace(streams=_streams(*lengths)))
+    return w
+
+
+def test_the_estimate_is_the_commands_at_the_functional_pass_rate_times_three():
+    """150,000 commands on 2 of 3 PEs; the functional pass issued 100,000 in 20 s (5,000 a
+    second): 150,000 / 5,000 x 3 = 90 s = 1.5 min. Below 100,000 commands: no line."""
+    assert watching.estimate(_watch((100_000, 20.0), 100_000, 50_000, 0)) == (
+        "estimate: 150,000 commands to time on 2 PEs: about 1.5 min (3x the functional "
+        "pass's 5,000 commands/s)")
+    assert watching.estimate(_watch((100_000, 2.0), 100_000)) == (
+        "estimate: 100,000 commands to time on 1 PE: about 6 s (3x the functional pass's "
+        "50,000 commands/s)")
+    assert watching.estimate(_watch(None, 60_000, 60_000)) == (
+        "estimate: 120,000 commands to time on 2 PEs (a replay: no functional pass to time "
+        "it by)")
+    assert watching.estimate(_watch((1, 1.0), 99_999)) is None
+    assert watching.estimate(watching.Watch()) is None  # not yet timing
+
+
+def test_the_watch_keeps_the_functional_pass_s_commands_and_time():
+    seen = []
+    w = watching.Watch(on_begin=lambda w: seen.append((w.phase, w.functional)))
+    launch = SimpleNamespace(commands=0)
+    w.begin("functional pass", launch)
+    launch.commands = 1234
+    w.begin("timing pass", SimpleNamespace(procs=[], env=SimpleNamespace(now=0)))
+    (first, none), (second, (commands, seconds)) = seen
+    assert (first, none, second, commands) == ("functional pass", None, "timing pass", 1234)
+    assert 0 <= seconds < 5
+
+
+def test_a_big_run_prints_its_estimate_before_the_timing_pass(cli, monkeypatch):
+    """gqa_attention on default issues 804 commands: with the threshold at 804 the run says
+    so on stderr (and nothing else: no --progress); at 805, nothing."""
+    monkeypatch.setattr(watching, "ESTIMATE_FROM", 804)
+    code, out, err = cli("run", "gqa_attention", "--timing-only", "--json")
+    assert code == 0 and out.startswith("{")
+    assert re.fullmatch(r"gqa_attention on 16 PEs: estimate: 804 commands to time on 16 PEs: "
+                        r"about \d+ s \(3x the functional pass's [\d,]+ commands/s\)\n", err), err
+    monkeypatch.setattr(watching, "ESTIMATE_FROM", 805)
+    assert cli("run", "gqa_attention", "--timing-only", "--json")[2] == ""
+
+
+LINE = re.compile(
+    r"(?P<what>[^:]+): (?:setting up|functional pass|"
+    r"timing pass(?: \(functional pass: [\d,]+ commands in [\d.]+ s\))?|"
+    r"functional pass: [\d,]+ commands, [\d,]+ commands/s|"
+    r"timing pass: t=\S+ simulated, [\d,]+ of [\d,]+ PEs done, [\d.]+ s|done in [\d.]+ s)")
+
+
+def _progress(err: str, what: str) -> list[str]:
+    """The progress lines of `err` about `what`, each checked to be a plain line of one of
+    the shapes `--progress` prints; the phases in order, ticks left out."""
+    assert "\r" not in err and "\x1b" not in err  # no spinner, no colour
+    phases = []
+    for line in err.splitlines():
+        match = LINE.fullmatch(line)
+        assert match and match["what"] == what, line
+        if line != f"{what}: setting up" and (", " not in line or " (functional " in line):
+            phases.append(re.sub(r"[\d.]+ s\)?$", "", line[len(what) + 2:]))
+    return phases
+
+
+def test_progress_prints_plain_lines_as_each_pass_begins_and_at_the_end(cli, monkeypatch):
+    from kernbench_cli.cli import common
+
+    monkeypatch.setattr(common, "PROGRESS_EVERY", 0.01)  # ticks too
+    code, _, err = cli("run", "gqa_attention", "--progress")
+    assert code == 0
+    assert _progress(err, "gqa_attention on 16 PEs") == [
+        "functional pass", "timing pass (functional pass: 804 commands in ", "done in "]
+    assert re.search(r": (functional|timing) pass: .*, ", err)  # a tick while it ran
+    assert cli("run", "gqa_attention")[2] == ""  # without --progress: nothing
+
+
+def test_replay_and_golden_progress(cli, tmp_path):
+    trace = tmp_path / "r.trace"
+    assert cli("run", "gqa_attention", "--timing-only", "--record", str(trace))[0] == 0
+    code, _, err = cli("replay", str(trace), "--progress")
+    assert code == 0
+    assert _progress(err, "replaying gqa_attention on 16 PEs") == ["timing pass", "done in "]
+    code, _, err = cli("golden", "check", "--only", "gqa_attention.default", "--progress")
+    assert code == 0
+    first, *rest = err.splitlines()
+    assert first == "running gqa_attention.default"
+    assert _progress("\n".join(rest), "gqa_attention.default (1 of 1)") == [
+        "functional pass", "timing pass (functional pass: 804 commands in ", "done in "]
+
+
+@pytest.mark.parametrize("command", ["run", "replay", "golden"])
+def test_progress_is_in_each_command_s_help(cli, command):
+    args = ["golden", "check"] if command == "golden" else [command]
+    out = cli(*args, "--help")[1]
+    assert "--progress" in out
+
+
+def test_a_failing_run_with_progress_says_no_done(cli):
+    path = Path(__file__).parent / "kernels" / "endless.py"
+    code, _, err = cli("run", str(path), "-t", test_topology("one"), "--max-commands", "5000",
+                       "--progress")
+    assert code == 1
+    lines = err.splitlines()
+    assert not any(line.endswith(" s") and "done in" in line for line in lines)
+    assert lines[-1].startswith("error: ")
