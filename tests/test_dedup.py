@@ -61,15 +61,91 @@ def test_small_golden_cases_are_the_same_both_ways(name):
 def test_a_reduction_tree_is_timed_by_multicast(passes):
     """gqa on `sip`: its reduction tree's senders of one role send to receivers of other
     classes (each cube's role carried down), and a class's sends are multicast to them:
-    15 classes of 128 PEs. One class's copies got different credits on the first try
-    (`Timing.unsound`): it sends to one receiving class from then on, the class splits (14 to
-    15), and the result is still the full pass's."""
+    14 classes of 128 PEs, in one pass. One class's sender finds every copy's ring full
+    and waits on them all (`Multicast.waited`); each gives a credit back at one time, so
+    the class does not split (it did when a copy without a credit split it: 15 classes,
+    2 passes). The result is still the full pass's."""
     case = next(c for c in CASES if c.name == "gqa_attention.sip")
     dedup = _outputs(case_result(case, dedup=True))
     timing = passes[0]
-    assert (len(timing.classes.members), len(timing.procs), timing.tries) == (15, 128, 2)
-    assert len(timing.unicast) == 7
+    assert (len(timing.classes.members), len(timing.procs), timing.tries) == (14, 128, 1)
+    assert timing.multicast.waited == 1 and timing.split == {}
     _same(dedup, _outputs(case_result(case, dedup=False)))
+
+
+def _credits(monkeypatch, **params) -> tuple[list, object, dict, dict]:
+    """`dedup_credits` (tests/kernels) on `default_1slot` with `params`, both ways, with
+    classes worth timing however few PEs they save: (per classed pass, its chunks that
+    waited on several rings and those whose copies' credits differed unseen, the last
+    classed pass, both outputs)."""
+    from kernbench_cli.address import load_address_map
+    from kernbench_cli.hw import classes, multicast
+    from kernbench_cli.sim.kernels import load_kernel, parse_params
+    from kernbench_cli.sim.run import run_kernel
+
+    monkeypatch.setattr(classes, "WORTH", 1)
+    seen, made, splits, run = [], [], multicast.Multicast.splits, timing_module.Timing.run
+
+    def counted(self, classes):
+        seen.append((self.waited, self.hidden))
+        return splits(self, classes)
+
+    def keep(self):
+        made.append(self)
+        run(self)
+
+    monkeypatch.setattr(multicast.Multicast, "splits", counted)
+    monkeypatch.setattr(timing_module.Timing, "run", keep)
+    module = load_kernel(str(TESTS / "kernels" / "dedup_credits.py"))
+    amap = load_address_map(test_topology("default_1slot"), None, ())
+    args = parse_params(module, [f"{k}={v}" for k, v in params.items()])
+    both = [_outputs(run_kernel(module, amap, args, oplog=True, races=True, dedup=dedup))
+            for dedup in (True, False)]
+    return seen, made[0], both[0], both[1]
+
+
+SENDERS, EARLY, LATE = list(range(0, 16, 2)), [1, 5, 9, 13], [3, 7, 11, 15]
+SPLIT = [[0, 4, 8, 12], EARLY, [2, 6, 10, 14], LATE]  # senders by their receivers
+
+
+def test_credits_that_differ_before_the_data_is_ready_do_not_split(monkeypatch):
+    """Receivers loading 32 and 1,024 rows give the first send's credit back at other
+    times, both before the sender's second send has its data: the senders stay one
+    class, timed once (one chunk's copies differed unseen), and every output is the full
+    pass's."""
+    seen, timing, dedup, full = _credits(monkeypatch, late=1024)
+    assert timing.classes.members == [SENDERS, EARLY, LATE] and seen == [(0, 1)]
+    _same(dedup, full)
+
+
+def test_a_credit_the_sender_waits_for_splits(monkeypatch):
+    """With 4,096 rows the late receivers' credit is back after the data is ready (the
+    early ones' before): senders to early and to late receivers split, and the result
+    is the full pass's."""
+    seen, timing, dedup, full = _credits(monkeypatch, late=4096)
+    assert timing.classes.members == SPLIT and len(seen) == 2
+    _same(dedup, full)
+
+
+def test_senders_woken_at_one_time_by_every_ring_do_not_split(monkeypatch):
+    """Every receiver posts its receive after 16 dots, after the sender asks for its
+    second credit: every copy's ring is full then. Both loads are short, so the credits
+    are back at one time (the late ones' streams differ after). The sender waits on
+    every ring and wakes once for all: one class, one pass."""
+    seen, timing, dedup, full = _credits(monkeypatch, late=64, pre=16, tail=1)
+    assert timing.classes.members == [SENDERS, EARLY, LATE] and seen == [(1, 0)]
+    _same(dedup, full)
+
+
+@pytest.mark.parametrize(("early", "late"), [(4000, 4096), (4096, 4000)])
+def test_senders_woken_at_other_times_split(monkeypatch, early, late):
+    """Receives posted late after loads of other lengths: every ring is full when the
+    sender asks, and one receiver's credit would wake it before the other's; the
+    representative's own first (4,000 rows early), or the other copy's (it waits on).
+    The senders split, and the result is the full pass's."""
+    seen, timing, dedup, full = _credits(monkeypatch, early=early, late=late, pre=16)
+    assert timing.classes.members == SPLIT and seen[0] == (1, 0) and len(seen) == 2
+    _same(dedup, full)
 
 
 def test_a_tie_out_of_the_members_order_splits():

@@ -17,9 +17,9 @@ descriptor and address as it is) and their surroundings are too:
 
 A message they send may go to PEs of different classes: the timing pass
 multicasts the representative's send to every receiving class's
-representative (`hw.timing`), each copy on a credit of that ring, and
-checks that the copies' credits are the same. A PE in `unicast` (its
-class failed that check) requires its receivers' classes to be equal too.
+representative (`hw.multicast`), each copy on a credit of that ring, and
+checks that the copies' credits look the same to the sender; where they do
+not, the class is split by the copy each member's send went to (`split`).
 
 The matching conditions refer to classes, so they are refined until stable
 (colour refinement, starting from the stream classes). On top of that, a
@@ -33,8 +33,8 @@ transfer of a class's member meets another PE's on a calendar they both
 book, whether the copies of a multicast got the same credits, and whether
 two representatives that met on a ring at one simulated time did so in the
 order of PE index their members would have. Where a check fails the class
-is split (PEs made classes of their own, or sends unicast) and the pass
-re-timed.
+is split (PEs made classes of their own, or by the copies of a multicast)
+and the pass re-timed.
 """
 
 from __future__ import annotations
@@ -232,29 +232,31 @@ class _Surroundings:
         keys = stream_keys(program, base, size, timing.system.topology.hbm.page_size)
         self.start = [(k, tuple(s)) for k, s in zip(keys, static, strict=True)]
 
-    def matched(self, of: list[int], unicast: set[int]) -> list:
+    def matched(self, of: list[int]) -> list:
         """Per PE, what it meets in terms of the classes `of`: its receives' senders'
-        classes and its rings' senders' classes; its sends' receivers' classes only if it
-        is in `unicast` (otherwise a send is multicast to every receiving class)."""
-        return [(tuple((i, of[p] if pid in unicast or not sends else -1, j)
+        classes and its rings' senders' classes (not its sends' receivers': a send is
+        multicast to every receiving class)."""
+        return [(tuple((i, of[p] if not sends else -1, j)
                        for (i, p, j), sends in zip(self.ipcq[pid], self.sending[pid],
                                                    strict=True)),
                  tuple((d, tuple(of[s] for s in senders)) for d, senders in self.by_pe[pid]))
                 for pid in range(self.n)]
 
 
-def partition(timing, forced: set[int], unicast: set[int]) -> Classes:
+def partition(timing, forced: set[int], split: dict[int, tuple]) -> Classes:
     """The classes a timing pass may time by representatives (see the module docstring);
-    `forced` PEs are classes of their own, `unicast` PEs' sends are not multicast."""
+    `forced` PEs are classes of their own, `split` gives some PEs one more key (the copies
+    their multicasts went to, `hw.multicast`). The surroundings are made once per timing
+    pass (`timing.around`), however often it partitions."""
     n = len(timing.program.streams)
     if not few_enough(timing.program.streams, n // WORTH):
         return Classes(list(range(n)))
-    around = _Surroundings(timing)
+    around = timing.around = timing.around or _Surroundings(timing)
     forced = set(forced)
     while True:
-        start = [("alone", pid) if pid in forced else key
+        start = [("alone", pid) if pid in forced else (key, split.get(pid))
                  for pid, key in enumerate(around.start)]
-        of = refine(start, lambda of: around.matched(of, unicast), around.n // WORTH)
+        of = refine(start, around.matched, around.n // WORTH)
         if of is None:
             return Classes(list(range(around.n)))
         classes = Classes(of)

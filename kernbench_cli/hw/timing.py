@@ -65,12 +65,13 @@ from kernbench_cli.hw.composite import (
     tile_ops,
     traffic,
 )
-from kernbench_cli.hw.dedup import INDEX, Ghosts, expand, overlaps, tie_faults
+from kernbench_cli.hw.dedup import Ghosts, expand, overlaps, tie_faults
 from kernbench_cli.hw.dma import DmaEngine
 from kernbench_cli.hw.engine import InOrderEngine, cycles_to_ps
 from kernbench_cli.hw.flows import FairShare
 from kernbench_cli.hw.gemm import gemm_passes
 from kernbench_cli.hw.ipcq import Chunk, Ring
+from kernbench_cli.hw.multicast import Multicast
 from kernbench_cli.hw.network import Path, pages_opened
 from kernbench_cli.hw.oplog import OP_FIELDS, OpLog, Slice
 from kernbench_cli.hw.pe import Pe
@@ -141,9 +142,9 @@ class _Proc:
     """One PE's walk over its stream, as SimPy event callbacks resume it."""
 
     __slots__ = ("after", "at", "cpu", "current", "done", "due", "end", "env", "error", "events",
-                 "gen", "issue", "last_end", "made", "n", "pid", "planned", "resume_cb", "start",
-                 "tcm_peak",
-                 "tcm_wait", "tile_buffers", "tile_worst", "tiles", "waiting", "waits", "why")
+                 "gen", "issue", "last_end", "made", "n", "offers", "pid", "planned", "resume_cb",
+                 "start", "tcm_peak", "tcm_wait", "tile_buffers", "tile_worst", "tiles", "waiting",
+                 "waits", "why")
 
     def __init__(self, env: simpy.Environment, pid: int):
         self.env = env
@@ -179,6 +180,9 @@ class _Proc:
         self.tile_worst = (0, 0, -1)
         self.resume_cb = self._resume
         self.due: list[int] | None = None  # the resume `wake_by` planned, while it waits
+        #: while a multicast waits on several rings (`hw.multicast`): id(ring) -> the
+        #: soonest it was offered a credit by that ring
+        self.offers: dict[int, int] | None = None
 
     def _resume(self, _event: simpy.Event) -> None:
         self.events += 1
@@ -285,7 +289,7 @@ class _Composites:
 
 
 #: Timing passes dedup makes before it times every PE (each split of classes costs one).
-TRIES = 3
+TRIES = 4
 
 
 class Timing:
@@ -299,9 +303,11 @@ class Timing:
         self.rep_of: list[int] | None = None  # per PE, its representative (None: itself)
         self.ghosts: Ghosts | None = None
         self.tries = 0  # timing passes made (more than one: classes split)
-        self.unicast: set[int] = set()  # PEs whose multicasts got different credits
-        self.unsound: set[int] = set()  # those of this pass
-        self._multicast: dict[tuple[int, int], list[Ring]] = {}  # (class, offset) -> rings
+        #: per PE whose class's multicast copies looked different, the groups of its copies
+        #: (`Multicast.splits`), pass after pass: more keys that split the classes
+        self.split: dict[int, tuple] = {}
+        self.around = None  # the PEs' surroundings (`hw.classes`), made once
+        self.multicast: Multicast | None = None
         #: (ring's PE, direction, PE, PE, "credits" or "chunks"): representatives that used
         #: a ring's credits or chunks at one time, in that order
         self.ties: set[tuple[int, str, int, int, str]] | None = None
@@ -355,21 +361,22 @@ class Timing:
         class and time again; an error or a deadlock is found again by the full pass. Then
         give every PE its representative's results (`dedup.expand`)."""
         forced: set[int] = set()
-        unicast = self.unicast
+        split = self.split
         while True:
             self.tries += 1
             self._mark_shared()
-            classes = partition(self, forced, unicast)
-            full = len(classes.members) == len(self.procs)
-            if not full:
-                self._install(classes)
+            classes = partition(self, forced, split)
+            if len(classes.members) == len(self.procs):
+                self._run(self.procs)
+                return
+            self._install(classes)
             self._run([self.procs[pid] for pid in classes.rep])
-            if self.unsound:  # multicasts' copies disagreed: those classes send to one
-                unicast |= self.unsound
+            apart = self.multicast.splits(classes)
+            if apart:  # multicasts' copies looked different: split by the copy each took
+                for pid, groups in apart.items():
+                    split[pid] = (*split.get(pid, ()), groups)
                 bad = set()
             else:
-                if full:
-                    return
                 bad = None if self.stuck or any(p.error for p in self.procs) else \
                     overlaps(self, classes) | tie_faults(self, classes)
                 if bad == set():
@@ -386,6 +393,7 @@ class Timing:
         self.ghosts = Ghosts({r for r, m in zip(classes.rep, classes.members, strict=True)
                               if len(m) > 1})
         self.ties = set()
+        self.multicast = Multicast(self)
         self._paths.clear()
         self._pairs.clear()
 
@@ -393,10 +401,10 @@ class Timing:
         """Fresh engines, calendars, rings and records, for another pass; the last pass's
         (SimPy events and PE walks that refer to each other) collected now, as the
         collector waits until the end of `run` and they are no use to anyone."""
-        tries, unicast = self.tries, self.unicast
+        kept = self.tries, self.split, self.around
         self.system.__init__(self.system.amap)
         self.__init__(self.system, self.program, self.oplog is not None, self.dedup)
-        self.tries, self.unicast = tries, unicast
+        self.tries, self.split, self.around = kept
         gc.collect()
 
     def _run(self, procs: list[_Proc]) -> None:
@@ -501,35 +509,6 @@ class Timing:
                 ring.trail = self.oplog.rings.setdefault(
                     f"PE ({self.system.coords[pid]}) {direction} ring", [])
         return ring
-
-    def _copies(self, pid: int, dst: int, ring: Ring) -> list[Ring]:
-        """The rings a send from `pid` to `dst` goes to: `ring` (of `dst`'s representative)
-        and, if `pid` stands for a class, those of the other classes its members send to
-        at the same offset (a multicast, `hw.classes`)."""
-        classes = self.classes
-        if classes is None:
-            return [ring]
-        c = classes.of[pid]
-        key = (c, dst - pid)
-        hit = self._multicast.get(key)
-        if hit is None:
-            rep_of, off, direction = self.rep_of, dst - pid, ring.where[1]
-            others = sorted({rep_of[m + off] for m in classes.members[c]} - {rep_of[dst]})
-            hit = self._multicast[key] = [ring] + [self._ring(to, direction) for to in others]
-        return hit
-
-    def _credits(self, pid: int, rings: list[Ring]) -> tuple[int, int, int] | None:
-        """A credit of each of a multicast's `rings` (`_copies`): the first's. When they
-        are not all there and the same (time, slot and the receive that freed it), the
-        sender's class must not multicast (`unsound`): the pass goes on, to find the
-        other such classes, and is timed again."""
-        credits = [ring.take_credit() for ring in rings]
-        first = credits[0]
-        if not (first is not None and all(c is not None and c[:2] == first[:2] and
-                                          (c[2] < 0) == (first[2] < 0) and
-                                          c[2] & INDEX == first[2] & INDEX for c in credits)):
-            self.unsound.update(self.classes.members[self.classes.of[pid]])
-        return first
 
     def _met(self, ring: Ring, pid: int) -> None:
         """PE `pid` uses `ring`'s chunks (a sender puts one, the receiver takes them) now: a
@@ -1102,28 +1081,17 @@ class Timing:
         me = pe.pid << PE_SHIFT | i
         dst, nbytes = stream.arg[i], stream.size[i]
         direction, ring, route, back, private = self._pair(pe.pid, dst)
-        rings = self._copies(pe.pid, dst, ring)
-        ties = self.ties
-        cpu, env, log, dma = pe.cpu, self.env, self.oplog, pe.dma
+        multicast = self.multicast
+        rings = multicast.copies(pe.pid, dst, ring) if multicast is not None else [ring]
+        cpu, log, dma = pe.cpu, self.oplog, pe.dma
         count = ring.chunks_for(nbytes)
         first = last = None
         for index in range(count):
-            credit = ring.take_credit() if len(rings) == 1 else self._credits(pe.pid, rings)
-            if ties is not None:
-                for each in rings:
-                    self._credit_used(each, pe.pid, credit)
-            while credit is None:
-                ring.sender_waiting.append(proc)
-                proc.at = i
-                proc.waiting = (f"send to PE ({self.system.coords[dst]}): its {direction} "
-                                "ring is full")
-                yield
-                ring.sender_waiting.remove(proc)
-                proc.waiting = ""
-                cpu.wait_until(env.now)
-                credit = ring.take_credit()
-                if ties is not None:
-                    self._credit_used(ring, pe.pid, credit, woken=True)
+            if len(rings) == 1:
+                credit, credits = (yield from self._credit(proc, pe, i, dst, ring)), None
+            else:
+                credits = yield from multicast.credits(proc, pe, i, index, dst, rings, t, ready)
+                credit = credits[0]
             free_at, slot, freer = credit
             if free_at > t and cpu.time > t:  # PE_CPU waited for this credit
                 proc.after[i] = (cpu.time, _why(CREDIT, freer))
@@ -1143,8 +1111,10 @@ class Timing:
             if dma.waited_on is not None:
                 proc.waits[me] = (dma.waited_on, dma.waited)
             chunk = Chunk(pe.pid, index, count, nbytes, slot, end, back, me)
-            for each in rings:
-                self._deliver(each, chunk, at)
+            self._deliver(ring, chunk, at)
+            for each, credit in zip(rings[1:], credits[1:] if credits else (), strict=True):
+                mine = credit[1] if credit is not None else slot  # the copy's own slot
+                self._deliver(each, chunk if mine == slot else chunk._replace(slot=mine), at)
             last = end if last is None or end > last else last
             if log is not None:
                 amap = self.system.amap
@@ -1155,6 +1125,29 @@ class Timing:
         pe.scheduler.hold(first, me)
         proc.end[i] = last
         return last
+
+    def _credit(self, proc: _Proc, pe: Pe, i: int, dst: int, ring: Ring) -> Iterator[None]:
+        """A credit of `ring` for send `i` of `pe` to PE `dst`: the earliest, waited for if
+        there is none."""
+        ties, cpu, env = self.ties, pe.cpu, self.env
+        credit = ring.take_credit()
+        if ties is not None:
+            self._credit_used(ring, pe.pid, credit)
+        while credit is None:
+            ring.sender_waiting.append(proc)
+            proc.at, proc.waiting = i, self.full_ring(dst, ring)
+            yield
+            ring.sender_waiting.remove(proc)
+            proc.waiting = ""
+            cpu.wait_until(env.now)
+            credit = ring.take_credit()
+            if ties is not None:
+                self._credit_used(ring, pe.pid, credit, woken=True)
+        return credit
+
+    def full_ring(self, dst: int, ring: Ring) -> str:
+        """What a sender to PE `dst` waits for when `ring` has no credit."""
+        return f"send to PE ({self.system.coords[dst]}): its {ring.where[1]} ring is full"
 
     def _deliver(self, ring: Ring, chunk: Chunk, at: int) -> None:
         """Put `chunk` (its credit taken at `at`) in `ring`; wake its waiting receiver."""
@@ -1260,6 +1253,10 @@ class Timing:
         if len(ring.credits) > credits_before and ring.sender_waiting:
             at = ring.credits[0][0]  # a heap: the earliest credit is its head
             for proc in ring.sender_waiting:
+                if proc.offers is not None:  # a multicast waiting on several rings
+                    offer = max(at, proc.env.now)
+                    if proc.offers.get(id(ring), offer) >= offer:
+                        proc.offers[id(ring)] = offer
                 proc.wake_by(at)
 
 
