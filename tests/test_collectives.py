@@ -2,8 +2,9 @@
 
 Inputs are small integers, so every algorithm's sums are exact: each run's verification
 (PASS, max |err| 0) is the check against numpy. The wide matrix (every collective and
-algorithm at sizes from 4 B to 1 MiB, on four topologies and three group shapes, and on
-one-slot rings) is marked slow; the fast suite runs each pair once.
+algorithm at sizes from 4 B to 4 MiB, on four topologies and three group shapes, and on
+one-slot rings; 256 MiB once, timing-only) is marked slow; the fast suite runs each pair
+once.
 """
 
 from __future__ import annotations
@@ -58,6 +59,19 @@ def test_all_reduce_over_the_128_pes_of_a_sip(run, algo):
     _exact(run("all_reduce", "sip", (f"algo={algo}", "bytes=131076")))
 
 
+@pytest.mark.slow
+def test_256_mib_streams_at_a_constant_cost_per_byte(run):
+    """256 MiB through one-slot rings (timing-only, about 600,000 commands): no
+    deadlock, and past the pipeline's fill every MiB costs exactly the same, so the
+    step from 32 to 256 MiB is 8 times the step from 4 to 32 MiB, to the picosecond."""
+    def latency_ps(mib):
+        return run("all_reduce", "pair", (f"bytes={mib << 20}",),
+                   timing_only=True).latency_ps
+
+    small, mid, big = latency_ps(4), latency_ps(32), latency_ps(256)
+    assert big - mid == 8 * (mid - small)
+
+
 def test_ranks_follow_the_mesh():
     class Grid:  # default's shape: 2 cubes side by side, PEs 4 x 2
         num_pes = 16
@@ -106,6 +120,10 @@ def test_the_run_reports_nccl_tests_bandwidths(run):
     ("irregular", 19, "hier needs a regular group: its cubes hold 7 and 8 members"),
     ("rhd", 21, "reduce_scatter: rhd needs a power-of-two group, this one has 15 PEs (ring "
                 "or hier work on any group)"),
+    ("float", 23, "a group is a non-empty list of PE indexes 0..15, got [0.0, 1]"),
+    ("list", 25, "a group is a non-empty list of PE indexes 0..15, got [[0], 1]"),
+    ("twice", 27, "a group names a PE twice"),
+    ("range", 29, "a group is a non-empty list of PE indexes 0..15, got [0, 16]"),
 ])
 def test_misuse_is_a_kernel_error_at_the_calling_line(cli, case, line, message):
     code, _, err = cli("run", "tests/kernels/coll_misuse.py", "-p", f"case={case}")

@@ -173,3 +173,15 @@ def test_a_plan_that_reserves_less_tcm_than_its_tiles_need_is_caught(run, monkey
         "model invariant violated (tcm): PE (rack=0 sip=0 cube=0 pe=0)'s composite (command "
         f"1) ran tiles needing {need:,} B of buffers; its plan reserved {need - 8 * mt * nt:,} "
         "B; this is a bug in kernbench, please report it")
+
+
+def test_a_ring_busy_longer_than_the_run_is_caught(run, monkeypatch):
+    """A ring's busy time is its slot-time over its slots: summed over 4 slots instead, a
+    ring of the default all-reduce was busy 3.55x the run."""
+    from kernbench_cli.hw.ipcq import Ring
+
+    monkeypatch.setattr(Ring, "busy_ps", property(lambda ring: ring.slot_ps))
+    with pytest.raises(InvariantError, match=r"^model invariant violated \(bounds\): the "
+                                             r"latency is 30,225,760 ps; PE \(rack=0 sip=0 cube=0 "
+                                             r"pe=7\)'s IPCQ ring N was busy 107,308,740 ps; "):
+        run("all_reduce", "default")

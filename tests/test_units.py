@@ -48,6 +48,8 @@ def test_formatting_round_trips_through_parsing():
         assert units.parse_size(units.format_size(nbytes)) == nbytes
     assert units.format_time_ps(40_000) == "40ns"
     assert units.format_time_ps(1_250_000) == "1.25us"
+    assert units.format_time_ps(-1_250_000) == "-1.25us"  # a saving, a difference
+    assert units.format_time_short(-45_535_680) == "-45.5us"
     assert units.format_bandwidth(51_200_000_000) == "51.2GB/s"
     assert units.format_frequency(1_500_000_000) == "1.5GHz"
 

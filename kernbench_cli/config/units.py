@@ -136,6 +136,8 @@ def format_size_approx(nbytes: int) -> str:
 
 def format_time_ps(ps: int) -> str:
     """Picoseconds for people: ``"40ns"``, ``"1.25us"``, ``"800ps"``, ``"0ns"``."""
+    if ps < 0:
+        return "-" + format_time_ps(-ps)
     if ps == 0:
         return "0ns"
     for unit, scale in (("s", 10**12), ("ms", 10**9), ("us", 10**6), ("ns", 10**3)):
@@ -146,6 +148,8 @@ def format_time_ps(ps: int) -> str:
 
 def format_time_short(ps: int) -> str:
     """Picoseconds in at most 4 significant digits, for table cells: ``"35.79us"``."""
+    if ps < 0:
+        return "-" + format_time_short(-ps)
     if ps == 0:
         return "0ns"
     for unit, scale in (("s", 10**12), ("ms", 10**9), ("us", 10**6), ("ns", 10**3)):

@@ -80,9 +80,15 @@ class Ring:
 
     # taken for a later recv: (chunk, when its copy out of the slot ended), by sender
     stash: dict[int, deque[tuple[Chunk, int]]] = field(default_factory=dict)
-    busy_ps: int = 0  # time chunks sat in slots, arrival to copied out
+    slot_ps: int = 0  # slot-time chunks sat in slots, arrival to copied out, summed
     ops: int = 0  # chunks that passed through
     bytes: int = 0  # and their bytes
+
+    @property
+    def busy_ps(self) -> int:
+        """The ring's busy time as a share of its capacity: slot-time over its slots
+        (a ring whose every slot held a chunk for the whole run is busy the whole run)."""
+        return self.slot_ps // self.slots
 
     def take(self, sender: int, copy: Callable[[Chunk], int],
              who: int = -1) -> tuple[Chunk, int] | None:
@@ -104,7 +110,7 @@ class Ring:
                 self.gave.append((copied + chunk.back, chunk.slot, who))
             if self.trail is not None:
                 self.trail.append((copied + chunk.back, -1))
-            self.busy_ps += copied - chunk.arrival
+            self.slot_ps += copied - chunk.arrival
             self.ops += 1
             self.bytes += min(self.slot_bytes, chunk.nbytes - chunk.index * self.slot_bytes)
             if chunk.sender == sender:

@@ -5,7 +5,8 @@
 - bytes: the DMA engines moved the bytes the commands asked for (a
   composite's by its tile plan's formula, `hw.composite.traffic`);
 - bounds: the latency is at least every resource's work at its peak rate
-  (each PE's GEMM array, each HBM slice and link);
+  (each PE's GEMM array, each HBM slice and link), and at least the busy time
+  of every engine, IPCQ ring (its slot-time over its slots) and link;
 - bandwidth: every HBM slice, SRAM port and link is timed at the bandwidth
   the configuration gives it (a slice: its peak less refresh); none carried
   bytes faster than that, summed over the transfers on it at every instant
@@ -32,6 +33,7 @@ from fractions import Fraction
 
 from kernbench_cli.errors import KernbenchError
 from kernbench_cli.hw.network import PS_PER_S
+from kernbench_cli.hw.pe import ENGINES
 from kernbench_cli.hw.system import System
 from kernbench_cli.hw.timing import Timing
 from kernbench_cli.sim.energy import LINKS, PARTS, Counts, account
@@ -110,9 +112,24 @@ def _bounds(system: System, timing: Timing) -> Invariant:
         need = -(-cal.bytes * PS_PER_S // cal.bandwidth)
         if need > worst:
             worst, what = need, f"{cal.level} {cal.name} ({cal.bytes:,} B)"
-    return Invariant("bounds", latency >= worst,
+    if latency < worst:
+        return Invariant("bounds", False, f"the latency is {latency:,} ps; the busiest "
+                                          f"resource, {what}, needs {worst:,} ps at its peak rate")
+    busy, what = _busiest(system)
+    return Invariant("bounds", latency >= busy,
                      f"the latency is {latency:,} ps; the busiest resource, {what}, needs "
-                     f"{worst:,} ps at its peak rate")
+                     f"{worst:,} ps at its peak rate" if latency >= busy else
+                     f"the latency is {latency:,} ps; {what} was busy {busy:,} ps")
+
+
+def _busiest(system: System) -> tuple[int, str]:
+    """The longest busy time of any engine, ring or calendar, and whose it is."""
+    units = [(pe.engine(name).busy_ps, f"PE ({pe.coord})'s {name}")
+             for pe in system.pes for name in ENGINES]
+    units += [(ring.busy_ps, f"PE ({pe.coord})'s IPCQ ring {side}")
+              for pe in system.pes for side, ring in pe.rings.items()]
+    units += [(cal.busy_ps, f"{cal.level} {cal.name}") for cal in system.network.calendars()]
+    return max(units, key=lambda unit: unit[0])
 
 
 def _bandwidth(system: System) -> Invariant:

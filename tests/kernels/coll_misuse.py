@@ -19,6 +19,14 @@ def kernel(tl, buf, case):
         coll.all_reduce(tl, ptr, 64, "f32", group=list(range(tl.num_pes - 1)), algo="hier")
     elif case == "rhd":
         coll.reduce_scatter(tl, ptr, 64, "f32", group=list(range(tl.num_pes - 1)), algo="rhd")
+    elif case == "float":
+        coll.all_reduce(tl, ptr, 64, "f32", group=[0.0, 1])
+    elif case == "list":
+        coll.all_reduce(tl, ptr, 64, "f32", group=[[0], 1])
+    elif case == "twice":
+        coll.all_reduce(tl, ptr, 64, "f32", group=[0, 0, 1])
+    elif case == "range":
+        coll.all_reduce(tl, ptr, 64, "f32", group=[0, 16])
 
 
 def reference(host, p):

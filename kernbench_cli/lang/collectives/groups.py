@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,16 +30,29 @@ def layout(grid, count: int, group: Sequence[int] | None = None,
     """Each member's part, pid: (offset, count), after a reduce_scatter (or before an
     all_gather) of `count` elements with `algo`. `grid` is a `tl`, or `Grid(topology)`
     on the host side (to check a kernel's results)."""
-    members = ring_order(grid, group)
+    return dict(_layout(_shape(grid), count, ring_order(grid, group), algo))
+
+
+@functools.lru_cache(maxsize=256)
+def _layout(shape: tuple, count: int, members: tuple[int, ...],
+            algo: str) -> dict[int, tuple[int, int]]:
     if algo != "hier":
         return {p: part(count, len(members), r) for r, p in enumerate(members)}
+    rings = _levels(shape, members)
     out = {}
     for p in members:
         span = (0, count)
-        for ring in levels(grid, members, p):
+        for ring in rings[p]:
             span = sub(span, len(ring), ring.index(p))
         out[p] = span
     return out
+
+
+def _shape(grid) -> tuple:
+    """What the group functions read of a grid (a `tl` or a `Grid`), as a cache key:
+    (PEs, PEs a cube, cubes a SIP, the PE mesh, the cube mesh)."""
+    return (grid.num_pes, grid.num_programs(0), grid.num_programs(1), grid.mesh(0),
+            grid.mesh(1))
 
 
 class Grid:
@@ -71,6 +85,7 @@ class Group:
     op: str
     piece: int  # elements per message (half a ring: two may be in flight)
     window: int  # messages a rank may have sent beyond what it has received
+    me: int  # this PE's rank
     kept: dict = field(default_factory=dict)  # tensors kept for later messages, by key
 
     @property
@@ -78,16 +93,12 @@ class Group:
         return len(self.ranks)
 
     @property
-    def me(self) -> int:
-        return self.ranks.index(self.tl.pid)
-
-    @property
     def whole(self) -> tuple[int, int]:
         return 0, self.count
 
     def mine(self) -> tuple[int, int]:
         """This rank's part after a reduce_scatter (nested per level, for hier)."""
-        return layout(self.tl, self.count, self.ranks, self.algo)[self.tl.pid]
+        return _layout(_shape(self.tl), self.count, self.ranks, self.algo)[self.tl.pid]
 
     def load(self, at: int, n: int):
         return self.tl.load(self.ptr + at * self.item, shape=(n,), dtype=self.dtype)
@@ -116,9 +127,10 @@ def start(tl, call: str, ptr: int, count: int, dtype: str, group, algo: str, op:
     if not isinstance(count, int) or count <= 0:
         raise ValueError(f"{call}: count must be a positive integer, got {count!r}")
     members = ring_order(tl, group)
-    if tl.pid not in members:
+    me = _ranks(members).get(tl.pid)
+    if me is None:
         raise ValueError(f"{call}: PE {tl.pid} calls it but is not in the group")
-    if root is not None and root not in members:
+    if root is not None and root not in _ranks(members):
         raise ValueError(f"{call}: root {root!r} is not in the group")
     item = tl.itemsize(dtype)
     slots, slot = tl.ring_capacity()
@@ -126,7 +138,7 @@ def start(tl, call: str, ptr: int, count: int, dtype: str, group, algo: str, op:
         raise ValueError(f"{call}: an IPCQ slot of {slot} B cannot hold one {dtype} element")
     per_message = max(1, slots // 2)  # slots a message takes: two fit a ring
     g = Group(tl, ptr, count, dtype, item, members, algo, op,
-               per_message * slot // item, slots // per_message)
+               per_message * slot // item, slots // per_message, me)
     if algo == "rhd" and call != "all_reduce" and g.n & (g.n - 1):
         raise ValueError(f"{call}: rhd needs a power-of-two group, this one has {g.n} PEs "
                          "(ring or hier work on any group)")
@@ -136,27 +148,45 @@ def start(tl, call: str, ptr: int, count: int, dtype: str, group, algo: str, op:
 
 
 def ring_order(tl, group) -> tuple[int, ...]:
-    """The group's pids in ring order; every PE when `group` is None."""
-    pids = list(range(tl.num_pes)) if group is None else list(group)
-    if not pids or any(not isinstance(p, int) or not 0 <= p < tl.num_pes for p in pids):
-        raise ValueError(f"a group is a non-empty list of PE indexes 0..{tl.num_pes - 1}, "
-                         f"got {list(group)!r}"[:200])
+    """The group's pids in ring order; every PE when `group` is None. Worked out once per
+    grid and group (every PE of a group asks for the same order)."""
+    key = None if group is None else tuple(group)
+    if key is not None and not set(map(type, key)) <= {int}:  # before the cache: 1.0 == 1
+        raise _not_a_group(tl.num_pes, key)
+    return _ring_order(_shape(tl), key)
+
+
+def _not_a_group(num_pes: int, pids) -> ValueError:
+    return ValueError(f"a group is a non-empty list of PE indexes 0..{num_pes - 1}, "
+                      f"got {list(pids)!r}"[:200])
+
+
+@functools.lru_cache(maxsize=256)
+def _ring_order(shape: tuple, group: tuple[int, ...] | None) -> tuple[int, ...]:
+    num_pes, pes, cubes, pe_mesh, cube_mesh = shape
+    pids = list(range(num_pes)) if group is None else list(group)
+    if not pids or any(not 0 <= p < num_pes for p in pids):
+        raise _not_a_group(num_pes, pids)
     if len(set(pids)) != len(pids):
         raise ValueError("a group names a PE twice")
-    return tuple(sorted(pids, key=lambda p: _ring_key(tl, p)))
+    pe_at, cube_at = _cycle(*pe_mesh), _cycle(*cube_mesh)
+    return tuple(sorted(pids, key=lambda p: (p // (pes * cubes), cube_at[p // pes % cubes],
+                                             pe_at[p % pes])))
 
 
-def _coord(tl, pid: int) -> tuple[int, int, int]:
+@functools.lru_cache(maxsize=256)
+def _ranks(members: tuple[int, ...]) -> dict[int, int]:
+    """Each member's rank."""
+    return {p: r for r, p in enumerate(members)}
+
+
+def _coord(shape: tuple, pid: int) -> tuple[int, int, int]:
     """(SIP in the system, cube in its SIP, PE in its cube) of global PE `pid`."""
-    pes, cubes = tl.num_programs(0), tl.num_programs(1)
+    _, pes, cubes = shape[:3]
     return pid // (pes * cubes), pid // pes % cubes, pid % pes
 
 
-def _ring_key(tl, pid: int) -> tuple[int, int, int]:
-    sip, cube, pe = _coord(tl, pid)
-    return sip, _cycle(*tl.mesh(1))[cube], _cycle(*tl.mesh(0))[pe]
-
-
+@functools.lru_cache(maxsize=64)
 def _cycle(cols: int, rows: int) -> dict[int, int]:
     """Position of each mesh index (row * cols + col) in a walk of the mesh that moves one
     hop at a time and, when a side is even, ends next to where it began (a Hamiltonian
@@ -185,9 +215,16 @@ def levels(tl, members: tuple[int, ...], me: int) -> list[tuple[int, ...]]:
     of the same two ranks in the other SIPs (over the SIP and rack links). Levels of one
     PE are left out. A ValueError unless every cube holds as many members, and every SIP
     as many cubes."""
+    return _levels(_shape(tl), tuple(members))[me]
+
+
+@functools.lru_cache(maxsize=64)
+def _levels(shape: tuple, members: tuple[int, ...]) -> dict[int, list[tuple[int, ...]]]:
+    """`levels` of every member at once (one pass over the group)."""
+    coord = {p: _coord(shape, p) for p in members}
     cubes: dict[tuple[int, int], list[int]] = {}
     for p in members:
-        cubes.setdefault(_coord(tl, p)[:2], []).append(p)
+        cubes.setdefault(coord[p][:2], []).append(p)
     sips: dict[int, list[tuple[int, int]]] = {}
     for cube in cubes:
         sips.setdefault(cube[0], []).append(cube)
@@ -199,13 +236,16 @@ def levels(tl, members: tuple[int, ...], me: int) -> list[tuple[int, ...]]:
                              f"{' and '.join(map(str, sizes))} {held}")
     rank0 = {p: r for v in cubes.values() for r, p in enumerate(v)}
     rank1 = {p: sips[c[0]].index(c) for c, v in cubes.items() for p in v}
-    sip, cube, _ = _coord(tl, me)
-    rings = (
-        [p for p in members if _coord(tl, p)[:2] == (sip, cube)],
-        [p for p in members if _coord(tl, p)[0] == sip and rank0[p] == rank0[me]],
-        [p for p in members if rank0[p] == rank0[me] and rank1[p] == rank1[me]],
-    )
-    return [tuple(ring) for ring in rings if len(ring) > 1]
+    keys = (lambda p: coord[p][:2], lambda p: (coord[p][0], rank0[p]),
+            lambda p: (rank0[p], rank1[p]))
+    rings: list[dict] = []
+    for key in keys:  # the members in ring order, grouped by what they share at a level
+        by: dict = {}
+        for p in members:
+            by.setdefault(key(p), []).append(p)
+        rings.append({k: tuple(v) for k, v in by.items()})
+    return {p: [ring for key, level in zip(keys, rings, strict=True)
+                if len(ring := level[key(p)]) > 1] for p in members}
 
 
 def sub(span: tuple[int, int], n: int, rank: int) -> tuple[int, int]:
