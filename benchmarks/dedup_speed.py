@@ -1,8 +1,8 @@
 """Trajectory dedup's speed: the timing pass with and without it, against the bare loop.
 
 Per case, in this process: the functional pass once (timing-only), then the timing
-pass of the same streams alone, with dedup (`--dedup`, off by default: one
-representative per class of PEs, `hw.classes`, `hw.dedup`) and without (every PE), in
+pass of the same streams alone, with dedup (the default: one representative per class
+of PEs, `hw.classes`, `hw.dedup`, `hw.multicast`) and without (`--no-dedup`), in
 CPU seconds (`time.process_time`) and wall seconds, and commands/s of each against
 the bare SimPy + greenlet loop's for as many commands on as many PEs
 (`sim_throughput.bare_loop_times`, measured in the same run). On the rack case
@@ -12,13 +12,16 @@ also the whole timing-only run (functional pass and timing pass, as `kernbench r
 - rack: `gqa_attention -t rack -p model=llama3-8b -p seq_len=131072` (8,192 PEs,
   1.7 million commands; aims: the run <= 1.5x the bare loop's CPU, the timing pass
   >= 10x its commands/s);
+- sip: `gqa_attention -t sip -p model=llama3-8b -p seq_len=32768` (128 PEs);
 - 16 PEs: `gqa_attention -p model=llama3-8b` on the default topology (aim >= 1x);
 - no symmetry: `all_reduce -t sip -p algo=hier` (every class a single PE: dedup must
   cost nothing worth the name next to the full pass).
 
-Each figure is the least of `--repeat` runs (the machine is shared).
+Each figure is the least of `--repeat` runs (the machine is shared; the rack case's
+are one run each: about a minute of CPU per full pass).
 
-    python benchmarks/dedup_speed.py [--case rack --case 16 --case asym] [--repeat N]
+    python benchmarks/dedup_speed.py [--case rack --case sip --case 16 --case asym]
+                                     [--repeat N]
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from kernbench_cli.sim.run import run_kernel
 
 CASES = {
     "rack": ("gqa_attention", "rack", ["model=llama3-8b", "seq_len=131072"]),
+    "sip": ("gqa_attention", "sip", ["model=llama3-8b", "seq_len=32768"]),
     "16": ("gqa_attention", "default", ["model=llama3-8b"]),
     "asym": ("all_reduce", "sip", ["algo=hier"]),
 }
@@ -52,12 +56,13 @@ def clocked(work) -> tuple[float, float, object]:
     return time.process_time() - cpu, time.perf_counter() - wall, out
 
 
-def timing_pass(amap, program, dedup: bool) -> tuple[float, float, int]:
-    """(CPU s, wall s, classes timed) of one timing pass of `program`."""
+def timing_pass(amap, program, dedup: bool) -> tuple[float, float, int, int, int]:
+    """(CPU s, wall s, classes timed, passes, latency in ps) of one timing pass of
+    `program`."""
     timing = Timing(System(amap), program, dedup=dedup)
     cpu, wall, _ = clocked(timing.run)
     classes = len(timing.classes.members) if timing.classes else len(timing.procs)
-    return cpu, wall, classes
+    return cpu, wall, classes, max(1, timing.tries), timing.latency_ps
 
 
 def main() -> int:
@@ -68,14 +73,15 @@ def main() -> int:
     print(f"{'case':<34} {'CPU s':>8} {'wall s':>8} {'CPU vs':>7} {'wall vs':>7} "
           f"{'cmd/s vs':>8}")
     print(f"{'':<34} {'':>8} {'':>8} {'bare':>7} {'bare':>7} {'bare':>8}")
-    for name in args.case or ["rack", "16", "asym"]:
+    for name in args.case or ["rack", "sip", "16", "asym"]:
         kernel_name, topology, params = CASES[name]
         kernel = load_kernel(kernel_name)
         amap = load_address_map(topology)
         pes = amap.topology.num_pes
         parsed = parse_params(kernel, params, pes)
         run = partial(run_kernel, kernel, amap, parsed, timing_only=True, dedup=True)
-        runs = [clocked(run) for _ in range(args.repeat if name != "rack" else 1)]
+        repeat = args.repeat if name != "rack" else 1
+        runs = [clocked(run) for _ in range(repeat)]
         run_cpu, run_wall = min(r[0] for r in runs), min(r[1] for r in runs)
         result = runs[0][2]
         n, program = result.commands, result.trace.program
@@ -92,12 +98,16 @@ def main() -> int:
         if name == "rack":
             print(f"{'  run, timing-only (dedup)':<34} {run_cpu:>8.2f} {run_wall:>8.2f} "
                   f"{run_cpu / bare_cpu:>6.2f}x {run_wall / bare_wall:>6.2f}x")
+        latencies = set()
         for dedup in (False, True):
-            cpu, wall, classes = map(min, zip(*(timing_pass(amap, program, dedup)
-                                                for _ in range(args.repeat)), strict=True))
-            label = f"  timing pass, {'dedup' if dedup else 'no dedup'} ({classes:,} timed)"
+            cpu, wall, classes, tries, latency = map(min, zip(
+                *(timing_pass(amap, program, dedup) for _ in range(repeat)), strict=True))
+            latencies.add(latency)
+            label = (f"  timing pass, {'dedup' if dedup else 'no dedup'} ({classes:,} timed"
+                     f"{f', {tries} passes' if tries > 1 else ''})")
             print(f"{label:<34} {cpu:>8.2f} {wall:>8.2f} {cpu / bare_cpu:>6.2f}x "
                   f"{wall / bare_wall:>6.2f}x {bare_cpu / cpu:>7.2f}x")
+        assert len(latencies) == 1, f"dedup changed the latency: {sorted(latencies)}"
     return 0
 
 

@@ -88,7 +88,7 @@ def run():
 
     def go(kernel: str, topology: str = "one", params: tuple[str, ...] = (),
            costs: Path | None = None, seed: int = 0, timing_only: bool = False,
-           oplog: bool = True, sets: tuple[str, ...] = (), dedup: bool = False):
+           oplog: bool = True, sets: tuple[str, ...] = (), dedup: bool = True):
         path = TESTS / "kernels" / f"{kernel}.py"
         module = load_kernel(str(path) if path.is_file() else kernel)
         amap = load_address_map(test_topology(topology), costs, sets)

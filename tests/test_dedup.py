@@ -1,6 +1,6 @@
 """Trajectory dedup (`hw.classes`, `hw.dedup`): results equal to the full pass, exactly.
 
-Every case runs with `dedup=True` and with `dedup=False` (the default), and must give the
+Every case runs with `dedup=True` (the default) and with `dedup=False`, and must give the
 same golden record (whose op-log digest covers every record), the same op log with
 its CPU and scheduler slices, rings and resources, and the same critical path, races,
 energy and invariants. The test kernels are built to break a soundness check; the
@@ -206,10 +206,18 @@ def test_a_kernel_without_symmetry_is_timed_in_full(passes, monkeypatch):
     _same(dedup, _outputs(_run("dedup_skewed", "tall", False)))
 
 
-def test_the_cli_takes_dedup(cli):
-    """Dedup is off by default (it does not pay on the shipped kernels yet); `--dedup`
-    turns it on, with the same results."""
-    code, out, _ = cli("run", "softmax", "--json", "--dedup")
-    code2, out2, _ = cli("run", "softmax", "--json")
+def test_the_cli_times_by_classes_unless_told_not_to(cli, monkeypatch):
+    """Dedup is on by default; `--no-dedup` times every PE in full, with the same
+    results."""
+    made, run = [], timing_module.Timing.run
+
+    def keep(self):
+        made.append(self)
+        run(self)
+
+    monkeypatch.setattr(timing_module.Timing, "run", keep)
+    code, out, _ = cli("run", "gqa_attention", "-t", "sip", "--json")
+    code2, out2, _ = cli("run", "gqa_attention", "-t", "sip", "--json", "--no-dedup")
     assert code == code2 == 0
+    assert [m.dedup for m in made] == [True, False] and len(made[0].classes.members) == 14
     assert json.loads(out) == json.loads(out2)

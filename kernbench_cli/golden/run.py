@@ -41,14 +41,14 @@ def select(pattern: str | None) -> list[Case]:
 
 
 def run_case(case: Case, costs: Path | None = None, sets: Sequence[str] = (),
-             watch: Any = None, dedup: bool = False) -> dict[str, Any]:
+             watch: Any = None, dedup: bool = True) -> dict[str, Any]:
     """The golden record of `case` (`watch`, a `sim.watch.Watch`, follows its progress;
     `dedup`: as `run_kernel`'s)."""
     return rec.make_record(case.name, case_result(case, costs, sets, watch, dedup))
 
 
 def case_result(case: Case, costs: Path | None = None, sets: Sequence[str] = (),
-                watch: Any = None, dedup: bool = False):
+                watch: Any = None, dedup: bool = True):
     """The `RunResult` of golden case `case`, with its op log and races."""
     from kernbench_cli.address import load_address_map
     from kernbench_cli.sim.kernels import load_kernel, parse_params
@@ -64,7 +64,7 @@ def case_result(case: Case, costs: Path | None = None, sets: Sequence[str] = (),
 def regen(directory: Path, pattern: str | None, write: bool,
           progress: Callable[[str], Any] = lambda _: contextlib.nullcontext(),
           costs: Path | None = None, sets: Sequence[str] = (),
-          dedup: bool = False) -> list[Difference]:
+          dedup: bool = True) -> list[Difference]:
     """Run the cases matching `pattern`, each inside ``progress(case name)`` (a context
     manager, which gives the `Watch` that follows the case, or None); write the goldens
     that changed to `directory` if `write`; every difference (`dedup`: as `run_kernel`'s)."""

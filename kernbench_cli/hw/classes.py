@@ -92,37 +92,40 @@ def stream_keys(program, slice_base: list[int], slice_bytes: int, page: int) -> 
                          np.zeros((0, 3)), dtype=np.int64).reshape(-1, 3)
     comp_a_tcm = np.array([d.a_tcm for d in descs], dtype=bool)
     rest = np.array(comp_rest, dtype=np.int64)
-    keys = []
-    for pid, stream in enumerate(program.streams):
-        cols = {name: np.frombuffer(getattr(stream, name), dtype=getattr(stream, name).typecode)
-                .astype(np.int64) for name in _FIELDS}
-        op, arg = cols["op"], cols["arg"].copy()
-        base = slice_base[pid]
+    streams = program.streams
+    ends = np.cumsum([len(stream.op) for stream in streams]).tolist()
+    cols = {name: np.concatenate([np.frombuffer(col, dtype=col.typecode) for col in
+                                  (getattr(stream, name) for stream in streams)] or
+                                 [np.zeros(0)]).astype(np.int64) for name in _FIELDS}
+    lengths = np.diff([0, *ends])
+    pid = np.repeat(np.arange(len(streams), dtype=np.int64), lengths)
+    base = np.repeat(np.array(slice_base, dtype=np.int64), lengths)
 
-        def rel(values: np.ndarray, where: np.ndarray, base: int = base) -> np.ndarray:
-            """Addresses in this PE's own slice, relative (flagged by a 2^62 offset)."""
-            if not reloc_ok:
-                return values
-            own = where & (values >= base) & (values < base + slice_bytes)
-            return np.where(own, values - base - (1 << 62), values)
+    def rel(values: np.ndarray, where: np.ndarray, base: np.ndarray) -> np.ndarray:
+        """Addresses in their PE's own slice, relative (flagged by a 2^62 offset)."""
+        if not reloc_ok:
+            return values
+        own = where & (values >= base) & (values < base + slice_bytes)
+        return np.where(own, values - base - (1 << 62), values)
 
-        ipcq = (op == SEND) | (op == RECV)
-        arg[ipcq] -= pid
-        comp = op == COMPOSITE
-        planned = comp & (arg != NONE)
-        extra = np.zeros((len(op), 3), dtype=np.int64)
-        src_is_addr = op == LOAD
-        if planned.any():
-            idx = arg[planned]
-            arg[planned] = rest[idx]
-            extra[planned] = rel(comp_addr[idx], np.ones((len(idx), 3), dtype=bool))
-            src_is_addr = src_is_addr.copy()
-            src_is_addr[planned] = ~comp_a_tcm[idx]
-        cols["arg"] = arg
-        cols["src"] = rel(cols["src"], src_is_addr)
-        cols["dst"] = rel(cols["dst"], (op == STORE) | comp & (cols["dst"] != NONE))
-        keys.append(np.column_stack([cols[name] for name in _FIELDS] + [extra]).tobytes())
-    return keys
+    op, arg = cols["op"], cols["arg"].copy()
+    ipcq = (op == SEND) | (op == RECV)
+    arg[ipcq] -= pid[ipcq]
+    comp = op == COMPOSITE
+    planned = comp & (arg != NONE)
+    extra = np.zeros((len(op), 3), dtype=np.int64)
+    src_is_addr = op == LOAD
+    if planned.any():
+        idx = arg[planned]
+        arg[planned] = rest[idx]
+        extra[planned] = rel(comp_addr[idx], np.ones((len(idx), 3), dtype=bool),
+                             base[planned][:, None])
+        src_is_addr[planned] = ~comp_a_tcm[idx]
+    cols["arg"] = arg
+    cols["src"] = rel(cols["src"], src_is_addr, base)
+    cols["dst"] = rel(cols["dst"], (op == STORE) | comp & (cols["dst"] != NONE), base)
+    rows = np.column_stack([cols[name] for name in _FIELDS] + [extra])
+    return [rows[start:end].tobytes() for start, end in zip([0, *ends], ends, strict=False)]
 
 
 def few_enough(streams, limit: int) -> bool:
@@ -154,8 +157,16 @@ def _cal_sig(cal) -> tuple:
     return (cal.level, cal.bandwidth, cal.latency_ps, cal.page_bytes, cal.faw_ps, cal.activates)
 
 
-def _path_sig(path, private: bool) -> tuple:
-    return (path[1], path[2], private, tuple(_cal_sig(c) for c in path[0]))
+def _path_sig(path, private: bool, cals: dict[int, tuple]) -> tuple:
+    """What a path's timing depends on (`cals`: the calendars' signatures by id, filled
+    as they are met: a rack's PEs share most of their calendars)."""
+    sigs = []
+    for cal in path[0]:
+        sig = cals.get(id(cal))
+        if sig is None:
+            sig = cals[id(cal)] = _cal_sig(cal)
+        sigs.append(sig)
+    return (path[1], path[2], private, tuple(sigs))
 
 
 def _regions(stream, descs, shift: int) -> set[tuple[bool, int]]:
@@ -164,18 +175,35 @@ def _regions(stream, descs, shift: int) -> set[tuple[bool, int]]:
     found: list[tuple[bool, np.ndarray]] = [
         (True, np.frombuffer(stream.src, dtype=np.int64)[op == LOAD]),
         (False, np.frombuffer(stream.dst, dtype=np.int64)[op == STORE])]
+    out = set()
     args = np.frombuffer(stream.arg, dtype=np.int64)[op == COMPOSITE]
     for a in np.unique(args[args != NONE]).tolist():
-        d = descs[a]
-        found += [(True, np.array([d.a_addr]))] if not d.a_tcm else []
-        found += [(True, np.array([d.b_addr]))] if not d.b_tcm else []
-        found += [(False, np.array([d.out_addr]))] if d.out_addr >= 0 else []
-    out = set()
+        d = descs[a]  # an operand in memory, or the output: one address each
+        if not d.a_tcm:
+            out.add((True, d.a_addr))
+        if not d.b_tcm:
+            out.add((True, d.b_addr))
+        if d.out_addr >= 0:
+            out.add((False, d.out_addr))
     for inbound, addrs in found:
         if len(addrs):
             _, first = np.unique(addrs >> shift if shift < 64 else addrs, return_index=True)
             out.update((inbound, int(addrs[k])) for k in first)
     return out
+
+
+def _by_partner(stream, kind: int) -> list[tuple[int, list[int]]]:
+    """(partner, the indices of its commands, in order) of a stream's commands of `kind`
+    (SEND or RECV), by partner."""
+    op = np.frombuffer(stream.op, dtype=np.uint8)
+    idx = np.flatnonzero(op == kind)
+    if not len(idx):
+        return []
+    partners = np.frombuffer(stream.arg, dtype=np.int64)[idx]
+    order = np.argsort(partners, kind="stable")
+    found, starts = np.unique(partners[order], return_index=True)
+    return list(zip(found.tolist(), (g.tolist() for g in np.split(idx[order], starts[1:])),
+                    strict=True))
 
 
 class _Surroundings:
@@ -194,22 +222,21 @@ class _Surroundings:
         static: list[list] = [[] for _ in range(n)]
         sent: dict[tuple[int, int], list[int]] = {}  # (sender, receiver) -> sends, in order
         got: dict[tuple[int, int], list[int]] = {}
+        cals: dict[int, tuple] = {}
         for pid, stream in enumerate(program.streams):
             for inbound, addr in sorted(_regions(stream, program.composites, shift)):
                 path, private = timing._path(pid, addr, inbound)
                 own = base[pid] <= addr < base[pid] + size
                 static[pid].append((inbound, own, (addr - base[pid]) >> min(shift, 62) if own
-                                    else addr >> min(shift, 62), _path_sig(path, private)))
-            op = np.frombuffer(stream.op, dtype=np.uint8)
-            for i in np.flatnonzero((op == SEND) | (op == RECV)).tolist():
-                partner = stream.arg[i]
-                if stream.op[i] == SEND:
-                    sent.setdefault((pid, partner), []).append(i)
-                    direction, _, route, back, private = timing._pair(pid, partner)
-                    static[pid].append((i, direction, back, _path_sig(route, private)))
-                    self.rings.setdefault((partner, direction), []).append(pid)
-                else:
-                    got.setdefault((partner, pid), []).append(i)
+                                    else addr >> min(shift, 62), _path_sig(path, private, cals)))
+            for partner, sends in _by_partner(stream, SEND):
+                sent[(pid, partner)] = sends
+                direction, _, route, back, private = timing._pair(pid, partner)
+                self.rings.setdefault((partner, direction), []).append(pid)
+                # the way to each partner (the stream key says which sends go to which)
+                static[pid].append((sends[0], direction, back, _path_sig(route, private, cals)))
+            for partner, recvs in _by_partner(stream, RECV):
+                got[(partner, pid)] = recvs
         for (src, dst), sends in sent.items():
             recvs = got.get((src, dst), [])
             for k, i in enumerate(sends):
@@ -222,25 +249,28 @@ class _Surroundings:
                 self.ipcq[dst].append((j, src, -1))
         for cmds in self.ipcq:
             cmds.sort()
-        self.sending = [[program.streams[pid].op[i] == SEND for i, _, _ in cmds]
-                        for pid, cmds in enumerate(self.ipcq)]
+        #: per PE, the PEs it receives from, each once, in the order first received from
+        self.froms = [list(dict.fromkeys(p for i, p, _ in cmds
+                                         if program.streams[pid].op[i] != SEND))
+                      for pid, cmds in enumerate(self.ipcq)]
         for senders in self.rings.values():
             senders[:] = sorted(set(senders))
         self.by_pe: list[list[tuple[str, list[int]]]] = [[] for _ in range(n)]
         for (dst, direction), senders in sorted(self.rings.items()):
             self.by_pe[dst].append((direction, senders))
         keys = stream_keys(program, base, size, timing.system.topology.hbm.page_size)
-        self.start = [(k, tuple(s)) for k, s in zip(keys, static, strict=True)]
+        self.start = [(k, tuple(s), tuple((i, j) for i, _, j in cmds))
+                      for k, s, cmds in zip(keys, static, self.ipcq, strict=True)]
 
     def matched(self, of: list[int]) -> list:
-        """Per PE, what it meets in terms of the classes `of`: its receives' senders'
-        classes and its rings' senders' classes (not its sends' receivers': a send is
-        multicast to every receiving class)."""
-        return [(tuple((i, of[p] if not sends else -1, j)
-                       for (i, p, j), sends in zip(self.ipcq[pid], self.sending[pid],
-                                                   strict=True)),
-                 tuple((d, tuple(of[s] for s in senders)) for d, senders in self.by_pe[pid]))
-                for pid in range(self.n)]
+        """Per PE, what it meets in terms of the classes `of`: the classes of the PEs it
+        receives from (its IPCQ commands and the ones they are matched with are in its
+        start key, and the partners' offsets in its stream: PEs of one class receive from
+        the same offsets in the same order) and of its rings' senders (not its sends'
+        receivers': a send is multicast to every receiving class)."""
+        return [(tuple(of[p] for p in froms),
+                 tuple((d, tuple(of[s] for s in senders)) for d, senders in by_pe))
+                for froms, by_pe in zip(self.froms, self.by_pe, strict=True)]
 
 
 def partition(timing, forced: set[int], split: dict[int, tuple]) -> Classes:

@@ -290,27 +290,6 @@ def expand(timing, classes) -> None:
         _expand_log(timing, classes, where, log_rows, streams)
 
 
-def _send_slots(timing, rep: int, pid: int, part: np.ndarray, moved: np.ndarray,
-                sends: np.ndarray, commands: np.ndarray, slots: dict) -> np.ndarray:
-    """`moved` (member `pid`'s copy of its representative's op-log addresses, `part`)
-    with each send's slot address on the member's own receiver's ring: the
-    representative's slot there, or its own copy's (`Multicast.slots`)."""
-    streams, pb = timing.program.streams, timing.where.pe_base
-    system, chunk = timing.system, {}
-    for k in sends.tolist():
-        i = int(commands[k])
-        src_d, dst_d = streams[rep].arg[i], streams[pid].arg[i]
-        n = chunk[i] = chunk.get(i, -1) + 1
-        slot = slots.get((rep << PE_SHIFT | i, n, timing.rep_of[dst_d])) if slots else None
-        if slot is not None:
-            here = system.coords[dst_d]
-            moved[k, 1] = system.amap.pe_ipcq_slot_addr(
-                *here, system.arrival_direction(system.coords[pid], here), slot)
-        elif part[k, 1] >= 0:
-            moved[k, 1] = part[k, 1] + pb[dst_d] - pb[src_d]
-    return moved
-
-
 def _add(cal: Calendar, ghost: Ghost) -> None:
     """Add what `ghost` carried to `cal` (their intervals do not meet: busy time adds)."""
     cal.busy_ps += ghost.busy_ps
@@ -340,7 +319,6 @@ def _expand_log(timing, classes, where: _Where, rows: list, streams) -> None:
     sched_of: dict[int, list] = {}
     for s in log.scheduler:
         sched_of.setdefault(s.pid, []).append(s)
-    slots = timing.multicast.slots
     for rep, pid, own in rows:
         mine = by_pid.get(rep)
         if mine is None:
@@ -354,9 +332,14 @@ def _expand_log(timing, classes, where: _Where, rows: list, streams) -> None:
         for name, width, col in columns:
             part = col.reshape(-1, width)[mine].copy()
             if name == "addrs":
-                part = _send_slots(timing, rep, pid, part, relocate(part, spans),
-                                   np.flatnonzero(columns[1][2][mine] == send),
-                                   columns[5][2][mine], slots)
+                moved = relocate(part, spans)
+                sends = np.flatnonzero(columns[1][2][mine] == send)
+                for k in sends.tolist():
+                    i = int(columns[5][2][mine[k]])
+                    src_d, dst_d = streams[rep].arg[i], streams[pid].arg[i]
+                    if part[k, 1] >= 0:
+                        moved[k, 1] = part[k, 1] + pb[dst_d] - pb[src_d]
+                part = moved
             elif name == "via" and vias:
                 part = np.array([vias.get(int(v), int(v)) for v in part.ravel()],
                                 dtype=col.dtype).reshape(-1, 1)

@@ -13,19 +13,20 @@ timeline stands for a member's only if the member's own copy's credit looks the 
 - when its chunk may go: ``max(credit back, data ready)``: credits that come back at
   different times, all before the data is ready, are the same trajectory;
 - which receive freed it, where the critical path reads it: if the chunk waited for
-  the credit, or PE_CPU did (`Timing._send`'s two causes).
+  the credit, or PE_CPU did (`Timing._send`'s two causes);
+- its slot, in the op log (the slot's address).
 
-The slot is the receiver's business (its copy carries it) and the op log's
-(`slots`: the members' slot addresses where they are not the representative's, put
-in when the log is expanded, `hw.dedup`). Copies that look different split the
-class by the copy each member's send goes to (`splits`); the pass is timed again.
+A ring gives its slots back in the order its chunks came, so copies of one sender's
+chunks get the same slots unless their times differ where the sender sees them (none
+did in the golden cases). Copies that look different split the class by the copy each
+member's send goes to (`splits`); the pass is timed again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from kernbench_cli.hw.dedup import INDEX, PE_SHIFT
+from kernbench_cli.hw.dedup import INDEX
 from kernbench_cli.hw.ipcq import Ring
 
 AT_ONCE = "at once"  # how a copy got its credit: there was one when the sender asked
@@ -47,8 +48,6 @@ class Multicast:
         #: (sender's representative, offset, ring's PE -> group): a send whose copies
         #: looked different; group 0 looked as the representative's own copy did
         self.apart: set[tuple[int, int, tuple[tuple[int, int], ...]]] = set()
-        #: (send, chunk, ring's PE) -> the slot of that copy, where not the first copy's
-        self.slots: dict[tuple[int, int, int], int] = {}
         self.hidden = 0  # chunks whose copies' credits differed where the sender looks not
         self.waited = 0  # chunks whose sender waited on several rings
 
@@ -66,9 +65,9 @@ class Multicast:
             hit = self.rings[(c, off)] = [ring] + [timing._ring(to, direction) for to in others]
         return hit
 
-    def credits(self, proc, pe, i: int, index: int, dst: int, rings: list[Ring], t: int,
+    def credits(self, proc, pe, i: int, dst: int, rings: list[Ring], t: int,
                 ready: int) -> Iterator[None]:
-        """A credit of each of `rings` for chunk `index` of send `i` of `pe` to PE `dst`
+        """A credit of each of `rings` for a chunk of send `i` of `pe` to PE `dst`
         (issued at `t`, data ready at `ready`), waiting as the representative would;
         returns them (None: a copy that has none yet when the representative goes on)
         after noting how each looked (`_look`)."""
@@ -81,7 +80,7 @@ class Multicast:
         if credits[0] is None:
             yield from self._wait(proc, pe, i, rings, credits, ways,
                                   timing.full_ring(dst, rings[0]))
-        self._look(pe, i, index, dst, rings, credits, ways, t, ready)
+        self._look(pe, dst, rings, credits, ways, t, ready)
         return credits
 
     def _wait(self, proc, pe, i: int, rings: list[Ring], credits: list, ways: list,
@@ -115,20 +114,20 @@ class Multicast:
         proc.offers = None
         pe.cpu.wait_until(env.now)
 
-    def _look(self, pe, i: int, index: int, dst: int, rings: list[Ring], credits: list,
-              ways: list, t: int, ready: int) -> None:
+    def _look(self, pe, dst: int, rings: list[Ring], credits: list, ways: list, t: int,
+              ready: int) -> None:
         """Group the copies by what the sender observes of their credits (the module
-        docstring); a send whose copies fall into more than one group goes to `apart`, one
-        whose copies agree but for their slots to `slots` (with an op log)."""
+        docstring); a send whose copies fall into more than one group goes to `apart`."""
         cpu_waited = pe.cpu.time > t
         keys = []
         for k, credit in enumerate(credits):
             if credit is None:
                 keys.append(("no credit", k))
                 continue
-            free_at = credit[0]
+            free_at, slot = credit[:2]
             cause = free_at > ready or (free_at > t and cpu_waited)
-            keys.append((ways[k], max(free_at, ready), _plain(credit)[2:] if cause else None))
+            keys.append((ways[k], max(free_at, ready), slot,
+                         _plain(credit)[2:] if cause else None))
         groups: dict = {}
         numbers = [groups.setdefault(key, len(groups)) for key in keys]
         if len(groups) > 1:
@@ -139,11 +138,6 @@ class Multicast:
         first = _plain(credits[0])
         if any(_plain(c) != first for c in credits):
             self.hidden += 1
-        if self.timing.oplog is not None:
-            me, slot = pe.pid << PE_SHIFT | i, credits[0][1]
-            for ring, credit in zip(rings[1:], credits[1:], strict=True):
-                if credit[1] != slot:
-                    self.slots[(me, index, ring.where[0])] = credit[1]
 
     def splits(self, classes) -> dict[int, tuple]:
         """Per member of a class whose copies looked different, the group of the copy its

@@ -48,6 +48,7 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from heapq import heappush
 
+import numpy as np
 import simpy
 
 from kernbench_cli import collector
@@ -544,30 +545,27 @@ class Timing:
         seen[1].append((pid, used))
 
     def _mark_shared(self) -> None:
-        """Find, from every stream, the calendars more than one PE books (`Calendar.shared`)."""
-        seen: set[tuple] = set()
-        network = self.system.network
+        """Find, from every stream, the calendars more than one PE books (`Calendar.shared`):
+        per PE, the paths of the first address of each region it loads from and stores to,
+        of its composites' operands in memory, and the routes to the PEs it sends to (a
+        calendar's users are a set: each once is enough)."""
+        network, coords, shift = self.system.network, self.system.coords, self._region_shift
         for pid, stream in enumerate(self.program.streams):
-            for op, src, dst, arg in zip(stream.op, stream.src, stream.dst, stream.arg,
-                                         strict=True):
-                if op == LOAD:
-                    key = (pid, True, src >> self._region_shift)
-                    if key not in seen:
-                        seen.add(key)
-                        self._use(pid, src, True)
-                elif op == STORE:
-                    key = (pid, False, dst >> self._region_shift)
-                    if key not in seen:
-                        seen.add(key)
-                        self._use(pid, dst, False)
-                elif op == COMPOSITE and arg != NONE:
-                    for addr, inbound in self._operand_ends(self.program.composites[arg]):
-                        self._use(pid, addr, inbound)
-                elif op == SEND and (pid, arg) not in seen:
-                    seen.add((pid, arg))
-                    system = self.system
-                    for cal in network.route(system.coords[pid], system.coords[arg]).resources:
-                        self._use_one(cal, pid)
+            op = np.frombuffer(stream.op, dtype=np.uint8)
+            for inbound, col, kind in ((True, stream.src, LOAD), (False, stream.dst, STORE)):
+                addrs = np.frombuffer(col, dtype=np.int64)[op == kind]
+                if len(addrs):
+                    first = np.unique(addrs >> shift, return_index=True)[1] if shift < 64 \
+                        else [0]  # slices not a power of two: the first only, as ever
+                    for k in sorted(first):
+                        self._use(pid, int(addrs[k]), inbound)
+            args = np.frombuffer(stream.arg, dtype=np.int64)
+            for arg in np.unique(args[(op == COMPOSITE) & (args != NONE)]).tolist():
+                for addr, inbound in self._operand_ends(self.program.composites[arg]):
+                    self._use(pid, addr, inbound)
+            for arg in np.unique(args[op == SEND]).tolist():
+                for cal in network.route(coords[pid], coords[arg]).resources:
+                    self._use_one(cal, pid)
         self._paths.clear()  # `private` was not final while marking
 
     def _use(self, pid: int, addr: int, inbound: bool) -> None:
@@ -1090,7 +1088,7 @@ class Timing:
             if len(rings) == 1:
                 credit, credits = (yield from self._credit(proc, pe, i, dst, ring)), None
             else:
-                credits = yield from multicast.credits(proc, pe, i, index, dst, rings, t, ready)
+                credits = yield from multicast.credits(proc, pe, i, dst, rings, t, ready)
                 credit = credits[0]
             free_at, slot, freer = credit
             if free_at > t and cpu.time > t:  # PE_CPU waited for this credit

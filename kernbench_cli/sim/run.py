@@ -89,18 +89,16 @@ class Timed:
 @_quiet
 def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], seed: int = 0,
                timing_only: bool = False, max_commands: int = DEFAULT_MAX_COMMANDS,
-               oplog: bool = False, watch: Watch | None = None,
-               races: bool = False,
-               kernel_timeout: float = DEFAULT_KERNEL_TIMEOUT, dedup: bool = False) -> RunResult:
+               oplog: bool = False, watch: Watch | None = None, races: bool = False,
+               kernel_timeout: float = DEFAULT_KERNEL_TIMEOUT, dedup: bool = True) -> RunResult:
     """Run `kernel` on every PE of `amap`'s topology and verify it (unless timing only).
 
     With `oplog`, `result.oplog` lists every engine occupation; with `races`,
     `result.races` the data races between PEs. `result.trace` is what
     `kernbench run --record` writes. `watch` follows the progress. A kernel
     whose Python issues no command for `kernel_timeout` seconds is stopped
-    (`lang.watchdog`). `dedup` times one PE per class of PEs that time alike
-    (`hw.classes`; the results are the same either way; off by default, as it does
-    not pay on the shipped kernels yet), without it every PE.
+    (`lang.watchdog`). `dedup` (the default) times one PE per class of PEs that
+    time alike (`hw.classes`; the same results), without it every PE.
     """
     watch = watch or Watch()
     wall = time.perf_counter()
@@ -226,7 +224,7 @@ def replay_address_map(trace: Trace, source: str, topology: str | None = None,
 
 def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = False,
                  watch: Watch | None = None, races: bool = False,
-                 dedup: bool = False) -> RunResult:
+                 dedup: bool = True) -> RunResult:
     """Re-time a recorded trace on `amap`'s topology: the timing pass alone (`dedup`: as
     `run_kernel`'s)."""
     wall = time.perf_counter()
