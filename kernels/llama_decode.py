@@ -12,8 +12,8 @@ in the PEs' HBM as a weight-stationary near-memory design keeps them:
   heads_kv query heads, and their slices of the QKV and O projections.
 - QKV projection: column-parallel inside the head group (each member computes its
   share of the group's (G + 2) x head_dim columns, in `collectives.layout`'s split),
-  then an all-gather inside the group; RoPE (Hugging Face's rotate-half, the new
-  token at position `context`) on every member.
+  then an all-gather inside the group (with `algo`, as the all-reduces); RoPE
+  (Hugging Face's rotate-half, the new token at position `context`) on every member.
 - KV append and attention: the group's KV cache is split along the sequence over
   its members (shards may be uneven or empty); the member holding position
   `context` appends the new K and V. Each member computes a flash-decoding partial
@@ -72,7 +72,8 @@ PARAM_INFO = {
            "tensor-parallel groups, each running a share of the layers; one step, no "
            "micro-batches, so stages run one after another", "stages"),
     "dtype": "weights, KV cache and GEMM operands (f32 accumulation)",
-    "algo": "the all-reduces' algorithm (collectives); hier: a ring per level, the "
+    "algo": "the all-reduces' and all-gathers' algorithm (collectives; an all-gather "
+            "takes ring where its group does not allow it); hier: a ring per level, the "
             "fewest steps for the small vectors of a decode step",
     "chunk": ("KV positions a PE's attention takes at once", "tokens"),
 }
@@ -171,10 +172,12 @@ def setup(host, p):
         size = width // hkv
         mlp = coll.layout(grid, inter, stage)
         lm = coll.layout(grid, vocab, stage) if last else {}
-        arg = coll.layout(grid, width * b * 2, stage)
+        arg_algo = _gather_algo(grid, stage, p["algo"])
+        arg = coll.layout(grid, width * b * 2, stage, arg_algo)
         for h in range(hkv):
             members = stage[h * size:(h + 1) * size]
-            qkv_parts = coll.layout(grid, (g + 2) * d * b, members)
+            qkv_algo = _gather_algo(grid, members, p["algo"])
+            qkv_parts = coll.layout(grid, (g + 2) * d * b, members, qkv_algo)
             o_parts = coll.layout(grid, g * d, members)
             seq = coll.layout(grid, ctx + 1, members)
             for pid in members:
@@ -182,7 +185,8 @@ def setup(host, p):
                 plans[pid] = _plan(host, host_w, pid, h, members, qkv_parts[pid],
                                    o_parts[pid], seq[pid], mlp[pid], lm.get(pid),
                                    range(first, first + count), b, d, g, ctx)
-                plans[pid].update(arg=arg[pid], stage=stage,
+                plans[pid].update(arg=arg[pid], arg_algo=arg_algo, qkv_algo=qkv_algo,
+                                  stage=stage,
                                   prev=stages[k - 1][at] if k else None,
                                   next=None if last else stages[k + 1][at])
     dims = {"b": b, "hidden": hidden, "g": g, "d": d, "layers": layers, "dt": dt,
@@ -190,6 +194,21 @@ def setup(host, p):
             "eps": cfg["rms_norm_eps"], "ctx": ctx, "chunk": p["chunk"], "algo": p["algo"],
             "vocab_share": share}
     return {"plans": plans, "shared": shared, "dims": dims}
+
+
+def _gather_algo(grid, group, algo):
+    """The all-gathers' algorithm in `group`: the run's `algo` where all_gather has it and
+    the group allows it (rhd: a power of two of PEs; hier: as many PEs in each cube and
+    cubes in each SIP), else ring (a ring over a whole rack would take 8,191 steps)."""
+    uneven = len(group) & (len(group) - 1)
+    if algo not in coll.ALGOS["all_gather"] or (algo == "rhd" and uneven):
+        return "ring"
+    if algo == "hier":
+        try:
+            coll.layout(grid, len(group), group, "hier")
+        except ValueError:
+            return "ring"
+    return algo
 
 
 def _weights(host, cfg, layers, hidden, hq, hkv, d, inter, vocab, dt, b, ctx):
@@ -289,8 +308,11 @@ def _cache(host, i, pid, h, s0, sn, ctx, b, d):
 
 
 def _put(host, name, shape, make, pid, dt=None):
-    """Place `make()` (an array of `shape`) in PE `pid`'s HBM: its address. Timing only,
-    nothing is made: the space is taken, as the values would take it."""
+    """Place `make()` (an array of `shape`) in PE `pid`'s HBM: its address (None for an
+    empty shard, which the kernel skips). Timing only, nothing is made: the space is
+    taken, as the values would take it."""
+    if not math.prod(shape):
+        return None
     dt = np.dtype(np.float32) if dt == "f32" else host.inputs["inputs_embeds"].dtype
     if host.timing_only:
         return host.place(name, np.broadcast_to(np.zeros((), dt), shape), pid)
@@ -325,7 +347,7 @@ def _qkv(tl, plan, layer, h, shared, dims):
         cols = _gemv(tl, h, layer["qkv"], hidden, c1 - c0, dt, out_dtype=dt)
         flat = cols.T.reshape((c1 - c0) * b)
         tl.store(buf + e0 * item, flat[e0 - c0 * b:e0 - c0 * b + n])
-    coll.all_gather(tl, buf, (g + 2) * d * b, dt, group=plan["group"])
+    coll.all_gather(tl, buf, (g + 2) * d * b, dt, group=plan["group"], algo=plan["qkv_algo"])
     rope = tl.load(tl.shard(shared["rope"]), shape=(2, d // 2), dtype="f32")
     cos, sin, half = rope[0], rope[1], d // 2
     out = []
@@ -474,16 +496,19 @@ def _lm_head(tl, plan, x, shared, dims):
     b, hidden, dt, eps = dims["b"], dims["hidden"], dims["dt"], dims["eps"]
     _v0, vn = plan["lm"]
     h = _rmsnorm(tl, x, tl.shard(shared["norms"][-1]), hidden, eps).to(dt)
-    logits = _gemv(tl, h, plan["lm_w"], hidden, vn, dt)
-    tl.store(tl.shard(shared["logits"]), logits)
-    iota = tl.load(plan["iota"], shape=(1, vn), dtype="f32")
-    m = tl.max(logits, axis=1)
-    idx = -tl.max(tl.where(_is_max(tl, logits, m[:, None]), -iota, NEG), axis=1)
+    if vn:
+        logits = _gemv(tl, h, plan["lm_w"], hidden, vn, dt)
+        tl.store(tl.shard(shared["logits"]), logits)
+        iota = tl.load(plan["iota"], shape=(1, vn), dtype="f32")
+        m = tl.max(logits, axis=1)
+        idx = -tl.max(tl.where(_is_max(tl, logits, m[:, None]), -iota, NEG), axis=1)
+    else:  # no share of a vocabulary smaller than the stage: a pair that never wins
+        m, idx = tl.zeros((b,)) + NEG, tl.zeros((b,))
     buf, pes = tl.shard(shared["argbuf"]), len(plan["stage"])
     at, _ = plan["arg"]
     tl.store(buf + 4 * at, m)
     tl.store(buf + 4 * (at + b), idx)
-    coll.all_gather(tl, buf, pes * b * 2, "f32", group=plan["stage"])
+    coll.all_gather(tl, buf, pes * b * 2, "f32", group=plan["stage"], algo=plan["arg_algo"])
     pairs = tl.load(buf, shape=(pes, 2 * b), dtype="f32")
     best = tl.max(pairs[:, :b], axis=0)
     token = -tl.max(tl.where(_is_max(tl, pairs[:, :b], best[None, :]), -pairs[:, b:], NEG),
@@ -579,9 +604,9 @@ def outputs(host, args, p):
                 out[f"hidden_states.{i}"] = states[i].reshape(b, hidden).astype(dt)
     out = dict(sorted(out.items(), key=lambda kv: int(kv[0].split(".")[1])))
     last = [pid for pid, plan in enumerate(plans) if plan["next"] is None]
-    pieces = sorted((plans[pid]["lm"][0], host.read_shard(shared["logits"], pid)
-                     [:b * plans[pid]["lm"][1]].reshape(b, plans[pid]["lm"][1]))
-                    for pid in last)
+    pieces = sorted(((plans[pid]["lm"][0], host.read_shard(shared["logits"], pid)
+                      [:b * plans[pid]["lm"][1]].reshape(b, plans[pid]["lm"][1]))
+                     for pid in last), key=lambda piece: piece[0])
     out["logits"] = np.concatenate([piece for _, piece in pieces], axis=1).astype(dt)
     out["next_token"] = host.read_shard(shared["token"], plans[last[0]]["stage"][0]) \
         .astype(np.float32)

@@ -11,6 +11,7 @@ import pytest
 from kernbench_cli.sim.regions import OUTSIDE
 
 SMALL = "tests/configs/small_llama.json"
+NARROW = "tests/configs/narrow_llama.json"  # 8 hidden, 12 MLP, 10 words, 1 KV head
 OPERATORS = ["rmsnorm", "qkv", "kv_append", "attention", "o_proj", "attn_all_reduce", "mlp",
              "mlp_all_reduce", "lm_head"]
 
@@ -44,6 +45,15 @@ def test_other_shapes_verify(run, params):
     _passed(result)
     token = next(c for c in result.checks if c.name == "next_token")
     assert token.max_abs_err == 0  # the argmax is the reference's, exactly
+
+
+def test_empty_shares_of_o_mlp_and_the_vocabulary_are_skipped(run):
+    """On 16 PEs a model this narrow leaves PEs no rows of O (8 dims), of the MLP (12) or
+    of the vocabulary (10 words): they place nothing, multiply nothing, and their
+    (max, index) pair never wins the argmax."""
+    result = run("llama_decode", "default", (f"config={NARROW}", "batch=2", "context=5"))
+    _passed(result)
+    assert next(c for c in result.checks if c.name == "next_token").max_abs_err == 0
 
 
 @pytest.mark.slow

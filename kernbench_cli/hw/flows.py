@@ -34,7 +34,7 @@ from kernbench_cli.hw.network import PS_PER_S, Calendar
 class Flow:
     """One transfer's bytes streaming; `end` is when it ends at the rates known so far."""
 
-    __slots__ = ("armed", "cap", "end", "id", "left", "limit", "links", "nbytes", "owner",
+    __slots__ = ("approx", "armed", "cap", "end", "id", "left", "limit", "links", "nbytes", "owner",
                  "rate", "since", "slowest", "solo_ps", "start", "trail", "version")
 
     def __init__(self, fid: int, start: int, nbytes: int, links: tuple[Calendar, ...],
@@ -47,6 +47,7 @@ class Flow:
         self.owner = owner  # the PE whose DMA moves it (event priority: PE order)
         # B/s: alone it streams at its cap (made when first shared: most flows never are)
         self.cap: Fraction | None = None
+        self.approx = 0.0  # float(cap), to compare caps cheaply (`_fill`)
         self.rate: Fraction | None = None
         self.left: Fraction | int = nbytes * PS_PER_S  # bytes x ps/s still to cross
         self.end = start + solo_ps
@@ -144,41 +145,11 @@ class FairShare:
             if flow.cap is None:
                 flow.cap = flow.rate = flow.slowest = Fraction(flow.nbytes * PS_PER_S,
                                                                flow.solo_ps)
+                flow.approx = float(flow.cap)
             if t > flow.since:
                 flow.left -= flow.rate * (t - flow.since)
                 flow.since = t
-        room: dict[Calendar, Fraction | int] = {}
-        count: dict[Calendar, int] = {}
-        for flow in flows:
-            for cal in flow.links:
-                count[cal] = count.get(cal, 0) + 1
-                room.setdefault(cal, cal.bandwidth)
-        rising = flows
-        while rising:
-            level = min(flow.cap for flow in rising)
-            for cal, n in count.items():
-                if n:
-                    share = Fraction(room[cal], n)
-                    if share < level:
-                        level = share
-            full = {cal for cal, n in count.items() if n and Fraction(room[cal], n) == level}
-            still = []
-            for flow in rising:
-                limit = next((cal for cal in flow.links if cal in full), None)
-                if limit is None and flow.cap != level:
-                    still.append(flow)
-                    continue
-                if flow.trail is None:
-                    flow.trail = [(flow.start, flow.cap)]
-                if level != flow.rate:
-                    flow.trail.append((t, level))
-                flow.rate = level
-                if limit is not None and level < flow.slowest:
-                    flow.slowest, flow.limit = level, limit
-                for cal in flow.links:
-                    room[cal] -= level
-                    count[cal] -= 1
-            rising = still
+        _fill(flows, t)
         for flow in flows:
             left = flow.left
             end = t if left <= 0 else t - (-left // flow.rate)
@@ -202,3 +173,59 @@ class FairShare:
 
         event.callbacks.append(ended)
         env.schedule(event, flow.owner, flow.end - env.now)
+
+
+def _fill(flows: list[Flow], t: int) -> None:
+    """Progressive filling: each round finds the level at which the next flows stop
+    rising (the lowest cap, or the lowest fair share of what a resource has left) and
+    fixes those flows at it.
+
+    Exact, but cheap where it can be: each rational keeps its float beside it, and as
+    CPython rounds a ratio of integers correctly, the floats are in the same order as
+    the rationals (a < b gives float(a) <= float(b); a == b gives equal floats), so
+    only the values whose float ties the smallest are compared as rationals. A
+    resource's share is made again only when a flow fixed in the round crosses it, and
+    its room drops once by the level times the flows fixed on it.
+    """
+    room: dict[Calendar, Fraction | int] = {}
+    count: dict[Calendar, int] = {}
+    for flow in flows:
+        for cal in flow.links:
+            count[cal] = count.get(cal, 0) + 1
+            room.setdefault(cal, cal.bandwidth)
+    shares = {cal: Fraction(room[cal], n) for cal, n in count.items()}
+    approx = {cal: float(share) for cal, share in shares.items()}
+    rising = flows
+    while rising:
+        low = min(flow.approx for flow in rising)
+        level = min(flow.cap for flow in rising if flow.approx == low)
+        if approx and min(approx.values()) <= low:
+            low = min(approx.values())
+            level = min([level, *(shares[c] for c, a in approx.items() if a == low)])
+        low = float(level)
+        full = {cal for cal, a in approx.items() if a == low and shares[cal] == level}
+        still = []
+        fixed: dict[Calendar, int] = {}
+        for flow in rising:
+            limit = next((cal for cal in flow.links if cal in full), None)
+            if limit is None and (flow.approx != low or flow.cap != level):
+                still.append(flow)
+                continue
+            if flow.trail is None:
+                flow.trail = [(flow.start, flow.cap)]
+            if level != flow.rate:
+                flow.trail.append((t, level))
+            flow.rate = level
+            if limit is not None and level < flow.slowest:
+                flow.slowest, flow.limit = level, limit
+            for cal in flow.links:
+                fixed[cal] = fixed.get(cal, 0) + 1
+        for cal, k in fixed.items():
+            room[cal] -= level * k
+            count[cal] -= k
+            if count[cal]:
+                shares[cal] = share = Fraction(room[cal], count[cal])
+                approx[cal] = float(share)
+            else:
+                del shares[cal], approx[cal]
+        rising = still
