@@ -88,11 +88,11 @@ def run():
 
     def go(kernel: str, topology: str = "one", params: tuple[str, ...] = (),
            costs: Path | None = None, seed: int = 0, timing_only: bool = False,
-           oplog: bool = True, sets: tuple[str, ...] = ()):
+           oplog: bool = True, sets: tuple[str, ...] = (), dedup: bool = True):
         path = TESTS / "kernels" / f"{kernel}.py"
         module = load_kernel(str(path) if path.is_file() else kernel)
         amap = load_address_map(test_topology(topology), costs, sets)
         return run_kernel(module, amap, parse_params(module, list(params)), seed=seed,
-                          timing_only=timing_only, oplog=oplog)
+                          timing_only=timing_only, oplog=oplog, dedup=dedup)
 
     return go

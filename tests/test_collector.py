@@ -120,8 +120,10 @@ def gqa():
 
 
 def test_the_timing_pass_runs_no_collection_but_the_one_after(gqa, collections):
+    """The full pass (dedup off: a pass that splits classes and times again collects the
+    pass it drops, `Timing._reset`)."""
     amap, program = gqa
-    timing = Timing(System(amap), program)
+    timing = Timing(System(amap), program, dedup=False)
     collections.clear()  # those building the system
     timing.run()
     assert collections == [0]
@@ -131,9 +133,9 @@ def test_the_timing_pass_runs_no_collection_but_the_one_after(gqa, collections):
 def test_the_timing_pass_makes_no_cyclic_garbage(gqa):
     """What makes pausing the collector safe: nothing it would have freed accumulates. A
     change that leaves cycles behind per command (a SimPy process per command, say)
-    fails here."""
+    fails here. The full pass: dedup's passes are of the same engine."""
     amap, program = gqa
-    timing = Timing(System(amap), program, oplog=True)
+    timing = Timing(System(amap), program, oplog=True, dedup=False)
     gc.collect()
     gc.disable()
     try:

@@ -54,12 +54,15 @@ def test_kernels_switch_greenlets_only_to_wait_for_a_message(run):
 
 def test_private_bookings_take_no_simulation_events(run):
     """Every DMA of sharded_gemm stays in its PE's own HBM slice: no PE ever waits for global
-    time (one event each, its start), with or without an op log."""
+    time (one event each, its start), with or without an op log; with dedup, only the PEs
+    timed (one per class: fewer) take one."""
     params = ("mode=primitive", "M=32", "K=128", "N=512")
-    plain = run("sharded_gemm", "default", params, oplog=False)
-    logged = run("sharded_gemm", "default", params, oplog=True)
+    plain = run("sharded_gemm", "default", params, oplog=False, dedup=False)
+    logged = run("sharded_gemm", "default", params, oplog=True, dedup=False)
     assert plain.events == logged.events == 16
     assert plain.latency_ps == logged.latency_ps
+    classed = run("sharded_gemm", "default", params, oplog=False, dedup=True)
+    assert classed.events < 16 and classed.latency_ps == plain.latency_ps
 
 
 def test_a_replay_that_cannot_plan_a_composite_says_where(cli, tmp_path):

@@ -129,7 +129,7 @@ def run(kernel: str | Path | KernelModule, topology: str | Path | Topology | Non
         per_pe: bool = False, races: bool = False, oplog: bool = False,
         max_commands: int = DEFAULT_MAX_COMMANDS,
         kernel_timeout: float = DEFAULT_KERNEL_TIMEOUT, watch: Watch | None = None,
-        check: bool = True) -> Result:
+        check: bool = True, dedup: bool = True) -> Result:
     """Run `kernel` on every PE of `topology` and verify it: `kernbench run`.
 
     ``result.to_dict()`` is what ``run --json`` prints for the same arguments (with
@@ -138,6 +138,8 @@ def run(kernel: str | Path | KernelModule, topology: str | Path | Topology | Non
     progress (`sim.watch.Watch`). With `check` (the default) a failed verification or a
     race found raises `VerificationError` or `RaceError` as the CLI's exit 1 does; the
     exception's ``result`` is the result. Every other error is raised as the CLI's.
+    `dedup` (the default; ``--no-dedup`` is `dedup=False`) times one PE per class of
+    PEs that time alike: the same results, sooner where PEs repeat each other.
     """
     check_kernel_timeout(kernel_timeout)
     _check_counts(seed, max_commands)
@@ -149,14 +151,15 @@ def run(kernel: str | Path | KernelModule, topology: str | Path | Topology | Non
     values = parse_params(module, param_items(params), amap.topology.num_pes)
     raw = run_kernel(module, amap, values, seed=seed, timing_only=timing_only,
                      max_commands=max_commands, oplog=oplog, watch=watch, races=races,
-                     kernel_timeout=kernel_timeout)
+                     kernel_timeout=kernel_timeout, dedup=dedup)
     return _result(raw, amap, per_pe, module.shown, check)
 
 
 def replay(trace: str | Path | Trace | Result, topology: str | Path | Topology | None = None,
            *, costs: str | Path | None = None, set: Sets = None,
            recorded_sets: bool = True, per_pe: bool = False, races: bool = False,
-           oplog: bool = False, watch: Watch | None = None, check: bool = True) -> Result:
+           oplog: bool = False, watch: Watch | None = None, check: bool = True,
+           dedup: bool = True) -> Result:
     """Re-time a recorded run without its kernel code or values: `kernbench replay`.
 
     `trace` is a trace file (`run --record`), a loaded one (`load_trace`), or a `Result` of
@@ -176,7 +179,8 @@ def replay(trace: str | Path | Trace | Result, topology: str | Path | Topology |
     from kernbench_cli.sim.run import replay_trace
 
     source = trace_source(data)
-    raw = replay_trace(data, amap, source, oplog=oplog, watch=watch, races=races)
+    raw = replay_trace(data, amap, source, oplog=oplog, watch=watch, races=races,
+                       dedup=dedup)
     return _result(raw, amap, per_pe, source, check)
 
 

@@ -66,6 +66,11 @@ PerPeOpt = Annotated[bool, typer.Option("--per-pe", help="Also show each PE.")]
 #: Seconds between the plain progress lines of `--progress` (stderr not a terminal).
 PROGRESS_EVERY = 10.0
 
+DEDUP_DEFAULT = True  # one representative per class of PEs (README "Measured here")
+DedupOpt = Annotated[bool, typer.Option(
+    "--dedup/--no-dedup", help="Time one PE per class of PEs that time alike, or every PE in "
+                               "full (the results are the same).")]
+
 ProgressOpt = Annotated[bool, typer.Option(
     "--progress", help="With stderr not a terminal (piped, a log), print plain progress "
                        f"lines there: as each pass begins and every {PROGRESS_EVERY:g} s (on "

@@ -9,7 +9,14 @@ from typing import Annotated
 
 import typer
 
-from kernbench_cli.cli.common import ProgressOpt, SetOpt, echo_rich, following
+from kernbench_cli.cli.common import (
+    DEDUP_DEFAULT,
+    DedupOpt,
+    ProgressOpt,
+    SetOpt,
+    echo_rich,
+    following,
+)
 from kernbench_cli.errors import GoldenMismatch, KernbenchError
 
 app = typer.Typer(help="Golden results: regenerate after an intended model change; check in CI.",
@@ -40,11 +47,12 @@ def regen(
 
 @app.command("check")
 def check_cmd(only: OnlyOpt = None, directory: DirOpt = None, costs: CostsOpt = None,
-              sets: SetOpt = None, progress: ProgressOpt = False) -> None:
+              sets: SetOpt = None, progress: ProgressOpt = False,
+              dedup: DedupOpt = DEDUP_DEFAULT) -> None:
     """Run every golden case; exit 1 with a table of differences if any result moved.
 
     With --set, every case runs with the overrides: which goldens would a change move?"""
-    _run(only, directory, costs, write=False, sets=sets or (), progress=progress)
+    _run(only, directory, costs, write=False, sets=sets or (), progress=progress, dedup=dedup)
 
 
 def _default_folder(write: bool) -> Path:
@@ -62,7 +70,7 @@ def _default_folder(write: bool) -> Path:
 
 
 def _run(only: str | None, directory: Path | None, costs: Path | None, write: bool,
-         sets: Sequence[str] = (), progress: bool = False) -> None:
+         sets: Sequence[str] = (), progress: bool = False, dedup: bool = DEDUP_DEFAULT) -> None:
     from rich.console import Console
 
     from kernbench_cli.golden.run import regen as do_regen
@@ -93,7 +101,8 @@ def _run(only: str | None, directory: Path | None, costs: Path | None, write: bo
         with following(f"{name} ({numbers[name]} of {len(cases)})", watch, progress):
             yield watch
 
-    differences = do_regen(folder, only, write, progress=follow, costs=costs, sets=sets)
+    differences = do_regen(folder, only, write, progress=follow, costs=costs, sets=sets,
+                           dedup=dedup)
     if differences:
         echo_rich(difference_table(differences))
     changed = len({d.case for d in differences})

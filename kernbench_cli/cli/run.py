@@ -9,7 +9,9 @@ from typing import Annotated
 import typer
 
 from kernbench_cli.cli.common import (
+    DEDUP_DEFAULT,
     CostsOpt,
+    DedupOpt,
     JsonOpt,
     ParamOpt,
     PerPeOpt,
@@ -77,6 +79,7 @@ def run(
         "--sensitivity", help="Then re-time the run by replay with each timing key made 2x "
                               "better, and rank what each saves.")] = False,
     progress: ProgressOpt = False,
+    dedup: DedupOpt = DEDUP_DEFAULT,
 ) -> None:
     """Run KERNEL on every PE of the topology, verify it, and report the time."""
     from kernbench_cli.api import runs as api
@@ -96,7 +99,7 @@ def run(
         result = api.run(module, topo, params=param or (), seed=seed, timing_only=timing_only,
                          max_commands=max_commands, kernel_timeout=kernel_timeout,
                          oplog=chrome_trace is not None or oplog is not None, watch=watch,
-                         races=races, per_pe=per_pe, check=False)
+                         races=races, per_pe=per_pe, check=False, dedup=dedup)
     if save is not None:
         _save_npz(save, {**result.inputs, **result.outputs})
     if record is not None:
@@ -128,6 +131,7 @@ def replay(
         "--recorded-sets/--no-recorded-sets",
         help="Apply the run's own --set items first (yours after them win).")] = True,
     progress: ProgressOpt = False,
+    dedup: DedupOpt = DEDUP_DEFAULT,
 ) -> None:
     """Re-time a recorded run without its kernel code or values (for cost sweeps).
 
@@ -147,7 +151,8 @@ def replay(
     watch = Watch()
     with following(f"replaying {data.kernel} on {topo.num_pes} PEs", watch, progress):
         result = api.replay(data, topo, oplog=chrome_trace is not None or oplog is not None,
-                            watch=watch, races=races, per_pe=per_pe, check=False)
+                            watch=watch, races=races, per_pe=per_pe, check=False,
+                            dedup=dedup)
     _write_outputs(chrome_trace, keep, oplog, critical_path, result)
     show(result, as_json, per_pe)
     result.check()

@@ -41,8 +41,15 @@ def select(pattern: str | None) -> list[Case]:
 
 
 def run_case(case: Case, costs: Path | None = None, sets: Sequence[str] = (),
-             watch: Any = None) -> dict[str, Any]:
-    """The golden record of `case` (`watch`, a `sim.watch.Watch`, follows its progress)."""
+             watch: Any = None, dedup: bool = True) -> dict[str, Any]:
+    """The golden record of `case` (`watch`, a `sim.watch.Watch`, follows its progress;
+    `dedup`: as `run_kernel`'s)."""
+    return rec.make_record(case.name, case_result(case, costs, sets, watch, dedup))
+
+
+def case_result(case: Case, costs: Path | None = None, sets: Sequence[str] = (),
+                watch: Any = None, dedup: bool = True):
+    """The `RunResult` of golden case `case`, with its op log and races."""
     from kernbench_cli.address import load_address_map
     from kernbench_cli.sim.kernels import load_kernel, parse_params
     from kernbench_cli.sim.run import run_kernel
@@ -50,17 +57,17 @@ def run_case(case: Case, costs: Path | None = None, sets: Sequence[str] = (),
     kernel = load_kernel(case.kernel)
     amap = load_address_map(case.topology, costs, sets)
     params = parse_params(kernel, list(case.params), amap.topology.num_pes)
-    result = run_kernel(kernel, amap, params, seed=case.seed, oplog=True, races=True,
-                        watch=watch)
-    return rec.make_record(case.name, result)
+    return run_kernel(kernel, amap, params, seed=case.seed, oplog=True, races=True,
+                      watch=watch, dedup=dedup)
 
 
 def regen(directory: Path, pattern: str | None, write: bool,
           progress: Callable[[str], Any] = lambda _: contextlib.nullcontext(),
-          costs: Path | None = None, sets: Sequence[str] = ()) -> list[Difference]:
+          costs: Path | None = None, sets: Sequence[str] = (),
+          dedup: bool = True) -> list[Difference]:
     """Run the cases matching `pattern`, each inside ``progress(case name)`` (a context
     manager, which gives the `Watch` that follows the case, or None); write the goldens
-    that changed to `directory` if `write`; every difference."""
+    that changed to `directory` if `write`; every difference (`dedup`: as `run_kernel`'s)."""
     cases = select(pattern)
     olds = {}
     for case in cases:  # read (and so check) every golden before running anything
@@ -69,7 +76,7 @@ def regen(directory: Path, pattern: str | None, write: bool,
     differences: list[Difference] = []
     for case in cases:
         with progress(case.name) as watch:
-            new = run_case(case, costs, sets, watch)
+            new = run_case(case, costs, sets, watch, dedup)
         old = olds[case.name]
         if old is None:
             differences.append(Difference(case.name, "(file)", None, "new"))

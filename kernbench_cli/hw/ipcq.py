@@ -59,6 +59,11 @@ class Ring:
     receiver_waiting: Any = None  # the PE waiting for a chunk, to wake
     #: with an op log: (time, +1) when a sender uses a credit, (time, -1) when it is back
     trail: list[tuple[int, int]] | None = None
+    #: the timing pass's (PE, direction) of it, and (time, PE) of the last PE that used
+    #: its credits or its chunks (keyed by the timing pass)
+    where: tuple = ()
+    seen: dict = field(default_factory=dict)
+    gave: list | None = None  # if a list, `take` adds the credits it gives back
 
     def __post_init__(self) -> None:
         self.credits = [(0, s, -1) for s in range(self.slots)]
@@ -101,6 +106,8 @@ class Ring:
             chunk = self.chunks.popleft()
             copied = copy(chunk)
             self.give_credit(copied + chunk.back, chunk.slot, who)
+            if self.gave is not None:
+                self.gave.append((copied + chunk.back, chunk.slot, who))
             if self.trail is not None:
                 self.trail.append((copied + chunk.back, -1))
             self.slot_ps += copied - chunk.arrival

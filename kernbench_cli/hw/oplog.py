@@ -119,14 +119,18 @@ class OpLog:
         self.shape.append(shape)
 
     def ordered(self) -> OpLog:
-        """The same records by (start time, PE, the order the PE made them)."""
+        """The same records by (start time, PE, the order the PE made them); the CPU and
+        scheduler slices by PE (in the order each PE made them), an order that does not
+        depend on which PEs the timing pass walked (`hw.dedup`)."""
         times, pids = self.times, self.pid
         order = sorted(range(len(pids)), key=lambda r: (times[3 * r + 1], pids[r], r))
         out = OpLog()
         out.kinds, out._codes = self.kinds, self._codes
         out.paths, out._path_ids = self.paths, self._path_ids
         out.shapes, out._shape_ids = self.shapes, self._shape_ids
-        out.cpu, out.scheduler, out.rings = self.cpu, self.scheduler, self.rings
+        out.cpu = sorted(self.cpu, key=lambda s: s.pid)
+        out.scheduler = sorted(self.scheduler, key=lambda s: s.pid)
+        out.rings = self.rings
         for name, width in _COLUMNS:
             col = getattr(self, name)
             if width == 1:

@@ -41,16 +41,19 @@ frees. Errors in a stream (a trace timed on a topology it does not fit) are
 
 from __future__ import annotations
 
+import gc
 import heapq
 from array import array
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from heapq import heappush
 
+import numpy as np
 import simpy
 
 from kernbench_cli import collector
 from kernbench_cli.errors import KernelError
+from kernbench_cli.hw.classes import Classes, partition
 from kernbench_cli.hw.composite import (
     ACC_BYTES,
     GEMM_TILE,
@@ -63,11 +66,13 @@ from kernbench_cli.hw.composite import (
     tile_ops,
     traffic,
 )
+from kernbench_cli.hw.dedup import Ghosts, expand, overlaps, tie_faults
 from kernbench_cli.hw.dma import DmaEngine
 from kernbench_cli.hw.engine import InOrderEngine, cycles_to_ps
 from kernbench_cli.hw.flows import FairShare
 from kernbench_cli.hw.gemm import gemm_passes
 from kernbench_cli.hw.ipcq import Chunk, Ring
+from kernbench_cli.hw.multicast import Multicast
 from kernbench_cli.hw.network import Path, pages_opened
 from kernbench_cli.hw.oplog import OP_FIELDS, OpLog, Slice
 from kernbench_cli.hw.pe import Pe
@@ -138,12 +143,14 @@ class _Proc:
     """One PE's walk over its stream, as SimPy event callbacks resume it."""
 
     __slots__ = ("after", "at", "cpu", "current", "done", "due", "end", "env", "error", "events",
-                 "gen", "issue", "last_end", "made", "n", "pid", "resume_cb", "start", "tcm_peak",
-                 "tcm_wait", "tile_buffers", "tile_worst", "tiles", "waiting", "waits", "why")
+                 "gen", "issue", "last_end", "made", "n", "offers", "pid", "planned", "resume_cb",
+                 "start", "tcm_peak", "tcm_wait", "tile_buffers", "tile_worst", "tiles", "waiting",
+                 "waits", "why")
 
     def __init__(self, env: simpy.Environment, pid: int):
         self.env = env
         self.pid = pid
+        self.planned = 0  # what its composites' plans move, by formula (invariants)
         self.gen: Iterator[None] | None = None
         self.done = False
         self.at = 0  # the command it waits in, while it waits
@@ -174,6 +181,9 @@ class _Proc:
         self.tile_worst = (0, 0, -1)
         self.resume_cb = self._resume
         self.due: list[int] | None = None  # the resume `wake_by` planned, while it waits
+        #: while a multicast waits on several rings (`hw.multicast`): id(ring) -> the
+        #: soonest it was offered a credit by that ring
+        self.offers: dict[int, int] | None = None
 
     def _resume(self, _event: simpy.Event) -> None:
         self.events += 1
@@ -279,11 +289,29 @@ class _Composites:
                                                  if end > t]
 
 
+#: Timing passes dedup makes before it times every PE (each split of classes costs one).
+TRIES = 4
+
+
 class Timing:
     """One timing pass of `program` on `system` (fresh engines, calendars and rings)."""
 
-    def __init__(self, system: System, program: Program, oplog: bool = False):
+    def __init__(self, system: System, program: Program, oplog: bool = False,
+                 dedup: bool = False):
         topo = system.topology
+        self.dedup = dedup
+        self.classes: Classes | None = None  # the classes timed by representatives
+        self.rep_of: list[int] | None = None  # per PE, its representative (None: itself)
+        self.ghosts: Ghosts | None = None
+        self.tries = 0  # timing passes made (more than one: classes split)
+        #: per PE whose class's multicast copies looked different, the groups of its copies
+        #: (`Multicast.splits`), pass after pass: more keys that split the classes
+        self.split: dict[int, tuple] = {}
+        self.around = None  # the PEs' surroundings (`hw.classes`), made once
+        self.multicast: Multicast | None = None
+        #: (ring's PE, direction, PE, PE, "credits" or "chunks"): representatives that used
+        #: a ring's credits or chunks at one time, in that order
+        self.ties: set[tuple[int, str, int, int, str]] | None = None
         self.system = system
         self.program = program
         self.env = simpy.Environment()
@@ -319,28 +347,85 @@ class Timing:
         on a rack, and the pass leaves no cycles for it to free.
         """
         with collector.paused():
-            self._run()
+            if not self.dedup or len(self.procs) < 2:
+                self._mark_shared()
+                self._run(self.procs)
+            else:
+                self._run_classes()
+            if self.oplog is not None:
+                self.oplog = self.oplog.ordered()
 
-    def _run(self) -> None:
-        self._mark_shared()
+    def _run_classes(self) -> None:
+        """Time one representative per class (`hw.classes`); where a check of `hw.dedup`
+        fails (a member's transfer met another PE's, a multicast's copies got different
+        credits, representatives met on a ring out of their members' order), split the
+        class and time again; an error or a deadlock is found again by the full pass. Then
+        give every PE its representative's results (`dedup.expand`)."""
+        forced: set[int] = set()
+        split = self.split
+        while True:
+            self.tries += 1
+            self._mark_shared()
+            classes = partition(self, forced, split)
+            if len(classes.members) == len(self.procs):
+                self._run(self.procs)
+                return
+            self._install(classes)
+            self._run([self.procs[pid] for pid in classes.rep])
+            apart = self.multicast.splits(classes)
+            if apart:  # multicasts' copies looked different: split by the copy each took
+                for pid, groups in apart.items():
+                    split[pid] = (*split.get(pid, ()), groups)
+                bad = set()
+            else:
+                bad = None if self.stuck or any(p.error for p in self.procs) else \
+                    overlaps(self, classes) | tie_faults(self, classes)
+                if bad == set():
+                    expand(self, classes)
+                    return
+            if bad is None or self.tries >= TRIES:  # the full pass from here
+                bad = set(range(len(self.procs)))
+            forced |= bad
+            self._reset()
+
+    def _install(self, classes: Classes) -> None:
+        """Arrange the pass for `classes`: partners' representatives, ghosts, ties."""
+        self.classes, self.rep_of = classes, classes.rep_of
+        self.ghosts = Ghosts({r for r, m in zip(classes.rep, classes.members, strict=True)
+                              if len(m) > 1})
+        self.ties = set()
+        self.multicast = Multicast(self)
+        self._paths.clear()
+        self._pairs.clear()
+
+    def _reset(self) -> None:
+        """Fresh engines, calendars, rings and records, for another pass; the last pass's
+        (SimPy events and PE walks that refer to each other) collected now, as the
+        collector waits until the end of `run` and they are no use to anyone."""
+        kept = self.tries, self.split, self.around
+        self.system.__init__(self.system.amap)
+        self.__init__(self.system, self.program, self.oplog is not None, self.dedup)
+        self.tries, self.split, self.around = kept
+        gc.collect()
+
+    def _run(self, procs: list[_Proc]) -> None:
         if self.oplog is not None:
             log = self.oplog
             self._math = [(kind, log.code(name)) for kind, name in self.program.math_kinds]
-        for proc, pe in zip(self.procs, self.system.pes, strict=True):
-            proc.gen = self._walk(proc, pe)
+        pes = self.system.pes
+        for proc in procs:
+            proc.gen = self._walk(proc, pes[proc.pid])
             proc.wake_at(0)
         try:
             self.env.run()
         except OverflowError:  # in an event no PE's walk runs (a fair-shared flow's end)
             raise TimeRangeError(_TOO_LATE, 0, 0, self.env.now) from None
-        errors = [proc.error for proc in self.procs if proc.error is not None]
-        if errors:  # the earliest in simulated time, as if the run had stopped there
-            raise min(errors, key=lambda exc: (exc.time_ps, exc.pid))
-        for proc, pe in zip(self.procs, self.system.pes, strict=True):
+        errors = [proc.error for proc in procs if proc.error is not None]
+        if errors and len(procs) == len(self.procs):  # the earliest in simulated time, as if
+            raise min(errors, key=lambda exc: (exc.time_ps, exc.pid))  # the run had stopped
+        for proc in procs:
             if not proc.done:
-                self.stuck.append(Stuck(proc.pid, proc.at, proc.waiting, pe.cpu.time))
-        if self.oplog is not None:
-            self.oplog = self.oplog.ordered()
+                self.stuck.append(Stuck(proc.pid, proc.at, proc.waiting, pes[proc.pid].cpu.time))
 
     @property
     def latency_ps(self) -> int:
@@ -358,16 +443,23 @@ class Timing:
         key = (pid, inbound, addr >> self._region_shift)
         hit = self._paths.get(key) if self._region_shift < 64 else None
         if hit is None:
-            system = self.system
-            owner, kind = system.amap.locate(addr)
-            me = system.coords[pid]
-            src, dst = (owner, me) if inbound else (me, owner)
-            path = system.network.path(src, dst, owner if kind == "hbm" else None,
-                                       owner if kind == "sram" else None)
+            path = self.real_path(pid, addr, inbound)
             hit = (path, not any(cal.shared for cal in path[0]))
+            if self.ghosts is not None and pid in self.ghosts.reps:
+                hit = ((self.ghosts.resources(pid, path[0], ("path", addr, inbound)),
+                        *path[1:]), hit[1])
             if self._region_shift < 64:
                 self._paths[key] = hit
         return hit
+
+    def real_path(self, pid: int, addr: int, inbound: bool) -> Path:
+        """The path of a DMA of PE `pid` from `addr` (inbound) or to it, on real calendars."""
+        system = self.system
+        owner, kind = system.amap.locate(addr)
+        me = system.coords[pid]
+        src, dst = (owner, me) if inbound else (me, owner)
+        return system.network.path(src, dst, owner if kind == "hbm" else None,
+                                   owner if kind == "sram" else None)
 
     def _plan_costs(self, pid: int, desc: Composite) -> PlanCosts:
         """The planner's view of composite `desc` on PE `pid`: the rate, latency and pages of
@@ -384,55 +476,104 @@ class Timing:
                          hbm.opening_ps(1) * clock / 10**12 if hbm else 0.0,
                          gemm_passes(topo.pe.gemm, width), topo.pe.dma.setup_overlap)
 
-    def _pair(self, src: int, dst: int) -> tuple[str, Ring, Path, int, bool]:
+    def _pair(self, src: int, dst: int, sending: bool = True) -> tuple[str, Ring, Path, int,
+                                                                       bool]:
         """(ring direction, the receiver's ring, links, the credits' way back in ps, whether
-        no other PE uses those links) of IPCQ messages from `src` to `dst`."""
-        hit = self._pairs.get((src, dst))
+        no other PE uses those links) of IPCQ messages from `src` to `dst`; the ring is that
+        of `dst`'s representative, the links the sender's ghosts if it has them (`sending`;
+        a receiver asks only for its ring)."""
+        key = (src, dst) if sending else (src, dst, False)
+        hit = self._pairs.get(key)
         if hit is None:
             system = self.system
             a, b = system.coords[src], system.coords[dst]
             direction = system.arrival_direction(a, b)
             route = system.network.route(a, b)
             back = system.network.route(b, a).latency_ps
-            ring = system.pes[dst].rings[direction]
-            if self.oplog is not None and ring.trail is None:
-                ring.trail = self.oplog.rings.setdefault(f"PE ({b}) {direction} ring", [])
+            to = self.rep_of[dst] if self.rep_of is not None else dst  # who stands for dst
+            ring = self._ring(to, direction)
             private = not any(cal.shared for cal in route.resources)
-            hit = self._pairs[(src, dst)] = (direction, ring, (route.resources, route.latency_ps,
+            links = route.resources
+            if sending and self.ghosts is not None and src in self.ghosts.reps:
+                links = self.ghosts.resources(src, links, ("route", dst - src))
+            hit = self._pairs[key] = (direction, ring, (links, route.latency_ps,
                                                                route.latency_ps + back), back,
                                              private)
         return hit
 
+    def _ring(self, pid: int, direction: str) -> Ring:
+        """PE `pid`'s ring on side `direction`, its occupancy kept in the op log."""
+        ring = self.system.pes[pid].rings[direction]
+        if not ring.where:
+            ring.where = (pid, direction)
+            if self.oplog is not None:
+                ring.trail = self.oplog.rings.setdefault(
+                    f"PE ({self.system.coords[pid]}) {direction} ring", [])
+        return ring
+
+    def _met(self, ring: Ring, pid: int) -> None:
+        """PE `pid` uses `ring`'s chunks (a sender puts one, the receiver takes them) now: a
+        tie with the last PE that used them at this time (`ties`)."""
+        now, seen = self.env.now, ring.seen.get("chunks")
+        if seen is not None and seen[0] == now and seen[1] != pid:
+            self.ties.add((*ring.where, seen[1], pid, "chunks"))
+        ring.seen["chunks"] = (now, pid)
+
+    def _credit_used(self, ring: Ring, pid: int, used, woken: bool = False) -> None:
+        """PE `pid` used `ring`'s credits now: a sender took credit `used` (None: there was
+        none), or the receiver gave back the list `used`. A tie (`ties`) with an earlier
+        use at this time by another PE if the other order would have changed what a
+        sender took: it took a credit given back then, found none, or one later than
+        a credit given back after it. A sender the receiver woke (`woken`) went after
+        the receiver's credits whatever the order of PEs."""
+        now = self.env.now
+        seen = ring.seen.get("credits")
+        if seen is None or seen[0] != now:
+            seen = ring.seen["credits"] = (now, [])
+        owner, giving = ring.where[0], isinstance(used, list)
+        for other, before in seen[1]:
+            if other == pid or (woken and other == owner):
+                continue
+            if isinstance(before, list) == giving:  # two senders (one receiver per ring)
+                matters = True
+            elif giving:  # `before` was taken, then `used` given
+                matters = before is None or any(c < before for c in used)
+            else:
+                matters = used is None or used in before
+            if matters:
+                self.ties.add((*ring.where, other, pid, "credits"))
+        seen[1].append((pid, used))
+
     def _mark_shared(self) -> None:
-        """Find, from every stream, the calendars more than one PE books (`Calendar.shared`)."""
-        seen: set[tuple] = set()
-        network = self.system.network
+        """Find, from every stream, the calendars more than one PE books (`Calendar.shared`):
+        per PE, the paths of the first address of each region it loads from and stores to,
+        of its composites' operands in memory, and the routes to the PEs it sends to (a
+        calendar's users are a set: each once is enough)."""
+        network, coords, shift = self.system.network, self.system.coords, self._region_shift
         for pid, stream in enumerate(self.program.streams):
-            for op, src, dst, arg in zip(stream.op, stream.src, stream.dst, stream.arg,
-                                         strict=True):
-                if op == LOAD:
-                    key = (pid, True, src >> self._region_shift)
-                    if key not in seen:
-                        seen.add(key)
-                        self._use(pid, src, True)
-                elif op == STORE:
-                    key = (pid, False, dst >> self._region_shift)
-                    if key not in seen:
-                        seen.add(key)
-                        self._use(pid, dst, False)
-                elif op == COMPOSITE and arg != NONE:
-                    for addr, inbound in self._operand_ends(self.program.composites[arg]):
-                        self._use(pid, addr, inbound)
-                elif op == SEND and (pid, arg) not in seen:
-                    seen.add((pid, arg))
-                    system = self.system
-                    for cal in network.route(system.coords[pid], system.coords[arg]).resources:
-                        cal.use(pid)
+            op = np.frombuffer(stream.op, dtype=np.uint8)
+            for inbound, col, kind in ((True, stream.src, LOAD), (False, stream.dst, STORE)):
+                addrs = np.frombuffer(col, dtype=np.int64)[op == kind]
+                if len(addrs):
+                    first = np.unique(addrs >> shift, return_index=True)[1] if shift < 64 \
+                        else [0]  # slices not a power of two: the first only, as ever
+                    for k in sorted(first):
+                        self._use(pid, int(addrs[k]), inbound)
+            args = np.frombuffer(stream.arg, dtype=np.int64)
+            for arg in np.unique(args[(op == COMPOSITE) & (args != NONE)]).tolist():
+                for addr, inbound in self._operand_ends(self.program.composites[arg]):
+                    self._use(pid, addr, inbound)
+            for arg in np.unique(args[op == SEND]).tolist():
+                for cal in network.route(coords[pid], coords[arg]).resources:
+                    self._use_one(cal, pid)
         self._paths.clear()  # `private` was not final while marking
 
     def _use(self, pid: int, addr: int, inbound: bool) -> None:
         for cal in self._path(pid, addr, inbound)[0][0]:
-            cal.use(pid)
+            self._use_one(cal, pid)
+
+    def _use_one(self, cal, pid: int) -> None:
+        cal.use(pid)
 
     @staticmethod
     def _operand_ends(desc: Composite) -> list[tuple[int, bool]]:
@@ -769,7 +910,9 @@ class Timing:
         b_shape = (desc.n, desc.k) if desc.trans_b else (desc.k, desc.n)
         b = Operand(*b_shape, desc.b_itemsize, desc.b_tcm, desc.b_addr, desc.b_row_stride)
         out = desc.out_addr if desc.out_addr >= 0 else None
-        self.planned_bytes += traffic(tiling, a, b, desc.n, out is not None, desc.out_itemsize)
+        planned = traffic(tiling, a, b, desc.n, out is not None, desc.out_itemsize)
+        self.planned_bytes += planned
+        proc.planned += planned
         proc.current = i
         ops = tile_ops(ready, me, tiling, a, b, desc.n, desc.trans_b, out, desc.out_itemsize,
                        desc.out_row_stride, loads_from=dispatched)
@@ -936,21 +1079,17 @@ class Timing:
         me = pe.pid << PE_SHIFT | i
         dst, nbytes = stream.arg[i], stream.size[i]
         direction, ring, route, back, private = self._pair(pe.pid, dst)
-        cpu, env, log, dma = pe.cpu, self.env, self.oplog, pe.dma
+        multicast = self.multicast
+        rings = multicast.copies(pe.pid, dst, ring) if multicast is not None else [ring]
+        cpu, log, dma = pe.cpu, self.oplog, pe.dma
         count = ring.chunks_for(nbytes)
         first = last = None
         for index in range(count):
-            credit = ring.take_credit()
-            while credit is None:
-                ring.sender_waiting.append(proc)
-                proc.at = i
-                proc.waiting = (f"send to PE ({self.system.coords[dst]}): its {direction} "
-                                "ring is full")
-                yield
-                ring.sender_waiting.remove(proc)
-                proc.waiting = ""
-                cpu.wait_until(env.now)
-                credit = ring.take_credit()
+            if len(rings) == 1:
+                credit, credits = (yield from self._credit(proc, pe, i, dst, ring)), None
+            else:
+                credits = yield from multicast.credits(proc, pe, i, dst, rings, t, ready)
+                credit = credits[0]
             free_at, slot, freer = credit
             if free_at > t and cpu.time > t:  # PE_CPU waited for this credit
                 proc.after[i] = (cpu.time, _why(CREDIT, freer))
@@ -962,8 +1101,6 @@ class Timing:
                 start, end = dma.transfer(at, size, route)
             else:
                 start, end = yield from self._flow(proc, dma, at, size, route)
-            if ring.trail is not None:
-                ring.trail.append((at, 1))
             if first is None:
                 first = start
                 proc.start[i] = start
@@ -971,7 +1108,11 @@ class Timing:
             dma.last = me
             if dma.waited_on is not None:
                 proc.waits[me] = (dma.waited_on, dma.waited)
-            ring.chunks.append(Chunk(pe.pid, index, count, nbytes, slot, end, back, me))
+            chunk = Chunk(pe.pid, index, count, nbytes, slot, end, back, me)
+            self._deliver(ring, chunk, at)
+            for each, credit in zip(rings[1:], credits[1:] if credits else (), strict=True):
+                mine = credit[1] if credit is not None else slot  # the copy's own slot
+                self._deliver(each, chunk if mine == slot else chunk._replace(slot=mine), at)
             last = end if last is None or end > last else last
             if log is not None:
                 amap = self.system.amap
@@ -979,13 +1120,46 @@ class Timing:
                            _tcm(amap.pe_tcm_addr(*pe.coord, 0), stream.src[i]),
                            amap.pe_ipcq_slot_addr(*self.system.coords[dst], direction, slot),
                            i, index == 0, (dma.stream_at, dma.free_at), log.path(route[0]))
-            waiting = ring.receiver_waiting
-            if waiting is not None:
-                ring.receiver_waiting = None
-                waiting.wake_at(env.now)
         pe.scheduler.hold(first, me)
         proc.end[i] = last
         return last
+
+    def _credit(self, proc: _Proc, pe: Pe, i: int, dst: int, ring: Ring) -> Iterator[None]:
+        """A credit of `ring` for send `i` of `pe` to PE `dst`: the earliest, waited for if
+        there is none."""
+        ties, cpu, env = self.ties, pe.cpu, self.env
+        credit = ring.take_credit()
+        if ties is not None:
+            self._credit_used(ring, pe.pid, credit)
+        while credit is None:
+            ring.sender_waiting.append(proc)
+            proc.at, proc.waiting = i, self.full_ring(dst, ring)
+            yield
+            ring.sender_waiting.remove(proc)
+            proc.waiting = ""
+            cpu.wait_until(env.now)
+            credit = ring.take_credit()
+            if ties is not None:
+                self._credit_used(ring, pe.pid, credit, woken=True)
+        return credit
+
+    def full_ring(self, dst: int, ring: Ring) -> str:
+        """What a sender to PE `dst` waits for when `ring` has no credit."""
+        return f"send to PE ({self.system.coords[dst]}): its {ring.where[1]} ring is full"
+
+    def _deliver(self, ring: Ring, chunk: Chunk, at: int) -> None:
+        """Put `chunk` (its credit taken at `at`) in `ring`; wake its waiting receiver."""
+        if ring.trail is not None:
+            ring.trail.append((at, 1))
+        ring.chunks.append(chunk)
+        if self.ties is not None:
+            self._met(ring, chunk.sender)
+        waiting = ring.receiver_waiting
+        if waiting is not None:
+            ring.receiver_waiting = None
+            waiting.wake_at(self.env.now)
+            if self.ties is not None:  # it goes on after this, whatever the order of PEs
+                ring.seen["chunks"] = (self.env.now, waiting.pid)
 
     def _recv(self, proc: _Proc, pe: Pe, comps: _Composites, i: int,
               t: int) -> Iterator[None]:
@@ -999,7 +1173,8 @@ class Timing:
         stream = self.program.streams[pe.pid]
         me = pe.pid << PE_SHIFT | i
         src, nbytes = stream.arg[i], stream.size[i]
-        direction, ring, _, _, _ = self._pair(src, pe.pid)
+        direction, ring, _, _, _ = self._pair(src, pe.pid, sending=False)
+        sender = self.rep_of[src] if self.rep_of is not None else src
         cpu, env, dma, log = pe.cpu, self.env, pe.dma, self.oplog
         slot_bytes = ring.slot_bytes
         amap = self.system.amap
@@ -1030,7 +1205,7 @@ class Timing:
             yield from self._advance(proc, pe, comps, cpu.time)
         for _ in range(ring.chunks_for(nbytes)):
             credits = len(ring.credits)
-            taken = ring.take(src, copy, me)
+            taken = self._take(ring, pe.pid, sender, copy, me)
             while taken is None:
                 self._wake_senders(ring, credits)
                 ring.receiver_waiting = proc
@@ -1041,7 +1216,7 @@ class Timing:
                 proc.waiting = ""
                 cpu.wait_until(env.now)
                 credits = len(ring.credits)
-                taken = ring.take(src, copy, me)
+                taken = self._take(ring, pe.pid, sender, copy, me)
             self._wake_senders(ring, credits)
             if taken[1] > done:
                 done = taken[1]
@@ -1057,6 +1232,17 @@ class Timing:
                        _tcm(tcm_base, stream.dst[i]), i)
         return done
 
+    def _take(self, ring: Ring, pid: int, sender: int, copy, who: int):
+        """`ring.take`, its uses of chunks and credits noted if ties are looked for."""
+        if self.ties is None:
+            return ring.take(sender, copy, who)
+        self._met(ring, pid)
+        ring.gave = []
+        taken = ring.take(sender, copy, who)
+        self._credit_used(ring, pid, ring.gave)
+        ring.gave = None
+        return taken
+
     @staticmethod
     def _wake_senders(ring: Ring, credits_before: int) -> None:
         """Wake the senders waiting on `ring` when its earliest credit is back, if taking
@@ -1065,6 +1251,10 @@ class Timing:
         if len(ring.credits) > credits_before and ring.sender_waiting:
             at = ring.credits[0][0]  # a heap: the earliest credit is its head
             for proc in ring.sender_waiting:
+                if proc.offers is not None:  # a multicast waiting on several rings
+                    offer = max(at, proc.env.now)
+                    if proc.offers.get(id(ring), offer) >= offer:
+                        proc.offers[id(ring)] = offer
                 proc.wake_by(at)
 
 

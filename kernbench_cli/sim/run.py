@@ -89,16 +89,16 @@ class Timed:
 @_quiet
 def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], seed: int = 0,
                timing_only: bool = False, max_commands: int = DEFAULT_MAX_COMMANDS,
-               oplog: bool = False, watch: Watch | None = None,
-               races: bool = False,
-               kernel_timeout: float = DEFAULT_KERNEL_TIMEOUT) -> RunResult:
+               oplog: bool = False, watch: Watch | None = None, races: bool = False,
+               kernel_timeout: float = DEFAULT_KERNEL_TIMEOUT, dedup: bool = True) -> RunResult:
     """Run `kernel` on every PE of `amap`'s topology and verify it (unless timing only).
 
     With `oplog`, `result.oplog` lists every engine occupation; with `races`,
     `result.races` the data races between PEs. `result.trace` is what
     `kernbench run --record` writes. `watch` follows the progress. A kernel
     whose Python issues no command for `kernel_timeout` seconds is stopped
-    (`lang.watchdog`).
+    (`lang.watchdog`). `dedup` (the default) times one PE per class of PEs that
+    time alike (`hw.classes`; the same results), without it every PE.
     """
     watch = watch or Watch()
     wall = time.perf_counter()
@@ -137,7 +137,7 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
             unread = exc
         memory.release()
     program = launch.program
-    timing = Timing(system, program, oplog=oplog and not failures)
+    timing = Timing(system, program, oplog=oplog and not failures, dedup=dedup)
     watch.begin("timing pass", timing)
     try:
         timing.run()
@@ -223,8 +223,10 @@ def replay_address_map(trace: Trace, source: str, topology: str | None = None,
 
 
 def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = False,
-                 watch: Watch | None = None, races: bool = False) -> RunResult:
-    """Re-time a recorded trace on `amap`'s topology: the timing pass alone."""
+                 watch: Watch | None = None, races: bool = False,
+                 dedup: bool = True) -> RunResult:
+    """Re-time a recorded trace on `amap`'s topology: the timing pass alone (`dedup`: as
+    `run_kernel`'s)."""
     wall = time.perf_counter()
     system = System(amap)
     topo = amap.topology
@@ -250,7 +252,7 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
                           program.gemm_shapes, program.math_kinds, program.composites,
                           program.tcm_peak + [0] * extra, program.regions,
                           program.region_marks + [[] for _ in range(extra)])
-    timing = Timing(system, program, oplog=oplog)
+    timing = Timing(system, program, oplog=oplog, dedup=dedup)
     (watch or Watch()).begin("timing pass", timing)
     try:
         timing.run()

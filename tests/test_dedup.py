@@ -1,0 +1,223 @@
+"""Trajectory dedup (`hw.classes`, `hw.dedup`): results equal to the full pass, exactly.
+
+Every case runs with `dedup=True` (the default) and with `dedup=False`, and must give the
+same golden record (whose op-log digest covers every record), the same op log with
+its CPU and scheduler slices, rings and resources, and the same critical path, races,
+energy and invariants. The test kernels are built to break a soundness check; the
+result must still be the full one.
+"""
+
+import json
+
+import pytest
+
+from kernbench_cli.golden import record as rec
+from kernbench_cli.golden.cases import CASES
+from kernbench_cli.golden.run import case_result
+from kernbench_cli.hw import timing as timing_module
+from tests.conftest import TESTS, test_topology
+
+
+def _outputs(result) -> dict:
+    log = result.oplog
+    return {"record": rec.dumps(rec.make_record("case", result)),
+            "oplog": list(log), "paths": [log.paths[v] if v >= 0 else None for v in log.via],
+            "cpu": log.cpu, "scheduler": log.scheduler, "rings": log.rings,
+            "critical": repr(result.critical_path), "races": repr(result.races),
+            "energy": repr(result.energy), "invariants": repr(result.invariants),
+            "engines": repr(result.engines), "high water": result.tcm_high_water}
+
+
+@pytest.fixture
+def passes(monkeypatch):
+    """The `Timing` objects of the runs made while it is in use."""
+    made = []
+    run = timing_module.Timing.run
+
+    def keep(self):
+        made.append(self)
+        run(self)
+
+    monkeypatch.setattr(timing_module.Timing, "run", keep)
+    return made
+
+
+def _both(case) -> tuple[dict, dict]:
+    return _outputs(case_result(case, dedup=True)), _outputs(case_result(case, dedup=False))
+
+
+def _same(a: dict, b: dict) -> None:
+    for key in a:
+        assert a[key] == b[key], key
+
+
+@pytest.mark.parametrize("name", ["gqa_attention.sip", "softmax.default"])
+def test_small_golden_cases_are_the_same_both_ways(name):
+    case = next(c for c in CASES if c.name == name)
+    dedup, full = _both(case)
+    _same(dedup, full)
+
+
+def test_a_reduction_tree_is_timed_by_multicast(passes):
+    """gqa on `sip`: its reduction tree's senders of one role send to receivers of other
+    classes (each cube's role carried down), and a class's sends are multicast to them:
+    14 classes of 128 PEs, in one pass. One class's sender finds every copy's ring full
+    and waits on them all (`Multicast.waited`); each gives a credit back at one time, so
+    the class does not split (it did when a copy without a credit split it: 15 classes,
+    2 passes). The result is still the full pass's."""
+    case = next(c for c in CASES if c.name == "gqa_attention.sip")
+    dedup = _outputs(case_result(case, dedup=True))
+    timing = passes[0]
+    assert (len(timing.classes.members), len(timing.procs), timing.tries) == (14, 128, 1)
+    assert timing.multicast.waited == 1 and timing.split == {}
+    _same(dedup, _outputs(case_result(case, dedup=False)))
+
+
+def _credits(monkeypatch, **params) -> tuple[list, object, dict, dict]:
+    """`dedup_credits` (tests/kernels) on `default_1slot` with `params`, both ways, with
+    classes worth timing however few PEs they save: (per classed pass, its chunks that
+    waited on several rings and those whose copies' credits differed unseen, the last
+    classed pass, both outputs)."""
+    from kernbench_cli.address import load_address_map
+    from kernbench_cli.hw import classes, multicast
+    from kernbench_cli.sim.kernels import load_kernel, parse_params
+    from kernbench_cli.sim.run import run_kernel
+
+    monkeypatch.setattr(classes, "WORTH", 1)
+    seen, made, splits, run = [], [], multicast.Multicast.splits, timing_module.Timing.run
+
+    def counted(self, classes):
+        seen.append((self.waited, self.hidden))
+        return splits(self, classes)
+
+    def keep(self):
+        made.append(self)
+        run(self)
+
+    monkeypatch.setattr(multicast.Multicast, "splits", counted)
+    monkeypatch.setattr(timing_module.Timing, "run", keep)
+    module = load_kernel(str(TESTS / "kernels" / "dedup_credits.py"))
+    amap = load_address_map(test_topology("default_1slot"), None, ())
+    args = parse_params(module, [f"{k}={v}" for k, v in params.items()])
+    both = [_outputs(run_kernel(module, amap, args, oplog=True, races=True, dedup=dedup))
+            for dedup in (True, False)]
+    return seen, made[0], both[0], both[1]
+
+
+SENDERS, EARLY, LATE = list(range(0, 16, 2)), [1, 5, 9, 13], [3, 7, 11, 15]
+SPLIT = [[0, 4, 8, 12], EARLY, [2, 6, 10, 14], LATE]  # senders by their receivers
+
+
+def test_credits_that_differ_before_the_data_is_ready_do_not_split(monkeypatch):
+    """Receivers loading 32 and 1,024 rows give the first send's credit back at other
+    times, both before the sender's second send has its data: the senders stay one
+    class, timed once (one chunk's copies differed unseen), and every output is the full
+    pass's."""
+    seen, timing, dedup, full = _credits(monkeypatch, late=1024)
+    assert timing.classes.members == [SENDERS, EARLY, LATE] and seen == [(0, 1)]
+    _same(dedup, full)
+
+
+def test_a_credit_the_sender_waits_for_splits(monkeypatch):
+    """With 4,096 rows the late receivers' credit is back after the data is ready (the
+    early ones' before): senders to early and to late receivers split, and the result
+    is the full pass's."""
+    seen, timing, dedup, full = _credits(monkeypatch, late=4096)
+    assert timing.classes.members == SPLIT and len(seen) == 2
+    _same(dedup, full)
+
+
+def test_senders_woken_at_one_time_by_every_ring_do_not_split(monkeypatch):
+    """Every receiver posts its receive after 16 dots, after the sender asks for its
+    second credit: every copy's ring is full then. Both loads are short, so the credits
+    are back at one time (the late ones' streams differ after). The sender waits on
+    every ring and wakes once for all: one class, one pass."""
+    seen, timing, dedup, full = _credits(monkeypatch, late=64, pre=16, tail=1)
+    assert timing.classes.members == [SENDERS, EARLY, LATE] and seen == [(1, 0)]
+    _same(dedup, full)
+
+
+@pytest.mark.parametrize(("early", "late"), [(4000, 4096), (4096, 4000)])
+def test_senders_woken_at_other_times_split(monkeypatch, early, late):
+    """Receives posted late after loads of other lengths: every ring is full when the
+    sender asks, and one receiver's credit would wake it before the other's; the
+    representative's own first (4,000 rows early), or the other copy's (it waits on).
+    The senders split, and the result is the full pass's."""
+    seen, timing, dedup, full = _credits(monkeypatch, early=early, late=late, pre=16)
+    assert timing.classes.members == SPLIT and seen[0] == (1, 0) and len(seen) == 2
+    _same(dedup, full)
+
+
+def test_a_tie_out_of_the_members_order_splits():
+    """Representatives 1 (a sender) and 0 (the receiver) used ring (0, E)'s credits at one
+    time, 1 first. PE 0 and its sender 1 are in that order; PE 3 and its sender 2 are not
+    (2 < 3): those two must be timed apart. A receiver taking chunks while its only sender
+    puts one is no tie; members whose order agrees are none."""
+    from types import SimpleNamespace
+
+    from kernbench_cli.hw.classes import Classes
+    from kernbench_cli.hw.dedup import tie_faults
+
+    classes = Classes([0, 1, 1, 0])
+    classes.rings = {(0, "E"): [1], (3, "E"): [2]}
+    timing = SimpleNamespace(ties={(0, "E", 1, 0, "credits")})
+    assert tie_faults(timing, classes) == {2, 3}
+    timing.ties = {(0, "E", 1, 0, "chunks")}
+    assert tie_faults(timing, classes) == set()
+    agreeing = Classes([0, 1, 0, 1])  # PE 2's sender 3 is after it, as 1 is after 0
+    agreeing.rings = {(0, "E"): [1], (2, "E"): [3]}
+    timing.ties = {(0, "E", 1, 0, "credits")}
+    assert tie_faults(timing, agreeing) == set()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_every_golden_case_is_the_same_both_ways(case):
+    dedup, full = _both(case)
+    _same(dedup, full)
+
+
+def _run(kernel: str, topology: str, dedup: bool):
+    from kernbench_cli.address import load_address_map
+    from kernbench_cli.sim.kernels import load_kernel, parse_params
+    from kernbench_cli.sim.run import run_kernel
+
+    module = load_kernel(str(TESTS / "kernels" / f"{kernel}.py"))
+    amap = load_address_map(test_topology(topology), None, ())
+    return run_kernel(module, amap, parse_params(module, []), oplog=True, races=True,
+                      dedup=dedup)
+
+
+def test_loads_that_meet_on_another_pes_slice_time_as_in_full():
+    """The PEs' loads of PE 0's block meet on its HBM slice: whatever the classes, the
+    result is the full pass's."""
+    dedup = _outputs(_run("dedup_shared_slice", "tall", True))
+    _same(dedup, _outputs(_run("dedup_shared_slice", "tall", False)))
+
+
+def test_a_kernel_without_symmetry_is_timed_in_full(passes, monkeypatch):
+    """Every stream differs: no class of more than one PE, one full pass; seen from the
+    op and size columns alone, before any surroundings are looked at."""
+    from kernbench_cli.hw import classes
+
+    monkeypatch.setattr(classes, "_Surroundings", None)  # calling it would fail
+    dedup = _outputs(_run("dedup_skewed", "tall", True))
+    assert passes[0].tries == 1 and passes[0].classes is None
+    _same(dedup, _outputs(_run("dedup_skewed", "tall", False)))
+
+
+def test_the_cli_times_by_classes_unless_told_not_to(cli, monkeypatch):
+    """Dedup is on by default; `--no-dedup` times every PE in full, with the same
+    results."""
+    made, run = [], timing_module.Timing.run
+
+    def keep(self):
+        made.append(self)
+        run(self)
+
+    monkeypatch.setattr(timing_module.Timing, "run", keep)
+    code, out, _ = cli("run", "gqa_attention", "-t", "sip", "--json")
+    code2, out2, _ = cli("run", "gqa_attention", "-t", "sip", "--json", "--no-dedup")
+    assert code == code2 == 0
+    assert [m.dedup for m in made] == [True, False] and len(made[0].classes.members) == 14
+    assert json.loads(out) == json.loads(out2)
