@@ -24,10 +24,12 @@ def _streams(*lengths: int) -> list[Stream]:
     return streams
 
 
-def _watch(functional: tuple[int, float] | None, *lengths: int) -> watching.Watch:
+def _watch(functional: tuple[int, float] | None, *lengths: int,
+           dedup: bool = False) -> watching.Watch:
     w = watching.Watch()
     w.phase, w.functional = "timing pass", functional
-    w.timing = SimpleNamespace(program=SimpleNamespace(streams=_streams(*lengths)))
+    w.timing = SimpleNamespace(program=SimpleNamespace(streams=_streams(*lengths)),
+                               dedup=dedup)
     return w
 
 
@@ -43,6 +45,12 @@ def test_the_estimate_is_the_commands_at_the_functional_pass_rate_times_three():
     assert watching.estimate(_watch(None, 60_000, 60_000)) == (
         "estimate: 120,000 commands to time on 2 PEs (a replay: no functional pass to time "
         "it by)")
+    assert watching.estimate(_watch((100_000, 2.0), 100_000, dedup=True)) == (
+        "estimate: 100,000 commands to time on 1 PE: about 6 s (3x the functional pass's "
+        "50,000 commands/s; less where PEs time alike)")  # dedup: an upper bound
+    assert watching.estimate(_watch(None, 60_000, 60_000, dedup=True)) == (
+        "estimate: 120,000 commands to time on 2 PEs (a replay: no functional pass to time "
+        "it by; less where PEs time alike)")
     assert watching.estimate(_watch((1, 1.0), 99_999)) is None
     assert watching.estimate(watching.Watch()) is None  # not yet timing
 
@@ -66,7 +74,8 @@ def test_a_big_run_prints_its_estimate_before_the_timing_pass(cli, monkeypatch):
     code, out, err = cli("run", "gqa_attention", "--timing-only", "--json")
     assert code == 0 and out.startswith("{")
     assert re.fullmatch(r"gqa_attention on 16 PEs: estimate: 804 commands to time on 16 PEs: "
-                        r"about \d+ s \(3x the functional pass's [\d,]+ commands/s\)\n", err), err
+                        r"about \d+ s \(3x the functional pass's [\d,]+ commands/s; less where PEs "
+                        r"time alike\)\n", err), err
     monkeypatch.setattr(watching, "ESTIMATE_FROM", 805)
     assert cli("run", "gqa_attention", "--timing-only", "--json")[2] == ""
 

@@ -71,8 +71,9 @@ class Watch:
 def estimate(watch: Watch) -> str | None:
     """The line a big run prints as its timing pass begins: the commands it is to time and,
     after a functional pass, about how long that takes (`TIMING_PER_FUNCTIONAL` times the
-    functional pass's time). None before the timing pass, or under `ESTIMATE_FROM`
-    commands."""
+    functional pass's time). With dedup on it is an upper bound, and says so: the classes
+    of PEs that time alike, each timed once, are found inside the pass. None before the
+    timing pass, or under `ESTIMATE_FROM` commands."""
     if watch.phase != "timing pass" or watch.timing is None:
         return None
     program = watch.timing.program
@@ -81,13 +82,15 @@ def estimate(watch: Watch) -> str | None:
         return None
     pes = sum(1 for stream in program.streams if len(stream))
     text = f"estimate: {commands:,} commands to time on {pes:,} PE{'s' if pes != 1 else ''}"
+    # with dedup, PEs that time alike are timed once: the classes are not known yet
+    alike = "; less where PEs time alike" if getattr(watch.timing, "dedup", False) else ""
     if watch.functional is None:
-        return text + " (a replay: no functional pass to time it by)"
+        return text + f" (a replay: no functional pass to time it by{alike})"
     issued, seconds = watch.functional
     rate = max(issued, 1) / max(seconds, 1e-9)
     expected = commands / rate * TIMING_PER_FUNCTIONAL
     return (f"{text}: about {_duration(expected)} ({TIMING_PER_FUNCTIONAL:g}x the functional "
-            f"pass's {rate:,.0f} commands/s)")
+            f"pass's {rate:,.0f} commands/s{alike})")
 
 
 def _duration(seconds: float) -> str:
