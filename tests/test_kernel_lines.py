@@ -52,7 +52,7 @@ def test_the_cache_gives_the_lines_the_frames_say(monkeypatch, kernel, topology,
 
 
 @pytest.mark.parametrize(("kernel", "topology", "params"), [
-    ("all_reduce", "sip", ("algo=hier",)),
+    ("all_reduce", "sip", ("algo=hier", "bytes=4100")),  # both levels, few pieces
     ("all_reduce", "default", ("algo=tree",)),
     ("all_reduce", "default", ("algo=direct",)),
     ("llama_decode", "default", ()),
