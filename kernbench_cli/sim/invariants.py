@@ -99,7 +99,8 @@ def _same(name: str, unit: str, done: int, asked: int) -> Invariant:
 
 
 def _bounds(system: System, timing: Timing) -> Invariant:
-    """latency >= work / peak rate, for every GEMM array, HBM slice and link."""
+    """latency >= work / peak rate, for every GEMM array, HBM slice and link, and >= the
+    busy time of every engine, ring and link."""
     latency = timing.latency_ps
     gemm = system.topology.pe.gemm
     peak_flops = 2 * gemm.rows * gemm.cols * system.topology.pe.clock  # per second
@@ -112,14 +113,13 @@ def _bounds(system: System, timing: Timing) -> Invariant:
         need = -(-cal.bytes * PS_PER_S // cal.bandwidth)
         if need > worst:
             worst, what = need, f"{cal.level} {cal.name} ({cal.bytes:,} B)"
-    if latency < worst:
-        return Invariant("bounds", False, f"the latency is {latency:,} ps; the busiest "
-                                          f"resource, {what}, needs {worst:,} ps at its peak rate")
-    busy, what = _busiest(system)
-    return Invariant("bounds", latency >= busy,
+    busy, who = _busiest(system)
+    if latency < busy:
+        return Invariant("bounds", False, f"the latency is {latency:,} ps; {who} was busy "
+                                          f"{busy:,} ps")
+    return Invariant("bounds", latency >= worst,
                      f"the latency is {latency:,} ps; the busiest resource, {what}, needs "
-                     f"{worst:,} ps at its peak rate" if latency >= busy else
-                     f"the latency is {latency:,} ps; {what} was busy {busy:,} ps")
+                     f"{worst:,} ps at its peak rate")
 
 
 def _busiest(system: System) -> tuple[int, str]:
