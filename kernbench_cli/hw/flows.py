@@ -24,11 +24,11 @@ circuit model.
 from __future__ import annotations
 
 from collections.abc import Callable
-from fractions import Fraction
 
 import simpy
 
 from kernbench_cli.hw.network import PS_PER_S, Calendar
+from kernbench_cli.hw.ratio import Ratio, approx, ceil_div, ratio
 
 
 class Flow:
@@ -46,21 +46,21 @@ class Flow:
         self.solo_ps = solo_ps
         self.owner = owner  # the PE whose DMA moves it (event priority: PE order)
         # B/s: alone it streams at its cap (made when first shared: most flows never are)
-        self.cap: Fraction | None = None
+        self.cap: Ratio | None = None
         self.approx = 0.0  # float(cap), to compare caps cheaply (`_fill`)
-        self.rate: Fraction | None = None
-        self.left: Fraction | int = nbytes * PS_PER_S  # bytes x ps/s still to cross
+        self.rate: Ratio | None = None
+        self.left: Ratio | int = nbytes * PS_PER_S  # bytes x ps/s still to cross
         self.end = start + solo_ps
         self.limit: Calendar | None = None  # the resource that held it slowest, if any
-        self.slowest: Fraction | None = None  # ... and that rate
+        self.slowest: Ratio | None = None  # ... and that rate
         self.armed: Callable[[Flow], None] | None = None  # called when it ends
         self.version = 0
         #: its rates over time, from `start`: [(from, B/s), ...]; None: its cap throughout
-        self.trail: list[tuple[int, Fraction]] | None = None
+        self.trail: list[tuple[int, Ratio]] | None = None
 
-    def rates(self) -> list[tuple[int, int, Fraction]]:
+    def rates(self) -> list[tuple[int, int, Ratio]]:
         """(from, to, B/s) of each stretch of its life at one rate (invariants)."""
-        trail = self.trail or [(self.start, Fraction(self.nbytes * PS_PER_S, self.solo_ps))]
+        trail = self.trail or [(self.start, Ratio(self.nbytes * PS_PER_S, self.solo_ps))]
         ends = [t for t, _ in trail[1:]] + [self.end]
         return [(t, end, rate) for (t, rate), end in zip(trail, ends, strict=True) if end > t]
 
@@ -143,8 +143,8 @@ class FairShare:
         """Progressive filling over `flows` at time `t`; moves their end events."""
         for flow in flows:  # bytes crossed since the last solve, at the old rate
             if flow.cap is None:
-                flow.cap = flow.rate = flow.slowest = Fraction(flow.nbytes * PS_PER_S,
-                                                               flow.solo_ps)
+                flow.cap = flow.rate = flow.slowest = Ratio(flow.nbytes * PS_PER_S,
+                                                            flow.solo_ps)
                 flow.approx = float(flow.cap)
             if t > flow.since:
                 flow.left -= flow.rate * (t - flow.since)
@@ -152,7 +152,7 @@ class FairShare:
         _fill(flows, t)
         for flow in flows:
             left = flow.left
-            end = t if left <= 0 else t - (-left // flow.rate)
+            end = t if left <= 0 else t + ceil_div(left, flow.rate)
             if end != flow.end:
                 flow.end = end
                 if flow.armed is not None:
@@ -180,37 +180,40 @@ def _fill(flows: list[Flow], t: int) -> None:
     rising (the lowest cap, or the lowest fair share of what a resource has left) and
     fixes those flows at it.
 
-    Exact, but cheap where it can be: each rational keeps its float beside it, and as
-    CPython rounds a ratio of integers correctly, the floats are in the same order as
-    the rationals (a < b gives float(a) <= float(b); a == b gives equal floats), so
-    only the values whose float ties the smallest are compared as rationals. A
-    resource's share is made again only when a flow fixed in the round crosses it, and
-    its room drops once by the level times the flows fixed on it.
+    Exact, but cheap where it can be: a resource's share is known as a float (its room
+    over its rising flows, correctly rounded), a cap's float sits beside it, and as
+    floats order rationals weakly (`hw.ratio`), only the values whose float ties the
+    smallest are made and compared as Ratios. A resource's room drops once per round,
+    by the level times the flows fixed on it.
     """
-    room: dict[Calendar, Fraction | int] = {}
+    room: dict[Calendar, Ratio | int] = {}
     count: dict[Calendar, int] = {}
     for flow in flows:
         for cal in flow.links:
             count[cal] = count.get(cal, 0) + 1
             room.setdefault(cal, cal.bandwidth)
-    shares = {cal: Fraction(room[cal], n) for cal, n in count.items()}
-    approx = {cal: float(share) for cal, share in shares.items()}
+    shares = {cal: approx(room[cal], n) for cal, n in count.items()}  # floats
     rising = flows
     while rising:
         low = min(flow.approx for flow in rising)
         level = min(flow.cap for flow in rising if flow.approx == low)
-        if approx and min(approx.values()) <= low:
-            low = min(approx.values())
-            level = min([level, *(shares[c] for c, a in approx.items() if a == low)])
+        tight = min(shares.values(), default=low)
+        if tight <= low:
+            level = min([level, *(ratio(room[c], count[c]) for c, a in shares.items()
+                                  if a == tight)])
         low = float(level)
-        full = {cal for cal, a in approx.items() if a == low and shares[cal] == level}
+        full = {cal for cal, a in shares.items()
+                if a == low and ratio(room[cal], count[cal]) == level}
         still = []
         fixed: dict[Calendar, int] = {}
         for flow in rising:
-            limit = next((cal for cal in flow.links if cal in full), None)
-            if limit is None and (flow.approx != low or flow.cap != level):
-                still.append(flow)
-                continue
+            if full.isdisjoint(flow.links):
+                if flow.approx != low or flow.cap != level:
+                    still.append(flow)
+                    continue
+                limit = None  # it stops at its cap
+            else:
+                limit = next(cal for cal in flow.links if cal in full)
             if flow.trail is None:
                 flow.trail = [(flow.start, flow.cap)]
             if level != flow.rate:
@@ -221,11 +224,10 @@ def _fill(flows: list[Flow], t: int) -> None:
             for cal in flow.links:
                 fixed[cal] = fixed.get(cal, 0) + 1
         for cal, k in fixed.items():
-            room[cal] -= level * k
             count[cal] -= k
             if count[cal]:
-                shares[cal] = share = Fraction(room[cal], count[cal])
-                approx[cal] = float(share)
+                room[cal] -= level * k
+                shares[cal] = approx(room[cal], count[cal])
             else:
-                del shares[cal], approx[cal]
+                del shares[cal]
         rising = still

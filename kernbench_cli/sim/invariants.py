@@ -29,11 +29,11 @@ that drops or invents work shows.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
 
 from kernbench_cli.errors import KernbenchError
 from kernbench_cli.hw.network import PS_PER_S
 from kernbench_cli.hw.pe import ENGINES
+from kernbench_cli.hw.ratio import Ratio, ratio
 from kernbench_cli.hw.system import System
 from kernbench_cli.hw.timing import Timing
 from kernbench_cli.sim.energy import LINKS, PARTS, Counts, account
@@ -161,20 +161,20 @@ def _flows_fit(flows: list, bandwidth: int) -> str:
     """What is wrong with the fair-shared `flows` of one resource ('' if nothing): their
     rates summed above `bandwidth` at some instant, or a flow whose rates did not carry its
     bytes by its end."""
-    changes: list[tuple[int, int, Fraction]] = []
+    changes: list[tuple[int, int, Ratio]] = []
     for flow in flows:
-        carried = Fraction(0)
+        carried: Ratio | int = 0
         for start, end, rate in flow.rates():
             changes.append((start, 1, rate))
             changes.append((end, 0, -rate))  # at one instant: ends before starts
-            carried += rate * (end - start)
+            carried = carried + rate * (end - start)
         if carried < flow.nbytes * PS_PER_S:
             return (f"carried {flow.nbytes:,} B from t={flow.start:,} ps to {flow.end:,} ps at "
-                    f"rates that move only {float(carried / PS_PER_S):,.0f} B")
-    total = Fraction(0)
-    for t, _, rate in sorted(changes, key=lambda c: (c[0], c[1])):
-        total += rate
-        if total > bandwidth:
+                    f"rates that move only {float(ratio(carried, PS_PER_S)):,.0f} B")
+    total: Ratio | int = 0
+    for t, starts, rate in sorted(changes, key=lambda c: (c[0], c[1])):
+        total = total + rate
+        if starts and total > bandwidth:  # only a start can take the total above it
             return (f"carried {float(total):,.0f} B/s at t={t:,} ps over its flows, above its "
                     f"{bandwidth:,} B/s")
     return ""
