@@ -29,6 +29,7 @@ that drops or invents work shows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 
 from kernbench_cli.errors import KernbenchError
 from kernbench_cli.hw.network import PS_PER_S
@@ -139,6 +140,7 @@ def _bandwidth(system: System) -> Invariant:
                   // hbm.refresh_interval, "sram": topo.sram.bandwidth,
                   "noc": topo.noc.bandwidth, "ucie": topo.ucie.bandwidth,
                   "sip_link": topo.sip_link.bandwidth, "rack_link": topo.rack_link.bandwidth}
+    seen: dict = {}  # flow -> its rates: a flow crosses several resources
     for cal in system.network.calendars():
         what = f"{cal.level} {cal.name}"
         if cal.bandwidth != configured[cal.level]:
@@ -151,32 +153,51 @@ def _bandwidth(system: System) -> Invariant:
                              f"{what} carried {nbytes:,} B in {duration:,} ps "
                              f"from t={t:,} ps, above its {cal.bandwidth:,} B/s or outside its "
                              "reservations")
-        wrong = _flows_fit(cal.flows, configured[cal.level])
+        wrong = _flows_fit(cal.flows, configured[cal.level], seen)
         if wrong:
             return Invariant("bandwidth", False, f"{what} {wrong}")
     return Invariant("bandwidth", True, "no HBM slice or link above its configured bandwidth")
 
 
-def _flows_fit(flows: list, bandwidth: int) -> str:
+def _flows_fit(flows: list, bandwidth: int, seen: dict) -> str:
     """What is wrong with the fair-shared `flows` of one resource ('' if nothing): their
     rates summed above `bandwidth` at some instant, or a flow whose rates did not carry its
-    bytes by its end."""
+    bytes by its end (checked once a flow: `seen` holds the rates of flows met before)."""
     changes: list[tuple[int, int, Ratio]] = []
     for flow in flows:
-        carried: Ratio | int = 0
-        for start, end, rate in flow.rates():
+        rates = seen.get(flow)
+        if rates is None:
+            rates = seen[flow] = flow.rates()
+            wrong = _carried(flow, rates)
+            if wrong:
+                return wrong
+        for start, end, rate in rates:
             changes.append((start, 1, rate))
-            changes.append((end, 0, -rate))  # at one instant: ends before starts
-            carried = carried + rate * (end - start)
-        if carried < flow.nbytes * PS_PER_S:
-            return (f"carried {flow.nbytes:,} B from t={flow.start:,} ps to {flow.end:,} ps at "
-                    f"rates that move only {float(ratio(carried, PS_PER_S)):,.0f} B")
+            changes.append((end, 0, rate))  # at one instant: ends before starts
     total: Ratio | int = 0
-    for t, starts, rate in sorted(changes, key=lambda c: (c[0], c[1])):
-        total = total + rate
-        if starts and total > bandwidth:  # only a start can take the total above it
-            return (f"carried {float(total):,.0f} B/s at t={t:,} ps over its flows, above its "
-                    f"{bandwidth:,} B/s")
+    for t, starts, rate in sorted(changes, key=itemgetter(0, 1)):
+        if not starts:
+            total = total - rate
+        else:  # only a start can take the total above the bandwidth
+            total = total + rate
+            if total > bandwidth:
+                return (f"carried {float(total):,.0f} B/s at t={t:,} ps over its flows, above "
+                        f"its {bandwidth:,} B/s")
+    return ""
+
+
+def _carried(flow, rates: list) -> str:
+    """What is wrong with a flow whose rates did not carry its bytes by its end ('' if
+    nothing). A flow never shared streams at its cap, its bytes over its solo time, so it
+    carries them iff it lasted its solo time."""
+    if flow.trail is None and flow.end - flow.start >= flow.solo_ps:
+        return ""
+    carried: Ratio | int = 0
+    for start, end, rate in rates:
+        carried = carried + rate * (end - start)
+    if carried < flow.nbytes * PS_PER_S:
+        return (f"carried {flow.nbytes:,} B from t={flow.start:,} ps to {flow.end:,} ps at "
+                f"rates that move only {float(ratio(carried, PS_PER_S)):,.0f} B")
     return ""
 
 
