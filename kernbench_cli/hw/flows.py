@@ -23,6 +23,7 @@ circuit model.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import simpy
@@ -35,7 +36,7 @@ class Flow:
     """One transfer's bytes streaming; `end` is when it ends at the rates known so far."""
 
     __slots__ = ("approx", "armed", "cap", "end", "id", "left", "limit", "links", "nbytes", "owner",
-                 "rate", "since", "slowest", "solo_ps", "start", "trail", "version")
+                 "rate", "since", "slowest", "solo_ps", "speed", "start", "trail", "version")
 
     def __init__(self, fid: int, start: int, nbytes: int, links: tuple[Calendar, ...],
                  solo_ps: int, owner: int):
@@ -47,8 +48,10 @@ class Flow:
         self.owner = owner  # the PE whose DMA moves it (event priority: PE order)
         # B/s: alone it streams at its cap (made when first shared: most flows never are)
         self.cap: Ratio | None = None
-        self.approx = 0.0  # float(cap), to compare caps cheaply (`_fill`)
-        self.rate: Ratio | None = None
+        # float(cap), correctly rounded, to compare caps cheaply (`_fill`)
+        self.approx = nbytes * PS_PER_S / solo_ps if solo_ps > 0 else math.inf
+        self.rate: Ratio | None = None  # None: its cap
+        self.speed = self.approx  # float(rate), to sum rates cheaply (`FairShare._fits`)
         self.left: Ratio | int = nbytes * PS_PER_S  # bytes x ps/s still to cross
         self.end = start + solo_ps
         self.limit: Calendar | None = None  # the resource that held it slowest, if any
@@ -89,7 +92,7 @@ class FairShare:
                 there.append(flow)
             else:
                 on[cal] = [flow]
-        if not alone:
+        if not alone and not self._fits(flow):
             self._solve(self._component(links), t)
         return flow
 
@@ -114,7 +117,7 @@ class FairShare:
             cal.bytes += flow.nbytes
             cal.ops += 1
             cal.flows.append(flow)
-        if shared:
+        if shared and not self._capped(flow.links):
             self._solve(self._component(flow.links), t)
 
     # ------------------------------------------------------------------ inside
@@ -123,6 +126,25 @@ class FairShare:
         if t < self.now:
             raise AssertionError(f"fair share: a flow event at {t} ps after one at {self.now} ps")
         self.now = t
+
+    def _fits(self, flow: Flow) -> bool:
+        """Whether a flow just started fits at its cap beside the others' rates on each of
+        its resources, with room to spare: then the others' rates stand (a flow held by a
+        full resource is held still, as the new one crosses none; the new one is at its
+        cap) and solving again would give them back. The sums are of floats, each within
+        2^-53 of its rate, so a margin of 1e-9 leaves no doubt for fewer than 10^6 flows."""
+        on = self.on
+        for cal in flow.links:
+            if sum(f.speed for f in on[cal]) > cal.bandwidth * (1 - 1e-9):
+                return False
+        return True
+
+    def _capped(self, links: tuple[Calendar, ...]) -> bool:
+        """Whether every flow left on `links` (a flow's, after it ended) is at its cap: none
+        can rise into the room the flow left, so solving again would give every rate back."""
+        on = self.on
+        return all(f.rate is None or f.rate == f.cap
+                   for cal in links for f in on.get(cal, ()))
 
     def _component(self, links: tuple[Calendar, ...]) -> list[Flow]:
         """The active flows that share a resource with `links`, directly or through others,
@@ -145,7 +167,6 @@ class FairShare:
             if flow.cap is None:
                 flow.cap = flow.rate = flow.slowest = Ratio(flow.nbytes * PS_PER_S,
                                                             flow.solo_ps)
-                flow.approx = float(flow.cap)
             if t > flow.since:
                 flow.left -= flow.rate * (t - flow.since)
                 flow.since = t
@@ -218,7 +239,7 @@ def _fill(flows: list[Flow], t: int) -> None:
                 flow.trail = [(flow.start, flow.cap)]
             if level != flow.rate:
                 flow.trail.append((t, level))
-            flow.rate = level
+            flow.rate, flow.speed = level, low
             if limit is not None and level < flow.slowest:
                 flow.slowest, flow.limit = level, limit
             for cal in flow.links:
