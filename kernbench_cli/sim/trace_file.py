@@ -15,8 +15,9 @@ replay needs around them, gzip-compressed:
 
 Version 6 stores each distinct stream once, up to relocation (own-slice
 addresses relative to the slice, IPCQ partners relative to the PE:
-`sim.trace_streams`), so a trace of PEs that run alike is about one PE's
-size; versions 4 and 5 (still read) store every PE's stream in full.
+`sim.trace_streams`), so a PE that runs as another does costs a few header
+entries, not its stream; versions 4 and 5 (still read) store every PE's
+stream in full.
 
 It holds no values and no costs: a replay times the same commands under any
 cost table, on any topology they fit. Writing is atomic and deterministic
@@ -112,9 +113,8 @@ def write_trace(path: Path, trace: Trace, version: int = VERSION) -> None:
         "topology_file": trace.topology_file, "sets": list(trace.sets),
         "costs_file": trace.costs_file, "memory": [list(a) for a in trace.memory],
         "lengths": [len(s) for s in streams], "gemm_shapes": [list(s) for s in program.gemm_shapes],
-        "math_kinds": [list(k) for k in program.math_kinds],
-        "composites": [list(c) for c in program.composites], "tcm_peak": program.tcm_peak,
-        **(packed[0] if packed else {}),
+        "math_kinds": [list(k) for k in program.math_kinds], "tcm_peak": program.tcm_peak,
+        **(packed[0] if packed else {"composites": [list(c) for c in program.composites]}),
     }
     if len(program.regions) > 1:  # named regions: a version-5 trace without them has none
         header["regions"] = program.regions
