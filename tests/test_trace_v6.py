@@ -142,3 +142,18 @@ def test_a_damaged_v6_trace_is_an_error_not_a_crash(cli, tmp_path, edit, message
     _rewrite(trace, edit)
     code, _, err = cli("replay", str(trace))
     assert (code, err) == (2, f"error: {trace}: damaged trace: {message}\n")
+
+
+def test_a_program_not_made_as_a_run_makes_it_is_written_in_full(run, tmp_path):
+    """Two PEs' composites naming one table entry (a hand-edited program): no owner per
+    entry, so the trace is written as version 5, and reads back as it was."""
+    trace = run("sharded_gemm", "default", ("mode=composite",), timing_only=True).trace
+    streams = trace.program.streams
+    k = streams[1].op.index(COMPOSITE)
+    streams[1].arg[k] = streams[0].arg[streams[0].op.index(COMPOSITE)]
+    path = tmp_path / "t.trace"
+    write_trace(path, trace)
+    assert _parts(path)[0]["version"] == 5
+    back = read_trace(path).program
+    assert [s.columns() for s in back.streams] == [s.columns() for s in streams]
+    assert back.composites == trace.program.composites
