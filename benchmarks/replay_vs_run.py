@@ -5,6 +5,8 @@ verification), a `--timing-only` run, and `kernbench replay` of the trace
 the run recorded (read from the file, then the timing pass alone), each the
 best of a few tries on this noisy machine. The ratios are the result (aims:
 replay at least 3x faster than the full run, and faster than timing-only).
+Each case's trace size is shown as recorded (format 6: each distinct stream
+once, up to relocation) and against every stream in full (format 5).
 Then the time of `golden check` over every shipped case (aim: under a minute).
 
     python benchmarks/replay_vs_run.py [--no-goldens] [--repeat N]
@@ -46,9 +48,10 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     print(f"{'case':<45} {'run s':>7} {'timing-only s':>13} {'replay s':>9} "
-          f"{'run/replay':>10} {'t-only/replay':>13}   (best of {args.repeat})")
+          f"{'run/replay':>10} {'t-only/replay':>13} {'trace KB':>9} {'v5/v6':>6}   "
+          f"(best of {args.repeat})")
     with tempfile.TemporaryDirectory() as tmp:
-        trace = Path(tmp) / "run.trace"
+        trace, full = Path(tmp) / "run.trace", Path(tmp) / "full.trace"
         for name, topology, params in CASES:
             kernel = load_kernel(name)
             amap = load_address_map(topology)
@@ -58,12 +61,15 @@ def main() -> int:
                                                                         timing_only=True),
                                args.repeat)
             write_trace(trace, result.trace)
+            write_trace(full, result.trace, version=5)
+            size = trace.stat().st_size
             replay_s, replayed = best(lambda a=amap: replay_trace(read_trace(trace), a, "t"),
                                       args.repeat)
             assert replayed.latency_ps == result.latency_ps
             label = f"{name} {' '.join(params)} @ {topology}"
             print(f"{label:<45} {run_s:>7.2f} {timing_s:>13.2f} {replay_s:>9.2f} "
-                  f"{run_s / replay_s:>9.2f}x {timing_s / replay_s:>12.2f}x")
+                  f"{run_s / replay_s:>9.2f}x {timing_s / replay_s:>12.2f}x "
+                  f"{size / 1000:>9.1f} {full.stat().st_size / size:>5.1f}x")
     if not args.no_goldens:
         from kernbench_cli.golden.run import regen
         from kernbench_cli.resources import data_dir

@@ -112,8 +112,8 @@ def test_the_trace_file_is_versioned_and_deterministic(tmp_path, run):
     size = int.from_bytes(data[len(MAGIC):len(MAGIC) + 8], "little")
     header = json.loads(data[len(MAGIC) + 8:len(MAGIC) + 8 + size])
     assert (header["format"], header["version"], header["kernel"]) == (
-        "kernbench-trace", 5, "ping_pong")
-    assert header["lengths"] == [len(s) for s in recorded.trace.program.streams]
+        "kernbench-trace", 6, "ping_pong")
+    assert len(header["pe_stream"]) == len(recorded.trace.program.streams)
     back = read_trace(path)
     for got, want in zip(back.program.streams, recorded.trace.program.streams, strict=True):
         assert got.columns() == want.columns()
@@ -193,9 +193,9 @@ def _damaged(tmp_path, run, edit) -> Path:
     (b"plain text", "not a kernbench trace (Not a gzipped file (b'pl'))"),
     (gzip.compress(b'{"format": "other"}'), "not a kernbench trace (no format 'kernbench-trace')"),
     (gzip.compress(b'{"format": "kernbench-trace", "version": 1}'),
-     "trace version 1 is not one this kernbench reads (4, 5); record the run again"),
+     "trace version 1 is not one this kernbench reads (4, 5, 6); record the run again"),
     (_trace_bytes({"format": "kernbench-trace", "version": 9}),
-     "trace version 9 is not one this kernbench reads (4, 5); record the run again"),
+     "trace version 9 is not one this kernbench reads (4, 5, 6); record the run again"),
     (_trace_bytes({"format": "kernbench-trace", "version": 5}), "damaged trace: no 'lengths'"),
     (_trace_bytes({"format": "kernbench-trace", "version": 5, "lengths": [3]}),
      "damaged trace: column 'op' is cut short"),

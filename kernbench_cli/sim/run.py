@@ -164,7 +164,9 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     result.trace = Trace(kernel.name, dict(params), seed, topo.name,
                          str(topo.source.resolve()) if topo.source else "",
                          memory.allocations(), program, topo.overrides,
-                         str(costs.resolve()) if costs else "")
+                         str(costs.resolve()) if costs else "",
+                         slice_base=[amap.pe_hbm_addr(*c, 0) for c in system.coords],
+                         slice_bytes=amap.slice_bytes)
     result.wall_s = time.perf_counter() - wall
     return result
 

@@ -7,9 +7,17 @@ replay needs around them, gzip-compressed:
     8 bytes, little-endian            length of the header
     header                            JSON: format, version, kernel, params, seed,
                                       topology (name and file), the host's allocations,
-                                      the stream tables, each PE's command count
-    columns                           each stream column (`stream.COLUMNS`), every PE's
-                                      in turn, as little-endian machine integers
+                                      the stream tables, each stored stream's command
+                                      count (`lengths`), and per PE its TCM peak, its
+                                      named regions and which stored stream it runs
+    columns                           each stream column (`stream.COLUMNS`), every stored
+                                      stream's in turn, as little-endian machine integers
+
+Version 6 stores each distinct stream once, up to relocation (own-slice
+addresses relative to the slice, IPCQ partners relative to the PE:
+`sim.trace_streams`), so a PE that runs as another does costs a few header
+entries, not its stream; versions 4 and 5 (still read) store every PE's
+stream in full.
 
 It holds no values and no costs: a replay times the same commands under any
 cost table, on any topology they fit. Writing is atomic and deterministic
@@ -34,6 +42,7 @@ import numpy as np
 
 from kernbench_cli.errors import KernbenchError, clip
 from kernbench_cli.fileio import atomic_write, read_input
+from kernbench_cli.sim.trace_streams import pack, unpack
 from kernbench_cli.stream import (
     COLUMNS,
     COMPOSITE,
@@ -52,8 +61,10 @@ from kernbench_cli.stream import (
 )
 
 FORMAT = "kernbench-trace"
-VERSION = 5  # 4: the `rows` column, an operand width in each gemm shape; 5: tl.fence
-READS = (4, 5)  # versions this kernbench reads (a version 4 trace has no fence)
+#: 4: the `rows` column, an operand width in each gemm shape; 5: tl.fence; 6: each distinct
+#: stream stored once (`trace_streams`)
+VERSION = 6
+READS = (4, 5, 6)  # versions this kernbench reads (a version 4 trace has no fence)
 MAGIC = FORMAT.encode() + b"\n"
 #: PE_MATH op classes a trace may name (the `[pe.math.op_cycles]` keys).
 MATH_CLASSES = ("add", "mul", "div", "cmp", "exp", "log", "sqrt", "reduce", "cast")
@@ -82,21 +93,28 @@ class Trace:
     program: Program
     sets: tuple[str, ...] = ()  # the run's `--set` items, as given
     costs_file: str = ""  # the cost table the run used (absolute path)
+    #: each PE's HBM slice base and the slices' size on the run's topology: how a version-6
+    #: trace relocates streams (none given: streams stored once only where equal as they are)
+    slice_base: list[int] = field(default_factory=list)
+    slice_bytes: int = 0
     #: the file it was read from, as given (messages name it); "" for a run's own trace
     source: str = field(default="", compare=False)
 
 
-def write_trace(path: Path, trace: Trace) -> None:
-    """Write `trace` atomically: the whole file or none."""
+def write_trace(path: Path, trace: Trace, version: int = VERSION) -> None:
+    """Write `trace` atomically: the whole file or none. Version 6 unless its program cannot
+    be stored so (`trace_streams.pack`) or `version` asks for 5 (every PE's stream in full)."""
     program = trace.program
+    packed = pack(program, trace.slice_base, trace.slice_bytes) if version == 6 else None
+    streams = program.streams if packed is None else packed[1]
     header = {
-        "format": FORMAT, "version": VERSION, "kernel": trace.kernel, "params": trace.params,
-        "seed": trace.seed, "topology": trace.topology, "topology_file": trace.topology_file,
-        "sets": list(trace.sets), "costs_file": trace.costs_file,
-        "memory": [list(a) for a in trace.memory], "lengths": [len(s) for s in program.streams],
-        "gemm_shapes": [list(s) for s in program.gemm_shapes],
-        "math_kinds": [list(k) for k in program.math_kinds],
-        "composites": [list(c) for c in program.composites], "tcm_peak": program.tcm_peak,
+        "format": FORMAT, "version": 5 if packed is None else 6, "kernel": trace.kernel,
+        "params": trace.params, "seed": trace.seed, "topology": trace.topology,
+        "topology_file": trace.topology_file, "sets": list(trace.sets),
+        "costs_file": trace.costs_file, "memory": [list(a) for a in trace.memory],
+        "lengths": [len(s) for s in streams], "gemm_shapes": [list(s) for s in program.gemm_shapes],
+        "math_kinds": [list(k) for k in program.math_kinds], "tcm_peak": program.tcm_peak,
+        **(packed[0] if packed else {"composites": [list(c) for c in program.composites]}),
     }
     if len(program.regions) > 1:  # named regions: a version-5 trace without them has none
         header["regions"] = program.regions
@@ -108,7 +126,7 @@ def write_trace(path: Path, trace: Trace) -> None:
         with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, compresslevel=6) as out:
             out.write(MAGIC + len(head).to_bytes(8, "little") + head)
             for name, _ in COLUMNS:
-                for stream in program.streams:
+                for stream in streams:
                     out.write(_little(getattr(stream, name)).tobytes())
 
     atomic_write(path, write, "--record")
@@ -205,12 +223,19 @@ def _trace(header: dict[str, Any], columns: memoryview) -> Trace:
                 col.byteswap()
     if at != len(columns):
         raise ValueError(f"{len(columns) - at} bytes after the last column")
+    composites = [_tuple(c, len(Composite._fields), "composites")
+                  for c in _list(header["composites"], "composites")]
+    if header["version"] == 6:
+        streams, composites = unpack(
+            streams, _ints(header["pe_stream"], "pe_stream"),
+            _ints(header["slice_base"], "slice_base"), _int(header["slice_bytes"], "slice_bytes"),
+            composites, _ints(header["composite_owner"], "composite_owner"))
+    else:
+        composites = [Composite(*c) for c in composites]
     program = Program(
         streams,
         [_tuple(s, 4, "gemm_shapes") for s in _list(header["gemm_shapes"], "gemm_shapes")],
-        [_kind(k) for k in _list(header["math_kinds"], "math_kinds")],
-        [Composite(*_tuple(c, len(Composite._fields), "composites"))
-         for c in _list(header["composites"], "composites")],
+        [_kind(k) for k in _list(header["math_kinds"], "math_kinds")], composites,
         _ints(header["tcm_peak"], "tcm_peak"))
     if len(program.tcm_peak) != len(streams):
         raise ValueError("tcm_peak does not have one entry per PE")
@@ -224,7 +249,9 @@ def _trace(header: dict[str, Any], columns: memoryview) -> Trace:
                  _int(header.get("seed", 0), "seed"), _str(header["topology"], "topology"),
                  _str(header.get("topology_file", ""), "topology_file"), memory, program,
                  tuple(_str(item, "sets") for item in _list(header.get("sets", []), "sets")),
-                 _str(header.get("costs_file", ""), "costs_file"))
+                 _str(header.get("costs_file", ""), "costs_file"),
+                 list(header["slice_base"]) if header["version"] == 6 else [],
+                 header["slice_bytes"] if header["version"] == 6 else 0)
 
 
 def check_program(program: Program, memory: list[tuple[int, int, str]]) -> None:
