@@ -37,6 +37,13 @@ A PE that still waits when no event is left is deadlocked (`Timing.stuck`):
 a receive whose message never comes, or a send facing a ring that never
 frees. Errors in a stream (a trace timed on a topology it does not fit) are
 `TimingError`s naming the PE, the command and the time.
+
+The pass is in parts: `Timing` (here) runs the PEs' walks, by classes where
+dedup may (`hw.classes`, `hw.dedup`); `hw.walk` is one PE's walk, a step per
+command kind; `hw.proc` its records and composites in flight; the mixins
+`hw.routes` (paths, rings, shared calendars, transfers), `hw.messages` (IPCQ)
+and `hw.tiles` (composites' dispatch and tile operations) are the parts of
+`Timing` the walks call.
 """
 
 from __future__ import annotations

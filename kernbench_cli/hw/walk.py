@@ -14,7 +14,7 @@ path walks them.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from heapq import heappush
 from typing import TYPE_CHECKING
 
@@ -49,7 +49,6 @@ from kernbench_cli.stream import (
     READ,
     RECV,
     SEND,
-    STORE,
     WAIT,
 )
 
@@ -59,6 +58,11 @@ if TYPE_CHECKING:
 
 class Walk:
     """PE `pe`'s walk over its stream in timing pass `timing` (see the module)."""
+
+    __slots__ = ("base", "codes", "col_a", "col_b", "col_tcm", "comps", "cpu", "cpus", "end",
+                 "gemm_ps", "held", "inbound", "issue", "issued", "landed", "log", "made",
+                 "marks", "outbound", "pe", "pid", "proc", "sched", "shift", "starts", "stream",
+                 "tcm_base", "timing", "whys")
 
     def __init__(self, timing: Timing, proc: Proc, pe: Pe):
         self.timing, self.proc, self.pe = timing, proc, pe
@@ -96,6 +100,7 @@ class Walk:
             self.end
         heap, advance = comps.heap, self.timing._advance
         pe, n, cpus, issued = self.pe, proc.n, self.cpus, self.issued
+        transfer, math, dot = self._transfer_step(), self._math_step(), self._dot_step()
         last_end = tcm_peak = 0
         for i in range(n):
             op = ops[i]
@@ -119,12 +124,14 @@ class Walk:
                 self.marks.append(cpu.time)
             if proc.tcm_wait >= 0:  # PE_CPU waited for TCM before this command
                 cpus[i], proc.tcm_wait = because(TCM, proc.tcm_wait), -1
-            if op <= STORE:  # LOAD or STORE
-                t, done = yield from self._transfer(i, op == LOAD)
+            if op <= DOT:  # LOAD, STORE or DOT
+                got = transfer(i, op == LOAD) if op != DOT else dot(i)
+                if type(got) is not tuple:  # it must wait first: wait, then book it
+                    waited = yield from got
+                    got = transfer(i, op == LOAD, waited) if op != DOT else dot(i, waited)
+                t, done = got
             elif op == MATH:
-                t, done = self._math(i)
-            elif op == DOT:
-                t, done = yield from self._dot(i)
+                t, done = math(i)
             elif op == COMPOSITE:
                 proc.at = i
                 yield from self.timing._dispatch(proc, pe, comps, i)
@@ -176,121 +183,174 @@ class Walk:
         elif used > peak:
             proc.tcm_peak = (used, t, i)
 
-    def _ready(self, i: int, t: int, ready: int, both: bool = True) -> tuple[int, int]:
-        """(when, why) command `i`, issued at `t` and dispatched at `ready`, has its operands:
-        its producer `a` (and `b` too, if `both`) ended."""
-        end, made, base = self.end, self.made, self.base
-        why = because(SCHEDULER, self.sched.last) if ready > t else because(ISSUED, base | i)
-        a = self.col_a[i]
-        if a >= 0 and end[a] > ready:
-            ready, why = end[a], because(PRODUCER, made.get(a, base | a))
-        if both:
-            b = self.col_b[i]
+    def _transfer_step(self) -> Callable:
+        """The step of a LOAD `i` (`load`: memory to TCM) or a STORE `i` (its value's
+        producer ended first) on PE_DMA: ``step(i, load)`` returns (issue, end), or, where
+        it must wait first (tile operations issued before it, a path other PEs book), a
+        generator to run for what it waited for, to book with ``step(i, load, waited)``.
+        Made once per PE, what it uses bound (it runs per command, the pass's hot loop; the
+        two functions refer to no one that refers to them: no cycle for the collector)."""
+        proc, pe, dma, stream, timing, comps = self.proc, self.pe, self.pe.dma, self.stream, \
+            self.timing, self.comps
+        enqueue, cpu, sched = self.sched.enqueue, self.cpu, self.sched
+        c_load, c_store = self.issue.load, self.issue.store
+        src, dst, col_a, size, rows, arg = stream.src, stream.dst, stream.a, stream.size, \
+            stream.rows, stream.arg
+        end, starts, whys, held, made, base = self.end, self.starts, self.whys, self.held, \
+            self.made, self.base
+        path, shift, log, heap = timing._path, self.shift, self.log, comps.heap
+        inbound, outbound = self.inbound, self.outbound
+
+        def waits(i, load, t, ready, why, addr, route, private, pages):
+            proc.at = i
+            if heap:
+                yield from timing._advance(proc, pe, comps, ready)
+            if private:
+                start, done = dma.transfer(ready, size[i], route, pages)
+            else:
+                start, done = yield from timing._shared(proc, dma, t, ready, size[i], route,
+                                                        pages)
+            return t, ready, why, addr, route, start, done
+
+        def step(i, load, waited=None):  # `waited`: what `waits` returned
+            if waited is None:
+                t, ready = enqueue(cpu, c_load if load else c_store)
+                if load:
+                    addr, routes = src[i], inbound
+                else:
+                    addr, routes = dst[i], outbound
+                hit = routes.get(addr >> shift) if shift < 64 else None
+                if hit is None:
+                    hit = routes[addr >> shift] = path(proc.pid, addr, load)
+                route, private = hit
+                why = None
+                if not load:
+                    why = because(SCHEDULER, sched.last) if ready > t else \
+                        because(ISSUED, base | i)
+                    a = col_a[i]
+                    if end[a] > ready:
+                        ready, why = end[a], because(PRODUCER, made.get(a, base | a))
+                pages = transfer_pages(route, addr, rows[i], size[i], arg[i])
+                if heap or not private:
+                    return waits(i, load, t, ready, why, addr, route, private, pages)
+                start, done = dma.transfer(ready, size[i], route, pages)
+            else:
+                t, ready, why, addr, route, start, done = waited
+            me = base | i
+            whys[i] = (because(ENGINE, dma.last) if start > ready else why if why is not None
+                       else because(SCHEDULER, sched.last) if ready > t else  # a load's
+                       because(ISSUED, me))
+            dma.last = me
+            if dma.waited_on is not None:
+                proc.waits[me] = (dma.waited_on, dma.waited)
+            heappush(held, (start, me))
+            starts[i], end[i] = start, done
+            if not load and done > self.landed[0]:
+                self.landed = (done, i)
+            if log is not None:
+                tcm = tcm_at(self.tcm_base, dst[i] if load else src[i])
+                log.append(proc.pid, DMA, self.codes["load" if load else "store"], t, start,
+                           done, size[i], 0, addr if load else tcm, tcm if load else addr, i,
+                           True, (dma.stream_at, dma.free_at), log.path(route[0]))
+            return t, done
+
+        return step
+
+    def _math_step(self) -> Callable:
+        """The step of a MATH `i` on PE_MATH, once its operands are ready: ``step(i)``
+        returns (issue, end). Made once per PE (see `_transfer_step`)."""
+        vec, stream, timing, sched, cpu = self.pe.math, self.stream, self.timing, self.sched, \
+            self.cpu
+        enqueue, cost, col_a, col_b, size, arg = sched.enqueue, self.issue.math, stream.a, \
+            stream.b, stream.size, stream.arg
+        end, starts, whys, held, made, base = self.end, self.starts, self.whys, self.held, \
+            self.made, self.base
+        math_ps, log, pid = timing._math_ps, self.log, self.pid
+
+        def step(i):
+            t, ready = enqueue(cpu, cost)
+            why = because(SCHEDULER, sched.last) if ready > t else because(ISSUED, base | i)
+            a, b = col_a[i], col_b[i]
+            if a >= 0 and end[a] > ready:
+                ready, why = end[a], because(PRODUCER, made.get(a, base | a))
             if b >= 0 and end[b] > ready:
                 ready, why = end[b], because(PRODUCER, made.get(b, base | b))
-        return ready, why
+            key = (arg[i], size[i])
+            costs = math_ps.get(key)
+            if costs is None:  # (issue time, pipeline latency, op class)
+                op_class = timing._math[key[0]][0]
+                costs = math_ps[key] = (vec.duration_ps(op_class, key[1]),
+                                        vec.latency[op_class], op_class)
+            start, done = vec.occupy(ready, costs[0])
+            done += costs[1]
+            me = base | i
+            whys[i] = because(ENGINE, vec.last) if start > ready else why
+            vec.last = me
+            vec.elements += key[1]
+            vec.by_class[costs[2]] += key[1]
+            heappush(held, (start, me))
+            starts[i], end[i] = start, done
+            if log is not None:
+                log.append(pid, VEC, timing._math[key[0]][1], t, start, done, 0, key[1], None,
+                           tcm_at(self.tcm_base, stream.dst[i]), i, True,
+                           (start, done - costs[1]))
+            return t, done
 
-    def _transfer(self, i: int, load: bool) -> Iterator[None]:
-        """LOAD `i` (`load`: from memory to TCM) or STORE `i` (its value's producer ended
-        first) on PE_DMA; (issue, end)."""
-        proc, dma, stream, timing = self.proc, self.pe.dma, self.stream, self.timing
-        issue = self.issue
-        t, ready = self.sched.enqueue(self.cpu, issue.load if load else issue.store)
-        me = self.base | i
-        if load:
-            addr, routes = stream.src[i], self.inbound
-        else:
-            addr, routes = stream.dst[i], self.outbound
-        shift = self.shift
-        hit = routes.get(addr >> shift) if shift < 64 else None
-        if hit is None:
-            hit = routes[addr >> shift] = timing._path(self.pid, addr, load)
-        route, private = hit
-        ready, why = self._ready(i, t, ready, both=False) if not load else (ready, None)
-        if self.comps.heap:
+        return step
+
+    def _dot_step(self) -> Callable:
+        """The step of a DOT `i` on PE_GEMM, once its operands are ready and the tile
+        operations issued before then have run: ``step(i)`` returns (issue, end), or, where
+        tile operations must run first, a generator to run for them, to book with
+        ``step(i, waited)``. Made once per PE (see `_transfer_step`)."""
+        proc, pe, gemm, stream, timing, comps = self.proc, self.pe, self.pe.gemm, self.stream, \
+            self.timing, self.comps
+        sched, cpu, cost, col_a, col_b = self.sched, self.cpu, self.issue.dot, stream.a, stream.b
+        enqueue, size, arg = sched.enqueue, stream.size, stream.arg
+        end, starts, whys, held, made, base = self.end, self.starts, self.whys, self.held, \
+            self.made, self.base
+        shapes, gemm_ps, log, heap = timing.program.gemm_shapes, self.gemm_ps, self.log, \
+            comps.heap
+
+        def waits(i, t, ready, why):
             proc.at = i
-            yield from timing._advance(proc, self.pe, self.comps, ready)
-        size = stream.size[i]
-        pages = transfer_pages(route, addr, stream.rows[i], size, stream.arg[i])
-        if private:
-            start, done = dma.transfer(ready, size, route, pages)
-        else:
-            proc.at = i
-            start, done = yield from timing._shared(proc, dma, t, ready, size, route, pages)
-        if why is None:  # a load's: it waits for no producer
-            why = because(SCHEDULER, self.sched.last) if ready > t else because(ISSUED, me)
-        self.whys[i] = because(ENGINE, dma.last) if start > ready else why
-        dma.last = me
-        if dma.waited_on is not None:
-            proc.waits[me] = (dma.waited_on, dma.waited)
-        heappush(self.held, (start, me))
-        self.starts[i], self.end[i] = start, done
-        if not load and done > self.landed[0]:
-            self.landed = (done, i)
-        log = self.log
-        if log is not None:
-            src, dst = (addr, tcm_at(self.tcm_base, stream.dst[i])) if load else \
-                (tcm_at(self.tcm_base, stream.src[i]), addr)
-            log.append(self.pid, DMA, self.codes["load" if load else "store"], t, start, done,
-                       size, 0, src, dst, i, True, (dma.stream_at, dma.free_at),
-                       log.path(route[0]))
-        return t, done
+            yield from timing._advance(proc, pe, comps, ready)
+            return t, ready, why
 
-    def _math(self, i: int) -> tuple[int, int]:
-        """MATH `i` on PE_MATH, once its operands are ready; (issue, end)."""
-        vec, stream, timing = self.pe.math, self.stream, self.timing
-        t, ready = self.sched.enqueue(self.cpu, self.issue.math)
-        ready, why = self._ready(i, t, ready)
-        key = (stream.arg[i], stream.size[i])
-        cost = timing._math_ps.get(key)
-        if cost is None:  # (issue time, pipeline latency, op class)
-            op_class = timing._math[key[0]][0]
-            cost = timing._math_ps[key] = (vec.duration_ps(op_class, key[1]),
-                                           vec.latency[op_class], op_class)
-        start, done = vec.occupy(ready, cost[0])
-        done += cost[1]
-        me = self.base | i
-        self.whys[i] = because(ENGINE, vec.last) if start > ready else why
-        vec.last = me
-        vec.elements += key[1]
-        vec.by_class[cost[2]] += key[1]
-        heappush(self.held, (start, me))
-        self.starts[i], self.end[i] = start, done
-        log = self.log
-        if log is not None:
-            log.append(self.pid, VEC, timing._math[key[0]][1], t, start, done, 0, key[1], None,
-                       tcm_at(self.tcm_base, stream.dst[i]), i, True, (start, done - cost[1]))
-        return t, done
-
-    def _dot(self, i: int) -> Iterator[None]:
-        """DOT `i` on PE_GEMM, once its operands are ready and the tile operations issued
-        before then have run; (issue, end)."""
-        gemm, stream, timing = self.pe.gemm, self.stream, self.timing
-        t, ready = self.sched.enqueue(self.cpu, self.issue.dot)
-        ready, why = self._ready(i, t, ready)
-        if self.comps.heap:
-            self.proc.at = i
-            yield from timing._advance(self.proc, self.pe, self.comps, ready)
-        shape, shapes = stream.arg[i], timing.program.gemm_shapes
-        cost = self.gemm_ps.get(shape)
-        if cost is None:  # (duration on this PE's array, MACs x array passes)
-            cost = self.gemm_ps[shape] = (gemm.duration_ps(*shapes[shape]),
+        def step(i, waited=None):  # `waited`: what `waits` returned
+            if waited is None:
+                t, ready = enqueue(cpu, cost)
+                why = because(SCHEDULER, sched.last) if ready > t else because(ISSUED, base | i)
+                a, b = col_a[i], col_b[i]
+                if end[a] > ready:
+                    ready, why = end[a], because(PRODUCER, made.get(a, base | a))
+                if end[b] > ready:
+                    ready, why = end[b], because(PRODUCER, made.get(b, base | b))
+                if heap:
+                    return waits(i, t, ready, why)
+            else:
+                t, ready, why = waited
+            shape = arg[i]
+            costs = gemm_ps.get(shape)
+            if costs is None:  # (duration on this PE's array, MACs x array passes)
+                costs = gemm_ps[shape] = (gemm.duration_ps(*shapes[shape]),
                                           gemm.mac_passes_of(*shapes[shape]))
-        start, done = gemm.occupy(ready, cost[0])
-        me = self.base | i
-        self.whys[i] = because(ENGINE, gemm.last) if start > ready else why
-        gemm.last = me
-        gemm.flops += stream.size[i]  # a DOT's size is its flops, 2·m·k·n
-        gemm.mac_passes += cost[1]
-        heappush(self.held, (start, me))
-        self.starts[i], self.end[i] = start, done
-        log = self.log
-        if log is not None:
-            log.append(self.pid, GEMM, self.codes["dot"], t, start, done, 0, stream.size[i],
-                       tcm_at(self.tcm_base, stream.src[i]), tcm_at(self.tcm_base,
-                                                                    stream.dst[i]), i, True,
-                       shape=log.gemm_shape(*shapes[shape][:3]))
-        return t, done
+            start, done = gemm.occupy(ready, costs[0])
+            me = base | i
+            whys[i] = because(ENGINE, gemm.last) if start > ready else why
+            gemm.last = me
+            gemm.flops += size[i]  # a DOT's size is its flops, 2·m·k·n
+            gemm.mac_passes += costs[1]
+            heappush(held, (start, me))
+            starts[i], end[i] = start, done
+            if log is not None:
+                log.append(proc.pid, GEMM, self.codes["dot"], t, start, done, 0, size[i],
+                           tcm_at(self.tcm_base, stream.src[i]),
+                           tcm_at(self.tcm_base, stream.dst[i]), i, True,
+                           shape=log.gemm_shape(*shapes[shape][:3]))
+            return t, done
+
+        return step
 
     def _wait(self, i: int) -> tuple[int, int]:
         """WAIT `i` on a composite, or (tl.fence) on every store before it; (issue, end)."""
@@ -314,7 +374,10 @@ class Walk:
             self.proc.at = i
             self.proc.wake_at(t)
             yield
-        ready, why = self._ready(i, t, ready, both=False)
+        why = because(SCHEDULER, self.sched.last) if ready > t else because(ISSUED, self.base | i)
+        a = self.col_a[i]
+        if self.end[a] > ready:
+            ready, why = self.end[a], because(PRODUCER, self.made.get(a, self.base | a))
         return t, (yield from self.timing._send(self.proc, self.pe, self.comps, i, t, ready,
                                                 why))
 
