@@ -3,9 +3,11 @@
 A `Walk` holds what the PE's steps share (its columns, records, engines, route
 caches, composites in flight); `Walk.steps` is the generator the PE's SimPy
 callbacks resume (`proc.Proc`). It yields only where the PE must wait (see
-`hw.timing`): the steps that may wait (transfers, DOTs behind tile
-operations, composites, IPCQ) are generators run with `yield from`, the others
-plain methods. Besides the times, each step records per command its issue,
+`hw.timing`). The steps of the many small commands (LOAD/STORE, MATH, DOT) are
+closures made once per PE, plain calls that hand back a generator only where
+they must wait (tile operations to run first, a path other PEs book); the
+rarer steps that may wait (composites, IPCQ) are generators, the others plain
+methods. Besides the times, each step records per command its issue,
 its start and why it started then (`proc.why`, see `CAUSES`), and how PE_CPU
 got to its issue (`proc.cpu`) or waited after it (`proc.after`): the critical
 path walks them.
