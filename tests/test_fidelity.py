@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernbench_cli.hw import timing as timing_module
+from kernbench_cli.hw import tiles as tiles_module
 from kernbench_cli.hw.composite import tile_ops
 from kernbench_cli.hw.network import hbm_stream_bandwidth, transfer_ps
 from kernbench_cli.sim.invariants import InvariantError
@@ -33,7 +33,7 @@ def test_a_composite_that_drops_tiles_is_caught(run, monkeypatch):
     def half(t0, origin, tiling, a, b, n, *rest, **options):
         return tile_ops(t0, origin, tiling, a, b, n // 2, *rest, **options)
 
-    monkeypatch.setattr(timing_module, "tile_ops", half)
+    monkeypatch.setattr(tiles_module, "tile_ops", half)
     with pytest.raises(InvariantError, match=r"^model invariant violated \(gemm work\): the "
                                              r"engines did 2,097,152 flops, the commands asked "
                                              r"for 4,194,304; this is a bug in kernbench"):
@@ -163,7 +163,7 @@ def test_a_plan_that_reserves_less_tcm_than_its_tiles_need_is_caught(run, monkey
         plans.append(plan)
         return dataclasses.replace(plan, tcm_bytes=plan.tcm_bytes - 2 * 4 * plan.mt * plan.nt)
 
-    monkeypatch.setattr(timing_module, "plan_gemm", forgetful)
+    monkeypatch.setattr(tiles_module, "plan_gemm", forgetful)
     with pytest.raises(InvariantError) as caught:
         run("sharded_gemm", "default", GEMM)
     mt, kt, nt, depth = plans[0].mt, plans[0].kt, plans[0].nt, plans[0].depth

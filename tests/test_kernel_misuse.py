@@ -40,7 +40,7 @@ def test_print_in_a_kernel_keeps_json_on_stdout(cli, tmp_path):
 
 
 def _verify(got, want):
-    from kernbench_cli.sim.run import _verify as verify
+    from kernbench_cli.sim.hooks import verify
 
     class Kernel:
         shown = "k.py"

@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 
+from kernbench_cli.hw import tiles as tiles_module
 from kernbench_cli.hw import timing as timing_module
 from kernbench_cli.hw.composite import plan_gemm
 
@@ -27,7 +28,7 @@ def plans(monkeypatch):
         yield from dispatch(self, proc, pe, comps, i)
         taken.append((proc, i, spy.last))
 
-    monkeypatch.setattr(timing_module, "plan_gemm", spy)
+    monkeypatch.setattr(tiles_module, "plan_gemm", spy)
     monkeypatch.setattr(timing_module.Timing, "_dispatch", recorded)
     return taken
 
@@ -92,12 +93,12 @@ def test_prefetch_runs_as_deep_as_the_latency_asks(run, plans, monkeypatch):
     (_, _, plan), = plans
     assert plan.depth > 2
     plans.clear()
-    planned = timing_module.plan_gemm
+    planned = tiles_module.plan_gemm
 
     def two_deep(*args, **kwargs):
         return dataclasses.replace(planned(*args, **kwargs), depth=2)
 
-    monkeypatch.setattr(timing_module, "plan_gemm", two_deep)
+    monkeypatch.setattr(tiles_module, "plan_gemm", two_deep)
     shallow = run("one_gemm", "default", params, timing_only=True, sets=("hbm.latency=1us",))
     assert shallow.latency_ps > 1.3 * deep.latency_ps
 

@@ -27,8 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kernbench_cli.hw.engine import cycles_to_ps
-from kernbench_cli.hw.system import System
-from kernbench_cli.hw.timing import (
+from kernbench_cli.hw.proc import (
     CAUSE_SHIFT,
     CPU,
     CREDIT,
@@ -45,9 +44,9 @@ from kernbench_cli.hw.timing import (
     SCHEDULER,
     TCM,
     VEC,
-    Timing,
-    issue_costs,
 )
+from kernbench_cli.hw.system import System
+from kernbench_cli.hw.timing import Timing, issue_costs
 from kernbench_cli.stream import (
     COMPOSITE,
     CYCLES,

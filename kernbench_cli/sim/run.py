@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
-import math
 import sys
 import time
 from collections.abc import Sequence
@@ -34,20 +32,17 @@ from kernbench_cli.errors import (
     DeadlockError,
     KernbenchError,
     KernelError,
-    ParamError,
-    clip,
 )
 from kernbench_cli.hw.ipcq import chunks_for
 from kernbench_cli.hw.pe import ENGINES
 from kernbench_cli.hw.system import System
 from kernbench_cli.hw.timing import Stuck, Timing, TimingError
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
-from kernbench_cli.lang.confine import Interrupted, KernelMisuse, confined
-from kernbench_cli.lang.dtypes import NAMES, TOLERANCE
+from kernbench_cli.lang.confine import Interrupted, confined
 from kernbench_cli.lang.memory import Memory
 from kernbench_cli.lang.tl import Launch, functional_pass, kernel_line
 from kernbench_cli.lang.watchdog import DEFAULT_KERNEL_TIMEOUT, KernelTimeout, watchdog
-from kernbench_cli.sim import energy, invariants
+from kernbench_cli.sim import energy, hooks, invariants
 from kernbench_cli.sim.critical import critical_path
 from kernbench_cli.sim.host import Host
 from kernbench_cli.sim.kernels import KernelModule
@@ -105,8 +100,8 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     system = System(amap)
     memory = Memory(backed=not timing_only)
     host = Host(system, memory, seed, timing_only)
-    args = _setup(kernel, host, params)
-    fn = _kernel_fn(kernel, args)
+    args = hooks.setup(kernel, host, params)
+    fn = hooks.kernel_fn(kernel, args)
     kernel_file = fn.__code__.co_filename
     launch = Launch(system, memory, timing_only, kernel_file, max_commands)
     failures: dict[int, BaseException] = {}
@@ -132,7 +127,7 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     outputs, unread = {}, None
     if not timing_only and not failures:  # read now: simulated memory goes before timing
         try:
-            outputs = _call(kernel, "outputs", host, args, params)
+            outputs = hooks.call(kernel, "outputs", host, args, params)
         except KernbenchError as exc:  # reported where it was: after the timing pass's errors
             unread = exc
         memory.release()
@@ -153,7 +148,7 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     invariants.enforce(model_checks)
     if unread is not None:
         raise unread
-    checks = [] if timing_only else _verify(kernel, host, params, outputs)
+    checks = [] if timing_only else hooks.verify(kernel, host, params, outputs)
     result = _collect(kernel.name, system, timing, params, seed, timing_only, checks)
     _analyse(result, system, timing, counts, model_checks, races)
     result.switches = launch.hub.switches
@@ -174,9 +169,10 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
 def _stated(kernel: KernelModule, topology, params: dict[str, Any], result: RunResult) -> None:
     """What the kernel itself states of its run: `bounds()` and `metrics()`, checked."""
     if hasattr(kernel.module, "bounds"):
-        result.bounds = _checked_bounds(kernel, _call(kernel, "bounds", topology, params))
+        result.bounds = hooks.checked_bounds(kernel, hooks.call(kernel, "bounds", topology,
+                                                                params))
     if hasattr(kernel.module, "metrics"):
-        result.metrics = _checked_metrics(kernel, _call(
+        result.metrics = hooks.checked_metrics(kernel, hooks.call(
             kernel, "metrics", topology, params, _timed(result)))
 
 
@@ -274,31 +270,10 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
     return result
 
 
-def _checked_bounds(kernel: KernelModule, bounds: Any) -> dict[str, tuple[int, str]]:
-    if not isinstance(bounds, dict) or not all(
-            isinstance(k, str) and isinstance(v, tuple) and len(v) == 2
-            and isinstance(v[0], int) and v[0] >= 0 and isinstance(v[1], str)
-            for k, v in bounds.items()):
-        raise KernelError(f"{kernel.shown}: bounds() must return a dict of name: "
-                          "(picoseconds, how), not " + clip(bounds))
-    return bounds
-
-
 def _timed(result: RunResult) -> Timed:
     """What a kernel's `metrics()` is told of its run."""
     return Timed(result.latency_ps, {r.name: r.path_ps for r in result.regions},
                  result.energy.total if result.energy is not None else 0)
-
-
-def _checked_metrics(kernel: KernelModule, metrics: Any) -> dict[str, tuple[float, str]]:
-    if not isinstance(metrics, dict) or not all(
-            isinstance(k, str) and isinstance(v, tuple) and len(v) == 2
-            and isinstance(v[0], (int, float)) and not isinstance(v[0], bool)
-            and math.isfinite(v[0]) and isinstance(v[1], str)
-            for k, v in metrics.items()):
-        raise KernelError(f"{kernel.shown}: metrics() must return a dict of name: "
-                          "(finite number, how), not " + clip(metrics))
-    return metrics
 
 
 def _shipped(trace: Trace, hook: str, *args: Any) -> dict:
@@ -318,28 +293,6 @@ def _shipped(trace: Trace, hook: str, *args: Any) -> dict:
         return {}
 
 
-def _kernel_fn(kernel: KernelModule, args: dict[str, Any]):
-    """The module's `kernel`, checked to be a function that takes ``tl`` and `args`."""
-    fn = kernel.fn("kernel")
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        raise KernelError(f"{kernel.shown}: kernel must be a function, not "
-                          f"{type(fn).__name__}")
-    for test, what in ((inspect.isgeneratorfunction, "a generator"),
-                       (inspect.iscoroutinefunction, "an async function"),
-                       (inspect.isasyncgenfunction, "an async generator")):
-        if test(fn):
-            raise KernelError(f"{kernel.shown}:{code.co_firstlineno}: kernel() is {what}: "
-                              "calling it would run none of its body; write a plain function")
-    try:
-        inspect.signature(fn).bind(None, **args)
-    except TypeError as exc:
-        raise KernelError(f"{kernel.shown}:{code.co_firstlineno}: kernel() does not take the "
-                          f"arguments setup returns ({', '.join(args) or 'none'}): "
-                          f"{exc}") from None
-    return fn
-
-
 def _timed_out(kernel: KernelModule, kernel_file: str, system: System, launch: Launch,
                exc: KernelTimeout) -> KernelError:
     line = kernel_line(kernel_file, exc.__traceback__)
@@ -348,47 +301,6 @@ def _timed_out(kernel: KernelModule, kernel_file: str, system: System, launch: L
     return KernelError(f"{kernel.shown}:{line if line else '?'}:{pe} issued no command for "
                        f"{exc.limit:g} s of wall-clock time: an endless loop in the kernel's "
                        "Python? (--kernel-timeout changes the limit)")
-
-
-def _setup(kernel: KernelModule, host: Host, params: dict[str, Any]) -> dict[str, Any]:
-    try:
-        args = kernel.fn("setup")(host, dict(params))
-    except KernbenchError:
-        raise
-    except ValueError as exc:
-        raise ParamError(f"{kernel.name}: {exc}") from None
-    except Interrupted:
-        raise
-    except BaseException as exc:
-        raise _located(kernel, exc, "setup") from exc
-    if not isinstance(args, dict):
-        raise ParamError(f"{kernel.shown}: setup must return the kernel's arguments as a dict")
-    return args
-
-
-def _call(kernel: KernelModule, name: str, *args: Any) -> Any:
-    try:
-        return kernel.fn(name)(*args)
-    except (KernbenchError, Interrupted):
-        raise
-    except BaseException as exc:
-        raise _located(kernel, exc, name) from exc
-
-
-def _located(kernel: KernelModule, exc: BaseException, where: str) -> KernelError:
-    line = kernel_line(str(kernel.path), exc.__traceback__)
-    return KernelError(f"{kernel.shown}:{line if line else '?'}: in {where}: {_what(exc)}")
-
-
-def _what(exc: BaseException) -> str:
-    """An exception from a kernel module's code, as its error message says it."""
-    if isinstance(exc, SystemExit):
-        return f"the kernel called sys.exit({exc.code!r})"
-    if isinstance(exc, KernelMisuse):
-        return str(exc)
-    if isinstance(exc, KeyboardInterrupt):
-        return "the kernel raised KeyboardInterrupt (Ctrl-C stops kernbench; a kernel may not)"
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _first_failure(kernel: KernelModule, kernel_file: str, system: System,
@@ -401,7 +313,7 @@ def _first_failure(kernel: KernelModule, kernel_file: str, system: System,
              f"at t={format_time_ps(system.pes[pid].cpu.time)}")
     if isinstance(exc, KernbenchError):
         return KernelError(f"{where}: {exc}")
-    return KernelError(f"{where}: {_what(exc)}")
+    return KernelError(f"{where}: {hooks.described(exc)}")
 
 
 def _deadlock(shown: str, system: System, program: Program, stuck: list[Stuck]) -> DeadlockError:
@@ -438,41 +350,6 @@ def _check_unreceived(shown: str, launch: Launch) -> None:
         more = f"; and {len(left) - 4} more rings" if len(left) > 4 else ""
         raise KernelError(f"{shown}: the kernel ended with messages never received: "
                           + "; ".join(left[:4]) + more)
-
-
-def _verify(kernel: KernelModule, host: Host, params: dict[str, Any],
-            outputs: dict[str, np.ndarray]) -> list[Check]:
-    expected = _call(kernel, "reference", host, params)
-    for what, table in (("reference", expected), ("outputs", outputs)):
-        if not isinstance(table, dict):
-            raise KernelError(f"{kernel.shown}: {what}() must return a dict of name: array, "
-                              f"not {type(table).__name__}")
-    checks = []
-    for name in sorted(expected, key=str):
-        if name not in outputs:
-            raise KernelError(f"{kernel.shown}: outputs() returned no {name!r}")
-        got, want = outputs[name], expected[name]
-        for what, value in (("output", got), ("reference", want)):
-            if not isinstance(value, np.ndarray) or (value.dtype.kind not in "fiu" and \
-                    value.dtype not in NAMES):
-                raise KernelError(f"{kernel.shown}: {what} {name!r} is not an array of "
-                                  f"numbers (got {type(value).__name__})")
-        if got.shape != want.shape:
-            raise KernelError(f"{kernel.shown}: output {name!r} has shape {list(got.shape)}, "
-                              f"the reference {list(want.shape)}")
-        dt = NAMES.get(got.dtype, "f32")
-        atol, rtol = TOLERANCE[dt]
-        g, w = got.astype(np.float64), want.astype(np.float64)
-        # as numpy's allclose(equal_nan=True): NaN where the reference has NaN, and the same
-        # infinity, are equal; any other NaN or infinity is an error of NaN or infinity
-        same = (g == w) | (np.isnan(g) & np.isnan(w))
-        with np.errstate(invalid="ignore"):  # inf - inf: NaN, masked by `same`
-            err = np.where(same, 0.0, np.abs(g - w))
-        passed = bool(np.all(same | (np.isfinite(w) & (err <= atol + rtol * np.abs(w)))))
-        max_err = (float("nan") if np.isnan(err).any() else float(err.max())) if err.size \
-            else 0.0
-        checks.append(Check(name, dt, max_err, atol, rtol, passed))
-    return checks
 
 
 def _collect(kernel_name: str, system: System, timing: Timing, params: dict[str, Any],

@@ -1,0 +1,258 @@
+"""The timing pass's IPCQ: sends on credits, deliveries, receives, and ties on rings.
+
+`Messages` is a part of `hw.timing.Timing` (a mixin). A send's chunks each
+take a credit of the receiver's ring (the sender waits for one if there is
+none) and are delivered at their arrival; a receive takes them (waiting for
+them) and PE_DMA copies each out of its slot, giving its credit back. When
+representatives stand for classes of PEs (`hw.dedup`), every use of a ring's
+chunks or credits at one time by two PEs is noted (`ties`), as the order of
+PE indexes broke it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kernbench_cli.hw.ipcq import Chunk, Ring
+from kernbench_cli.hw.pe import Pe
+from kernbench_cli.hw.proc import (
+    CPU,
+    CREDIT,
+    DMA,
+    ENGINE,
+    ISSUED,
+    MESSAGE,
+    PE_SHIFT,
+    PRODUCER,
+    Composites,
+    Proc,
+    because,
+)
+from kernbench_cli.hw.routes import LOCAL, tcm_at
+
+
+class Messages:
+    """The IPCQ side of a timing pass (see the module)."""
+
+    def _met(self, ring: Ring, pid: int) -> None:
+        """PE `pid` uses `ring`'s chunks (a sender puts one, the receiver takes them) now: a
+        tie with the last PE that used them at this time (`ties`)."""
+        now, seen = self.env.now, ring.seen.get("chunks")
+        if seen is not None and seen[0] == now and seen[1] != pid:
+            self.ties.add((*ring.where, seen[1], pid, "chunks"))
+        ring.seen["chunks"] = (now, pid)
+
+    def _credit_used(self, ring: Ring, pid: int, used, woken: bool = False) -> None:
+        """PE `pid` used `ring`'s credits now: a sender took credit `used` (None: there was
+        none), or the receiver gave back the list `used`. A tie (`ties`) with an earlier
+        use at this time by another PE if the other order would have changed what a
+        sender took: it took a credit given back then, found none, or one later than
+        a credit given back after it. A sender the receiver woke (`woken`) went after
+        the receiver's credits whatever the order of PEs."""
+        now = self.env.now
+        seen = ring.seen.get("credits")
+        if seen is None or seen[0] != now:
+            seen = ring.seen["credits"] = (now, [])
+        owner, giving = ring.where[0], isinstance(used, list)
+        for other, before in seen[1]:
+            if other == pid or (woken and other == owner):
+                continue
+            if isinstance(before, list) == giving:  # two senders (one receiver per ring)
+                matters = True
+            elif giving:  # `before` was taken, then `used` given
+                matters = before is None or any(c < before for c in used)
+            else:
+                matters = used is None or used in before
+            if matters:
+                self.ties.add((*ring.where, other, pid, "credits"))
+        seen[1].append((pid, used))
+
+    # ------------------------------------------------------------------ IPCQ
+
+    def _send(self, proc: Proc, pe: Pe, comps: Composites, i: int, t: int, ready: int,
+              why: int) -> Iterator[None]:
+        """The chunks of send `i` (issued at `t`, its data ready at `ready` for reason
+        `why`), each on a credit of the receiver's ring (waits for one); returns when the
+        last chunk arrives."""
+        stream = self.program.streams[pe.pid]
+        me = pe.pid << PE_SHIFT | i
+        dst, nbytes = stream.arg[i], stream.size[i]
+        direction, ring, route, back, private = self._pair(pe.pid, dst)
+        multicast = self.multicast
+        rings = multicast.copies(pe.pid, dst, ring) if multicast is not None else [ring]
+        cpu, log, dma = pe.cpu, self.oplog, pe.dma
+        count = ring.chunks_for(nbytes)
+        first = last = None
+        for index in range(count):
+            if len(rings) == 1:
+                credit, credits = (yield from self._credit(proc, pe, i, dst, ring)), None
+            else:
+                credits = yield from multicast.credits(proc, pe, i, dst, rings, t, ready)
+                credit = credits[0]
+            free_at, slot, freer = credit
+            if free_at > t and cpu.time > t:  # PE_CPU waited for this credit
+                proc.after[i] = (cpu.time, because(CREDIT, freer))
+            size = min(ring.slot_bytes, nbytes - index * ring.slot_bytes)
+            at, chunk_why = (free_at, because(CREDIT, freer)) if free_at > ready else (ready, why)
+            if comps.heap:
+                yield from self._advance(proc, pe, comps, at)
+            if private or not self.fair:
+                start, end = dma.transfer(at, size, route)
+            else:
+                start, end = yield from self._flow(proc, dma, at, size, route)
+            if first is None:
+                first = start
+                proc.start[i] = start
+                proc.why[i] = because(ENGINE, dma.last) if start > at else chunk_why
+            dma.last = me
+            if dma.waited_on is not None:
+                proc.waits[me] = (dma.waited_on, dma.waited)
+            chunk = Chunk(pe.pid, index, count, nbytes, slot, end, back, me)
+            self._deliver(ring, chunk, at)
+            for each, credit in zip(rings[1:], credits[1:] if credits else (), strict=True):
+                mine = credit[1] if credit is not None else slot  # the copy's own slot
+                self._deliver(each, chunk if mine == slot else chunk._replace(slot=mine), at)
+            last = end if last is None or end > last else last
+            if log is not None:
+                amap = self.system.amap
+                log.append(pe.pid, DMA, log.code("send"), t, start, end, size, 0,
+                           tcm_at(amap.pe_tcm_addr(*pe.coord, 0), stream.src[i]),
+                           amap.pe_ipcq_slot_addr(*self.system.coords[dst], direction, slot),
+                           i, index == 0, (dma.stream_at, dma.free_at), log.path(route[0]))
+        pe.scheduler.hold(first, me)
+        proc.end[i] = last
+        return last
+
+    def _credit(self, proc: Proc, pe: Pe, i: int, dst: int, ring: Ring) -> Iterator[None]:
+        """A credit of `ring` for send `i` of `pe` to PE `dst`: the earliest, waited for if
+        there is none."""
+        ties, cpu, env = self.ties, pe.cpu, self.env
+        credit = ring.take_credit()
+        if ties is not None:
+            self._credit_used(ring, pe.pid, credit)
+        while credit is None:
+            ring.sender_waiting.append(proc)
+            proc.at, proc.waiting = i, self.full_ring(dst, ring)
+            yield
+            ring.sender_waiting.remove(proc)
+            proc.waiting = ""
+            cpu.wait_until(env.now)
+            credit = ring.take_credit()
+            if ties is not None:
+                self._credit_used(ring, pe.pid, credit, woken=True)
+        return credit
+
+    def full_ring(self, dst: int, ring: Ring) -> str:
+        """What a sender to PE `dst` waits for when `ring` has no credit."""
+        return f"send to PE ({self.system.coords[dst]}): its {ring.where[1]} ring is full"
+
+    def _deliver(self, ring: Ring, chunk: Chunk, at: int) -> None:
+        """Put `chunk` (its credit taken at `at`) in `ring`; wake its waiting receiver."""
+        if ring.trail is not None:
+            ring.trail.append((at, 1))
+        ring.chunks.append(chunk)
+        if self.ties is not None:
+            self._met(ring, chunk.sender)
+        waiting = ring.receiver_waiting
+        if waiting is not None:
+            ring.receiver_waiting = None
+            waiting.wake_at(self.env.now)
+            if self.ties is not None:  # it goes on after this, whatever the order of PEs
+                ring.seen["chunks"] = (self.env.now, waiting.pid)
+
+    def _recv(self, proc: Proc, pe: Pe, comps: Composites, i: int,
+              t: int) -> Iterator[None]:
+        """Take receive `i`'s chunks from the ring (waits for them), each copied out of its
+        slot by PE_DMA; returns when the last copy is done.
+
+        For the critical path the receive is a DMA operation: from the start of the
+        copies that kept PE_DMA busy to its end, started by what the first of them
+        waited for (the chunk's arrival, the engine, or the issue).
+        """
+        stream = self.program.streams[pe.pid]
+        me = pe.pid << PE_SHIFT | i
+        src, nbytes = stream.arg[i], stream.size[i]
+        direction, ring, _, _, _ = self._pair(src, pe.pid, sending=False)
+        sender = self.rep_of[src] if self.rep_of is not None else src
+        cpu, env, dma, log = pe.cpu, self.env, pe.dma, self.oplog
+        slot_bytes = ring.slot_bytes
+        amap = self.system.amap
+        tcm_base = amap.pe_tcm_addr(*pe.coord, 0)
+        copy_code = log.code("recv copy") if log is not None else 0
+        done = t
+        began = [t, because(ISSUED, me), -1]  # the copies' start, why, and the last one's end
+
+        def copy(chunk: Chunk) -> int:
+            size = min(slot_bytes, chunk.nbytes - chunk.index * slot_bytes)
+            ready = cpu.time if cpu.time > chunk.arrival else chunk.arrival
+            busy_with = dma.last
+            start, end = dma.transfer(ready, size, LOCAL)
+            if start > began[2]:  # PE_DMA was not busy with this receive's copies
+                began[0], began[1] = start, (
+                    because(ENGINE, busy_with) if start > ready and busy_with >= 0 else
+                    because(MESSAGE, chunk.who) if chunk.arrival > cpu.time else
+                    because(ISSUED, me))
+            began[2] = end
+            dma.last = me
+            if log is not None:
+                log.append(pe.pid, DMA, copy_code, ready, start, end, size, 0,
+                           amap.pe_ipcq_slot_addr(*pe.coord, direction, chunk.slot),
+                           tcm_at(tcm_base, stream.dst[i]), i, False,
+                           (dma.stream_at, dma.free_at))
+            return end
+
+        if comps.heap:  # tile operations issued before it go first on PE_DMA
+            yield from self._advance(proc, pe, comps, cpu.time)
+        for _ in range(ring.chunks_for(nbytes)):
+            credits = len(ring.credits)
+            taken = self._take(ring, pe.pid, sender, copy, me)
+            while taken is None:
+                self._wake_senders(ring, credits)
+                ring.receiver_waiting = proc
+                proc.at = i
+                proc.waiting = (f"recv from PE ({self.system.coords[src]}) on its {direction} "
+                                "ring")
+                yield
+                proc.waiting = ""
+                cpu.wait_until(env.now)
+                credits = len(ring.credits)
+                taken = self._take(ring, pe.pid, sender, copy, me)
+            self._wake_senders(ring, credits)
+            if taken[1] > done:
+                done = taken[1]
+        cpu.wait_until(done)
+        if began[2] < 0:  # every chunk was copied aside before this receive
+            began[1] = because(ISSUED, me)
+        proc.start[i], proc.why[i] = min(began[0], done), began[1]
+        if done > t:
+            proc.after[i] = (done, because(PRODUCER, me))
+        if log is not None:
+            log.append(pe.pid, CPU, log.code("recv"), t, t, done, nbytes, 0,
+                       amap.pe_ipcq_slot_addr(*pe.coord, direction, 0),
+                       tcm_at(tcm_base, stream.dst[i]), i)
+        return done
+
+    def _take(self, ring: Ring, pid: int, sender: int, copy, who: int):
+        """`ring.take`, its uses of chunks and credits noted if ties are looked for."""
+        if self.ties is None:
+            return ring.take(sender, copy, who)
+        self._met(ring, pid)
+        ring.gave = []
+        taken = ring.take(sender, copy, who)
+        self._credit_used(ring, pid, ring.gave)
+        ring.gave = None
+        return taken
+
+    @staticmethod
+    def _wake_senders(ring: Ring, credits_before: int) -> None:
+        """Wake the senders waiting on `ring` when its earliest credit is back, if taking
+        chunks gave credits back. They stay waiting until they resume: a credit given
+        back later may be back sooner (its way back is shorter), and wakes them sooner."""
+        if len(ring.credits) > credits_before and ring.sender_waiting:
+            at = ring.credits[0][0]  # a heap: the earliest credit is its head
+            for proc in ring.sender_waiting:
+                if proc.offers is not None:  # a multicast waiting on several rings
+                    offer = max(at, proc.env.now)
+                    if proc.offers.get(id(ring), offer) >= offer:
+                        proc.offers[id(ring)] = offer
+                proc.wake_by(at)

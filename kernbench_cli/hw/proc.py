@@ -1,0 +1,217 @@
+"""A PE's walk in the timing pass as data: its records, its composites, why things waited.
+
+`Proc` is one PE's walk over its stream (resumed by SimPy event callbacks) and
+what it records per command for the critical path; `Running` and `Composites`
+are its composites in flight and the TCM their tile buffers hold; `because`
+packs why an operation started when it did (`CAUSES`). `TimingError` and
+`Stuck` are how a walk ends other than by finishing. The walk itself is
+`hw.walk`, the pass around it `hw.timing`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from array import array
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
+from heapq import heappush
+
+import simpy
+
+from kernbench_cli.errors import KernelError
+from kernbench_cli.hw.composite import GemmTiling, TileOp
+
+CPU, SCHED, DMA, GEMM, VEC = range(5)  # engine codes, in the order of `pe.ENGINES`
+PENDING = -1  # `end` of a composite still running
+
+#: Why an operation started when it did, for the critical path: a cause and the
+#: operation it points at, packed as ``cause << CAUSE_SHIFT | pid << PE_SHIFT | index``;
+#: `index` counts a PE's commands, then its composites' tile operations.
+START, ISSUED, SCHEDULER, PRODUCER, ENGINE, CREDIT, MESSAGE, QUEUE, TCM = range(9)
+CAUSES = ("start", "CPU issue", "scheduler", "producer", "engine busy", "IPCQ credit",
+          "IPCQ message", "queue full", "TCM")
+PE_SHIFT, CAUSE_SHIFT = 36, 58
+NOBODY = -1
+
+
+def because(cause: int, ref: int) -> int:
+    """`cause` and the operation `ref` it points at, packed (NOBODY: none)."""
+    return cause << CAUSE_SHIFT | ref if ref >= 0 else cause << CAUSE_SHIFT | (1 << PE_SHIFT) - 1
+
+
+class TimingError(KernelError):
+    """A stream the topology cannot time; `pid`, `index` (the command) and `time_ps` say where."""
+
+    def __init__(self, message: str, pid: int, index: int, time_ps: int):
+        super().__init__(message)
+        self.pid, self.index, self.time_ps = pid, index, time_ps
+
+
+TOO_LATE = ("the simulated time passed 2^63 ps (about 107 days): a configured time, size or "
+             "count is too large for the model")
+
+
+class TimeRangeError(TimingError):
+    """Accepted values whose times the model cannot hold (past 2^63 ps): bad input."""
+
+    exit_code = 2
+
+
+@dataclass
+class Stuck:
+    """A PE still waiting when nothing is left to run."""
+
+    pid: int
+    index: int  # the command it waits in
+    what: str
+    time_ps: int
+
+
+class Proc:
+    """One PE's walk over its stream, as SimPy event callbacks resume it."""
+
+    __slots__ = ("after", "at", "cpu", "current", "done", "due", "end", "env", "error", "events",
+                 "gen", "issue", "last_end", "made", "n", "offers", "pid", "planned", "resume_cb",
+                 "start", "tcm_peak", "tcm_wait", "tile_buffers", "tile_worst", "tiles", "waiting",
+                 "waits", "why")
+
+    def __init__(self, env: simpy.Environment, pid: int):
+        self.env = env
+        self.pid = pid
+        self.planned = 0  # what its composites' plans move, by formula (invariants)
+        self.gen: Iterator[None] | None = None
+        self.done = False
+        self.at = 0  # the command it waits in, while it waits
+        self.waiting = ""  # what it waits for, while it waits on another PE
+        self.end = array("q")  # per command: when its result is ready (PENDING: not yet)
+        self.last_end = 0  # the latest end of anything it did
+        # For the critical path (see `hw.walk`): per command its issue time, start,
+        # and why it started then, and how PE_CPU reached its issue (a `because`, 0: simply
+        # after the command before); PE_CPU's waits after a command: index -> (until, why)
+        self.n = 0
+        self.issue = array("q")
+        self.start = array("q")
+        self.why = array("q")
+        self.cpu = array("q")
+        self.after: dict[int, tuple[int, int]] = {}
+        self.tiles: list[tuple[int, int, int, int, int]] = []  # (start, end, why, engine, of)
+        self.made: dict[int, int] = {}  # composite -> its last tile operation
+        self.waits: dict[int, tuple] = {}  # op -> (the resource a transfer waited for, ps)
+        self.tcm_wait = NOBODY  # PE_CPU waited for TCM held by this op (-1: no)
+        self.current = 0  # the composite whose tiles run now
+        self.events = 0
+        self.error: TimingError | None = None  # what stopped it
+        self.tcm_peak = (0, 0, 0)  # TCM high water: (bytes, time, command)
+        # per running composite: the largest tile of each streamed operand (bytes) and the
+        # largest output tile (elements), as its tiles ran; then, for the invariants, the
+        # largest (buffers those tiles needed, buffers its plan reserved, composite)
+        self.tile_buffers: dict[int, list] = {}
+        self.tile_worst = (0, 0, -1)
+        self.resume_cb = self._resume
+        self.due: list[int] | None = None  # the resume `wake_by` planned, while it waits
+        #: while a multicast waits on several rings (`hw.multicast`): id(ring) -> the
+        #: soonest it was offered a credit by that ring
+        self.offers: dict[int, int] | None = None
+
+    def _resume(self, _event: simpy.Event) -> None:
+        self.events += 1
+        try:
+            next(self.gen)
+        except StopIteration:
+            self.done = True
+        except TimingError as exc:  # this PE stops; the others go on (see Timing.run)
+            self.error, self.done = exc, True
+        except OverflowError:  # a time past the 64-bit picosecond range of the op records
+            self.error = TimeRangeError(TOO_LATE, self.pid, self.at, self.env.now)
+            self.done = True
+
+    def wake_at(self, t: int, callback=None) -> None:
+        """Resume at simulated time `t` (now if past), in PE-index order among equals
+        (`callback`: what resumes it, if not `_resume`)."""
+        env = self.env
+        event = simpy.Event(env)
+        event._ok = True
+        event._value = None
+        event.callbacks.append(callback or self.resume_cb)
+        now = env.now
+        env.schedule(event, self.pid, t - now if t > now else 0)
+
+    def wake_by(self, t: int) -> None:
+        """Resume at `t` at the latest: a wait for the earliest of times learnt while it
+        sleeps (an IPCQ credit given back after another that is back later). A resume
+        planned for later is called off; one planned for `t` or sooner stands."""
+        due = self.due
+        if due is not None and due[0] <= t:
+            return
+        self.due = due = [t]
+
+        def resume(event: simpy.Event) -> None:
+            if self.due is due:  # not called off since
+                self.due = None
+                self._resume(event)
+
+        self.wake_at(t, resume)
+
+
+class Running:
+    """A composite between dispatch and end: its tile operations and TCM tile buffers."""
+
+    __slots__ = ("depth", "dispatched", "end", "index", "issued", "ops", "private", "tcm_bytes")
+
+    def __init__(self, index: int, issued: int, dispatched: int, ops: Generator,
+                 tiling: GemmTiling, private: bool):
+        self.index, self.issued, self.dispatched = index, issued, dispatched
+        self.ops, self.private = ops, private
+        self.tcm_bytes, self.depth = tiling.tcm_bytes, tiling.depth
+        self.end = PENDING
+
+
+class Composites:
+    """A PE's composites in flight: tile operations in issue order, and their TCM.
+
+    Tile buffers are held from dispatch until a composite ends: `pending` bytes
+    for composites still running, and `ended` (a heap by end time) for those
+    ended at a time later than the PE has reached.
+    """
+
+    __slots__ = ("by_index", "ended", "heap", "held", "pending", "seq")
+
+    def __init__(self) -> None:
+        # (next operations' issue, seq, the composite, those operations)
+        self.heap: list[tuple[int, int, Running, list[TileOp]]] = []
+        self.by_index: dict[int, Running] = {}
+        self.pending = 0  # tile-buffer bytes of composites still running
+        # (end, seq, bytes, last tile operation) of ended composites
+        self.ended: list[tuple[int, int, int, int]] = []
+        self.held = 0  # bytes in `ended`
+        self.seq = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.pending or self.held)
+
+    def buffers(self, t: int, prune: bool = False) -> int:
+        """TCM held by tile buffers at `t` (tile operations up to `t` done). With `prune`,
+        forgets composites ended by `t`: only for a `t` that later calls never go below
+        (PE_CPU's time)."""
+        ended = self.ended
+        if prune:
+            while ended and ended[0][0] <= t:
+                self.held -= heapq.heappop(ended)[2]
+            return self.pending + self.held
+        return self.pending + sum(nbytes for end, _, nbytes, _ in ended if end > t)
+
+    def start(self, running: Running) -> None:
+        self.pending += running.tcm_bytes
+        self.by_index[running.index] = running
+
+    def finish(self, running: Running, last: int) -> None:
+        self.pending -= running.tcm_bytes
+        self.held += running.tcm_bytes
+        self.seq += 1
+        heappush(self.ended, (running.end, self.seq, running.tcm_bytes, last))
+
+    def holders(self, t: int) -> list[Running | tuple[int, int]]:
+        """What holds tile buffers at `t`: composites running, and (end, last operation) of
+        ended ones."""
+        return [r for _, _, r, _ in self.heap] + [(end, last) for end, _, _, last in self.ended
+                                                 if end > t]

@@ -1,0 +1,205 @@
+"""The timing pass's ways: DMA paths, IPCQ pairs and rings, shared calendars, transfers.
+
+`Routes` is a part of `hw.timing.Timing` (a mixin: it uses the pass's system,
+program, caches and calendars). Routes depend only on which PE owns an
+address, so they are cached per aligned region one PE owns whole. A transfer
+over a path another PE books too is booked in simulated-time order of issue
+(circuit) or fair-shared (`hw.flows`); one over a private path is booked at
+once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from kernbench_cli.hw.composite import PlanCosts
+from kernbench_cli.hw.dma import DmaEngine
+from kernbench_cli.hw.gemm import gemm_passes
+from kernbench_cli.hw.ipcq import Ring
+from kernbench_cli.hw.network import Path, pages_opened
+from kernbench_cli.hw.proc import Proc
+from kernbench_cli.stream import COMPOSITE, LOAD, NONE, SEND, STORE, Composite
+
+
+class Routes:
+    """The paths, rings and shared-calendar bookings of a timing pass (see the module)."""
+
+    def _path(self, pid: int, addr: int, inbound: bool) -> tuple[Path, bool]:
+        """(path, private) of a DMA of PE `pid` from `addr` (inbound) or to it."""
+        key = (pid, inbound, addr >> self._region_shift)
+        hit = self._paths.get(key) if self._region_shift < 64 else None
+        if hit is None:
+            path = self.real_path(pid, addr, inbound)
+            hit = (path, not any(cal.shared for cal in path[0]))
+            if self.ghosts is not None and pid in self.ghosts.reps:
+                hit = ((self.ghosts.resources(pid, path[0], ("path", addr, inbound)),
+                        *path[1:]), hit[1])
+            if self._region_shift < 64:
+                self._paths[key] = hit
+        return hit
+
+    def real_path(self, pid: int, addr: int, inbound: bool) -> Path:
+        """The path of a DMA of PE `pid` from `addr` (inbound) or to it, on real calendars."""
+        system = self.system
+        owner, kind = system.amap.locate(addr)
+        me = system.coords[pid]
+        src, dst = (owner, me) if inbound else (me, owner)
+        return system.network.path(src, dst, owner if kind == "hbm" else None,
+                                   owner if kind == "sram" else None)
+
+    def _plan_costs(self, pid: int, desc: Composite) -> PlanCosts:
+        """The planner's view of composite `desc` on PE `pid`: the rate, latency and pages of
+        the memory its first operand in memory (or its output) lives in."""
+        topo, clock = self.system.topology, self.clock_hz
+        ends = self._operand_ends(desc)
+        resources, latency, _ = self._path(pid, *ends[0])[0] if ends else ((), 0, 0)
+        rate = min((c.bandwidth for c in resources), default=self.system.pes[pid].dma.
+                   local_bandwidth)
+        hbm = resources[0] if resources and resources[0].page_bytes else None
+        width = max(desc.a_itemsize, desc.b_itemsize)
+        return PlanCosts(rate / clock, topo.pe.dma.setup * clock / 10**12,
+                         latency * clock / 10**12, hbm.page_bytes if hbm else 0,
+                         hbm.opening_ps(1) * clock / 10**12 if hbm else 0.0,
+                         gemm_passes(topo.pe.gemm, width), topo.pe.dma.setup_overlap)
+
+    def _pair(self, src: int, dst: int, sending: bool = True) -> tuple[str, Ring, Path, int,
+                                                                       bool]:
+        """(ring direction, the receiver's ring, links, the credits' way back in ps, whether
+        no other PE uses those links) of IPCQ messages from `src` to `dst`; the ring is that
+        of `dst`'s representative, the links the sender's ghosts if it has them (`sending`;
+        a receiver asks only for its ring)."""
+        key = (src, dst) if sending else (src, dst, False)
+        hit = self._pairs.get(key)
+        if hit is None:
+            system = self.system
+            a, b = system.coords[src], system.coords[dst]
+            direction = system.arrival_direction(a, b)
+            route = system.network.route(a, b)
+            back = system.network.route(b, a).latency_ps
+            to = self.rep_of[dst] if self.rep_of is not None else dst  # who stands for dst
+            ring = self._ring(to, direction)
+            private = not any(cal.shared for cal in route.resources)
+            links = route.resources
+            if sending and self.ghosts is not None and src in self.ghosts.reps:
+                links = self.ghosts.resources(src, links, ("route", dst - src))
+            hit = self._pairs[key] = (direction, ring, (links, route.latency_ps,
+                                                               route.latency_ps + back), back,
+                                             private)
+        return hit
+
+    def _ring(self, pid: int, direction: str) -> Ring:
+        """PE `pid`'s ring on side `direction`, its occupancy kept in the op log."""
+        ring = self.system.pes[pid].rings[direction]
+        if not ring.where:
+            ring.where = (pid, direction)
+            if self.oplog is not None:
+                ring.trail = self.oplog.rings.setdefault(
+                    f"PE ({self.system.coords[pid]}) {direction} ring", [])
+        return ring
+
+
+    def _mark_shared(self) -> None:
+        """Find, from every stream, the calendars more than one PE books (`Calendar.shared`):
+        per PE, the paths of the first address of each region it loads from and stores to,
+        of its composites' operands in memory, and the routes to the PEs it sends to (a
+        calendar's users are a set: each once is enough)."""
+        network, coords, shift = self.system.network, self.system.coords, self._region_shift
+        for pid, stream in enumerate(self.program.streams):
+            op = np.frombuffer(stream.op, dtype=np.uint8)
+            for inbound, col, kind in ((True, stream.src, LOAD), (False, stream.dst, STORE)):
+                addrs = np.frombuffer(col, dtype=np.int64)[op == kind]
+                if len(addrs):
+                    first = np.unique(addrs >> shift, return_index=True)[1] if shift < 64 \
+                        else [0]  # slices not a power of two: the first only, as ever
+                    for k in sorted(first):
+                        self._use(pid, int(addrs[k]), inbound)
+            args = np.frombuffer(stream.arg, dtype=np.int64)
+            for arg in np.unique(args[(op == COMPOSITE) & (args != NONE)]).tolist():
+                for addr, inbound in self._operand_ends(self.program.composites[arg]):
+                    self._use(pid, addr, inbound)
+            for arg in np.unique(args[op == SEND]).tolist():
+                for cal in network.route(coords[pid], coords[arg]).resources:
+                    self._use_one(cal, pid)
+        self._paths.clear()  # `private` was not final while marking
+
+    def _use(self, pid: int, addr: int, inbound: bool) -> None:
+        for cal in self._path(pid, addr, inbound)[0][0]:
+            self._use_one(cal, pid)
+
+    def _use_one(self, cal, pid: int) -> None:
+        cal.use(pid)
+
+    @staticmethod
+    def _operand_ends(desc: Composite) -> list[tuple[int, bool]]:
+        """(address, inbound) of each memory end of a composite: operands read, output written."""
+        ends = []
+        if not desc.a_tcm:
+            ends.append((desc.a_addr, True))
+        if not desc.b_tcm:
+            ends.append((desc.b_addr, True))
+        if desc.out_addr >= 0:
+            ends.append((desc.out_addr, False))
+        return ends
+
+    # ------------------------------------------------------------------ transfers
+
+    def _shared(self, proc: Proc, dma: DmaEngine, issued: int, ready: int, nbytes: int,
+                path: Path, pages: int) -> Iterator[None]:
+        """A load's or store's transfer (issued at `issued`) over a path other PEs use too:
+        fair-shared (`_flow`), or circuit-style, booked once global time reaches its issue
+        (bookings on shared calendars in issue order); (start, end)."""
+        if self.fair:
+            return (yield from self._flow(proc, dma, ready, nbytes, path, pages))
+        if issued >= self.env.peek():
+            proc.wake_at(issued)
+            yield
+        return dma.transfer(ready, nbytes, path, pages)
+
+    def _flow(self, proc: Proc, dma: DmaEngine, ready: int, nbytes: int, path: Path,
+              pages: int = 0) -> Iterator[None]:
+        """A transfer over a path other PEs use too, fair-shared (`hw.flows`); (start, end)
+        as `DmaEngine.transfer` returns them. Waits until its bytes may stream, and, if
+        anything may still change its share, until it ends."""
+        start, streams_from, solo = dma.begin(ready, nbytes, path, pages)
+        peek = self.env.peek
+        if streams_from >= peek():
+            proc.wake_at(streams_from)
+            yield
+        flow = self.flows.start(streams_from, nbytes, path[0], solo, proc.pid)
+        if flow.end > peek():
+            self.flows.arm(flow, proc.resume_cb)
+            yield
+        else:  # nothing happens before it ends: nothing can change its share
+            self.flows.finish(flow, flow.end)
+        end = flow.end
+        dma.waited_on = flow.limit if end - streams_from > solo else None
+        dma.streamed(start, streams_from, solo, streams_from, end, nbytes)
+        return start, end + path[1]
+
+
+def transfer_pages(path: Path, addr: int, rows: int, nbytes: int, span: int) -> int:
+    """DRAM pages a load or store of `rows` rows (`nbytes` in all, over `span` bytes from
+    `addr`) opens at the HBM end of `path` (0 if it has none)."""
+    if not nbytes:
+        return 0
+    row = nbytes // rows
+    return strided_pages(path, addr, rows, row, (span - row) // (rows - 1) if rows > 1 else row)
+
+
+def strided_pages(path: Path, addr: int, rows: int, row_bytes: int, stride: int) -> int:
+    """DRAM pages `rows` rows of `row_bytes`, `stride` bytes apart from `addr`, open at the
+    HBM end of `path` (0 if it has none)."""
+    resources = path[0]
+    page = resources[0].page_bytes if resources else 0
+    return pages_opened(addr % page, rows, row_bytes, stride, page) if page else 0
+
+
+#: The way of a copy inside a PE (an IPCQ slot to TCM): no shared resource, no latency.
+LOCAL: Path = ((), 0, 0)
+
+
+def tcm_at(base: int, offset: int) -> int | None:
+    """The address of TCM offset `offset` (None for NONE: a view has no TCM of its own)."""
+    return None if offset < 0 else base + offset

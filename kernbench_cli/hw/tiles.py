@@ -1,0 +1,286 @@
+"""The timing pass's composites: dispatch into free TCM, tile operations in issue order.
+
+`CompositeRuns` is a part of `hw.timing.Timing` (a mixin). PE_SCHEDULER
+plans a composite's tiles at dispatch (`composite.plan_gemm`) into the TCM
+free then and holds the plan's buffers until the composite ends; with no plan
+fitting, it holds the composite until running ones free theirs. The tiles run
+one operation at a time (`composite.tile_ops`), across a PE's composites in
+issue order (ties to the earlier composite), each on PE_DMA or PE_GEMM
+(`Tiles`) as its operands or buffers allow.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from heapq import heappush
+from typing import TYPE_CHECKING
+
+from kernbench_cli.hw.composite import (
+    ACC_BYTES,
+    GEMM_TILE,
+    LOAD_TILE,
+    Operand,
+    plan_gemm,
+    tile_ops,
+    traffic,
+)
+from kernbench_cli.hw.engine import InOrderEngine
+from kernbench_cli.hw.oplog import Slice
+from kernbench_cli.hw.pe import Pe
+from kernbench_cli.hw.proc import (
+    DMA,
+    ENGINE,
+    GEMM,
+    ISSUED,
+    PE_SHIFT,
+    PENDING,
+    PRODUCER,
+    SCHED,
+    SCHEDULER,
+    TCM,
+    Composites,
+    Proc,
+    Running,
+    TimingError,
+    because,
+)
+from kernbench_cli.hw.routes import strided_pages, tcm_at
+from kernbench_cli.stream import NONE
+
+if TYPE_CHECKING:
+    from kernbench_cli.hw.timing import Timing
+
+
+class CompositeRuns:
+    """The composites' side of a timing pass (see the module)."""
+
+    def _dispatch(self, proc: Proc, pe: Pe, comps: Composites, i: int) -> Iterator[None]:
+        """Issue composite `i`: plan its tiles into the TCM free at dispatch, start them.
+
+        With no plan fitting, PE_SCHEDULER holds the composite (and the commands behind
+        it) until running composites free their tile buffers.
+        """
+        pid = pe.pid
+        me = pid << PE_SHIFT | i
+        stream = self.program.streams[pid]
+        cpu, gemm, sched, end = pe.cpu, pe.gemm, pe.scheduler, proc.end
+        t, dispatched = sched.enqueue(cpu, self.issue.composite, self.plan_ps)
+        proc.issue[i] = t
+        planned = dispatched
+        log = self.oplog
+        if log is not None and self.plan_ps:
+            log.scheduler.append(Slice(pid, dispatched - self.plan_ps, dispatched, "plan", i))
+        why = (because(SCHEDULER, sched.last) if dispatched > t + self.plan_ps else
+               because(ISSUED, me))
+        if stream.arg[i] == NONE:  # never planned: the kernel failed in it
+            heappush(sched.held, (dispatched, me))
+            end[i] = proc.start[i] = dispatched
+            proc.why[i] = why
+            return
+        desc = self.program.composites[stream.arg[i]]
+        yield from self._advance(proc, pe, comps, dispatched)
+        while True:
+            free = self.tcm_bytes - stream.tcm[i] - comps.buffers(dispatched)
+            tiling = plan_gemm(desc.m, desc.k, desc.n, desc.a_itemsize, desc.b_itemsize,
+                               desc.out_itemsize, desc.a_tcm, desc.b_tcm, gemm.rows,
+                               gemm.cols, gemm.dataflow, free, self._plan_costs(pid, desc),
+                               desc.a_row_stride, desc.b_row_stride, desc.trans_b)
+            if tiling is not None:
+                break
+            release = yield from self._next_release(proc, pe, comps, dispatched)
+            if release is None:
+                raise TimingError(f"tl.composite: no tile plan for a {desc.m}x{desc.k}x"
+                                  f"{desc.n} GEMM fits the {free} B of free TCM", pid, i,
+                                  cpu.time)
+            dispatched, freer = release
+            why = because(TCM, freer)
+        sched.free_at = max(sched.free_at, dispatched)  # it held the queue's head until now
+        if log is not None and dispatched > planned:
+            log.scheduler.append(Slice(pid, planned, dispatched, "wait for TCM", i))
+        sched.last = me
+        heappush(sched.held, (dispatched, me))
+        ready = dispatched
+        for dep in (stream.a[i], stream.b[i]):
+            if dep >= 0:
+                if end[dep] == PENDING:
+                    yield from self._advance(proc, pe, comps, stop=comps.by_index[dep])
+                if end[dep] > ready:
+                    ready, why = end[dep], because(PRODUCER, proc.made.get(dep, pid << PE_SHIFT
+                                                                         | dep))
+        proc.start[i], proc.why[i] = ready, why  # ready to run: where its tiles start from
+        a = Operand(desc.m, desc.k, desc.a_itemsize, desc.a_tcm, desc.a_addr, desc.a_row_stride)
+        b_shape = (desc.n, desc.k) if desc.trans_b else (desc.k, desc.n)
+        b = Operand(*b_shape, desc.b_itemsize, desc.b_tcm, desc.b_addr, desc.b_row_stride)
+        out = desc.out_addr if desc.out_addr >= 0 else None
+        planned = traffic(tiling, a, b, desc.n, out is not None, desc.out_itemsize)
+        self.planned_bytes += planned
+        proc.planned += planned
+        proc.current = i
+        ops = tile_ops(ready, me, tiling, a, b, desc.n, desc.trans_b, out, desc.out_itemsize,
+                       desc.out_row_stride, loads_from=dispatched)
+        private = all(self._path(pid, addr, into)[1] for addr, into in self._operand_ends(desc))
+        running = Running(i, t, dispatched, ops, tiling, private)
+        used = stream.tcm[i] + comps.buffers(dispatched) + tiling.tcm_bytes
+        if used > proc.tcm_peak[0]:
+            proc.tcm_peak = (used, dispatched, i)
+        end[i] = PENDING
+        comps.start(running)
+        comps.seq += 1
+        issued, first = next(ops)
+        heappush(comps.heap, (issued, comps.seq, running, first))
+
+    def _advance(self, proc: Proc, pe: Pe, comps: Composites, until: int | None = None,
+                 stop: Running | None = None, any_end: bool = False) -> Iterator[None]:
+        """Run tile operations in issue order across the PE's composites (ties to the
+        earlier composite): those issued up to `until` (all, if None); or until `stop`
+        ends; or, with `any_end`, until one composite ends."""
+        heap, peek = comps.heap, self.env.peek
+        tiles = self._tiles.get(proc.pid)
+        if tiles is None:
+            tiles = self._tiles[proc.pid] = Tiles(self, proc, pe)
+        while heap:
+            if stop is not None:
+                if stop.end != PENDING:
+                    return
+            elif not any_end and until is not None and heap[0][0] > until:
+                return
+            issued, seq, running, tile_ops = heap[0]
+            if not running.private and not self.fair and issued >= peek():
+                proc.wake_at(issued)  # circuit: book shared calendars in issue order
+                yield
+            heapq.heappop(heap)
+            proc.current = running.index
+            done = []
+            for op in tile_ops:
+                kind = op[0]
+                if kind == GEMM_TILE:
+                    done.append(tiles.gemm(*op[1:]))
+                else:
+                    done.append((yield from tiles.move(kind == LOAD_TILE, *op[1:])))
+            try:
+                issued, tile_ops = running.ops.send(done)
+                heappush(heap, (issued, seq, running, tile_ops))
+            except StopIteration as finished:
+                self._finish(proc, pe, comps, running, *finished.value)
+                if any_end:
+                    return
+
+    def _next_release(self, proc: Proc, pe: Pe, comps: Composites,
+                      t: int) -> Iterator[None]:
+        """(when, what) the first composite holding tile buffers at `t` ends (running tiles as
+        far as it takes to know), what being its last tile operation; None if none holds any."""
+        while True:
+            holders = comps.holders(t)
+            if not holders:
+                return None
+            ended = [end for end in holders if isinstance(end, tuple)]
+            if ended:  # one still running might end before the first known end: run to it
+                yield from self._advance(proc, pe, comps, min(ended)[0])
+                return min(end for end in comps.holders(t) if isinstance(end, tuple))
+            yield from self._advance(proc, pe, comps, any_end=True)
+
+    def _finish(self, proc: Proc, pe: Pe, comps: Composites, running: Running,
+                done: int, last: int) -> None:
+        running.end = proc.end[running.index] = done
+        proc.made[running.index] = last
+        comps.finish(running, last)
+        sizes = proc.tile_buffers.pop(running.index, None)
+        if sizes is not None:  # `depth` buffers per streamed operand, two f32 accumulators
+            used = running.depth * sum(sizes[0].values()) + 2 * ACC_BYTES * sizes[1]
+            if used - running.tcm_bytes > proc.tile_worst[0] - proc.tile_worst[1]:
+                proc.tile_worst = (used, running.tcm_bytes, running.index)
+        proc.last_end = max(proc.last_end, done)
+        log = self.oplog
+        if log is not None:
+            stream = self.program.streams[pe.pid]
+            i = running.index
+            desc = self.program.composites[stream.arg[i]]
+            tcm_base = self.system.amap.pe_tcm_addr(*pe.coord, 0)
+            src = stream.src[i] if not desc.a_tcm else tcm_at(tcm_base, stream.src[i]) or 0
+            dst = stream.dst[i] if desc.out_addr >= 0 else tcm_base + stream.dst[i]
+            log.append(pe.pid, SCHED, log.code("composite"), running.issued, running.dispatched,
+                       done, stream.size[i], 2 * desc.m * desc.k * desc.n, src, dst, i, True)
+
+    def _tcm_room(self, proc: Proc, pe: Pe, comps: Composites, tensors: int) -> Iterator[None]:
+        """Stall PE_CPU until its tensors (`tensors` bytes) and the running composites' tile
+        buffers fit the TCM together."""
+        t = pe.cpu.time
+        while tensors + comps.buffers(t) > self.tcm_bytes:
+            t, proc.tcm_wait = yield from self._next_release(proc, pe, comps, t)
+            pe.cpu.wait_until(t)
+        used = tensors + comps.buffers(t)
+        if used > proc.tcm_peak[0]:
+            proc.tcm_peak = (used, t, proc.at)
+
+
+class Tiles:
+    """How PE `pe`'s composites run tile operations; each is recorded in `proc.tiles` (its
+    reference: the PE's command count plus its position there)."""
+
+    def __init__(self, timing: Timing, proc: Proc, pe: Pe):
+        self.timing, self.proc, self.pe = timing, proc, pe
+        self.base = pe.pid << PE_SHIFT
+        self.args = timing.program.streams[pe.pid].arg
+        log = timing.oplog
+        self.codes = (tuple(log.code(k) for k in ("gemm_tile", "load_tile", "store_tile"))
+                      if log is not None else (0, 0, 0))
+
+    def _record(self, engine: InOrderEngine, code: int, ready: int, after: int, start: int,
+                end: int) -> int:
+        proc = self.proc
+        me = self.base | (proc.n + len(proc.tiles))
+        why = because(ENGINE, engine.last) if start > ready else because(PRODUCER, after)
+        proc.tiles.append((start, end, why, code, proc.current))
+        engine.last = me
+        return me
+
+    def _sizes(self) -> list:
+        """[largest tile per operand, largest output tile] of the composite running now."""
+        proc = self.proc
+        sizes = proc.tile_buffers.get(proc.current)
+        if sizes is None:
+            sizes = proc.tile_buffers[proc.current] = [{}, 0]
+        return sizes
+
+    def gemm(self, ready: int, after: int, m: int, k: int, n: int) -> tuple[int, int, int]:
+        proc, gemm, log = self.proc, self.pe.gemm, self.timing.oplog
+        desc = self.timing.program.composites[self.args[proc.current]]
+        start, end = gemm.run(ready, m, k, n, max(desc.a_itemsize, desc.b_itemsize))
+        sizes = self._sizes()
+        sizes[1] = max(sizes[1], m * n)
+        me = self._record(gemm, GEMM, ready, after, start, end)
+        if log is not None:
+            log.append(self.pe.pid, GEMM, self.codes[0], ready, start, end, 0, 2 * m * k * n,
+                       None, None, proc.current, shape=log.gemm_shape(m, k, n))
+        return start, end, me
+
+    def move(self, inbound: bool, ready: int, after: int, *where) -> Iterator[None]:
+        """A tile load (`where`: operand, first row and column, rows, columns) or an output
+        tile's store (address, rows, row bytes, stride bytes); (start, end, reference)."""
+        if inbound:
+            op, r0, c0, rows, cols = where
+            addr = op.addr + (r0 * op.row_stride + c0) * op.itemsize
+            row_bytes, stride = cols * op.itemsize, op.row_stride * op.itemsize
+            largest = self._sizes()[0]
+            largest[id(op)] = max(largest.get(id(op), 0), rows * row_bytes)
+        else:
+            addr, rows, row_bytes, stride = where
+        timing, proc, pe, dma = self.timing, self.proc, self.pe, self.pe.dma
+        route, private = timing._path(pe.pid, addr, inbound)
+        nbytes = rows * row_bytes
+        pages = strided_pages(route, addr, rows, row_bytes, stride)
+        if private or not timing.fair:
+            start, end = dma.transfer(ready, nbytes, route, pages)
+        else:
+            start, end = yield from timing._flow(proc, dma, ready, nbytes, route, pages)
+        me = self._record(dma, DMA, ready, after, start, end)
+        if dma.waited_on is not None:
+            proc.waits[me] = (dma.waited_on, dma.waited)
+        log = timing.oplog
+        if log is not None:
+            log.append(pe.pid, DMA, self.codes[1 if inbound else 2], ready, start, end, nbytes,
+                       0, addr if inbound else None, None if inbound else addr, proc.current,
+                       False, (dma.stream_at, dma.free_at), log.path(route[0]))
+        return start, end, me
+

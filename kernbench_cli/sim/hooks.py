@@ -1,0 +1,143 @@
+"""A kernel module's own functions, called and checked: setup, kernel, outputs, reference,
+bounds and metrics.
+
+What a hook returns is checked before the run uses it, and what it raises
+becomes a one-line `KernelError` naming the kernel file, the line and the hook
+(`located`); a kernbench error passes through as it is. `verify` compares the
+kernel's outputs with its reference at the tolerance of their dtype.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any
+
+import numpy as np
+
+from kernbench_cli.errors import KernbenchError, KernelError, ParamError, clip
+from kernbench_cli.lang.confine import Interrupted, KernelMisuse
+from kernbench_cli.lang.dtypes import NAMES, TOLERANCE
+from kernbench_cli.lang.tl import kernel_line
+from kernbench_cli.sim.host import Host
+from kernbench_cli.sim.kernels import KernelModule
+from kernbench_cli.sim.result import Check
+
+
+def checked_bounds(kernel: KernelModule, bounds: Any) -> dict[str, tuple[int, str]]:
+    if not isinstance(bounds, dict) or not all(
+            isinstance(k, str) and isinstance(v, tuple) and len(v) == 2
+            and isinstance(v[0], int) and v[0] >= 0 and isinstance(v[1], str)
+            for k, v in bounds.items()):
+        raise KernelError(f"{kernel.shown}: bounds() must return a dict of name: "
+                          "(picoseconds, how), not " + clip(bounds))
+    return bounds
+
+
+def checked_metrics(kernel: KernelModule, metrics: Any) -> dict[str, tuple[float, str]]:
+    if not isinstance(metrics, dict) or not all(
+            isinstance(k, str) and isinstance(v, tuple) and len(v) == 2
+            and isinstance(v[0], (int, float)) and not isinstance(v[0], bool)
+            and math.isfinite(v[0]) and isinstance(v[1], str)
+            for k, v in metrics.items()):
+        raise KernelError(f"{kernel.shown}: metrics() must return a dict of name: "
+                          "(finite number, how), not " + clip(metrics))
+    return metrics
+
+
+def kernel_fn(kernel: KernelModule, args: dict[str, Any]):
+    """The module's `kernel`, checked to be a function that takes ``tl`` and `args`."""
+    fn = kernel.fn("kernel")
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        raise KernelError(f"{kernel.shown}: kernel must be a function, not "
+                          f"{type(fn).__name__}")
+    for test, what in ((inspect.isgeneratorfunction, "a generator"),
+                       (inspect.iscoroutinefunction, "an async function"),
+                       (inspect.isasyncgenfunction, "an async generator")):
+        if test(fn):
+            raise KernelError(f"{kernel.shown}:{code.co_firstlineno}: kernel() is {what}: "
+                              "calling it would run none of its body; write a plain function")
+    try:
+        inspect.signature(fn).bind(None, **args)
+    except TypeError as exc:
+        raise KernelError(f"{kernel.shown}:{code.co_firstlineno}: kernel() does not take the "
+                          f"arguments setup returns ({', '.join(args) or 'none'}): "
+                          f"{exc}") from None
+    return fn
+
+
+def setup(kernel: KernelModule, host: Host, params: dict[str, Any]) -> dict[str, Any]:
+    try:
+        args = kernel.fn("setup")(host, dict(params))
+    except KernbenchError:
+        raise
+    except ValueError as exc:
+        raise ParamError(f"{kernel.name}: {exc}") from None
+    except Interrupted:
+        raise
+    except BaseException as exc:
+        raise located(kernel, exc, "setup") from exc
+    if not isinstance(args, dict):
+        raise ParamError(f"{kernel.shown}: setup must return the kernel's arguments as a dict")
+    return args
+
+
+def call(kernel: KernelModule, name: str, *args: Any) -> Any:
+    try:
+        return kernel.fn(name)(*args)
+    except (KernbenchError, Interrupted):
+        raise
+    except BaseException as exc:
+        raise located(kernel, exc, name) from exc
+
+
+def located(kernel: KernelModule, exc: BaseException, where: str) -> KernelError:
+    line = kernel_line(str(kernel.path), exc.__traceback__)
+    return KernelError(f"{kernel.shown}:{line if line else '?'}: in {where}: {described(exc)}")
+
+
+def described(exc: BaseException) -> str:
+    """An exception from a kernel module's code, as its error message says it."""
+    if isinstance(exc, SystemExit):
+        return f"the kernel called sys.exit({exc.code!r})"
+    if isinstance(exc, KernelMisuse):
+        return str(exc)
+    if isinstance(exc, KeyboardInterrupt):
+        return "the kernel raised KeyboardInterrupt (Ctrl-C stops kernbench; a kernel may not)"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def verify(kernel: KernelModule, host: Host, params: dict[str, Any],
+            outputs: dict[str, np.ndarray]) -> list[Check]:
+    expected = call(kernel, "reference", host, params)
+    for what, table in (("reference", expected), ("outputs", outputs)):
+        if not isinstance(table, dict):
+            raise KernelError(f"{kernel.shown}: {what}() must return a dict of name: array, "
+                              f"not {type(table).__name__}")
+    checks = []
+    for name in sorted(expected, key=str):
+        if name not in outputs:
+            raise KernelError(f"{kernel.shown}: outputs() returned no {name!r}")
+        got, want = outputs[name], expected[name]
+        for what, value in (("output", got), ("reference", want)):
+            if not isinstance(value, np.ndarray) or (value.dtype.kind not in "fiu" and \
+                    value.dtype not in NAMES):
+                raise KernelError(f"{kernel.shown}: {what} {name!r} is not an array of "
+                                  f"numbers (got {type(value).__name__})")
+        if got.shape != want.shape:
+            raise KernelError(f"{kernel.shown}: output {name!r} has shape {list(got.shape)}, "
+                              f"the reference {list(want.shape)}")
+        dt = NAMES.get(got.dtype, "f32")
+        atol, rtol = TOLERANCE[dt]
+        g, w = got.astype(np.float64), want.astype(np.float64)
+        # as numpy's allclose(equal_nan=True): NaN where the reference has NaN, and the same
+        # infinity, are equal; any other NaN or infinity is an error of NaN or infinity
+        same = (g == w) | (np.isnan(g) & np.isnan(w))
+        with np.errstate(invalid="ignore"):  # inf - inf: NaN, masked by `same`
+            err = np.where(same, 0.0, np.abs(g - w))
+        passed = bool(np.all(same | (np.isfinite(w) & (err <= atol + rtol * np.abs(w)))))
+        max_err = (float("nan") if np.isnan(err).any() else float(err.max())) if err.size \
+            else 0.0
+        checks.append(Check(name, dt, max_err, atol, rtol, passed))
+    return checks
