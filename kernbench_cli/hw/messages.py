@@ -177,7 +177,7 @@ class Messages:
         cpu, env, dma, log = pe.cpu, self.env, pe.dma, self.oplog
         slot_bytes = ring.slot_bytes
         amap = self.system.amap
-        tcm_base = amap.pe_tcm_addr(*pe.coord, 0)
+        tcm_base = amap.pe_tcm_addr(*pe.coord, 0) if log is not None else 0  # op log only
         copy_code = log.code("recv copy") if log is not None else 0
         done = t
         began = [t, because(ISSUED, me), -1]  # the copies' start, why, and the last one's end
