@@ -215,7 +215,7 @@ class _Surroundings:
         system, program = timing.system, timing.program
         amap = system.amap
         self.n = n = len(system.pes)
-        base = [amap.pe_hbm_addr(*c, 0) for c in system.coords]
+        base = system.slice_bases
         size, shift = amap.slice_bytes, timing._region_shift
         self.ipcq: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
         self.rings: dict[tuple[int, str], list[int]] = {}

@@ -173,7 +173,7 @@ class _Where:
         amap = system.amap
         self.timing = timing
         self.slice_bytes = amap.slice_bytes
-        self.base = [amap.pe_hbm_addr(*c, 0) for c in system.coords]
+        self.base = system.slice_bases
         tcm = amap.resources.get("tcm")
         self.pe_window = max(r.end for r in amap.resources.ranges)
         self.pe_base = [amap.pe_tcm_addr(*c, 0) - tcm.start for c in system.coords]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import cached_property
+
 from kernbench_cli.address.physaddr import AddressMap, PeCoord
 from kernbench_cli.errors import KernelError
 from kernbench_cli.hw.ipcq import OPPOSITE
@@ -28,6 +30,11 @@ class System:
                        for p in range(s.pes_per_cube)]
         self.pid_of = {coord: i for i, coord in enumerate(self.coords)}
         self.pes = [Pe(coord, i, topo, self.network) for i, coord in enumerate(self.coords)]
+
+    @cached_property
+    def slice_bases(self) -> list[int]:
+        """Each PE's HBM slice base address, by pid (what relocation is relative to)."""
+        return [self.amap.pe_hbm_addr(*c, 0) for c in self.coords]
 
     def neighbour(self, coord: PeCoord, direction: str) -> PeCoord | None:
         """The PE next to `coord` in `direction` (E, W, N, S), across a cube edge if needed.

@@ -154,16 +154,21 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     result.switches = launch.hub.switches
     result.inputs, result.outputs = host.inputs, outputs
     _stated(kernel, amap.topology, params, result)
-    topo = amap.topology
-    costs = topo.cost_table.source
-    result.trace = Trace(kernel.name, dict(params), seed, topo.name,
-                         str(topo.source.resolve()) if topo.source else "",
-                         memory.allocations(), program, topo.overrides,
-                         str(costs.resolve()) if costs else "",
-                         slice_base=[amap.pe_hbm_addr(*c, 0) for c in system.coords],
-                         slice_bytes=amap.slice_bytes)
+    result.trace = _trace(kernel, system, params, seed, memory, program)
     result.wall_s = time.perf_counter() - wall
     return result
+
+
+def _trace(kernel: KernelModule, system: System, params: dict[str, Any], seed: int,
+           memory: Memory, program) -> Trace:
+    """What `kernbench run --record` writes of this run."""
+    topo = system.topology
+    costs = topo.cost_table.source
+    return Trace(kernel.name, dict(params), seed, topo.name,
+                 str(topo.source.resolve()) if topo.source else "",
+                 memory.allocations(), program, topo.overrides,
+                 str(costs.resolve()) if costs else "",
+                 slice_base=system.slice_bases, slice_bytes=system.amap.slice_bytes)
 
 
 def _stated(kernel: KernelModule, topology, params: dict[str, Any], result: RunResult) -> None:
