@@ -21,7 +21,7 @@ def test_every_run_lists_its_invariants(cli):
     checks = json.loads(out)["checks"]
     invariants = {c["name"]: c for c in checks if c["kind"] == "invariant"}
     assert set(invariants) == {"gemm work", "math work", "dma bytes", "bounds", "bandwidth",
-                               "tcm", "energy"}
+                               "tcm", "energy", "critical path"}
     assert all(c["passed"] for c in invariants.values())
     assert invariants["gemm work"]["detail"] == (
         "the engines did 4,194,304 flops, the commands asked for 4,194,304")  # 2 x 32x128x512

@@ -40,6 +40,23 @@ def test_a_chain_of_messages_over_four_pes(run):
     assert path.by_cause["transfer"] > 0.9 * sum(path.by_cause.values())
 
 
+def test_a_credit_freed_by_a_copy_set_aside_leads_back_to_that_copy(run):
+    """PE 2's third send waits for a credit of PE 0's two-slot ring. PE 0's receive from
+    the far PE, issued after 1000 cycles (1 us) and 4 ns of issue, copies PE 2's two waiting
+    chunks aside (the first: 20 ns setup + 256 B at the NoC's 64 GB/s), then waits for
+    its own message until long after. The first copy's credit is back at PE 2 12 ns later
+    (UCIe and a NoC hop); PE 2 then computes 5000 cycles. The path runs back through the
+    credit to that copy, not to the end of the receive it belongs to (once it led to
+    nothing, and the rest of the run was 'unexplained')."""
+    result = run("stashed_credit", "two_sips", sets=("pe.ipcq.slots=2",))
+    path = result.critical_path
+    assert [(s.pid, s.kind, s.start_ps, s.end_ps) for s in path.steps] == [
+        (0, "cycles", 0, 1_000_000), (0, "issue recv", 1_000_000, 1_004_000),
+        (0, "recv copy", 1_004_000, 1_028_000), (2, "IPCQ credit", 1_028_000, 1_040_000),
+        (2, "cycles", 1_040_000, 6_040_000)]
+    assert result.latency_ps == 6_040_000
+
+
 def test_a_cpu_bound_loop_of_tiny_primitives(run):
     result, path = _path(run, "tiny_ops", "one")
     assert path.by_cause["CPU issue"] > 0.85 * result.latency_ps

@@ -102,6 +102,8 @@ class Relocated:
     def _one(self, value):
         if self.field is None:
             return self.ref(value)
+        if isinstance(value, list):  # a receive's copies (`Proc.copies`)
+            return [self._one(v) for v in value]
         return (*value[:self.field], self.ref(value[self.field]), *value[self.field + 1:])
 
     def __getitem__(self, i):
@@ -261,7 +263,8 @@ def expand(timing, classes) -> None:
     log_rows = []
     for rep, members in zip(classes.rep, classes.members, strict=True):
         source = procs[rep]
-        raw = (source.why, source.cpu, source.after, source.tiles, source.made, source.waits)
+        raw = (source.why, source.cpu, source.after, source.tiles, source.made, source.waits,
+               source.copies)
         ghosts = timing.ghosts.by_rep.get(rep, []) if len(members) > 1 else []
         for pid in members:
             mapping = {rep_of[p]: p for p in partners[pid]}  # ring senders
@@ -275,13 +278,15 @@ def expand(timing, classes) -> None:
             if pid != rep:
                 for name in _PROC_VALUES:
                     setattr(proc, name, getattr(source, name))
+                proc.credited = source.credited
                 for name in _ENGINES:
                     setattr(pes[pid], name, getattr(pes[rep], name))
                 pes[pid].rings = pes[rep].rings
                 log_rows.append((rep, pid, own))
             if any(k != v for k, v in mapping.items()) or ghosts:
-                why, cpu, after, tiles, made, waits = raw
+                why, cpu, after, tiles, made, waits, copies = raw
                 proc.why, proc.cpu = Relocated(why, mapping), Relocated(cpu, mapping)
+                proc.copies = Relocated(copies, mapping, 2)
                 proc.after, proc.tiles = Relocated(after, mapping, 1), Relocated(tiles, mapping, 2)
                 proc.made = Relocated(made, mapping)
                 proc.waits = RelocatedKeys(waits, mapping, own)

@@ -52,8 +52,9 @@ class Ring:
 
     slots: int
     slot_bytes: int
-    # heap of (time the slot is free, slot, the receive that freed it or -1)
-    credits: list[tuple[int, int, int]] = field(default_factory=list)
+    # heap of (time the slot is free, slot, the receive that freed it or -1, when that
+    # receive's copy out of the slot ended)
+    credits: list[tuple[int, int, int, int]] = field(default_factory=list)
     chunks: deque[Chunk] = field(default_factory=deque)
     sender_waiting: list = field(default_factory=list)  # PEs out of credits, to wake
     receiver_waiting: Any = None  # the PE waiting for a chunk, to wake
@@ -66,17 +67,18 @@ class Ring:
     gave: list | None = None  # if a list, `take` adds the credits it gives back
 
     def __post_init__(self) -> None:
-        self.credits = [(0, s, -1) for s in range(self.slots)]
+        self.credits = [(0, s, -1, 0) for s in range(self.slots)]
 
     def chunks_for(self, nbytes: int) -> int:
         return chunks_for(nbytes, self.slot_bytes)
 
-    def take_credit(self) -> tuple[int, int, int] | None:
-        """(time the slot is free, slot, who freed it) of the earliest free slot, or None."""
+    def take_credit(self) -> tuple[int, int, int, int] | None:
+        """(time the slot is free, slot, who freed it, when its copy out ended) of the
+        earliest free slot, or None."""
         return heapq.heappop(self.credits) if self.credits else None
 
-    def give_credit(self, t: int, slot: int, who: int = -1) -> None:
-        heapq.heappush(self.credits, (t, slot, who))
+    def give_credit(self, t: int, slot: int, who: int = -1, copied: int = 0) -> None:
+        heapq.heappush(self.credits, (t, slot, who, copied))
 
     # taken for a later recv: (chunk, when its copy out of the slot ended), by sender
     stash: dict[int, deque[tuple[Chunk, int]]] = field(default_factory=dict)
@@ -105,9 +107,9 @@ class Ring:
         while self.chunks:
             chunk = self.chunks.popleft()
             copied = copy(chunk)
-            self.give_credit(copied + chunk.back, chunk.slot, who)
+            self.give_credit(copied + chunk.back, chunk.slot, who, copied)
             if self.gave is not None:
-                self.gave.append((copied + chunk.back, chunk.slot, who))
+                self.gave.append((copied + chunk.back, chunk.slot, who, copied))
             if self.trail is not None:
                 self.trail.append((copied + chunk.back, -1))
             self.slot_ps += copied - chunk.arrival

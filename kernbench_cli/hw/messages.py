@@ -89,11 +89,17 @@ class Messages:
             else:
                 credits = yield from multicast.credits(proc, pe, i, dst, rings, t, ready)
                 credit = credits[0]
-            free_at, slot, freer = credit
+            free_at, slot, freer, copied = credit
             if free_at > t and cpu.time > t:  # PE_CPU waited for this credit
                 proc.after[i] = (cpu.time, because(CREDIT, freer))
+                proc.credited[~i] = copied
             size = min(ring.slot_bytes, nbytes - index * ring.slot_bytes)
-            at, chunk_why = (free_at, because(CREDIT, freer)) if free_at > ready else (ready, why)
+            if free_at > ready:
+                at, chunk_why = free_at, because(CREDIT, freer)
+                if first is None:
+                    proc.credited[i] = copied
+            else:
+                at, chunk_why = ready, why
             if comps.heap:
                 yield from self._advance(proc, pe, comps, at)
             if private or not self.fair:
@@ -167,7 +173,10 @@ class Messages:
 
         For the critical path the receive is a DMA operation: from the start of the
         copies that kept PE_DMA busy to its end, started by what the first of them
-        waited for (the chunk's arrival, the engine, or the issue).
+        waited for (the chunk's arrival, the engine, or the issue). Each copy is kept too
+        (`proc.copies`): a credit it gave back, or PE_DMA's next operation, may have
+        waited for one long before the receive ended (a chunk of another sender, copied
+        aside while the receive waited for its own).
         """
         stream = self.program.streams[pe.pid]
         me = pe.pid << PE_SHIFT | i
@@ -182,16 +191,19 @@ class Messages:
         done = t
         began = [t, because(ISSUED, me), -1]  # the copies' start, why, and the last one's end
 
+        copies = proc.copies.setdefault(i, [])
+
         def copy(chunk: Chunk) -> int:
             size = min(slot_bytes, chunk.nbytes - chunk.index * slot_bytes)
             ready = cpu.time if cpu.time > chunk.arrival else chunk.arrival
             busy_with = dma.last
             start, end = dma.transfer(ready, size, LOCAL)
+            why = (because(ENGINE, busy_with) if start > ready and busy_with >= 0 else
+                   because(MESSAGE, chunk.who) if chunk.arrival > cpu.time else
+                   because(ISSUED, me))
+            copies.append((start, end, why))
             if start > began[2]:  # PE_DMA was not busy with this receive's copies
-                began[0], began[1] = start, (
-                    because(ENGINE, busy_with) if start > ready and busy_with >= 0 else
-                    because(MESSAGE, chunk.who) if chunk.arrival > cpu.time else
-                    because(ISSUED, me))
+                began[0], began[1] = start, why
             began[2] = end
             dma.last = me
             if log is not None:

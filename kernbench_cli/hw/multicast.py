@@ -12,8 +12,9 @@ timeline stands for a member's only if the member's own copy's credit looks the 
   not yet, is a different trajectory);
 - when its chunk may go: ``max(credit back, data ready)``: credits that come back at
   different times, all before the data is ready, are the same trajectory;
-- which receive freed it, where the critical path reads it: if the chunk waited for
-  the credit, or PE_CPU did (`Timing._send`'s two causes);
+- which receive freed it and when its copy out of the slot ended, where the critical
+  path reads it: if the chunk waited for the credit, or PE_CPU did (`Timing._send`'s
+  two causes);
 - its slot, in the op log (the slot's address).
 
 A ring gives its slots back in the order its chunks came, so copies of one sender's
@@ -32,11 +33,12 @@ from kernbench_cli.hw.ipcq import Ring
 AT_ONCE = "at once"  # how a copy got its credit: there was one when the sender asked
 
 
-def _plain(credit: tuple[int, int, int]) -> tuple:
+def _plain(credit: tuple[int, int, int, int]) -> tuple:
     """A credit as its copies compare: time, slot, and the receive that freed it by its
-    command index (receivers of different classes are different PEs)."""
-    free_at, slot, freer = credit
-    return free_at, slot, freer < 0, freer & INDEX
+    command index (receivers of different classes are different PEs), and when that
+    receive's copy ended (where the critical path goes on)."""
+    free_at, slot, freer, copied = credit
+    return free_at, slot, freer < 0, freer & INDEX, copied
 
 
 class Multicast:

@@ -70,10 +70,10 @@ class Stuck:
 class Proc:
     """One PE's walk over its stream, as SimPy event callbacks resume it."""
 
-    __slots__ = ("after", "at", "cpu", "current", "done", "due", "end", "env", "error", "events",
-                 "gen", "issue", "last_end", "made", "n", "offers", "pid", "planned", "resume_cb",
-                 "start", "tcm_peak", "tcm_wait", "tile_buffers", "tile_worst", "tiles", "waiting",
-                 "waits", "why")
+    __slots__ = ("after", "at", "copies", "cpu", "credited", "current", "done", "due", "end",
+                 "env", "error", "events", "gen", "issue", "last_end", "made", "n", "offers",
+                 "pid", "planned", "resume_cb", "start", "tcm_peak", "tcm_wait", "tile_buffers",
+                 "tile_worst", "tiles", "waiting", "waits", "why")
 
     def __init__(self, env: simpy.Environment, pid: int):
         self.env = env
@@ -97,6 +97,11 @@ class Proc:
         self.tiles: list[tuple[int, int, int, int, int]] = []  # (start, end, why, engine, of)
         self.made: dict[int, int] = {}  # composite -> its last tile operation
         self.waits: dict[int, tuple] = {}  # op -> (the resource a transfer waited for, ps)
+        # a receive's copies out of ring slots: receive -> [(start, end, why)], in order;
+        # and when the copy that freed a credit ended, for a send whose first chunk waited
+        # for it (send -> end) or after which PE_CPU did (~send -> end)
+        self.copies: dict[int, list[tuple[int, int, int]]] = {}
+        self.credited: dict[int, int] = {}
         self.tcm_wait = NOBODY  # PE_CPU waited for TCM held by this op (-1: no)
         self.current = 0  # the composite whose tiles run now
         self.events = 0

@@ -24,7 +24,9 @@ what the what-if bounds say.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from kernbench_cli.hw.engine import cycles_to_ps
 from kernbench_cli.hw.proc import (
@@ -186,7 +188,9 @@ class _Walk:
     def step(self, state: tuple, t: int) -> tuple[tuple | None, int]:
         where, pid, index = state
         if where == "end":
-            start, _, why, engine, command = self.op(pid, index)
+            start, end, why, engine, command = self.op(pid, index)
+            if end > t and index < self.procs[pid].n and self.streams[pid].op[index] == RECV:
+                return self.copy(pid, index, t)
             start = min(start, t)
             self.execute(pid, index, engine, command, start, t)
             return self.follow(pid, index, command, why, start)
@@ -199,6 +203,22 @@ class _Walk:
         if where == "issue":
             return self.issue(pid, index, t)
         return self.after(pid, index, t)
+
+    def copy(self, pid: int, index: int, t: int) -> tuple[tuple | None, int]:
+        """Receive `index` at `t`, before it ended: its copy out of a ring slot that ended at
+        `t` (a credit it gave back was waited for), else the last to start before `t`
+        (PE_DMA's next operation waited for it; with overlapped setup, the one before may
+        end after); a chunk copied aside while the receive waited for another sender's."""
+        copies = self.procs[pid].copies.get(index) or []
+        k = bisect_left(copies, t, key=itemgetter(0)) - 1
+        if k < 0:  # before its first copy: the receive as one operation
+            start, _, why, _, _ = self.op(pid, index)
+            return self.follow(pid, index, index, why, min(start, t))
+        if k and copies[k][1] != t and copies[k - 1][1] == t:
+            k -= 1
+        start, _, why = copies[k]
+        self.add(pid, index, "recv copy", "dma", "transfer", start, t)
+        return self.follow(pid, index, index, why, start)
 
     def execute(self, pid: int, index: int, engine: str, command: int, start: int,
                 end: int) -> None:
@@ -221,9 +241,10 @@ class _Walk:
                  f"{cal.level} {cal.name}")
         self.add(pid, command, kind, "dma", "transfer", start, setup_end)
 
-    def follow(self, pid: int, index: int, command: int, why: int,
-               t: int) -> tuple[tuple | None, int]:
-        """From `t`, the start of operation `index`, to what set that start."""
+    def follow(self, pid: int, index: int, command: int, why: int, t: int,
+               after: bool = False) -> tuple[tuple | None, int]:
+        """From `t`, the start of operation `index` (or with `after`, the end of PE_CPU's
+        wait after command `index`), to what set it."""
         cause = why >> CAUSE_SHIFT
         ref = why & ((1 << CAUSE_SHIFT) - 1)
         to_pid, to_index = ref >> PE_SHIFT & _PID_MASK, ref & _REF_MASK
@@ -233,6 +254,11 @@ class _Walk:
             return ("issue", pid, command), issued
         if to_index == _REF_MASK:  # points at nothing: the run's start
             return None, t
+        if cause == CREDIT:  # back to the copy out of the slot that gave the credit back
+            copied = self.procs[pid].credited.get(~index if after else index)
+            if copied is not None and copied <= t:
+                self.add(pid, command, "IPCQ credit", "ipcq", "IPCQ credit", copied, t)
+                return ("end", to_pid, to_index), copied
         if cause in (PRODUCER, ENGINE, MESSAGE, TCM, CREDIT):
             if to_index < self.procs[to_pid].n and \
                     self.streams[to_pid].op[to_index] == COMPOSITE:
@@ -273,7 +299,7 @@ class _Walk:
         """PE_CPU after command `i`: done issuing it, or waiting for something."""
         waited = self.procs[pid].after.get(i)
         if waited is not None and waited[0] >= t:
-            return self.follow(pid, i, i, waited[1], t)
+            return self.follow(pid, i, i, waited[1], t, after=True)
         return ("issue", pid, i), min(self.procs[pid].issue[i], t)
 
 

@@ -16,6 +16,8 @@
 - TCM: tensors and composite tile buffers never held more than a PE's TCM,
   and the tiles a composite ran (their sizes, recomputed as they ran) fit the
   buffers its plan reserved;
+- critical path: every stretch of the run's critical path is explained by a recorded
+  cause (`sim.critical`);
 - energy: the energy reported (each count times its `[energy]` entry, exact
   integer attojoules) equals the energy recomputed unit by unit from every
   engine, ring and calendar, whose MAC and MATH element counts must equal
@@ -92,6 +94,16 @@ def enforce(invariants: list[Invariant]) -> None:
         if not inv.passed:
             raise InvariantError(f"model invariant violated ({inv.name}): {inv.detail}; this is "
                                  "a bug in kernbench, please report it")
+
+
+def explained(path) -> Invariant:
+    """The critical path tiles the run with steps the records explain: a stretch nothing
+    recorded explains (`sim.critical`'s "unexplained") is a model bug, never a bound."""
+    lost = sum(s.end_ps - s.start_ps for s in path.steps if s.cause == "unexplained")
+    return Invariant("critical path", not lost,
+                     f"{lost:,} ps of the {path.latency_ps:,} ps critical path are explained by "
+                     "no recorded cause" if lost else
+                     f"{len(path.steps):,} steps explain the {path.latency_ps:,} ps")
 
 
 def _same(name: str, unit: str, done: int, asked: int) -> Invariant:

@@ -185,10 +185,12 @@ def _analyse(result: RunResult, system: System, timing: Timing, counts, model_ch
              races: bool) -> None:
     """What a run and a replay both work out of a finished timing pass: the invariants'
     verdicts, energy, roofline, critical path, regions and, if asked, races."""
-    result.invariants = model_checks
     result.energy = energy.account(counts, system.topology.energy)
     result.roofline = roofline(system, timing)
     result.critical_path = critical_path(system, timing)
+    explained = invariants.explained(result.critical_path)
+    result.invariants = [*model_checks, explained]
+    invariants.enforce([explained])
     result.region_spans = region_spans(timing.program, timing)
     result.regions = regions(timing.program, result.critical_path, result.region_spans)
     if races:
