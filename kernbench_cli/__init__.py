@@ -15,7 +15,7 @@ so ``import kernbench_cli`` loads nothing heavy: `kernbench decode` starts as fa
 before.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: Public name -> the module that defines it, imported when the name is first used.
 _LAZY = {

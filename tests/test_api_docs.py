@@ -67,7 +67,8 @@ def test_the_example_covers_the_api():
 def test_the_readme_python_block_runs():
     """The README's short example (From Python) is real code."""
     text = (ROOT / "README.md").read_text()
-    section = text[text.index("## From Python"):text.index("## Running a kernel")]
+    start = text.index("## From Python")
+    section = text[start:text.index("\n## ", start)]
     (code,) = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
     namespace: dict = {}
     run_block(code, namespace, 0)

@@ -1,5 +1,5 @@
 """Fair sharing of memories and links (`network.sharing = "fair"`), against an independent
-max-min calculation written from the README's statement of the model:
+max-min calculation written from the statement of the model in docs/model.md:
 
 - a transfer streams from the end of its setup (a PE's next transfer from the end of the
   one before), over the HBM slice it reads and the X-then-Y route of NoC links, with each

@@ -2,10 +2,10 @@
 
 Every case is generated, runs the CLI (in-process, or the installed `kernbench` in a
 subprocess where signals, pipes or hangs are involved) and must end with its documented
-exit code (README "Exit codes"): 0 ok, 1 a kernel or run that went wrong, 2 bad input,
-3 an address this topology lacks (`decode`), 130 interrupted. Never a traceback or an
-`internal error` (exit 70), never a hang, every stderr line an `error: …` of sane length,
-and no temporary file left behind.
+exit code (docs/running.md, "Exit codes and errors"): 0 ok, 1 a kernel or run that went
+wrong, 2 bad input, 3 an address this topology lacks (`decode`), 130 interrupted. Never a
+traceback or an `internal error` (exit 70), never a hang, every stderr line an `error: …`
+of sane length, and no temporary file left behind.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The second round of fidelity: PE_DMA's window and setup overlap, HBM refresh and page
-openings, each against a formula from the README's statement of the model."""
+openings, each against a formula from the statement of the model in docs/model.md."""
 
 from __future__ import annotations
 

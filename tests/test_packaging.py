@@ -47,3 +47,18 @@ def test_installed_copy_finds_topologies_by_name(wheel, tmp_path):
     assert lines[0] == str(site / "kernbench_cli" / "_data" / "topologies")
     assert ": ok: 1 rack x 1 SIP x 8 cubes x 16 PEs = 128 PEs" in lines[1]
     assert run.returncode == 0, run.stderr
+
+
+def test_one_version_in_pyproject_the_package_and_the_changelog():
+    """`kernbench --version` (the package's `__version__`), pyproject.toml and the
+    CHANGELOG's latest release say the same version."""
+    import re
+    import tomllib
+
+    import kernbench_cli
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    released = re.search(r"^## \[(\d+\.\d+\.\d+)\]", (ROOT / "CHANGELOG.md").read_text(),
+                         re.MULTILINE)
+    assert released, "CHANGELOG.md has no released version"
+    assert kernbench_cli.__version__ == project == released.group(1)

@@ -1,4 +1,6 @@
-"""The README's set-up commands are the ones CI runs."""
+"""The README's set-up commands are the ones CI runs; every command the README and the
+docs pages show prints what they show; the README stays one screenful that maps every docs
+page, and every relative link in them resolves."""
 
 from __future__ import annotations
 
@@ -30,16 +32,17 @@ def test_ci_checks_the_goldens_after_the_tests():
     assert ci.index(readme_command("test")) < ci.index(".venv/bin/kernbench golden check")
 
 
-# ------------------------------------------------------------ the commands the README shows
+# ------------------------------------------------------------ the commands the pages show
 
-#: Shown commands not run here: the README's sweep examples take a minute (their rows are
-#: the sweep tests' business).
-NOT_RUN = {"README.md": ("kernbench sweep ",)}
+#: Shown commands not run here: the sweep examples of these pages take a minute (their rows
+#: are the sweep tests' business).
+NOT_RUN = {"docs/exploring.md": ("kernbench sweep ",), "docs/energy.md": ("kernbench sweep ",)}
 #: Pages whose commands run in a fresh folder holding the page's files (a ```python block
 #: right after ``<!-- file: NAME -->`` is file NAME): every command on them runs.
 IN_A_FOLDER = ("docs/getting-started.md",)
 #: Every page whose ``$ kernbench`` blocks are run.
-PAGES = ("README.md", "docs/kernels.md", *IN_A_FOLDER)
+PAGES = ("README.md", "docs/running.md", "docs/workloads.md", "docs/exploring.md",
+         "docs/energy.md", "docs/model.md", "docs/kernels.md", *IN_A_FOLDER)
 FILE = re.compile(r"<!-- file: (\S+) -->\n```python\n(.*?)```\n", re.DOTALL)
 
 
@@ -148,8 +151,58 @@ def test_every_json_key_is_documented(cli):
                 walk(sub, parent)
 
     walk(obj, "")
-    text = (ROOT / "README.md").read_text()
-    table = text[text.index("### The `--json` object"):text.index("### The timeline")]
+    text = (ROOT / "docs" / "running.md").read_text()
+    table = text[text.index("## The `--json` object"):text.index("## The timeline")]
     missing = sorted(k for k in keys if f"`{k}" not in table and f"{k}`" not in table
                      and f" {k}," not in table)
-    assert not missing, f"README's --json table misses {missing}"
+    assert not missing, f"docs/running.md's --json table misses {missing}"
+
+
+# ------------------------------------------------------------ the README and its map of the docs
+
+README_LINES = 300
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def doc_pages() -> list[Path]:
+    return sorted((ROOT / "docs").glob("*.md"))
+
+
+def anchors(text: str) -> set[str]:
+    """GitHub's anchor for every heading: lower case, punctuation but `-` and `_` dropped,
+    each space a `-`."""
+    found = set()
+    for line in text.splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            found.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return found
+
+
+def test_the_readme_is_one_screenful():
+    lines = len((ROOT / "README.md").read_text().splitlines())
+    assert lines <= README_LINES, f"README.md has {lines} lines, more than {README_LINES}"
+
+
+def test_the_readme_links_every_docs_page():
+    readme = (ROOT / "README.md").read_text()
+    linked = {m.group(1) for m in LINK.finditer(readme) if m.group(1)}
+    missing = [p.name for p in doc_pages() if f"docs/{p.name}" not in linked]
+    assert not missing, f"README.md does not link {missing}"
+
+
+@pytest.mark.parametrize("page", ["README.md", *(f"docs/{p.name}" for p in doc_pages())])
+def test_every_relative_link_resolves(page):
+    """Each relative link (and image) names a file that exists, and a `#anchor` a heading
+    of the page it points at."""
+    source = ROOT / page
+    broken = []
+    for match in LINK.finditer(source.read_text()):
+        target = match.group(1) or match.group(2)
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        file = (source.parent / path).resolve() if path else source
+        if not file.exists() or (anchor and anchor not in anchors(file.read_text())):
+            broken.append(target)
+    assert not broken, f"{page}: links that do not resolve: {broken}"

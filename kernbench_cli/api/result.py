@@ -129,8 +129,9 @@ class Energy:
 
 @dataclass(frozen=True)
 class Result:
-    """One run or replay, as `kernbench run --json` reports it (README, "The `--json`
-    object"): the fields are its keys, typed and read-only; `to_dict()` is the object itself.
+    """One run or replay, as `kernbench run --json` reports it (docs/running.md, "The
+    `--json` object"): the fields are its keys, typed and read-only; `to_dict()` is the
+    object itself.
 
     `races` and `per_pe` are None unless asked for (`races=True`, `per_pe=True`), as their
     keys are absent from the JSON then; `race_lines` are the races as the CLI prints them.

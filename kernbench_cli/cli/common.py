@@ -66,7 +66,7 @@ PerPeOpt = Annotated[bool, typer.Option("--per-pe", help="Also show each PE.")]
 #: Seconds between the plain progress lines of `--progress` (stderr not a terminal).
 PROGRESS_EVERY = 10.0
 
-DEDUP_DEFAULT = True  # one representative per class of PEs (README "Measured here")
+DEDUP_DEFAULT = True  # one representative per class of PEs (docs/benchmarks.md)
 DedupOpt = Annotated[bool, typer.Option(
     "--dedup/--no-dedup", help="Time one PE per class of PEs that time alike, or every PE in "
                                "full (the results are the same).")]

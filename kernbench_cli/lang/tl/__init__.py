@@ -9,7 +9,7 @@ afterwards, which it can because a kernel cannot observe time. Tensors are
 futures in that timing: a command that consumes one depends on the command
 that made it.
 
-Semantics kept simple on purpose, and documented in the README:
+Semantics kept simple on purpose, and documented in docs/model.md:
 - Memory is coherent within a PE in program order; between PEs only through
   IPCQ messages (the kernels here never read what another PE stores).
 - A composite's tile buffers are taken from the TCM free at issue.
@@ -47,7 +47,7 @@ __all__ = ["TL", "Launch", "functional_pass", "kernel_line"]
 
 
 class TL(Grid, MemoryOps, GemmOps, MathOps, Messages, Ordering, Regions):
-    """The `tl` object of one PE. See the README for the full list of calls."""
+    """The `tl` object of one PE. See docs/kernels.md for the full list of calls."""
 
     f16, bf16, f32 = "f16", "bf16", "f32"
 
