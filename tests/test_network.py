@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from kernbench_cli.address.physaddr import PeCoord
-from kernbench_cli.hw.network import Calendar, Network, book, transfer_ps
+from kernbench_cli.config import load_topology
+from kernbench_cli.hw.network import Calendar, Network, book, hbm_stream_bandwidth, transfer_ps
 from kernbench_cli.hw.system import System
+
+from .conftest import test_topology
 
 
 def test_transfer_time_rounds_up_to_a_picosecond():
@@ -71,6 +74,49 @@ def test_cross_sip_routes_go_through_each_sips_port(amaps):
     levels = [c.level for c in route.resources]
     assert levels == ["noc", "noc", "sip_link", "sip_link"]  # pe5 -> pe4 -> pe0, up, down
     assert [c.name for c in route.resources][2:] == ["rack=0 sip=1 up", "rack=0 sip=2 down"]
+
+
+def test_a_cross_sip_transfer_crosses_both_sips_nocs_and_takes_the_configured_time(run):
+    """two_sips: 2 SIPs of 2 x 1 cubes of 2 x 1 PEs. PE 3 (SIP 0, cube 1, PE 1) loads 1 KiB
+    from PE 7's slice (SIP 1, cube 1, PE 1) and stores it back; neither end is at its SIP's
+    port (cube 0, PE 0). Each way crosses, in each SIP, cube 1's NoC (PE 1 -> its W UCIe
+    port, PE 0), the UCIe link, cube 0's NoC (its E port, PE 1 -> PE 0, the SIP port), and
+    the two SIP links: 4 NoC hops, 2 UCIe, 2 SIP links, plus the slice. A transfer takes
+    setup + max(bytes / the slowest of those, one page opened) + their latencies and the
+    HBM's, all from the configuration. Fails if `Network._make_route` drops the
+    destination SIP's leg (`self._within_sip(links, dst[:2], *SIP_PORT, dst.cube, dst.pe)`
+    deleted: the load loses SIP 0's hops, the store SIP 1's)."""
+    result = run("cross_sip", "two_sips")
+    load, store = (r for r in result.oplog if r[1] == 3)
+    topo = load_topology(test_topology("two_sips"))
+    nbytes = 1024
+    slowest = min(hbm_stream_bandwidth(topo.hbm), topo.noc.bandwidth, topo.ucie.bandwidth,
+                  topo.sip_link.bandwidth)
+    one_page = -(-topo.hbm.activate_window // (4 * topo.hbm.channels))
+    stream = max(transfer_ps(nbytes, slowest), one_page)
+    latency = (topo.hbm.latency + 4 * topo.noc.latency + 2 * topo.ucie.latency
+               + 2 * topo.sip_link.latency)
+    assert load[7] == store[7] == nbytes
+    assert load[6] - load[5] == topo.pe.dma.setup + stream + latency
+    assert store[5] == load[6]  # it stores what the load brought
+    assert store[6] - store[5] == topo.pe.dma.setup + stream + latency
+    hbm = ["hbm rack=0 sip=1 cube=1 pe=1"]
+    assert [list(p) for p in result.oplog.paths] == [
+        hbm + _to_port(1) + ["sip_link rack=0 sip=1 up", "sip_link rack=0 sip=0 down"]
+        + _from_port(0),
+        hbm + _to_port(0) + ["sip_link rack=0 sip=0 up", "sip_link rack=0 sip=1 down"]
+        + _from_port(1)]
+
+
+def _to_port(sip: int) -> list[str]:
+    """two_sips: from cube 1's PE 1 to the SIP's port (cube 0, PE 0)."""
+    return [f"noc rack=0 sip={sip} cube=1 pe1->pe0", f"ucie rack=0 sip={sip} cube1->cube0",
+            f"noc rack=0 sip={sip} cube=0 pe1->pe0"]
+
+
+def _from_port(sip: int) -> list[str]:
+    return [f"noc rack=0 sip={sip} cube=0 pe0->pe1", f"ucie rack=0 sip={sip} cube0->cube1",
+            f"noc rack=0 sip={sip} cube=1 pe0->pe1"]
 
 
 def _dma_pair(amap, src_a, dst_a, src_b, dst_b, nbytes=64 * 1024):
