@@ -9,10 +9,14 @@ once.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from kernbench_cli.lang import collectives as coll
 from kernbench_cli.lang.alpha_beta import busbw_gbps, seconds
+
+from .conftest import test_topology
 
 PAIRS = [(call, algo) for call, algos in coll.ALGOS.items() for algo in algos]
 
@@ -102,6 +106,88 @@ def test_alpha_beta_of_a_ring_of_two_is_the_stated_formula(amap):
     want = 2 * (n - 1) * (alpha + nbytes / n * beta)
     assert seconds(topo, "all_reduce", "ring", [0, 1], nbytes) == pytest.approx(want, rel=1e-12)
     assert busbw_gbps("all_reduce", n, nbytes, want) == pytest.approx(nbytes / want / 1e9)
+
+
+def _dma_bytes(result) -> dict[int, Counter]:
+    """Bytes each PE's DMA moved, by record kind (load, store, send, recv copy)."""
+    moved: dict[int, Counter] = {}
+    for record in result.oplog:
+        if record[2] == "dma":
+            moved.setdefault(record[1], Counter())[record[3]] += record[7]
+    return moved
+
+
+@pytest.mark.parametrize("algo", ("ring", "direct"))
+def test_each_pe_dma_moves_the_algorithms_exact_bytes(run, amap, algo):
+    """all_reduce of 4,097 f32 over default's 16 PEs (uneven parts: the rank at ring
+    position 0 holds 257 elements, the others 256). With m_r the bytes of position r's
+    part and N the buffer, the rank at position i moves, by its algorithm's schedule:
+
+    - ring: loads N (each part once: n-1 to send in the reduce-scatter, its own to add
+      at the last step), stores N (its reduced part, then n-1 gathered), sends
+      (N - m_i) + (N - m_{i+1}), copies out of its ring (N - m_{i-1}) + (N - m_i);
+    - direct: loads N - m_i + 2(n-1) m_i (every other part for its owner, its own part
+      to add to each peer's and to send to each), stores and receives (n-1) m_i +
+      N - m_i, sends (N - m_i) + (n-1) m_i.
+
+    Fails if a piece is loaded twice (`Group.load` issuing its `tl.load` twice: every
+    load count doubles), or a step is dropped or repeated."""
+    count, item = 4097, 4
+    result = run("all_reduce", "default", (f"algo={algo}", f"bytes={count * item}"))
+    _exact(result)
+    order = coll.ranks(coll.Grid(amap.topology))
+    n, total = len(order), count * item
+    m = [coll.part(count, n, r)[1] * item for r in range(n)]
+    assert sorted(set(m)) == [1024, 1028]
+    moved = _dma_bytes(result)
+    for i, pid in enumerate(order):
+        prev, mine, nxt = m[i - 1], m[i], m[(i + 1) % n]
+        if algo == "ring":
+            want = {"load": total, "store": total, "send": 2 * total - mine - nxt,
+                    "recv copy": 2 * total - prev - mine}
+        else:
+            others = total - mine
+            want = {"load": others + 2 * (n - 1) * mine, "store": (n - 1) * mine + others,
+                    "send": others + (n - 1) * mine, "recv copy": (n - 1) * mine + others}
+        assert moved[pid] == want, (pid, i)
+
+
+def test_a_ring_all_reduce_of_two_takes_the_alpha_beta_time_and_its_last_step(run):
+    """pair: 2 PEs one NoC hop apart, each direction of the link used by one PE and each
+    HBM slice by its owner: nothing is shared, so the alpha-beta model
+    (`alpha_beta.seconds`: (n-1) steps a phase, each alpha + m beta, beta = the DMA moving
+    every byte out of HBM, over the link, out of the ring, with a setup per piece) holds
+    but for what it does not list: the reduce-scatter's last step loads the rank's own
+    part and stores the sum (2 more transfers of m, at the HBM's rate, a setup each piece).
+    So, 1 MiB (m = 512 KiB, 4 KiB pieces: one-slot rings):
+
+        lower = the model without setups (a setup can hide under the transfer before)
+                + 2 m / HBM rate
+        upper = the model + 2 (m / HBM rate + pieces x setup)
+
+    The two differ by the setups alone (20.5 us of 98.2). Fails if every piece is loaded
+    twice (`Group.load` issuing its `tl.load` twice: +N / HBM rate = 21.9 us, the run at
+    115.3 us; it takes 93.4 us, the bounds 77.7 and 98.2), or if a step of either phase
+    is left out (at least its send, ring copy and store of m: -27.9 us)."""
+    import dataclasses
+
+    from kernbench_cli.address import load_address_map
+    from kernbench_cli.hw.network import hbm_stream_bandwidth
+
+    topo = load_address_map(test_topology("pair")).topology
+    nbytes, group = 1 << 20, [0, 1]
+    m = nbytes // 2
+    pieces = m // topo.pe.ipcq.slot_size  # one-slot rings: a piece is a slot
+    hbm_s = m / hbm_stream_bandwidth(topo.hbm)
+    setup_s = topo.pe.dma.setup / 1e12
+    no_setup = dataclasses.replace(topo, pe=dataclasses.replace(
+        topo.pe, dma=dataclasses.replace(topo.pe.dma, setup=0)))
+    lower = seconds(no_setup, "all_reduce", "ring", group, nbytes) + 2 * hbm_s
+    upper = seconds(topo, "all_reduce", "ring", group, nbytes) + 2 * (hbm_s + pieces * setup_s)
+    # the setups: one in each alpha, 3 a piece in each step's beta, 2 a piece in the last
+    assert upper - lower == pytest.approx((2 + 2 * 3 * pieces + 2 * pieces) * setup_s)
+    result = run("all_reduce", "pair", (f"bytes={nbytes}",), timing_only=True)
+    assert lower < result.latency_ps / 1e12 < upper
 
 
 def test_the_run_reports_nccl_tests_bandwidths(run):
