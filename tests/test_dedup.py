@@ -206,6 +206,76 @@ def test_a_kernel_without_symmetry_is_timed_in_full(passes, monkeypatch):
     _same(dedup, _outputs(_run("dedup_skewed", "tall", False)))
 
 
+def _members(timing) -> list[list[int]]:
+    return timing.classes.members if timing.classes is not None else []
+
+
+def test_streams_that_differ_only_in_a_size_are_not_one_class(passes):
+    """dedup_sizes on tall (16 PEs): every PE sums 256 elements, odd ones 64 (a view), with
+    the same commands, producers, addresses and TCM: the `size` column alone tells them
+    apart. Evens and odds are two classes, and the result is the full pass's. Fails if
+    the stream key leaves out `size` (`_FIELDS = [name for name, _ in COLUMNS if name
+    not in ("line", "size")]` in `hw/classes.py`: one class, every PE timed as summing
+    256; the math-work invariant then stops the run)."""
+    dedup = _outputs(_run("dedup_sizes", "tall", True))
+    assert _members(passes[0]) == [list(range(0, 16, 2)), list(range(1, 16, 2))]
+    _same(dedup, _outputs(_run("dedup_sizes", "tall", False)))
+
+
+def test_senders_whose_routes_differ_only_in_their_links_are_not_one_class(passes):
+    """dedup_links on cube_line (40 PEs): PE 8k sends to 8k+1 over a NoC hop, PE 8k+5 to
+    8k+6 over a UCIe link of the same latency and a quarter of the bandwidth. Their
+    streams are equal and their routes' latency, round trip and way back too: only the
+    resources on the route differ. Five classes (the two kinds of sender, their
+    receivers, the idle PEs), and the result is the full pass's. Fails if a path's
+    signature leaves out its resources (`return (path[1], path[2], private)` in
+    `hw.classes._path_sig`: three classes, the UCIe sends timed at the NoC's rate, the run
+    192 ns short)."""
+    dedup = _outputs(_run("dedup_links", "cube_line", True))
+    senders = [[p for p in range(40) if p % 8 == r] for r in (0, 1, 5, 6)]
+    idle = [p for p in range(40) if p % 8 not in (0, 1, 5, 6)]
+    assert sorted(_members(passes[0])) == sorted([*senders, idle])
+    _same(dedup, _outputs(_run("dedup_links", "cube_line", False)))
+
+
+def test_a_path_signature_holds_its_latencies_and_every_resource_field():
+    """`_path_sig` is what the classes compare of a path: latency, round trip, privacy and
+    each resource's level, bandwidth, latency, DRAM page, tFAW and activates. Paths that
+    differ in any one of these have different signatures. In the model a path's latency
+    and round trip follow from its resources' latencies, and a level's links share one
+    configuration, so dropping one of these alone cannot change a run (an equivalent
+    mutant); this pins the signature as documented, so that it stays sound if a latency
+    or a link ever stops following from the rest. Fails if `_path_sig` leaves out
+    `path[1]` or `path[2]`, or `_cal_sig` any of its fields."""
+    import dataclasses
+
+    from kernbench_cli.hw.classes import _path_sig
+    from kernbench_cli.hw.network import Calendar
+
+    @dataclasses.dataclass
+    class Cal:
+        level: str = "hbm"
+        bandwidth: int = 100
+        latency_ps: int = 5
+        page_bytes: int = 1024
+        faw_ps: int = 15
+        activates: int = 4
+
+    def sig(path, private=True):
+        return _path_sig(path, private, {})
+
+    base = sig(((Cal(), Cal("noc")), 7, 9))
+    assert sig(((Cal(), Cal("noc")), 7, 9)) == base
+    assert sig(((Cal(), Cal("noc")), 8, 9)) != base  # latency
+    assert sig(((Cal(), Cal("noc")), 7, 10)) != base  # round trip
+    assert sig(((Cal(), Cal("noc")), 7, 9), private=False) != base
+    assert sig(((Cal(),), 7, 9)) != base  # one resource fewer
+    for field in ("level", "bandwidth", "latency_ps", "page_bytes", "faw_ps", "activates"):
+        changed = dataclasses.replace(Cal(), **{field: "x" if field == "level" else 6})
+        assert sig(((changed, Cal("noc")), 7, 9)) != base, field
+    assert set(Calendar.__slots__) >= {f.name for f in dataclasses.fields(Cal)}
+
+
 def test_the_cli_times_by_classes_unless_told_not_to(cli, monkeypatch):
     """Dedup is on by default; `--no-dedup` times every PE in full, with the same
     results."""
