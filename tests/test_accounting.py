@@ -7,8 +7,9 @@ its source, not from kernbench's; kernbench's side is counted from a run of
 `llama_decode` on a llama2-7b-class config (`tests/configs/llama2_7b.json`: GenZ's
 `meta-llama/Llama-2-7B`), record by record of the op log: every byte a DMA moved to or
 from HBM, by the region (`tl.region`) of its command and the host allocation it
-touched, and every GEMM MAC, by the weight (or cache) its composite streamed.
-docs/accounting.md is the table this test checks, with each difference explained.
+touched, and every GEMM MAC, by the weight (or cache) its composite streamed. The
+section "A decode step's bytes and MACs, against GenZ" of docs/workloads.md is the
+table this test checks, with each difference explained.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from .conftest import TESTS, test_topology
 CONFIG = TESTS / "configs" / "llama2_7b.json"
 BATCH, CONTEXT = 2, 4095  # GenZ's L = CONTEXT + 1: the new token attends to itself too
 ITEM = 2  # bf16: GenZ's System(bits="bf16").mem_multiplier, kernbench's dtype
-DOC = Path(__file__).resolve().parent.parent / "docs" / "accounting.md"
+DOC = Path(__file__).resolve().parent.parent / "docs" / "workloads.md"
 
 
 def genz_decode(cfg: dict, b: int, seq: int) -> dict[str, tuple[int, int, int, int]]:
@@ -138,7 +139,7 @@ def test_each_genz_operator_moves_the_same_weight_or_cache_bytes_with_the_same_m
 
 
 def test_what_kernbench_moves_beside_genz_is_the_explained_difference(step):
-    """Every other HBM byte of the run, by what it is (docs/accounting.md): the KV append
+    """Every other HBM byte of the run, by what it is (docs/workloads.md): the KV append
     GenZ does not count, activations staged through HBM between PEs (GenZ's on-chip
     tensors, at GenZ's sizes), the per-PE copies of norms and inputs, the collectives'
     buffers, the LM head's f32 logits and argmax; together, the run's HBM bytes."""
@@ -182,7 +183,7 @@ def test_the_step_bounds_count_genz_weights_kv_and_macs(step):
 
 
 def test_the_page_shows_these_figures(step):
-    """docs/accounting.md's table is this run's: each operator's row gives GenZ's bytes
+    """docs/workloads.md's GenZ table is this run's: each operator's row gives GenZ's bytes
     (input w, and a + w + out) and MACs and kernbench's; its step totals are GenZ's over
     llama2-7b's 32 layers and the LM head, and the run's HBM bytes are the run's."""
     _, result, nbytes, macs, genz = step
