@@ -64,7 +64,7 @@ MATH_KINDS: tuple[tuple[str, str], ...] = (
     ("mul", "multiply"), ("div", "divide"), ("cmp", "maximum"), ("cmp", "minimum"),
     ("exp", "exp"), ("log", "log"), ("sqrt", "sqrt"), ("reduce", "max"), ("reduce", "sum"),
     ("cast", "cast"), ("sqrt", "rsqrt"), ("div", "reciprocal"), ("add", "abs"),
-    ("exp", "tanh"), ("cmp", "where"))
+    ("exp", "tanh"), ("cmp", "where"), ("exp", "erf"))
 
 #: (column, array typecode): the layout of a stream and of a trace file.
 COLUMNS = (("op", "B"), ("a", "i"), ("b", "i"), ("size", "q"), ("arg", "q"), ("src", "q"),

@@ -1,31 +1,44 @@
-"""One decode step of a Llama model (Hugging Face's LlamaForCausalLM), on every PE.
+"""One decode step of a Hugging Face decoder (Llama, Mistral, Qwen2), on every PE.
 
 `batch` sequences, each with `context` tokens already in its KV cache, take one new
 token (given as `inputs_embeds`) through `layers` decoder layers, the final norm and
-the LM head, and pick the next token (argmax). Weights are seeded random, placed once
-in the PEs' HBM as a weight-stationary near-memory design keeps them:
+the LM head, and pick the next token (argmax). The model is a shipped one or a
+Hugging Face config.json (`kernbench_cli.models.hf`: every key modelled or refused);
+its float64 reference is `kernbench_cli.models.reference`. Weights are seeded random,
+placed once in the PEs' HBM as a weight-stationary near-memory design keeps them:
 
 - The grid is one tensor-parallel group (`-p pp=N`: N pipeline stages, each one
   with its share of the layers, handing the hidden state on). Its PEs split into
   one *head group* per KV head (hkv of them, PEs in ring order, so a head group is
   a cube where the sizes allow); a head group owns its KV head, its G = heads_q /
   heads_kv query heads, and their slices of the QKV and O projections.
-- QKV projection: column-parallel inside the head group (each member computes its
-  share of the group's (G + 2) x head_dim columns, in `collectives.layout`'s split),
-  then an all-gather inside the group (with `algo`, as the all-reduces); RoPE
-  (Hugging Face's rotate-half, the new token at position `context`) on every member.
-- KV append and attention: the group's KV cache is split along the sequence over
-  its members (shards may be uneven or empty); the member holding position
-  `context` appends the new K and V. Each member computes a flash-decoding partial
-  (running max, sum, output) over its shard; the partials merge up a binomial tree
-  by the log-sum-exp rule to the group's first member, which divides and
-  broadcasts the heads' output to the group.
+- QKV projection (and its bias): column-parallel inside the head group (each member
+  computes its share of the group's (G + 2) x head_dim columns, in
+  `collectives.layout`'s split), then an all-gather inside the group (with `algo`, as
+  the all-reduces); RoPE (rotate-half, the new token at position `context`, the
+  config's scaling) on every member.
+- KV append and attention: the group's KV cache (the whole context, or on a
+  sliding-window layer its W latest positions, the new one's included) is split along
+  the sequence over its members (shards may be uneven or empty); the member holding
+  the new position appends its K and V. Each member computes a flash-decoding partial
+  (running max, sum, output) over its shard; the partials merge up a binomial tree by
+  the log-sum-exp rule to the group's first member, which divides and broadcasts the
+  heads' output to the group.
 - O projection: row-parallel (each member multiplies its slice of the group's
-  output dims by its rows of W_o), then an all-reduce over every PE; residual.
-- MLP: gate and up column-parallel over every PE, SiLU(gate) x up, down row-parallel,
-  all-reduce; residual. RMSNorms run on every PE (the hidden state is replicated).
+  output dims by its rows of W_o), then an all-reduce over every PE; its bias and the
+  residual on every PE.
+- MLP: gate and up column-parallel over every PE (with their biases), act(gate) x up,
+  down row-parallel, all-reduce, its bias; residual. RMSNorms run on every PE (the
+  hidden state is replicated).
 - LM head: vocab-parallel; each PE's logits and its local argmax, then an all-gather
   of (max, index) pairs and the argmax of those on every PE.
+
+Placement (`Layout`): per PE, its layers' blocks one after another, each weight, bias,
+norm and cache shard at the start of a DRAM page, so every layer's commands are the
+same up to relocation, page openings included; buffers the PEs share in a symmetric
+region first; the embedding table (unless tied to the LM head) as space only, split
+over the first stage. The whole model is checked against each PE's HBM slice before
+anything runs, the layers a scaled run does not time included.
 
 Regions (`tl.region`) name each operator per layer, so the report times them.
 Dtype: weights, activations handed to the GEMM array and the KV cache in `dtype`;
@@ -33,13 +46,18 @@ the residual stream, norms, softmax and accumulation in f32.
 """
 
 import contextlib
-import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from kernbench_cli.config.units import format_size_human as format_size
+from kernbench_cli.errors import ParamError
 from kernbench_cli.lang import collectives as coll
+from kernbench_cli.models.hf import ModelConfig, from_dict, read_config
+from kernbench_cli.models.reference import decode_step
+from kernbench_cli.models.rope import cos_sin
 
 PARAMS = {
     "model": "tiny",
@@ -56,18 +74,17 @@ PARAMS = {
 CHOICES = {"model": ("tiny", "llama3-8b", "llama3-70b"), "dtype": ("bf16", "f16"),
            "algo": ("ring", "direct", "tree", "rhd", "hier")}
 PARAM_INFO = {
-    "model": "a shipped config: tiny (for tests), llama3-8b, llama3-70b",
-    "config": "a Hugging Face config.json instead of -p model (hidden_size, "
-              "intermediate_size, num_attention_heads, num_key_value_heads, "
-              "num_hidden_layers, vocab_size, rms_norm_eps, rope_theta)",
+    "model": "a shipped model: tiny (for tests), llama3-8b, llama3-70b",
+    "config": "a Hugging Face config.json instead of -p model (model_type llama, mistral "
+              "or qwen2; every key modelled or refused: docs/workloads.md)",
     "batch": ("sequences decoded at once, one new token each", "sequences"),
     "context": ("tokens already in each sequence's KV cache (the new one is at this "
                 "position)", "tokens"),
     "layers": ("decoder layers to run (0: all of the model's)", "layers"),
-    "scale_to": ("representative layers: time `layers` (3 or more) and report the step "
-                 "of this many (0: the step as run), adding a middle layer's time per "
-                 "layer; exact when the middle layers take the same time, which the report "
-                 "checks (from 4 timed layers)", "layers"),
+    "scale_to": ("representative layers: time `layers` (4 or more) and report the step "
+                 "of this many (0: the step as run), each layer not timed at a middle "
+                 "layer's time and energy, with a bound from how much the timed middle "
+                 "layers differ", "layers"),
     "pp": ("pipeline stages: the grid's PEs (in ring order) split into this many "
            "tensor-parallel groups, each running a share of the layers; one step, no "
            "micro-batches, so stages run one after another", "stages"),
@@ -77,123 +94,312 @@ PARAM_INFO = {
             "fewest steps for the small vectors of a decode step",
     "chunk": ("KV positions a PE's attention takes at once", "tokens"),
 }
-CONFIGS = {
-    "tiny": {"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 8,
-             "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 1024,
-             "rms_norm_eps": 1e-5, "rope_theta": 10000.0},
-    "llama3-8b": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
-                  "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 128256,
-                  "rms_norm_eps": 1e-5, "rope_theta": 500000.0},
-    "llama3-70b": {"hidden_size": 8192, "intermediate_size": 28672,
+_LLAMA3 = {"model_type": "llama", "vocab_size": 128256, "rms_norm_eps": 1e-5,
+           "rope_theta": 500000.0, "max_position_embeddings": 8192}
+#: The shipped models, as their Hugging Face config.json says them (Meta Llama 3).
+SHIPPED = {
+    "tiny": {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+             "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 2,
+             "vocab_size": 1024, "rms_norm_eps": 1e-5, "rope_theta": 10000.0},
+    "llama3-8b": {**_LLAMA3, "hidden_size": 4096, "intermediate_size": 14336,
+                  "num_attention_heads": 32, "num_key_value_heads": 8,
+                  "num_hidden_layers": 32},
+    "llama3-70b": {**_LLAMA3, "hidden_size": 8192, "intermediate_size": 28672,
                    "num_attention_heads": 64, "num_key_value_heads": 8,
-                   "num_hidden_layers": 80, "vocab_size": 128256, "rms_norm_eps": 1e-5,
-                   "rope_theta": 500000.0},
+                   "num_hidden_layers": 80},
 }
-_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-         "num_hidden_layers", "vocab_size", "rms_norm_eps", "rope_theta")
+_ITEM = {"bf16": 2, "f16": 2, "f32": 4}
 
 
-def model_config(p):
-    """The model's sizes: a shipped config, or the Hugging Face config.json given."""
-    if not p["config"]:
-        return dict(CONFIGS[p["model"]])
-    path = Path(p["config"])
+def model_config(p) -> ModelConfig:
+    """The model: a shipped one, or the Hugging Face config.json given (`ParamError`)."""
     try:
-        raw = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"config {path}: cannot read it as JSON ({exc})") from None
-    missing = [k for k in _KEYS if k not in raw]
-    if not isinstance(raw, dict) or missing:
-        raise ValueError(f"config {path}: missing {', '.join(missing)}")
-    cfg = {k: raw[k] for k in _KEYS}
-    for k in _KEYS[:6]:
-        if not isinstance(cfg[k], int) or isinstance(cfg[k], bool) or cfg[k] <= 0:
-            raise ValueError(f"config {path}: {k} must be a positive integer, got {cfg[k]!r}")
-    if "head_dim" in raw:
-        cfg["head_dim"] = raw["head_dim"]
-    return cfg
+        if p["config"]:
+            return read_config(Path(p["config"]))
+        return from_dict(SHIPPED[p["model"]], p["model"], f"model {p['model']}")
+    except ParamError as exc:  # said as this kernel's: "llama_decode: config …"
+        raise ValueError(str(exc)) from None
 
 
-def _shape(host, p):
+@dataclass(frozen=True)
+class Run:
+    """What a step runs: the model, the layers timed (`timed`) and the step they stand for
+    (`layers`), and the run's shape."""
+
+    cfg: ModelConfig
+    timed: int
+    layers: int
+    batch: int
+    context: int
+    pp: int
+    dtype: str
+    chunk: int
+    algo: str
+
+    @property
+    def scaled(self) -> bool:
+        return self.layers != self.timed
+
+
+def _run(topology, p) -> Run:
+    """The step `p` asks for, checked against the model and the topology (ValueError)."""
     cfg = model_config(p)
-    hidden, hq, hkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    d = cfg.get("head_dim", hidden // hq)
-    layers = p["layers"] or cfg["num_hidden_layers"]
-    if p["batch"] <= 0 or p["context"] < 0 or layers <= 0 or p["chunk"] <= 0:
-        raise ValueError("batch, layers and chunk must be positive and context not negative")
-    if p["scale_to"] and not 3 <= layers <= p["scale_to"]:
-        raise ValueError(f"scale_to = {p['scale_to']} needs at least 3 timed layers (a first, "
-                         f"a middle, a last) and no more than it (layers = {layers})")
-    if hq % hkv or d % 2 or d * hq != hidden:
-        raise ValueError(f"heads {hq} must be a multiple of kv heads {hkv}, and hidden "
-                         f"{hidden} = heads x an even head_dim ({d})")
-    pp = p["pp"]
-    if pp <= 0 or pp > layers or host.num_pes % pp or (host.num_pes // pp) % hkv:
-        raise ValueError(f"pp = {pp}: the {host.num_pes} PEs must split into {pp} stages of "
-                         f"a multiple of {hkv} PEs (a head group per KV head), with a layer "
-                         f"each at least ({layers} layers)")
-    return cfg, hidden, hq, hkv, d, layers
+    for name, low in (("batch", 1), ("context", 0), ("chunk", 1), ("layers", 0),
+                      ("scale_to", 0), ("pp", 1)):
+        if p[name] < low:
+            raise ValueError(f"{name} = {p[name]}: must be at least {low}")
+    timed = p["layers"] or cfg.layers
+    if timed > cfg.layers:
+        raise ValueError(f"layers = {timed}: the model has {cfg.layers} "
+                         "(num_hidden_layers)")
+    layers = p["scale_to"] or timed
+    if p["scale_to"]:
+        _check_scaling(cfg, timed, layers, p["pp"])
+    pes, pp = topology.num_pes, p["pp"]
+    if pp > timed or pes % pp or (pes // pp) % cfg.kv_heads:
+        raise ValueError(f"pp = {pp}: the {pes} PEs must split into {pp} stages of a multiple "
+                         f"of {cfg.kv_heads} PEs (a head group per KV head), with a layer "
+                         f"each at least ({timed} layers)")
+    return Run(cfg, timed, layers, p["batch"], p["context"], pp, p["dtype"], p["chunk"],
+               p["algo"])
 
 
-def _rope(cfg, d, position):
-    inv = 1.0 / cfg["rope_theta"] ** (np.arange(0, d, 2, dtype=np.float64) / d)
-    angle = position * inv
-    return np.cos(angle), np.sin(angle)
+def _check_scaling(cfg: ModelConfig, timed: int, layers: int, pp: int) -> None:
+    """Representative layers need two middle layers timed (a layer neither the first of its
+    stage, which fills the pipeline or takes the hand-off, nor the last, which the LM head
+    or the hand-off follows), no more layers than the model has, and layers all alike
+    (one sliding window, or none)."""
+    if not timed <= layers <= cfg.layers:
+        raise ValueError(f"scale_to = {layers}: must be at least layers ({timed}) and at most "
+                         f"the model's {cfg.layers} (num_hidden_layers)")
+    middle = sum(max(0, coll.part(timed, pp, k)[1] - 2) for k in range(pp))
+    if middle < 2:
+        raise ValueError(f"scale_to needs two middle layers timed, to measure how much "
+                         f"layers differ: layers = {timed} over pp = {pp} stages has "
+                         f"{middle} (a middle layer is neither the first nor the last of "
+                         "its stage)")
+    if len(set(cfg.windows)) > 1:
+        kinds = sorted({w for w in cfg.windows}, key=lambda w: (w is not None, w or 0))
+        raise ValueError("scale_to needs layers all alike; this model's differ in their "
+                         f"attention window ({', '.join(map(str, kinds))}): run them all")
 
 
-def setup(host, p):
-    cfg, hidden, hq, hkv, d, layers = _shape(host, p)
-    b, ctx, dt = p["batch"], p["context"], p["dtype"]
-    inter, vocab, g = cfg["intermediate_size"], cfg["vocab_size"], hq // hkv
-    grid, pp = coll.Grid(host.topology), p["pp"]
-    everyone = coll.ranks(grid)
-    width = host.num_pes // pp  # PEs per stage
-    stages = [list(everyone[k * width:(k + 1) * width]) for k in range(pp)]
-    host_w = _weights(host, cfg, layers, hidden, hq, hkv, d, inter, vocab, dt, b, ctx)
-    cos, sin = _rope(cfg, d, ctx)
-    share = -(-vocab // width)
-    shared = {
-        "x": host.replicate("inputs_embeds", host_w["inputs_embeds"]),
-        "norms": [host.replicate(f"norm{i}", host_w[f"norm{i}"])
-                  for i in range(2 * layers + 1)],
-        "rope": host.replicate("rope", np.stack([cos, sin]).astype(np.float32)),
-        "qkvbuf": host.empty("qkvbuf", ((g + 2) * d * b,), dt),
-        "obuf": host.empty("obuf", (b * g * d,), dt),
-        "ybuf": host.empty("ybuf", (b * hidden,), "f32"),
-        "argbuf": host.empty("argbuf", (width * b * 2,), "f32"),
-        "hidden_out": host.empty("hidden_out", (layers + 1, b * hidden), "f32"),
-        "token": host.empty("token", (b,), "f32"),
-        "logits": host.empty("logits", (b * share,), "f32"),
-    }
-    plans = [None] * host.num_pes
-    for k, stage in enumerate(stages):
-        first, count = coll.part(layers, pp, k)
-        last = k == pp - 1
-        size = width // hkv
-        mlp = coll.layout(grid, inter, stage)
-        lm = coll.layout(grid, vocab, stage) if last else {}
-        arg_algo = _gather_algo(grid, stage, p["algo"])
-        arg = coll.layout(grid, width * b * 2, stage, arg_algo)
-        for h in range(hkv):
+# ---------------------------------------------------------------------- placement
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One thing a PE holds: `key` in its plan, a name, a shape and dtype, and what kind
+    of bytes it is (weights, kv_cache, embedding: space only)."""
+
+    key: str
+    name: str
+    shape: tuple
+    dtype: str
+    kind: str = "weights"
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * _ITEM[self.dtype]
+
+
+class Layout:
+    """Where everything goes, shapes only: each PE's parts of the work and the pieces it
+    holds (`plans`, `pieces`), the buffers all PEs share (`shared`), and the HBM each PE
+    needs for the whole model (`need`)."""
+
+    def __init__(self, topology, run: Run):
+        cfg, self.run, self.topology = run.cfg, run, topology
+        self.page = topology.hbm.page_size
+        self.grid = coll.Grid(topology)
+        pes = topology.num_pes
+        everyone = coll.ranks(self.grid)
+        width = self.width = pes // run.pp
+        self.stages = [list(everyone[k * width:(k + 1) * width]) for k in range(run.pp)]
+        self.share = -(-cfg.vocab // width)
+        self.shared = self._shared(run.timed)
+        self.plans: list[dict] = [{} for _ in range(pes)]
+        self.pieces: list[list[Piece]] = [[] for _ in range(pes)]
+        self.per_layer = [0] * pes  # bytes of one layer's block, page-aligned
+        self._check_totals()
+        for k, stage in enumerate(self.stages):
+            self._stage(k, stage)
+
+    def _shared(self, layers: int) -> list[Piece]:
+        """The buffers every PE holds at one offset, for a step of `layers` layers (the
+        hidden state after each is kept, for the check)."""
+        run, cfg = self.run, self.run.cfg
+        b, d, g, dt = run.batch, cfg.head_dim, cfg.group, run.dtype
+        return [Piece("x", "inputs_embeds", (b, cfg.hidden), dt),
+                Piece("rope", "rope", (2, d // 2), "f32"),
+                Piece("qkvbuf", "qkvbuf", ((g + 2) * d * b,), dt),
+                Piece("obuf", "obuf", (b * g * d,), dt),
+                Piece("ybuf", "ybuf", (b * cfg.hidden,), "f32"),
+                Piece("argbuf", "argbuf", (self.width * b * 2,), "f32"),
+                Piece("hidden_out", "hidden_out", (layers + 1, b * cfg.hidden), "f32"),
+                Piece("token", "token", (b,), "f32"),
+                Piece("logits", "logits", (b * self.share,), "f32")]
+
+    def aligned(self, nbytes: int) -> int:
+        return -(-nbytes // self.page) * self.page
+
+    def _check_totals(self) -> None:
+        """The whole model's weights and cache against the system's HBM, before any
+        per-PE layout (which lists every piece: a model far too large would take long)."""
+        cfg, run = self.run.cfg, self.run
+        item = _ITEM[run.dtype]
+        attn = cfg.hidden * cfg.head_dim * (2 * cfg.heads + 2 * cfg.kv_heads)
+        per_layer = (attn + 3 * cfg.hidden * cfg.intermediate) * item
+        cache = 2 * run.batch * cfg.kv_heads * cfg.head_dim * item * sum(
+            min(run.context + 1, cfg.window(i) or run.context + 1) for i in range(run.layers))
+        tables = cfg.vocab * cfg.hidden * item * (1 if cfg.tied else 2)
+        need = per_layer * run.layers + cache + tables
+        have = self.topology.num_pes * self.topology.hbm.slice_size
+        if need > have:
+            raise ValueError(
+                f"{_model_name(cfg)} does not fit topology {self.topology.name!r}: its "
+                f"{run.layers} layers' weights, the LM head and embedding table and the KV "
+                f"cache of batch {run.batch} at context {run.context} take "
+                f"{format_size(need)} ({need:,} B); the system has {format_size(have)} of "
+                f"HBM ({self.topology.num_pes} PEs x {format_size(self.topology.hbm.slice_size)})")
+
+    def _stage(self, k: int, stage: list[int]) -> None:
+        run, cfg, grid = self.run, self.run.cfg, self.grid
+        first, count = coll.part(run.timed, run.pp, k)
+        last = k == run.pp - 1
+        size = self.width // cfg.kv_heads
+        b, g, d = run.batch, cfg.group, cfg.head_dim
+        mlp = coll.layout(grid, cfg.intermediate, stage)
+        lm = coll.layout(grid, cfg.vocab, stage) if last else {}
+        embed = coll.layout(grid, cfg.vocab, stage) if k == 0 and not cfg.tied else {}
+        arg_algo = _gather_algo(grid, stage, run.algo)
+        arg = coll.layout(grid, self.width * b * 2, stage, arg_algo)
+        for h in range(cfg.kv_heads):
             members = stage[h * size:(h + 1) * size]
-            qkv_algo = _gather_algo(grid, members, p["algo"])
+            qkv_algo = _gather_algo(grid, members, run.algo)
             qkv_parts = coll.layout(grid, (g + 2) * d * b, members, qkv_algo)
             o_parts = coll.layout(grid, g * d, members)
-            seq = coll.layout(grid, ctx + 1, members)
+            seqs = {}  # per window: each member's shard of the cached positions
             for pid in members:
-                at = stage.index(pid)
-                plans[pid] = _plan(host, host_w, pid, h, members, qkv_parts[pid],
-                                   o_parts[pid], seq[pid], mlp[pid], lm.get(pid),
-                                   range(first, first + count), b, d, g, ctx)
-                plans[pid].update(arg=arg[pid], arg_algo=arg_algo, qkv_algo=qkv_algo,
-                                  stage=stage,
-                                  prev=stages[k - 1][at] if k else None,
-                                  next=None if last else stages[k + 1][at])
-    dims = {"b": b, "hidden": hidden, "g": g, "d": d, "layers": layers, "dt": dt,
-            "per_layer": bool(p["scale_to"]),
-            "eps": cfg["rms_norm_eps"], "ctx": ctx, "chunk": p["chunk"], "algo": p["algo"],
-            "vocab_share": share}
-    return {"plans": plans, "shared": shared, "dims": dims}
+                e0, n = qkv_parts[pid]
+                plan = self.plans[pid] = {
+                    "group": members, "rank": members.index(pid), "head": h,
+                    "qkv": (e0, n, e0 // b, -(-(e0 + n) // b)), "o": o_parts[pid],
+                    "mlp": mlp[pid], "lm": lm.get(pid, (0, 0)), "arg": arg[pid],
+                    "arg_algo": arg_algo, "qkv_algo": qkv_algo, "stage": stage,
+                    "prev": self.stages[k - 1][stage.index(pid)] if k else None,
+                    "next": None if last else self.stages[k + 1][stage.index(pid)],
+                    "layers": []}
+                for i in range(first, first + count):
+                    window = cfg.window(i)
+                    if window not in seqs:
+                        lo = max(0, run.context + 1 - window) if window else 0
+                        seqs[window] = (lo, coll.layout(grid, run.context + 1 - lo, members))
+                    lo, seq = seqs[window]
+                    plan["layers"].append((i, self._layer(pid, i, plan, (lo, *seq[pid]))))
+                if last:
+                    self._head(pid, plan)
+                if pid in embed:  # space only: the kernel is given the embedded token
+                    self._piece(pid, plan, Piece("embed", f"embed[{pid}]",
+                                                 (embed[pid][1], cfg.hidden), run.dtype,
+                                                 "embedding"))
+
+    def _layer(self, pid: int, i: int, plan: dict, seq: tuple) -> dict:
+        """PE `pid`'s block of layer `i`: what it holds of its weights, biases, norms and
+        KV cache (its shard of positions ``lo + s0 ..`` of the cached ones)."""
+        cfg, run, dt = self.run.cfg, self.run, self.run.dtype
+        _e0, _n, c0, c1 = plan["qkv"]
+        _r0, rn = plan["o"]
+        _f0, fn = plan["mlp"]
+        lo, s0, sn = seq
+        layer = {"seq": (lo, s0, sn)}
+        h = cfg.hidden
+        pieces = [Piece("norm_in", f"L{i}.norm_in[{pid}]", (1, h), "f32"),
+                  Piece("qkv", f"L{i}.qkv[{pid}]", (h, c1 - c0), dt),
+                  Piece("qkv_bias", f"L{i}.qkv_bias[{pid}]", (1, c1 - c0), dt)
+                  if cfg.qkv_bias else None,
+                  Piece("o", f"L{i}.o[{pid}]", (rn, h), dt),
+                  Piece("o_bias", f"L{i}.o_bias[{pid}]", (1, h), dt) if cfg.o_bias else None,
+                  Piece("norm_post", f"L{i}.norm_post[{pid}]", (1, h), "f32"),
+                  Piece("gate", f"L{i}.gate[{pid}]", (h, fn), dt),
+                  Piece("up", f"L{i}.up[{pid}]", (h, fn), dt),
+                  Piece("down", f"L{i}.down[{pid}]", (fn, h), dt),
+                  *((Piece("gate_bias", f"L{i}.gate_bias[{pid}]", (1, fn), dt),
+                     Piece("up_bias", f"L{i}.up_bias[{pid}]", (1, fn), dt),
+                     Piece("down_bias", f"L{i}.down_bias[{pid}]", (1, h), dt))
+                    if cfg.mlp_bias else ()),
+                  Piece("k", f"L{i}.k[{pid}]", (run.batch, sn, cfg.head_dim), dt, "kv_cache"),
+                  Piece("v", f"L{i}.v[{pid}]", (run.batch, sn, cfg.head_dim), dt, "kv_cache")]
+        before = sum(self.aligned(p.nbytes) for p in self.pieces[pid])
+        for piece in pieces:
+            if piece is not None:
+                self._piece(pid, layer, piece)
+        self.per_layer[pid] = sum(self.aligned(p.nbytes) for p in self.pieces[pid]) - before
+        return layer
+
+    def _head(self, pid: int, plan: dict) -> None:
+        cfg, (_v0, vn) = self.run.cfg, plan["lm"]
+        self._piece(pid, plan, Piece("norm_final", f"norm_final[{pid}]", (1, cfg.hidden),
+                                     "f32"))
+        self._piece(pid, plan, Piece("lm_w", f"lm[{pid}]", (cfg.hidden, vn), self.run.dtype))
+        self._piece(pid, plan, Piece("iota", f"iota[{pid}]", (1, vn), "f32"))
+
+    def _piece(self, pid: int, into: dict, piece: Piece) -> None:
+        """`piece` held by PE `pid` (an empty one is nothing: None in the plan, skipped)."""
+        if piece.nbytes:
+            self.pieces[pid].append(piece)
+            into[piece.key] = piece
+        else:
+            into[piece.key] = None
+
+    # -- what it takes
+
+    def shared_bytes(self) -> int:
+        """The shared buffers of the whole step (of all its layers, timed or not)."""
+        return sum(self.aligned(p.nbytes) for p in self._shared(self.run.layers))
+
+    def need(self, pid: int) -> dict[str, int]:
+        """HBM bytes PE `pid` needs for the whole step (its stage's share of all `layers`
+        of the model, not only those timed), by kind, page-aligned as placed."""
+        run = self.run
+        by = {"weights": 0, "kv_cache": 0, "embedding": 0,
+              "buffers": self.shared_bytes()}
+        for piece in self.pieces[pid]:
+            by[piece.kind] += self.aligned(piece.nbytes)
+        if run.scaled:
+            k = self.stages_of(pid)
+            extra = coll.part(run.layers, run.pp, k)[1] - coll.part(run.timed, run.pp, k)[1]
+            layer = self.plans[pid]["layers"][0][1]
+            cache = sum(self.aligned(layer[x].nbytes) for x in ("k", "v") if layer[x])
+            by["kv_cache"] += extra * cache
+            by["weights"] += extra * (self.per_layer[pid] - cache)
+        return by
+
+    def stages_of(self, pid: int) -> int:
+        return next(k for k, stage in enumerate(self.stages) if pid in stage)
+
+    def check(self, system_pes: list) -> None:
+        """Every PE's need within its HBM slice (ValueError: needed and available bytes,
+        and where it overflows first)."""
+        slice_bytes = self.topology.hbm.slice_size
+        needs = [sum(self.need(pid).values()) for pid in range(len(self.plans))]
+        worst = max(range(len(needs)), key=lambda pid: (needs[pid], -pid))
+        if needs[worst] <= slice_bytes:
+            return
+        by = self.need(worst)
+        total, have = sum(needs), slice_bytes * len(needs)
+        parts = ", ".join(f"{k.replace('_', ' ')} {format_size(v)}" for k, v in by.items() if v)
+        raise ValueError(
+            f"{_model_name(self.run.cfg)} does not fit topology {self.topology.name!r} at "
+            f"batch {self.run.batch}, context {self.run.context}: PE ({system_pes[worst]}) "
+            f"needs {format_size(needs[worst])} ({parts}) for its share of "
+            f"{self.run.layers} layers, its HBM slice has {format_size(slice_bytes)}; "
+            f"{sum(n > slice_bytes for n in needs)} of {len(needs)} PEs overflow, "
+            f"{format_size(total)} in all of {format_size(have)}")
+
+
+def _model_name(cfg: ModelConfig) -> str:
+    return cfg.name if cfg.name in SHIPPED else f"the model of {cfg.name}"
 
 
 def _gather_algo(grid, group, algo):
@@ -211,112 +417,144 @@ def _gather_algo(grid, group, algo):
     return algo
 
 
-def _weights(host, cfg, layers, hidden, hq, hkv, d, inter, vocab, dt, b, ctx):
-    """Every weight, Hugging Face's names and [out, in] layouts, seeded (kept for --save)."""
+# ---------------------------------------------------------------------- setup
+
+
+def setup(host, p):
+    run = _run(host.topology, p)
+    lay = Layout(host.topology, run)
+    lay.check(host.grid)
+    cfg, b, dt = run.cfg, run.batch, run.dtype
+    w = _weights(host, run)
+    cos, sin = cos_sin(cfg.rope, cfg.head_dim, run.context)
+    values = {"x": w["inputs_embeds"], "rope": np.stack([cos, sin]).astype(np.float32)}
+    shared = {piece.key: host.replicate(piece.name, values[piece.key]) if piece.key in values
+              else host.empty(piece.name, piece.shape, piece.dtype) for piece in lay.shared}
+    for pid, plan in enumerate(lay.plans):
+        made = _Maker(host, w, run, plan)
+        for key, value in list(plan.items()):
+            if isinstance(value, Piece):
+                plan[key] = made.place(pid, value, lay.page)
+        for i, layer in plan["layers"]:
+            for key, value in list(layer.items()):
+                if isinstance(value, Piece):
+                    layer[key] = made.place(pid, value, lay.page, i)
+    dims = {"b": b, "hidden": cfg.hidden, "g": cfg.group, "d": cfg.head_dim,
+            "layers": run.timed, "dt": dt, "per_layer": run.scaled or bool(p["scale_to"]),
+            "eps": cfg.eps, "ctx": run.context, "chunk": run.chunk, "algo": run.algo,
+            "act": cfg.act, "vocab_share": lay.share}
+    return {"plans": lay.plans, "shared": shared, "dims": dims}
+
+
+def _weights(host, run: Run) -> dict:
+    """Every weight and bias, Hugging Face's names and [out, in] layouts, and each layer's
+    cache before the step, seeded (kept for --save)."""
+    cfg, dt = run.cfg, run.dtype
+    hq, hkv, d, hidden, inter = cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.hidden, \
+        cfg.intermediate
     w = {}
-    for i in range(layers):
+    for i in range(run.timed):
         pre = f"model.layers.{i}."
-        for name, out, inp in (("self_attn.q_proj", hq * d, hidden),
-                               ("self_attn.k_proj", hkv * d, hidden),
-                               ("self_attn.v_proj", hkv * d, hidden),
-                               ("self_attn.o_proj", hidden, hq * d),
-                               ("mlp.gate_proj", inter, hidden), ("mlp.up_proj", inter, hidden),
-                               ("mlp.down_proj", hidden, inter)):
+        for name, out, inp, bias in (("self_attn.q_proj", hq * d, hidden, cfg.qkv_bias),
+                                     ("self_attn.k_proj", hkv * d, hidden, cfg.qkv_bias),
+                                     ("self_attn.v_proj", hkv * d, hidden, cfg.qkv_bias),
+                                     ("self_attn.o_proj", hidden, hq * d, cfg.o_bias),
+                                     ("mlp.gate_proj", inter, hidden, cfg.mlp_bias),
+                                     ("mlp.up_proj", inter, hidden, cfg.mlp_bias),
+                                     ("mlp.down_proj", hidden, inter, cfg.mlp_bias)):
             w[pre + name + ".weight"] = host.random(pre + name + ".weight", (out, inp), dt,
                                                     scale=1 / math.sqrt(inp))
+            if bias:
+                w[pre + name + ".bias"] = host.random(pre + name + ".bias", (out,), dt,
+                                                      scale=0.1)
         for x in ("key", "value"):  # the cache before the step, [batch, kv heads, context, d]
-            host.random(f"{pre}past_{x}", (b, hkv, ctx, d), dt) if ctx else \
-                host.inputs.setdefault(f"{pre}past_{x}", np.zeros((b, hkv, 0, d), np.float32))
-        for j, name in enumerate(("input_layernorm", "post_attention_layernorm")):
-            w[f"norm{2 * i + j}"] = host.random(pre + name + ".weight", (hidden,), "f32",
-                                                scale=0.1) + np.float32(1)
-            host.inputs[pre + name + ".weight"] = w[f"norm{2 * i + j}"]
-    w[f"norm{2 * layers}"] = host.random("model.norm.weight", (hidden,), "f32",
+            w[f"{pre}past_{x}"] = host.random(f"{pre}past_{x}", (run.batch, hkv, run.context, d),
+                                              dt) if run.context else \
+                host.inputs.setdefault(f"{pre}past_{x}",
+                                       np.zeros((run.batch, hkv, 0, d), np.float32))
+        for name in ("input_layernorm", "post_attention_layernorm"):
+            w[pre + name + ".weight"] = host.random(pre + name + ".weight", (hidden,), "f32",
+                                                    scale=0.1) + np.float32(1)
+            host.inputs[pre + name + ".weight"] = w[pre + name + ".weight"]
+    w["model.norm.weight"] = host.random("model.norm.weight", (hidden,), "f32",
                                          scale=0.1) + np.float32(1)
-    host.inputs["model.norm.weight"] = w[f"norm{2 * layers}"]
-    w["lm_head.weight"] = host.random("lm_head.weight", (vocab, hidden), dt,
+    host.inputs["model.norm.weight"] = w["model.norm.weight"]
+    w["lm_head.weight"] = host.random("lm_head.weight", (cfg.vocab, hidden), dt,
                                       scale=1 / math.sqrt(hidden))
-    w["inputs_embeds"] = host.random("inputs_embeds", (b, hidden), dt)
+    w["inputs_embeds"] = host.random("inputs_embeds", (run.batch, hidden), dt)
     return w
 
 
-def _plan(host, w, pid, h, members, qkv_part, o_part, seq_part, mlp_part, lm_part, layers,
-          b, d, g, ctx):
-    """What PE `pid` holds and does: its weight slices (per layer), its KV shard, its parts
-    of the shared buffers."""
-    rank = members.index(pid)
-    e0, n = qkv_part
-    c0, c1 = e0 // b, -(-(e0 + n) // b)  # the columns its part of the gather covers
-    r0, rn = o_part
-    f0, fn = mlp_part
-    v0, vn = lm_part or (0, 0)
-    s0, sn = seq_part
-    plan = {"group": members, "rank": rank, "head": h, "qkv": (e0, n, c0, c1), "o": (r0, rn),
-            "mlp": (f0, fn), "lm": (v0, vn), "seq": (s0, sn), "layers": []}
-    hidden = w["inputs_embeds"].shape[1]
-    src = [*range(h * g * d, (h + 1) * g * d), *range(h * d, (h + 1) * d),
-           *range(h * d, (h + 1) * d)]  # the group's q rows, its k rows, its v rows
-    for i in layers:
+class _Maker:
+    """The values of a PE's pieces, from the weights, made only as they are placed."""
+
+    def __init__(self, host, w: dict, run: Run, plan: dict):
+        self.host, self.w, self.run, self.plan = host, w, run, plan
+
+    def place(self, pid: int, piece: Piece, page: int, layer: int | None = None) -> int:
+        """Place `piece` in PE `pid`'s HBM at the start of a DRAM page: its address. Timing
+        only (or an embedding table: space only), nothing is made."""
+        host = self.host
+        if host.timing_only or piece.kind == "embedding":
+            return host.reserve(piece.name, piece.nbytes, pid, align=page)
+        value = self.value(piece, layer)
+        return host.place(piece.name, np.ascontiguousarray(value, _dtype(host, piece.dtype)),
+                          pid, align=page)
+
+    def value(self, piece: Piece, i: int | None) -> np.ndarray:
+        w, cfg, plan = self.w, self.run.cfg, self.plan
         pre = f"model.layers.{i}."
-
-        def qkv(i=i, pre=pre):
-            parts = [w[pre + f"self_attn.{x}_proj.weight"] for x in "qkv"]
+        g, d, h = cfg.group, cfg.head_dim, plan["head"]
+        _e0, _n, c0, c1 = plan["qkv"]
+        r0, rn = plan["o"]
+        f0, fn = plan["mlp"]
+        key = piece.key
+        if key in ("qkv", "qkv_bias"):  # the group's q rows, its k rows, its v rows
+            src = [*range(h * g * d, (h + 1) * g * d), *range(h * d, (h + 1) * d),
+                   *range(h * d, (h + 1) * d)]
             which = [0] * (g * d) + [1] * d + [2] * d
-            return np.stack([parts[which[c]][src[c]] for c in range(c0, c1)]).T
-
-        def cols(name, lo, n, pre=pre):  # rows lo.. of an [out, in] weight, as [in, n]
-            return lambda: w[pre + name][lo:lo + n].T
-
-        def rows(name, lo, n, pre=pre):  # input columns lo.. of an [out, in] weight: [n, out]
-            return lambda: w[pre + name][:, lo:lo + n].T
-
-        layer = {
-            "qkv": _put(host, f"L{i}.qkv[{pid}]", (hidden, c1 - c0), qkv, pid),
-            "o": _put(host, f"L{i}.o[{pid}]", (rn, hidden),
-                      rows("self_attn.o_proj.weight", h * g * d + r0, rn), pid),
-            "gate": _put(host, f"L{i}.gate[{pid}]", (hidden, fn),
-                         cols("mlp.gate_proj.weight", f0, fn), pid),
-            "up": _put(host, f"L{i}.up[{pid}]", (hidden, fn),
-                       cols("mlp.up_proj.weight", f0, fn), pid),
-            "down": _put(host, f"L{i}.down[{pid}]", (fn, hidden),
-                         rows("mlp.down_proj.weight", f0, fn), pid),
+            kind = "weight" if key == "qkv" else "bias"
+            parts = [w[pre + f"self_attn.{x}_proj.{kind}"] for x in "qkv"]
+            cols = [parts[which[c]][src[c]] for c in range(c0, c1)]
+            return np.stack(cols).T if key == "qkv" else np.asarray(cols)[None]
+        if key == "k" or key == "v":
+            return self._cache(piece, i)
+        table = {
+            "norm_in": lambda: w[pre + "input_layernorm.weight"][None],
+            "norm_post": lambda: w[pre + "post_attention_layernorm.weight"][None],
+            "o": lambda: w[pre + "self_attn.o_proj.weight"][:, h * g * d + r0:
+                                                              h * g * d + r0 + rn].T,
+            "o_bias": lambda: w[pre + "self_attn.o_proj.bias"][None],
+            "gate": lambda: w[pre + "mlp.gate_proj.weight"][f0:f0 + fn].T,
+            "up": lambda: w[pre + "mlp.up_proj.weight"][f0:f0 + fn].T,
+            "down": lambda: w[pre + "mlp.down_proj.weight"][:, f0:f0 + fn].T,
+            "gate_bias": lambda: w[pre + "mlp.gate_proj.bias"][None, f0:f0 + fn],
+            "up_bias": lambda: w[pre + "mlp.up_proj.bias"][None, f0:f0 + fn],
+            "down_bias": lambda: w[pre + "mlp.down_proj.bias"][None],
+            "norm_final": lambda: w["model.norm.weight"][None],
+            "lm_w": lambda: w["lm_head.weight"][plan["lm"][0]:sum(plan["lm"])].T,
+            "iota": lambda: np.arange(plan["lm"][0], sum(plan["lm"]), dtype=np.float32)[None],
         }
-        layer.update(_cache(host, i, pid, h, s0, sn, ctx, b, d))
-        plan["layers"].append((i, layer))
-    if lm_part is None:  # not the last stage: no LM head
-        return plan
-    plan["lm_w"] = _put(host, f"lm[{pid}]", (hidden, vn),
-                        lambda: w["lm_head.weight"][v0:v0 + vn].T, pid)
-    plan["iota"] = _put(host, f"iota[{pid}]", (1, vn),
-                        lambda: np.arange(v0, v0 + vn, dtype=np.float32)[None], pid, "f32")
-    return plan
+        return table[key]()
+
+    def _cache(self, piece: Piece, i: int) -> np.ndarray:
+        """This PE's shard of layer `i`'s K or V cache of its head: cached positions
+        lo + s0 .. of every sequence, [b, sn, d]; the new token's row is the kernel's."""
+        lo, s0, sn = self.plan["layers"][self._index(i)][1]["seq"]
+        full = self.w[f"model.layers.{i}.past_{'key' if piece.key == 'k' else 'value'}"]
+        shard = np.zeros(piece.shape, full.dtype)
+        first = lo + s0  # the first position this shard holds
+        past = min(sn, max(0, self.run.context - first))  # of them, already in the cache
+        if past:
+            shard[:, :past] = full[:, self.plan["head"], first:first + past]
+        return shard
+
+    def _index(self, i: int) -> int:
+        return next(k for k, (j, _) in enumerate(self.plan["layers"]) if j == i)
 
 
-def _cache(host, i, pid, h, s0, sn, ctx, b, d):
-    """PE `pid`'s shard of layer `i`'s KV cache of head `h`: positions s0 .. s0+sn-1 of
-    every sequence, [b, sn, d] for K and for V; the new token's row is the kernel's."""
-    past = min(sn, max(0, ctx - s0))  # rows of this shard already in the cache
-    out = {}
-    for x, key in (("k", "past_key"), ("v", "past_value")):
-        full = host.inputs[f"model.layers.{i}.{key}"]
-        shard = None if host.timing_only else np.zeros((b, sn, d), full.dtype)
-        if past and shard is not None:
-            shard[:, :past] = full[:, h, s0:s0 + past]
-        out[x] = _put(host, f"L{i}.{x}[{pid}]", (b, sn, d), lambda s=shard: s, pid) \
-            if sn else None
-    return out
-
-
-def _put(host, name, shape, make, pid, dt=None):
-    """Place `make()` (an array of `shape`) in PE `pid`'s HBM: its address (None for an
-    empty shard, which the kernel skips). Timing only, nothing is made: the space is
-    taken, as the values would take it."""
-    if not math.prod(shape):
-        return None
-    dt = np.dtype(np.float32) if dt == "f32" else host.inputs["inputs_embeds"].dtype
-    if host.timing_only:
-        return host.place(name, np.broadcast_to(np.zeros((), dt), shape), pid)
-    return host.place(name, np.ascontiguousarray(make(), dt), pid)
+def _dtype(host, name: str) -> np.dtype:
+    return np.dtype(np.float32) if name == "f32" else host.inputs["inputs_embeds"].dtype
 
 
 # ---------------------------------------------------------------------- the kernel
@@ -336,15 +574,25 @@ def _gemv(tl, a, ptr, k, n, dt, out_dtype="f32"):
                         out_dtype=out_dtype).out
 
 
+def _bias(tl, y, ptr, n, dt):
+    """y (f32) plus the [1, n] bias at `ptr` (none: y)."""
+    return y if ptr is None else y + tl.load(ptr, shape=(1, n), dtype=dt)
+
+
 def _qkv(tl, plan, layer, h, shared, dims):
-    """This member's columns of the group's q, k, v, all-gathered in the group; then each
-    sequence's q (scaled by 1/sqrt(d)) and new k in halves, RoPE'd, and its new v."""
+    """This member's columns of the group's q, k, v (with their biases), all-gathered in
+    the group; then each sequence's q (scaled by 1/sqrt(d)) and new k in halves, RoPE'd,
+    and its new v."""
     b, g, d, dt, hidden = dims["b"], dims["g"], dims["d"], dims["dt"], dims["hidden"]
     item = tl.itemsize(dt)
     e0, n, c0, c1 = plan["qkv"]
     buf = tl.shard(shared["qkvbuf"])
     if n:
-        cols = _gemv(tl, h, layer["qkv"], hidden, c1 - c0, dt, out_dtype=dt)
+        bias = layer.get("qkv_bias")
+        cols = _gemv(tl, h, layer["qkv"], hidden, c1 - c0, dt,
+                     out_dtype="f32" if bias is not None else dt)
+        if bias is not None:
+            cols = _bias(tl, cols, bias, c1 - c0, dt).to(dt)
         flat = cols.T.reshape((c1 - c0) * b)
         tl.store(buf + e0 * item, flat[e0 - c0 * b:e0 - c0 * b + n])
     coll.all_gather(tl, buf, (g + 2) * d * b, dt, group=plan["group"], algo=plan["qkv_algo"])
@@ -363,23 +611,23 @@ def _qkv(tl, plan, layer, h, shared, dims):
     return out
 
 
-def _append(tl, plan, layer, new, dims):
-    """The member holding position `context` writes each sequence's new K and V row."""
-    s0, sn = plan["seq"]
-    ctx, d, dt = dims["ctx"], dims["d"], dims["dt"]
-    if not s0 <= ctx < s0 + sn:
+def _append(tl, layer, new, dims):
+    """The member holding the new position writes each sequence's new K and V row."""
+    lo, s0, sn = layer["seq"]
+    at, d, dt = dims["ctx"] - lo, dims["d"], dims["dt"]  # the new one among the cached
+    if not s0 <= at < s0 + sn:
         return
     item = tl.itemsize(dt)
     for j, (_, _, k1, k2, v) in enumerate(new):
-        row = (j * sn + ctx - s0) * d * item
+        row = (j * sn + at - s0) * d * item
         tl.store(layer["k"] + row, k1)
         tl.store(layer["k"] + row + d // 2 * item, k2)
         tl.store(layer["v"] + row, v)
 
 
-def _partial(tl, plan, layer, q1, q2, j, dims):
+def _partial(tl, layer, q1, q2, j, dims):
     """Flash-decoding over this member's shard of sequence j: (max, sum, output)."""
-    _s0, sn = plan["seq"]
+    _lo, _s0, sn = layer["seq"]
     g, d, dt, chunk = dims["g"], dims["d"], dims["dt"], dims["chunk"]
     item = tl.itemsize(dt)
     if not sn:
@@ -417,7 +665,7 @@ def _attention(tl, plan, layer, new, shared, dims):
     member, which divides and stores the heads' output; broadcast to the group."""
     members, rank = plan["group"], plan["rank"]
     b, g, d, dt = dims["b"], dims["g"], dims["d"], dims["dt"]
-    parts = [_partial(tl, plan, layer, q1, q2, j, dims) for j, (q1, q2, *_) in enumerate(new)]
+    parts = [_partial(tl, layer, q1, q2, j, dims) for j, (q1, q2, *_) in enumerate(new)]
     step = 1
     while step < len(members) and parts is not None:
         if rank % (2 * step) == step:
@@ -448,15 +696,24 @@ def _all_reduce_into(tl, plan, y, shared, dims):
     return tl.load(buf, shape=(b, hidden), dtype="f32")
 
 
+def _act(tl, gate, name):
+    """The MLP's activation of `gate` (f32): SiLU, exact GELU or its tanh form."""
+    if name == "silu":
+        return gate * tl.reciprocal(tl.exp(-gate) + 1.0)
+    if name == "gelu":
+        return gate * (tl.erf(gate * (1.0 / math.sqrt(2.0))) + 1.0) * 0.5
+    inner = (gate * gate * gate * 0.044715 + gate) * math.sqrt(2.0 / math.pi)
+    return gate * (tl.tanh(inner) + 1.0) * 0.5
+
+
 def _layer(tl, plan, layer, i, x, shared, dims):
     b, g, d, dt, hidden, eps = (dims[k] for k in ("b", "g", "d", "dt", "hidden", "eps"))
-    norms = [tl.shard(n) for n in shared["norms"]]
     with tl.region("rmsnorm"):
-        h = _rmsnorm(tl, x, norms[2 * i], hidden, eps).to(dt)
+        h = _rmsnorm(tl, x, layer["norm_in"], hidden, eps).to(dt)
     with tl.region("qkv"):
         new = _qkv(tl, plan, layer, h, shared, dims)
     with tl.region("kv_append"):
-        _append(tl, plan, layer, new, dims)
+        _append(tl, layer, new, dims)
     with tl.region("attention"):
         _attention(tl, plan, layer, new, shared, dims)
     with tl.region("o_proj"):
@@ -468,20 +725,24 @@ def _layer(tl, plan, layer, i, x, shared, dims):
         else:
             y = tl.zeros((b, hidden))
     with tl.region("attn_all_reduce"):
-        x = x + _all_reduce_into(tl, plan, y, shared, dims)
+        x = x + _bias(tl, _all_reduce_into(tl, plan, y, shared, dims), layer.get("o_bias"),
+                      hidden, dt)
     with tl.region("rmsnorm"):
-        h = _rmsnorm(tl, x, norms[2 * i + 1], hidden, eps).to(dt)
+        h = _rmsnorm(tl, x, layer["norm_post"], hidden, eps).to(dt)
     with tl.region("mlp"):
         _f0, fn = plan["mlp"]
         if fn:
-            gate = _gemv(tl, h, layer["gate"], hidden, fn, dt)
-            up = _gemv(tl, h, layer["up"], hidden, fn, dt)
-            act = (gate * tl.reciprocal(tl.exp(-gate) + 1.0) * up).to(dt)
+            gate = _bias(tl, _gemv(tl, h, layer["gate"], hidden, fn, dt),
+                         layer.get("gate_bias"), fn, dt)
+            up = _bias(tl, _gemv(tl, h, layer["up"], hidden, fn, dt), layer.get("up_bias"),
+                       fn, dt)
+            act = (_act(tl, gate, dims["act"]) * up).to(dt)
             y = _gemv(tl, act, layer["down"], fn, hidden, dt)
         else:
             y = tl.zeros((b, hidden))
     with tl.region("mlp_all_reduce"):
-        return x + _all_reduce_into(tl, plan, y, shared, dims)
+        return x + _bias(tl, _all_reduce_into(tl, plan, y, shared, dims),
+                         layer.get("down_bias"), hidden, dt)
 
 
 def _is_max(tl, x, m):
@@ -495,7 +756,7 @@ def _lm_head(tl, plan, x, shared, dims):
     their argmax (the lowest index among equal maxima, as numpy's)."""
     b, hidden, dt, eps = dims["b"], dims["hidden"], dims["dt"], dims["eps"]
     _v0, vn = plan["lm"]
-    h = _rmsnorm(tl, x, tl.shard(shared["norms"][-1]), hidden, eps).to(dt)
+    h = _rmsnorm(tl, x, plan["norm_final"], hidden, eps).to(dt)
     if vn:
         logits = _gemv(tl, h, plan["lm_w"], hidden, vn, dt)
         tl.store(tl.shard(shared["logits"]), logits)
@@ -543,53 +804,12 @@ def kernel(tl, plans, shared, dims):
 
 
 def reference(host, p):
-    """The same step in float64, as Hugging Face's Llama computes it, rounded to `dtype`
-    where the kernel hands values to the GEMM array or the KV cache."""
-    cfg, hidden, hq, hkv, d, layers = _shape(host, p)
-    dt = host.inputs["inputs_embeds"].dtype
-    i_ = host.inputs
-
-    def rnd(a):
-        return a.astype(dt).astype(np.float64)
-
-    def rms(x, w):
-        return x / np.sqrt((x * x).mean(axis=1, keepdims=True) + cfg["rms_norm_eps"]) * w
-
-    def rope(t, cos, sin):  # rotate-half over the last axis
-        half = t.shape[-1] // 2
-        t1, t2 = t[..., :half], t[..., half:]
-        return np.concatenate([t1 * cos - t2 * sin, t2 * cos + t1 * sin], axis=-1)
-
-    def f(name):
-        return i_[name].astype(np.float64)
-
-    cos, sin = _rope(cfg, d, p["context"])
-    x = f("inputs_embeds")
-    b, g, out = x.shape[0], hq // hkv, {}
-    for i in range(layers):
-        pre = f"model.layers.{i}."
-        h = rnd(rms(x, f(pre + "input_layernorm.weight")))
-        q = rnd(h @ f(pre + "self_attn.q_proj.weight").T).reshape(b, hq, d)
-        k = rnd(h @ f(pre + "self_attn.k_proj.weight").T).reshape(b, hkv, 1, d)
-        v = rnd(h @ f(pre + "self_attn.v_proj.weight").T).reshape(b, hkv, 1, d)
-        q, k = rnd(rope(q / math.sqrt(d), cos, sin)), rnd(rope(k, cos, sin))
-        keys = np.concatenate([f(pre + "past_key"), k], axis=2)
-        values = np.concatenate([f(pre + "past_value"), v], axis=2)
-        o = np.empty((b, hq, d))
-        for j in range(b):
-            for kv in range(hkv):
-                s = q[j, kv * g:(kv + 1) * g] @ keys[j, kv].T
-                w = np.exp(s - s.max(axis=1, keepdims=True))
-                o[j, kv * g:(kv + 1) * g] = (w / w.sum(axis=1, keepdims=True)) @ values[j, kv]
-        x = x + rnd(o.reshape(b, hidden)) @ f(pre + "self_attn.o_proj.weight").T
-        h = rnd(rms(x, f(pre + "post_attention_layernorm.weight")))
-        gate, up = h @ f(pre + "mlp.gate_proj.weight").T, h @ f(pre + "mlp.up_proj.weight").T
-        x = x + rnd(gate / (1 + np.exp(-gate)) * up) @ f(pre + "mlp.down_proj.weight").T
-        out[f"hidden_states.{i}"] = x.astype(dt)
-    logits = rnd(rms(x, f("model.norm.weight"))) @ f("lm_head.weight").T
-    out["logits"] = logits.astype(dt)
-    out["next_token"] = logits.argmax(axis=1).astype(np.float32)
-    return out
+    """The same step in float64, as transformers computes it
+    (`kernbench_cli.models.reference`), rounded to `dtype` where the kernel hands values
+    to the GEMM array or the KV cache."""
+    run = _run(host.topology, p)
+    return decode_step(run.cfg, host.inputs, range(run.timed), run.context,
+                       host.inputs["inputs_embeds"].dtype)
 
 
 def outputs(host, args, p):
@@ -616,31 +836,42 @@ def outputs(host, args, p):
 # ---------------------------------------------------------------------- bounds, metrics
 
 
-def _traffic(cfg, p, layers):
-    """(HBM bytes, MACs) of `layers` layers and the LM head: every weight once, each
-    layer's KV cache (the context and the new row) once; activations left out."""
-    hidden, inter, vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
-    hq, hkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    d = cfg.get("head_dim", hidden // hq)
-    item = 2  # bf16 and f16
-    weights = hidden * d * (2 * hq + 2 * hkv) + 3 * hidden * inter
-    kv = 2 * p["batch"] * hkv * (p["context"] + 1) * d
-    nbytes = layers * (weights + kv) * item + vocab * hidden * item
-    macs = p["batch"] * (layers * (weights + 2 * hq * (p["context"] + 1) * d)
-                         + vocab * hidden)
-    return nbytes, macs
+def _read_bytes(lay: Layout) -> list[int]:
+    """Per PE, the HBM bytes the whole step reads: its weights and its KV cache shards,
+    once each (the embedding table and the buffers are not read), the layers a scaled
+    run does not time included."""
+    run, out = lay.run, []
+    for pid, pieces in enumerate(lay.pieces):
+        read = sum(p.nbytes for p in pieces if p.kind != "embedding")
+        if run.scaled:
+            k = lay.stages_of(pid)
+            extra = coll.part(run.layers, run.pp, k)[1] - coll.part(run.timed, run.pp, k)[1]
+            layer = lay.plans[pid]["layers"][0][1]
+            read += extra * sum(p.nbytes for p in layer.values() if isinstance(p, Piece))
+        out.append(read)
+    return out
 
 
-def bounds(topology, p):
-    """The step as run cannot be faster than reading its weights and KV cache once from
-    every HBM slice at its stream rate."""
-    cfg = model_config(p)
-    layers = p["layers"] or cfg["num_hidden_layers"]
-    nbytes, _ = _traffic(cfg, p, layers)
-    rate = topology.num_pes * _stream(topology)
-    return {"memory": (-(-nbytes * 10**12 // rate),
-                       f"weights and KV cache {nbytes} B / ({topology.num_pes} PEs x HBM "
-                       "stream bandwidth)")}
+_GEMV = ("qkv", "o", "gate", "up", "down", "lm_w")
+
+
+def _macs(lay: Layout) -> int:
+    """The step's multiply-accumulates: every GEMV weight element once per sequence, and
+    attention's two products (q k^T, p v) over each head group's cached positions, the
+    layers a scaled run does not time included."""
+    run, total = lay.run, 0
+    for pid, pieces in enumerate(lay.pieces):
+        def of(ps) -> int:
+            return sum(run.batch * math.prod(p.shape) if p.key in _GEMV else
+                       2 * run.cfg.group * math.prod(p.shape) if p.key == "k" else 0
+                       for p in ps)
+        total += of(pieces)
+        if run.scaled:
+            k = lay.stages_of(pid)
+            extra = coll.part(run.layers, run.pp, k)[1] - coll.part(run.timed, run.pp, k)[1]
+            layer = lay.plans[pid]["layers"][0][1]
+            total += extra * of(p for p in layer.values() if isinstance(p, Piece))
+    return total
 
 
 def _stream(topology):
@@ -648,37 +879,92 @@ def _stream(topology):
     return hbm.bandwidth * (hbm.refresh_interval - hbm.refresh_time) // hbm.refresh_interval
 
 
+def bounds(topology, p):
+    """The step as run cannot be faster than its busiest PE reading its weights and KV
+    cache once from its own HBM slice at the slice's stream rate (weight-stationary: no
+    other PE reads them for it)."""
+    lay = Layout(topology, _run(topology, _as_run(p)))
+    read = _read_bytes(lay)
+    worst = max(range(len(read)), key=lambda pid: (read[pid], -pid))
+    return {"memory": (-(-read[worst] * 10**12 // _stream(topology)),
+                       f"PE {worst}'s weights and KV cache, {read[worst]:,} B, at its HBM "
+                       "slice's stream bandwidth")}
+
+
+def _as_run(p):
+    """`p` for the step as run (bounds() states the run's bounds, not the scaled step's)."""
+    return {**p, "scale_to": 0}
+
+
 def metrics(topology, p, run):
-    """Time per output token (TPOT), tokens/s, and TPOT against the HBM bound of the whole
-    step; with `scale_to`, the step of that many layers from the timed ones."""
-    cfg = model_config(p)
-    layers = p["layers"] or cfg["num_hidden_layers"]
-    tpot, how = run.latency_ps, f"{layers} layers as run"
-    out = {}
-    if p["scale_to"]:
-        times = [run.regions.get(f"layer{i}", 0) for i in range(layers)]
-        steady = times[len(times) // 2]  # a middle layer: the first fills, the last drains
-        exact = len(times) >= 4 and all(t == steady for t in times[1:-1])
-        tpot = run.latency_ps + (p["scale_to"] - layers) * steady
-        verdict = (f"exact: layers 2..{layers - 1} took the same time" if exact else
-                   "unchecked: time 4 layers or more to check it" if len(times) < 4 else
-                   "an estimate: the middle layers differ, " +
-                   ", ".join(f"{t / 1e6:.3f}" for t in times[1:-1]) + " us")
-        how = (f"{layers} layers timed, a middle one {steady / 1e6:.3f} us, scaled to "
-               f"{p['scale_to']}; {verdict}")
-        out["scaling_exact"] = (1.0 if exact else 0.0, "")
-        layers = p["scale_to"]
-    nbytes, macs = _traffic(cfg, p, layers)
-    bound = nbytes / (topology.num_pes * _stream(topology)) * 1e12
-    out = {"tpot_ps": (float(tpot), f"({how})"),
-           "tokens_per_s": (p["batch"] * 1e12 / tpot if tpot else 0.0,
-                            f"(batch {p['batch']} / TPOT)"),
-           "hbm_bound_ps": (bound, f"(weights and KV cache {nbytes} B / aggregate HBM "
-                                   "stream bandwidth)"),
-           "tpot_over_hbm_bound": (tpot / bound if bound else 0.0, ""),
-           "energy_per_token_uj": (run.energy_aj / 1e12 / p["batch"] * (
-               tpot / run.latency_ps if run.latency_ps else 1),
-               "(the step's energy / batch" + (", scaled as TPOT is)" if p["scale_to"]
-                                               else ")")),
-           "macs": (float(macs), ""), **out}
-    return out
+    """Time per output token (TPOT), tokens/s, energy per token, TPOT against the HBM bound
+    of the whole step, and the HBM the model takes; with `scale_to`, the step of that many
+    layers from the timed ones, with its error bound."""
+    step = _run(topology, p)
+    lay = Layout(topology, step)
+    read = sum(_read_bytes(lay))
+    rate = topology.num_pes * _stream(topology)
+    hbm_bound = read / rate * 1e12
+    tpot, energy, how, out = float(run.latency_ps), float(run.energy_aj), \
+        f"{step.timed} layers as run", {}
+    if step.scaled:
+        tpot, energy, how, out = _scaled(step, lay, run)
+    if tpot < hbm_bound:
+        raise RuntimeError(f"TPOT {tpot:.0f} ps is below the step's HBM bound {hbm_bound:.0f} "
+                           "ps: a bug in kernbench, please report it")
+    b = step.batch
+    used = [sum(lay.need(pid).values()) for pid in range(topology.num_pes)]
+    have = topology.hbm.slice_size
+    macs = _macs(lay)
+    return {"tpot_ps": (tpot, f"({how})"),
+            "tokens_per_s": (b * 1e12 / tpot if tpot else 0.0, f"(batch {b} / TPOT)"),
+            "hbm_bound_ps": (hbm_bound, f"(weights and KV cache {read:,} B / aggregate HBM "
+                                        "stream bandwidth)"),
+            "tpot_over_hbm_bound": (tpot / hbm_bound if hbm_bound else 0.0, ""),
+            "energy_per_token_uj": (energy / 1e12 / b, "(the step's energy / batch" + (
+                ": each layer not timed at a middle layer's counted energy, static power "
+                "over the TPOT)" if step.scaled else ")")),
+            "hbm_used_bytes": (float(sum(used)), f"(the whole model over {len(used)} PEs; "
+                               f"the fullest slice {max(used) / have:.1%} used)"),
+            "hbm_free_bytes": (float(len(used) * have - sum(used)), ""),
+            "macs": (float(macs), ""), **out}
+
+
+def _scaled(step: Run, lay: Layout, run) -> tuple[float, float, str, dict]:
+    """(TPOT, energy, how, more metrics) of the step of `step.layers` layers from the
+    `step.timed` timed: each layer not timed takes a middle layer's time and energy.
+
+    A layer's time is from the end of the layer before (the last of its commands on any
+    PE; the start of the step for the first) to the end of its own. Middle layers are
+    neither the first of their stage (it fills the pipeline, or takes the hand-off from
+    the stage before) nor the last (the LM head or the hand-off follows it). The layers
+    not timed are middle ones; they take the mean of
+    the timed middle ones, and the bound is their spread (the largest less the
+    smallest) times their number: the full step lies within it when the layers not timed
+    differ no more than the timed ones do. Dynamic energy is counted per layer (every
+    action its commands issued, `sim.energy.by_region`); static energy is the run's
+    static power over the step's time."""
+    names = [f"layer{i}" for i in range(step.timed)]
+    ends = [run.region_bounds[n][1] for n in names]
+    starts = [run.region_bounds[names[0]][0], *ends[:-1]]
+    edges = {i for k in range(step.pp) for i in (coll.part(step.timed, step.pp, k)[0],
+                                                 sum(coll.part(step.timed, step.pp, k)) - 1)}
+    middle = [i for i in range(step.timed) if i not in edges]
+    times = [ends[i] - starts[i] for i in middle]
+    joules = [run.region_energy_aj[names[i]] for i in middle]
+    extra = step.layers - step.timed
+    t_mid, e_mid = sum(times) / len(times), sum(joules) / len(joules)
+    spread = max(times) - min(times)
+    tpot = run.latency_ps + extra * t_mid
+    power = run.static_aj / run.latency_ps if run.latency_ps else 0.0  # aJ per ps
+    energy = run.energy_aj + extra * e_mid + power * (tpot - run.latency_ps)
+    bound = extra * spread
+    e_bound = extra * (max(joules) - min(joules)) + power * bound
+    how = (f"{step.timed} layers timed, {extra} more at a middle layer's "
+           f"{t_mid / 1e6:.3f} us, within +/- {bound / 1e6:.3f} us: the timed middle layers "
+           f"took {min(times) / 1e6:.3f} to {max(times) / 1e6:.3f} us")
+    return tpot, energy, how, {
+        "tpot_bound_ps": (float(bound), "(+/-: the layers not timed times the timed middle "
+                                        "layers' spread)"),
+        "energy_per_token_bound_uj": (e_bound / 1e12 / step.batch, ""),
+        "layers_timed": (float(step.timed), f"(of {step.layers})")}

@@ -58,3 +58,10 @@ def test_approximate_sizes_for_tables():
     assert units.format_size_approx(16 * 2**20) == "16MiB"
     assert units.format_size_approx(2**30 - 0x3011000) == "975.93MiB"
     assert units.format_size_approx(3 * 2**10 + 1) == "3073B"
+
+
+def test_sizes_for_messages_are_exact_or_three_decimals_of_the_largest_unit():
+    assert units.format_size_human(128 * 2**30) == "128GiB"
+    assert units.format_size_human(143_789_457_408) == "133.914GiB"  # 143,789,457,408 B
+    assert units.format_size_human(3 * 2**10 + 512) == "3.5KiB"
+    assert units.format_size_human(1000) == "1000B"

@@ -241,7 +241,7 @@ class MathOpCycles(Frozen):
     mul: int = key("count", 1, "mul.", "One-cycle pipelined FP multiplier.")
     div: int = key("count", 4, "div, reciprocal.", "Iterative divider, about 4x a multiply.")
     cmp: int = key("count", 1, "maximum, minimum, where.", "One-cycle comparator.")
-    exp: int = key("count", 4, "exp, tanh.", "Special-function unit, about 4x a multiply.")
+    exp: int = key("count", 4, "exp, tanh, erf.", "Special-function unit, about 4x a multiply.")
     log: int = key("count", 4, "log.", "Special-function unit.")
     sqrt: int = key("count", 4, "sqrt, rsqrt.", "Special-function unit.")
     reduce: int = key("count", 1, "max and sum reductions, per input element.",
@@ -258,7 +258,7 @@ class MathLatency(Frozen):
     mul: int = key("cycles", 4, "mul.", "A 4-stage FP32 multiplier (FMA-class pipeline).")
     div: int = key("cycles", 12, "div, reciprocal.", "Iterative divider: about 3x a multiply.")
     cmp: int = key("cycles", 2, "maximum, minimum, where.", "A 2-stage comparator.")
-    exp: int = key("cycles", 8, "exp, tanh.", "Special-function unit: table lookup and a "
+    exp: int = key("cycles", 8, "exp, tanh, erf.", "Special-function unit: table lookup and a "
                    "polynomial, about 2x a multiply.")
     log: int = key("cycles", 8, "log.", "Special-function unit.")
     sqrt: int = key("cycles", 8, "sqrt, rsqrt.", "Special-function unit.")
@@ -419,7 +419,7 @@ class MathEnergy(Frozen):
     div: int = key("energy", "44.8pJ", "div, reciprocal.",
                    f"Estimate: an iterative divider, 4 f32 multiplies (15 pJ){_OPERANDS}.")
     cmp: int = key("energy", "30.7pJ", "maximum, minimum, where.", f"As an f32 add{_OPERANDS}.")
-    exp: int = key("energy", "44.8pJ", "exp, tanh.",
+    exp: int = key("energy", "44.8pJ", "exp, tanh, erf.",
                    f"Estimate: a special-function unit, 4 f32 multiplies{_OPERANDS}.")
     log: int = key("energy", "44.8pJ", "log.", "As exp.")
     sqrt: int = key("energy", "44.8pJ", "sqrt, rsqrt.", "As exp.")

@@ -134,6 +134,18 @@ def format_size_approx(nbytes: int) -> str:
     return exact  # pragma: no cover - nbytes >= 1 MiB always meets a unit
 
 
+def format_size_human(nbytes: int) -> str:
+    """Bytes for a message: exact when a unit divides them (``"16MiB"``), else the largest
+    binary unit they reach, to 3 decimals (``"133.914GiB"``)."""
+    exact = format_size(nbytes)
+    if exact.endswith(("MiB", "GiB", "TiB")) or nbytes < _SIZE["KiB"]:
+        return exact
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        if nbytes >= _SIZE[unit]:
+            return f"{nbytes / _SIZE[unit]:.3f}".rstrip("0").rstrip(".") + unit
+    return exact
+
+
 def format_time_ps(ps: int) -> str:
     """Picoseconds for people: ``"40ns"``, ``"1.25us"``, ``"800ps"``, ``"0ns"``."""
     if ps < 0:

@@ -34,8 +34,8 @@ class DmaEngine(InOrderEngine):
     IPCQ slot copied to TCM).
     """
 
-    __slots__ = ("bytes", "local_bandwidth", "outstanding", "overlap", "setup_ps", "stream_at",
-                 "wait_ps", "waited", "waited_on")
+    __slots__ = ("bytes", "ledger", "local_bandwidth", "outstanding", "overlap", "region",
+                 "setup_ps", "stream_at", "wait_ps", "waited", "waited_on", "weight")
 
     def __init__(self, config: DmaConfig, local_bandwidth: int):
         super().__init__()
@@ -48,6 +48,13 @@ class DmaEngine(InOrderEngine):
         self.waited_on: Calendar | None = None  # the resource the last transfer waited for
         self.waited = 0  # and how long
         self.stream_at = 0  # when the last transfer's bytes began to stream (to `free_at`)
+        # What each transfer counts for energy, by the region of the command it serves
+        # (`region`, set by whoever issues it): rows of `network.LEDGER`, shared by every
+        # PE's engine, `weight` times (the PEs a representative stands for); None: kept
+        # by no one.
+        self.ledger: list[list[int]] | None = None
+        self.region = 0
+        self.weight = 1
 
     def stream_ps(self, nbytes: int, path: Path, pages: int = 0) -> int:
         """How long `nbytes` stream over `path` (opening `pages` DRAM pages at its HBM end)."""
@@ -70,6 +77,12 @@ class DmaEngine(InOrderEngine):
         begin to stream, how long they stream alone)."""
         if pages:  # counted once per transfer, at its HBM end (energy: activates)
             path[0][0].pages += pages
+        if self.ledger is not None:
+            row, weight = self.ledger[self.region], self.weight
+            row[0] += nbytes * weight
+            row[1] += pages * weight
+            for cal in path[0]:
+                row[cal.part] += nbytes * weight
         before = self.free_at
         start = max(ready, self.stream_at if self.overlap else before)
         setup_end = start + self.setup_ps

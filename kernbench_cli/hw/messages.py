@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kernbench_cli.hw.ipcq import Chunk, Ring
+from kernbench_cli.hw.network import LEDGER
 from kernbench_cli.hw.pe import Pe
 from kernbench_cli.hw.proc import (
     CPU,
@@ -29,6 +30,8 @@ from kernbench_cli.hw.proc import (
     because,
 )
 from kernbench_cli.hw.routes import LOCAL, tcm_at
+
+IPCQ = LEDGER.index("ipcq")
 
 
 class Messages:
@@ -83,6 +86,7 @@ class Messages:
         cpu, log, dma = pe.cpu, self.oplog, pe.dma
         count = ring.chunks_for(nbytes)
         first = last = None
+        region = self.leaves[pe.pid][i] if self.leaves else None
         for index in range(count):
             if len(rings) == 1:
                 credit, credits = (yield from self._credit(proc, pe, i, dst, ring)), None
@@ -102,6 +106,8 @@ class Messages:
                 at, chunk_why = ready, why
             if comps.heap:
                 yield from self._advance(proc, pe, comps, at)
+            if region is not None:
+                dma.region = region
             if private or not self.fair:
                 start, end = dma.transfer(at, size, route)
             else:
@@ -192,11 +198,15 @@ class Messages:
         began = [t, because(ISSUED, me), -1]  # the copies' start, why, and the last one's end
 
         copies = proc.copies.setdefault(i, [])
+        region = self.leaves[pe.pid][i] if self.leaves else 0
+        row = dma.ledger[region]
 
         def copy(chunk: Chunk) -> int:
             size = min(slot_bytes, chunk.nbytes - chunk.index * slot_bytes)
             ready = cpu.time if cpu.time > chunk.arrival else chunk.arrival
             busy_with = dma.last
+            dma.region = region
+            row[IPCQ] += size * dma.weight  # through the ring's slot (energy)
             start, end = dma.transfer(ready, size, LOCAL)
             why = (because(ENGINE, busy_with) if start > ready and busy_with >= 0 else
                    because(MESSAGE, chunk.who) if chunk.arrival > cpu.time else

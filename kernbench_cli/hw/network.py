@@ -58,6 +58,12 @@ def transfer_ps(nbytes: int, bandwidth: int) -> int:
     return -(-nbytes * PS_PER_S // bandwidth)
 
 
+#: What a DMA transfer counts for energy, by region (`DmaEngine.ledger`): bytes PE_DMA
+#: moved, DRAM pages opened, bytes over each kind of resource (a resource's `part`),
+#: bytes through IPCQ ring slots.
+LEDGER = ("dma", "pages", "hbm", "sram", "noc", "ucie", "sip_link", "rack_link", "ipcq")
+
+
 class Calendar:
     """Busy intervals of one shared resource, sorted and non-overlapping.
 
@@ -69,11 +75,11 @@ class Calendar:
 
     __slots__ = ("activates", "bandwidth", "busy_ps", "bytes", "ends", "faw_ps", "flows",
                  "latency_ps", "level", "name", "ops", "overdrawn", "page_bytes", "pages",
-                 "shared",
-                 "starts", "user")
+                 "part", "shared", "starts", "user")
 
     def __init__(self, level: str, name: str, bandwidth: int, latency_ps: int):
         self.level = level
+        self.part = LEDGER.index(level)  # its bytes' column in a ledger row
         self.name = name
         self.bandwidth = bandwidth  # the rate transfers are timed at (an HBM slice: refresh off)
         self.latency_ps = latency_ps

@@ -270,6 +270,8 @@ class Tiles:
         route, private = timing._path(pe.pid, addr, inbound)
         nbytes = rows * row_bytes
         pages = strided_pages(route, addr, rows, row_bytes, stride)
+        if timing.leaves:  # the composite's region
+            dma.region = timing.leaves[pe.pid][proc.current]
         if private or not timing.fair:
             start, end = dma.transfer(ready, nbytes, route, pages)
         else:

@@ -63,7 +63,7 @@ from kernbench_cli.hw.flows import FairShare
 from kernbench_cli.hw.ipcq import Ring
 from kernbench_cli.hw.messages import Messages
 from kernbench_cli.hw.multicast import Multicast
-from kernbench_cli.hw.network import Path
+from kernbench_cli.hw.network import LEDGER, Path
 from kernbench_cli.hw.oplog import OP_FIELDS, OpLog, Slice
 from kernbench_cli.hw.proc import TOO_LATE, Proc, Stuck, TimeRangeError, TimingError
 from kernbench_cli.hw.routes import Routes
@@ -132,6 +132,15 @@ class Timing(Routes, Messages, CompositeRuns):
         self._tiles: dict[int, Tiles] = {}  # per PE: how its composites run tiles
         self.fair = topo.network.sharing == "fair"
         self.flows = FairShare(self.env)
+        # Energy by region: the DMA engines' ledger (`DmaEngine.ledger`), a row per named
+        # region, and per PE the region of each command (None: the kernel names none)
+        self.ledger = [[0] * len(LEDGER) for _ in program.regions]
+        self.leaves: list[array | None] | None = [
+            array("I", program.region_of(pid)) if marks else None
+            for pid, marks in enumerate(program.region_marks)] \
+            if len(program.regions) > 1 else None
+        for pe in system.pes:
+            pe.dma.ledger, pe.dma.region, pe.dma.weight = self.ledger, 0, 1
 
     # ------------------------------------------------------------------ the run
 
@@ -187,6 +196,8 @@ class Timing(Routes, Messages, CompositeRuns):
     def _install(self, classes: Classes) -> None:
         """Arrange the pass for `classes`: partners' representatives, ghosts, ties."""
         self.classes, self.rep_of = classes, classes.rep_of
+        for rep, members in zip(classes.rep, classes.members, strict=True):
+            self.system.pes[rep].dma.weight = len(members)  # its transfers count for each
         self.ghosts = Ghosts({r for r, m in zip(classes.rep, classes.members, strict=True)
                               if len(m) > 1})
         self.ties = set()

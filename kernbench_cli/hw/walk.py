@@ -62,9 +62,9 @@ class Walk:
     """PE `pe`'s walk over its stream in timing pass `timing` (see the module)."""
 
     __slots__ = ("base", "codes", "col_a", "col_b", "col_tcm", "comps", "cpu", "cpus", "end",
-                 "gemm_ps", "held", "inbound", "issue", "issued", "landed", "log", "made",
-                 "marks", "outbound", "pe", "pid", "proc", "sched", "shift", "starts", "stream",
-                 "tcm_base", "timing", "whys")
+                 "gemm_ps", "held", "inbound", "issue", "issued", "landed", "leaf", "log",
+                 "made", "marks", "outbound", "pe", "pid", "proc", "sched", "shift", "starts",
+                 "stream", "tcm_base", "timing", "whys")
 
     def __init__(self, timing: Timing, proc: Proc, pe: Pe):
         self.timing, self.proc, self.pe = timing, proc, pe
@@ -89,6 +89,7 @@ class Walk:
         self.made = proc.made  # composite -> its last tile operation (what its result waits for)
         self.base = pid << PE_SHIFT  # this PE's op references: base | command index
         self.landed = (0, -1)  # (when, command) the latest of its stores lands (tl.fence)
+        self.leaf = timing.leaves[pid] if timing.leaves else None  # each command's region
         self.log = log = timing.oplog
         if log is not None:
             self.tcm_base = timing.system.amap.pe_tcm_addr(*pe.coord, 0)
@@ -201,12 +202,14 @@ class Walk:
         end, starts, whys, held, made, base = self.end, self.starts, self.whys, self.held, \
             self.made, self.base
         path, shift, log, heap = timing._path, self.shift, self.log, comps.heap
-        inbound, outbound = self.inbound, self.outbound
+        inbound, outbound, leaf = self.inbound, self.outbound, self.leaf
 
         def waits(i, load, t, ready, why, addr, route, private, pages):
             proc.at = i
             if heap:
                 yield from timing._advance(proc, pe, comps, ready)
+            if leaf is not None:  # after the tile operations, which set their own
+                dma.region = leaf[i]
             if private:
                 start, done = dma.transfer(ready, size[i], route, pages)
             else:
@@ -235,6 +238,8 @@ class Walk:
                 pages = transfer_pages(route, addr, rows[i], size[i], arg[i])
                 if heap or not private:
                     return waits(i, load, t, ready, why, addr, route, private, pages)
+                if leaf is not None:
+                    dma.region = leaf[i]
                 start, done = dma.transfer(ready, size[i], route, pages)
             else:
                 t, ready, why, addr, route, start, done = waited

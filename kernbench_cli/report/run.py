@@ -14,7 +14,12 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
-from kernbench_cli.config.units import format_energy_aj, format_size, format_time_ps
+from kernbench_cli.config.units import (
+    format_energy_aj,
+    format_size,
+    format_size_human,
+    format_time_ps,
+)
 from kernbench_cli.config.units import format_time_short as short
 from kernbench_cli.report.regions import region_table, regions_json
 from kernbench_cli.sim.energy import basis
@@ -245,8 +250,8 @@ def summary(result: RunResult) -> Table:
                                           f"{ratio:.2f}x that"))
     if result.metrics:
         rows.insert(3, ("metrics", "; ".join(
-            f"{name} {format_time_ps(round(value)) if name.endswith('_ps') else f'{value:.4g}'}"
-            f" {how}".rstrip() for name, (value, how) in result.metrics.items())))
+            f"{name} {_metric(name, value)} {how}".rstrip()
+            for name, (value, how) in result.metrics.items())))
     for key, value in rows:
         table.add_row(key, value)
     return table
@@ -444,3 +449,12 @@ def _json_number(value: float | None) -> float | None:
     """`value` as JSON can hold it: NaN and infinities (an output that is not a number
     where the reference is) become null; the check's `passed` says it failed."""
     return value if value is None or math.isfinite(value) else None
+
+
+def _metric(name: str, value: float) -> str:
+    """A kernel's metric by its name's unit: ``_ps`` a time, ``_bytes`` a size."""
+    if name.endswith("_ps"):
+        return format_time_ps(round(value))
+    if name.endswith("_bytes") and value >= 0:
+        return format_size_human(round(value))
+    return f"{value:.4g}"

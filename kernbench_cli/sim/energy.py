@@ -29,6 +29,11 @@ static        PEs x latency; cubes x latency                              pe_sta
 Not counted: clock trees and control beyond the per-command figures, the
 host, and anything the model does not time (DRAM refresh's own energy is in
 the cube's static power).
+
+`by_region` counts the same actions per named region (`tl.region`), each by the
+command that issued it: its own, or for a composite's tile transfers the composite's,
+for a receive's copies out of ring slots the receive's (the DMA engines' ledger,
+`hw.dma`). The regions' counts add up to the run's, which the energy invariant checks.
 """
 
 from __future__ import annotations
@@ -40,9 +45,13 @@ import numpy as np
 from kernbench_cli.config.schema import EnergyConfig
 from kernbench_cli.config.units import format_energy_aj, format_time_ps
 from kernbench_cli.hw.gemm import gemm_passes
+from kernbench_cli.hw.network import LEDGER
 from kernbench_cli.hw.system import System
 from kernbench_cli.hw.timing import Timing
-from kernbench_cli.stream import COMPOSITE, DOT, MATH, NONE
+from kernbench_cli.stream import COMPOSITE, DOT, LOAD, MATH, NONE, READ, SEND, STORE
+
+#: The commands PE_SCHEDULER queues (the others PE_CPU does itself).
+QUEUED = (LOAD, STORE, MATH, DOT, SEND, COMPOSITE)
 
 #: The link levels, each billed per bit per link crossed.
 LINKS = ("noc", "ucie", "sip_link", "rack_link")
@@ -113,6 +122,56 @@ def count(system: System, timing: Timing) -> Counts:
         sram_bytes=moved("sram"),
         link_bytes={level: moved(level) for level in LINKS},
         pes=len(pes), cubes=topo.num_cubes, latency_ps=timing.latency_ps)
+
+
+def by_region(system: System, timing: Timing) -> list[Counts]:
+    """Per region (index 0: outside every named one), the dynamic actions of its
+    commands (`pes`, `cubes` and `latency_ps` are 0: static energy is the run's)."""
+    program, gemm = timing.program, system.topology.pe.gemm
+    regions = len(program.regions)
+    op, arg, size = _columns(timing)
+    leaf = _leaves(timing, len(op))
+    commands = np.bincount(leaf[op != READ], minlength=regions)
+    queued = np.bincount(leaf[np.isin(op, QUEUED)], minlength=regions)
+    passes = np.zeros(regions, dtype=object)  # exact Python integers: MACs run past 2^53
+    for kind, table in (
+            (DOT, [m * k * n * gemm_passes(gemm, width)
+                   for m, k, n, width in program.gemm_shapes]),
+            (COMPOSITE, [c.m * c.k * c.n * gemm_passes(gemm, max(c.a_itemsize, c.b_itemsize))
+                         for c in program.composites])):
+        picked = (op == kind) & (arg != NONE)
+        if picked.any():
+            pairs = np.unique(np.stack([leaf[picked], arg[picked]]), axis=1, return_counts=True)
+            for (r, j), n in zip(pairs[0].T.tolist(), pairs[1].tolist(), strict=True):
+                passes[r] += table[j] * n
+    kinds = program.math_kinds
+    is_math = op == MATH
+    elements = np.zeros((regions, len(kinds)), dtype=np.int64)
+    np.add.at(elements, (leaf[is_math], arg[is_math]), size[is_math])
+    out = []
+    for r in range(regions):
+        by_class = dict.fromkeys(MATH_CLASSES, 0)
+        for (op_class, _), n in zip(kinds, elements[r].tolist(), strict=True):
+            by_class[op_class] += n
+        row = dict(zip(LEDGER, timing.ledger[r], strict=True))
+        out.append(Counts(
+            commands=int(commands[r]), queued=int(queued[r]), dma_bytes=row["dma"],
+            mac_passes=int(passes[r]), elements=by_class, ipcq_bytes=row["ipcq"],
+            hbm_bytes=row["hbm"], hbm_pages=row["pages"],
+            page_bytes=system.topology.hbm.page_size, sram_bytes=row["sram"],
+            link_bytes={level: row[level] for level in LINKS}, pes=0, cubes=0, latency_ps=0))
+    return out
+
+
+def _leaves(timing: Timing, total: int) -> np.ndarray:
+    """The region of every command of every stream, end to end (`_columns`' order)."""
+    if not timing.leaves:
+        return np.zeros(total, dtype=np.int64)
+    return np.concatenate([
+        np.frombuffer(leaf, dtype=np.uint32) if leaf is not None else
+        np.zeros(len(stream.op), dtype=np.uint32)
+        for leaf, stream in zip(timing.leaves, timing.program.streams, strict=True)]
+        or [np.zeros(0, dtype=np.uint32)]).astype(np.int64)
 
 
 def asked_mac_passes(system: System, timing: Timing) -> int:

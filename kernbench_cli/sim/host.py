@@ -65,11 +65,19 @@ class Host:
 
     # ---------------------------------------------------------------- placement
 
-    def place(self, name: str, array: np.ndarray, pid: int) -> int:
-        """Copy `array` into PE `pid`'s HBM slice; returns its address."""
+    def place(self, name: str, array: np.ndarray, pid: int, align: int = DEFAULT_ALIGN) -> int:
+        """Copy `array` into PE `pid`'s HBM slice, at an address aligned to `align` (a
+        power of two: e.g. a DRAM page); returns its address."""
         coord = self.grid[pid]
-        addr = self._hbm_alloc(coord, array.nbytes, name)
+        addr = self._hbm_alloc(coord, array.nbytes, name, align)
         self._add(addr, array, name)
+        return addr
+
+    def reserve(self, name: str, nbytes: int, pid: int, align: int = DEFAULT_ALIGN) -> int:
+        """`nbytes` of PE `pid`'s HBM slice, aligned to `align`, zeros (space a kernel holds
+        but does not fill from the host); returns its address."""
+        addr = self._hbm_alloc(self.grid[pid], nbytes, name, align)
+        self.memory.add(addr, nbytes, name)
         return addr
 
     def place_sram(self, name: str, array: np.ndarray, cube: int = 0) -> int:
@@ -152,8 +160,9 @@ class Host:
         self.memory.add(addr, array.nbytes, name, None if self.timing_only else array,
                         share=any(owner is x for x in self.inputs.values()))
 
-    def _hbm_alloc(self, coord: PeCoord, nbytes: int, name: str) -> int:
+    def _hbm_alloc(self, coord: PeCoord, nbytes: int, name: str,
+                   align: int = DEFAULT_ALIGN) -> int:
         try:
-            return self._alloc.alloc("hbm", coord, nbytes, name)
+            return self._alloc.alloc("hbm", coord, nbytes, name, align)
         except AddressError as exc:
             raise ParamError(f"inputs overflow an HBM slice: {exc}") from None

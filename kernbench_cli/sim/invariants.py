@@ -56,9 +56,11 @@ class Invariant:
     detail: str  # the figures compared
 
 
-def check(system: System, timing: Timing, counts: Counts) -> list[Invariant]:
+def check(system: System, timing: Timing, counts: Counts,
+          regions: list[Counts] | None = None) -> list[Invariant]:
     """Every invariant of the run `timing` timed on `system`; `counts` are the actions its
-    energy is reported from (`sim.energy.count`)."""
+    energy is reported from (`sim.energy.count`), `regions` the same per named region
+    (`sim.energy.by_region`)."""
     program, pes = timing.program, system.pes
     flops = elements = moved = 0
     for stream in program.streams:
@@ -83,7 +85,7 @@ def check(system: System, timing: Timing, counts: Counts) -> list[Invariant]:
         _bounds(system, timing),
         _bandwidth(system),
         _tcm(system, timing),
-        _energy(system, counts),
+        _energy(system, counts, regions),
     ]
     return out
 
@@ -230,8 +232,10 @@ def _tcm(system: System, timing: Timing) -> Invariant:
                                           f"of {size:,} B")
 
 
-def _energy(system: System, counts: Counts) -> Invariant:
-    """The reported energy against one recomputed from each unit's own counters."""
+def _energy(system: System, counts: Counts, regions: list[Counts] | None) -> Invariant:
+    """The reported energy against one recomputed from each unit's own counters, and
+    against the sum of the regions' (each action counted by the command that issued
+    it)."""
     table, pes = system.topology.energy, system.pes
     reported = account(counts, table)
     per_bit = {"hbm": table.hbm_cell + table.hbm_column + table.hbm_bank_group
@@ -266,5 +270,10 @@ def _energy(system: System, counts: Counts) -> Invariant:
     if static != reported.static or sum(again.values()) + static != reported.total:
         return Invariant("energy", False, f"static {reported.static:,} aJ reported, "
                                           f"{static:,} aJ recomputed")
+    for part in PARTS if regions is not None else ():
+        summed = sum(account(r, table).dynamic[part] for r in regions)
+        if summed != reported.dynamic[part]:
+            return Invariant("energy", False, f"{part}: {reported.dynamic[part]:,} aJ "
+                                              f"reported, {summed:,} aJ over the regions")
     return Invariant("energy", True, f"{reported.total:,} aJ: every count times its "
                                      "[energy] entry, recomputed unit by unit")

@@ -12,6 +12,9 @@ it. Per region:
 - `span_ps`: the time some PE was in the region: the union over PEs of each
   stretch of its commands, from the stretch's first issue to its last end.
 - `commands`: its commands, over every PE.
+- `energy_aj`: the dynamic energy of every action its commands issued (`sim.energy`:
+  a composite's tile transfers count for it, a receive's copies out of ring slots for
+  the receive); with the time outside any region's, the run's dynamic energy.
 """
 
 from __future__ import annotations
@@ -31,12 +34,15 @@ class Region:
     by_engine: dict[str, int] = field(default_factory=dict)
     span_ps: int = 0
     commands: int = 0
+    energy_aj: int = 0
 
 
 def regions(program: Program, path: CriticalPath | None,
-            stretches: list[tuple[int, str, int, int]]) -> list[Region]:
+            stretches: list[tuple[int, str, int, int]],
+            energy_aj: list[int] | None = None) -> list[Region]:
     """The regions of a run, in the order first entered, with the time outside them last;
-    empty when the kernel names none. `stretches` are the run's `spans`."""
+    empty when the kernel names none. `stretches` are the run's `spans`, `energy_aj` each
+    region's own commands' dynamic energy (`sim.energy.by_region`)."""
     if len(program.regions) == 1:
         return []
     names = program.regions
@@ -62,9 +68,13 @@ def regions(program: Program, path: CriticalPath | None,
                 count[j] += 1
         count[0] += len(stream.op) if pid not in of else sum(1 for r in of[pid] if not r)
     busy = _union(stretches)
-    out = [Region(name, path_ps[j], _sorted(by_engine[j]), busy.get(name, 0), count[j])
-           for j, name in enumerate(names) if j]
-    out.append(Region(OUTSIDE, path_ps[0], _sorted(by_engine[0]), 0, count[0]))
+    energy = [0] * len(names)
+    for leaf, aj in enumerate(energy_aj or ()):
+        for j in around[leaf] or [0]:
+            energy[j] += aj
+    out = [Region(name, path_ps[j], _sorted(by_engine[j]), busy.get(name, 0), count[j],
+                  energy[j]) for j, name in enumerate(names) if j]
+    out.append(Region(OUTSIDE, path_ps[0], _sorted(by_engine[0]), 0, count[0], energy[0]))
     return out
 
 

@@ -17,7 +17,7 @@ import functools
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -74,11 +74,16 @@ def _quiet(fn):
 @dataclass(frozen=True)
 class Timed:
     """A run as `metrics()` sees it: its latency, each named region's time on the critical
-    path (``{}`` when it names none), and its energy in attojoules."""
+    path (``{}`` when it names none), and its energy in attojoules; per named region, the
+    dynamic energy of its commands' actions and the first start and last end of its
+    commands over every PE; the static energy (static power over the latency)."""
 
     latency_ps: int
     regions: dict[str, int]
     energy_aj: int = 0
+    region_energy_aj: dict[str, int] = field(default_factory=dict)
+    region_bounds: dict[str, tuple[int, int]] = field(default_factory=dict)
+    static_aj: int = 0
 
 
 @_quiet
@@ -143,14 +148,14 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     if timing.stuck:
         raise _deadlock(kernel.shown, system, program, timing.stuck)
     _check_unreceived(kernel.shown, launch)
-    counts = energy.count(system, timing)
-    model_checks = invariants.check(system, timing, counts)
+    counts, by_region = energy.count(system, timing), energy.by_region(system, timing)
+    model_checks = invariants.check(system, timing, counts, by_region)
     invariants.enforce(model_checks)
     if unread is not None:
         raise unread
     checks = [] if timing_only else hooks.verify(kernel, host, params, outputs)
     result = _collect(kernel.name, system, timing, params, seed, timing_only, checks)
-    _analyse(result, system, timing, counts, model_checks, races)
+    _analyse(result, system, timing, counts, model_checks, races, by_region)
     result.switches = launch.hub.switches
     result.inputs, result.outputs = host.inputs, outputs
     _stated(kernel, amap.topology, params, result)
@@ -182,17 +187,19 @@ def _stated(kernel: KernelModule, topology, params: dict[str, Any], result: RunR
 
 
 def _analyse(result: RunResult, system: System, timing: Timing, counts, model_checks,
-             races: bool) -> None:
+             races: bool, by_region: list) -> None:
     """What a run and a replay both work out of a finished timing pass: the invariants'
     verdicts, energy, roofline, critical path, regions and, if asked, races."""
-    result.energy = energy.account(counts, system.topology.energy)
+    table = system.topology.energy
+    result.energy = energy.account(counts, table)
     result.roofline = roofline(system, timing)
     result.critical_path = critical_path(system, timing)
     explained = invariants.explained(result.critical_path)
     result.invariants = [*model_checks, explained]
     invariants.enforce([explained])
     result.region_spans = region_spans(timing.program, timing)
-    result.regions = regions(timing.program, result.critical_path, result.region_spans)
+    result.regions = regions(timing.program, result.critical_path, result.region_spans,
+                             [sum(energy.account(c, table).dynamic.values()) for c in by_region])
     if races:
         result.races = find_races(timing, system.amap)
 
@@ -265,13 +272,13 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
         raise _timing_failed(f"replay of {source}", system, exc) from None
     if timing.stuck:
         raise _deadlock(source, system, program, timing.stuck)
-    counts = energy.count(system, timing)
-    model_checks = invariants.check(system, timing, counts)
+    counts, by_region = energy.count(system, timing), energy.by_region(system, timing)
+    model_checks = invariants.check(system, timing, counts, by_region)
     invariants.enforce(model_checks)
     result = _collect(f"{trace.kernel} (replay)", system, timing, trace.params, trace.seed,
                       True, [])
     result.bounds = _shipped(trace, "bounds", topo, dict(trace.params))
-    _analyse(result, system, timing, counts, model_checks, races)
+    _analyse(result, system, timing, counts, model_checks, races, by_region)
     result.metrics = _shipped(trace, "metrics", topo, dict(trace.params), _timed(result))
     result.wall_s = time.perf_counter() - wall
     return result
@@ -279,8 +286,15 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
 
 def _timed(result: RunResult) -> Timed:
     """What a kernel's `metrics()` is told of its run."""
+    bounds: dict[str, tuple[int, int]] = {}
+    for _, name, start, end in result.region_spans:
+        first, last = bounds.get(name, (start, end))
+        bounds[name] = (min(first, start), max(last, end))
+    en = result.energy
     return Timed(result.latency_ps, {r.name: r.path_ps for r in result.regions},
-                 result.energy.total if result.energy is not None else 0)
+                 en.total if en is not None else 0,
+                 {r.name: r.energy_aj for r in result.regions}, bounds,
+                 en.static if en is not None else 0)
 
 
 def _shipped(trace: Trace, hook: str, *args: Any) -> dict:

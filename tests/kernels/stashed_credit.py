@@ -6,7 +6,6 @@ one freed by a copy of that receive, long before the receive itself ends. PE 2 t
 computes for `tail` cycles: the run ends there, and its critical path goes back through
 that credit and that copy."""
 
-import numpy as np
 
 PARAMS = {"n": 64, "far": 4, "wait": 1000, "lag": 3000, "tail": 5000}
 

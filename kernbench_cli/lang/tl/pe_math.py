@@ -26,6 +26,14 @@ def _rsqrt(x: np.ndarray) -> np.ndarray:
     return 1 / np.sqrt(x)
 
 
+_ERF = np.frompyfunc(math.erf, 1, 1)
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """The error function, exact to float64 (numpy has none), for float32 values."""
+    return _ERF(np.asarray(x, np.float64)).astype(np.float64)
+
+
 def _select(cond: np.ndarray, x: Any, y: Any) -> np.ndarray:
     return np.where(cond != 0, x, y)
 
@@ -44,7 +52,7 @@ _KIND_OF = {fn: [name for _, name in MATH_KINDS].index(name) for fn, name in (
     (np.multiply, "multiply"), (np.divide, "divide"), (np.maximum, "maximum"),
     (np.minimum, "minimum"), (np.exp, "exp"), (np.log, "log"), (np.sqrt, "sqrt"),
     (np.max, "max"), (np.sum, "sum"), (_rsqrt, "rsqrt"), (np.reciprocal, "reciprocal"),
-    (np.absolute, "abs"), (np.tanh, "tanh"), (_select, "where"))}
+    (np.absolute, "abs"), (np.tanh, "tanh"), (_select, "where"), (erf, "erf"))}
 _FILL, _CAST = (MATH_KINDS.index(kind) for kind in (("add", "fill"), ("cast", "cast")))
 _MATH_CALLS = tuple(f"tl.{name}" for _, name in MATH_KINDS)  # how TCM errors name them
 _SCALARS_OR_TENSORS = (Tensor, int, float)
@@ -76,6 +84,11 @@ class MathOps(Core):
     def tanh(self, x: Tensor) -> Tensor:
         """One PE_MATH command (the `exp` op class: the special-function unit)."""
         return self._unary(np.tanh, x)
+
+    def erf(self, x: Tensor) -> Tensor:
+        """The error function, one PE_MATH command (the `exp` op class: the special-function
+        unit), as exact GELU needs it: ``0.5 x (1 + erf(x / sqrt(2)))``."""
+        return self._unary(erf, x)
 
     def where(self, cond: Tensor, x: Tensor | float, y: Tensor | float) -> Tensor:
         """`x` where `cond` is non-zero, else `y`; shapes broadcast. PE_MATH's `cmp` class:
