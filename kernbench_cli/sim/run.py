@@ -100,6 +100,7 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     system = System(amap)
     memory = Memory(backed=not timing_only)
     host = Host(system, memory, seed, timing_only)
+    watch.begin("setting up", host)
     args = hooks.setup(kernel, host, params)
     fn = hooks.kernel_fn(kernel, args)
     kernel_file = fn.__code__.co_filename
