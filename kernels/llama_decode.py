@@ -149,6 +149,8 @@ def setup(host, p):
     everyone = coll.ranks(grid)
     width = host.num_pes // pp  # PEs per stage
     stages = [list(everyone[k * width:(k + 1) * width]) for k in range(pp)]
+    # the shared buffers in every slice, 7 per PE and layer, the LM head's 2 (--progress)
+    host.expect(host.num_pes * (2 * layers + 10) + width * (7 * layers + 2))
     host_w = _weights(host, cfg, layers, hidden, hq, hkv, d, inter, vocab, dt, b, ctx)
     cos, sin = _rope(cfg, d, ctx)
     share = -(-vocab // width)
@@ -315,7 +317,7 @@ def _put(host, name, shape, make, pid, dt=None):
         return None
     dt = np.dtype(np.float32) if dt == "f32" else host.inputs["inputs_embeds"].dtype
     if host.timing_only:
-        return host.place(name, np.broadcast_to(np.zeros((), dt), shape), pid)
+        return host.reserve(name, shape, dt, pid)
     return host.place(name, np.ascontiguousarray(make(), dt), pid)
 
 

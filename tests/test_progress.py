@@ -158,3 +158,27 @@ def test_setup_says_what_it_placed_of_what_it_expects():
     host.placements, host.drawn_bytes = 5001, 12 << 10
     assert w.text().startswith("setting up: 5,001 placements (1.5 GiB), inputs 12.0 KiB, ")
 
+
+def test_a_run_counts_its_setup_as_it_goes():
+    """As the functional pass begins, the watch's host has counted every allocation it
+    made, and llama_decode said beforehand how many it would make: the count it reached
+    (on sip, two pipeline stages, so the last one's LM head is counted too)."""
+    from kernbench_cli.address import load_address_map
+    from kernbench_cli.sim.kernels import load_kernel, parse_params
+    from kernbench_cli.sim.run import run_kernel
+
+    class SetUp(Exception):
+        pass
+
+    def began(w):
+        if w.phase == "functional pass":
+            host = w.host
+            raise SetUp(host.placements, host.expected, len(host.memory.allocations()))
+
+    kernel = load_kernel("llama_decode")
+    with pytest.raises(SetUp) as info:
+        run_kernel(kernel, load_address_map("sip"),
+                   parse_params(kernel, ["layers=3", "pp=2"], 128), timing_only=True,
+                   watch=watching.Watch(on_begin=began))
+    made, expected, allocations = info.value.args
+    assert made == expected == allocations > 0
