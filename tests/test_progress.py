@@ -83,7 +83,8 @@ def test_a_big_run_prints_its_estimate_before_the_timing_pass(cli, monkeypatch):
 SIZE = r"[\d.]+ (?:[KMGT]i)?B"
 LINE = re.compile(
     r"(?P<what>[^:]+): (?:setting up|functional pass|"
-    rf"setting up: [\d,]+(?: of [\d,]+)? placements \({SIZE}\), inputs {SIZE}, [\d.]+ s|"
+    rf"setting up: (?:building the system|[\d,]+(?: of [\d,]+)? placements \({SIZE}\), "
+    rf"inputs {SIZE}), [\d.]+ s|"
     r"timing pass(?: \(functional pass: [\d,]+ commands in [\d.]+ s\))?|"
     r"functional pass: [\d,]+ commands, [\d,]+ commands/s|"
     r"timing pass: t=\S+ simulated, [\d,]+ of [\d,]+ PEs done, [\d.]+ s|done in [\d.]+ s)")
@@ -151,8 +152,10 @@ def test_setup_says_what_it_placed_of_what_it_expects():
     host = SimpleNamespace(placements=1234, expected=5000, placed_bytes=3 << 29,
                            drawn_bytes=80)
     w = watching.Watch()
-    assert w.text() == "setting up"  # before the host exists (a replay has none)
-    w.begin("setting up", host)
+    assert w.text() == "setting up"  # before a run begins it (a replay never does)
+    w.begin("setting up", None)
+    assert re.fullmatch(r"setting up: building the system, \d+\.\d s", w.text()), w.text()
+    w.host = host  # as run_kernel sets it once the system is built
     assert re.fullmatch(r"setting up: 1,234 of 5,000 placements \(1\.5 GiB\), inputs 80 B, "
                         r"\d+\.\d s", w.text()), w.text()
     host.placements, host.drawn_bytes = 5001, 12 << 10

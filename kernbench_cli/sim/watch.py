@@ -34,10 +34,11 @@ TIMING_PER_FUNCTIONAL = 3.0
 class Watch:
     def __init__(self, on_begin: Callable[[Watch], None] | None = None) -> None:
         self.phase = "setting up"
-        self.host: Any = None  # the setup's Host, once it runs
+        self.host: Any = None  # the setup's Host, once made (`run_kernel` sets it)
         self.launch: Any = None  # the functional pass's Launch, once it runs
         self.timing: Any = None  # the timing pass's Timing, once it runs
         self.since = time.perf_counter()
+        self.began = False  # whether a phase began (a replay's first is its timing pass)
         #: the functional pass's (commands, wall seconds), once it has ended
         self.functional: tuple[int, float] | None = None
         self.on_begin = on_begin
@@ -53,7 +54,7 @@ class Watch:
             self.launch = what
         else:
             self.timing = what
-        self.since = now
+        self.since, self.began = now, True
         if self.on_begin is not None:
             self.on_begin(self)
 
@@ -73,6 +74,8 @@ class Watch:
                     f"commands/s")
         if self.phase == "setting up" and self.host is not None:
             return f"setting up: {_setup(self.host)}, {wall:.1f} s"
+        if self.phase == "setting up" and self.began:
+            return f"setting up: building the system, {wall:.1f} s"
         return self.phase
 
 
