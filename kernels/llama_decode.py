@@ -424,6 +424,7 @@ def setup(host, p):
     run = _run(host.topology, p)
     lay = Layout(host.topology, run)
     lay.check(host.grid)
+    host.expect(len(lay.shared) * host.num_pes + sum(map(len, lay.pieces)))
     cfg, b, dt = run.cfg, run.batch, run.dtype
     w = _weights(host, run)
     cos, sin = cos_sin(cfg.rope, cfg.head_dim, run.context)
@@ -496,7 +497,7 @@ class _Maker:
         only (or an embedding table: space only), nothing is made."""
         host = self.host
         if host.timing_only or piece.kind == "embedding":
-            return host.reserve(piece.name, piece.nbytes, pid, align=page)
+            return host.reserve(piece.name, piece.shape, piece.dtype, pid, align=page)
         value = self.value(piece, layer)
         return host.place(piece.name, np.ascontiguousarray(value, _dtype(host, piece.dtype)),
                           pid, align=page)

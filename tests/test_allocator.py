@@ -177,3 +177,46 @@ def test_tcm_fragmented_by_small_tensors_freed_out_of_order():
     pool.free(2112)
     assert pool.largest_free() == 4096 - 2096  # c's block joins the 16 B before it
     assert pool.allocations()[2048] == 48
+
+
+def _pool_layout(requests, slices: int, size: int):
+    """The host's first layout, written with one `Pool` per slice: a symmetric request at
+    the first aligned offset above every slice's allocations, `alloc_at` in each slice.
+    Yields each request's addresses (or its error's message) in turn."""
+    pools = [Pool(f"hbm of PE {pid}", pid * size, size) for pid in range(slices)]
+    for pid, nbytes in requests:
+        try:
+            if pid is None:
+                offset = -(-max(p.used for p in pools) // 64) * 64
+                yield [pool.alloc_at(pool.base + offset, nbytes, "s") for pool in pools]
+            else:
+                yield pools[pid].alloc(nbytes, "p")
+        except AddressError as exc:
+            yield str(exc)
+            return
+
+
+@given(st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 3)), st.integers(0, 700)),
+                max_size=40))
+@settings(max_examples=200, deadline=None)
+def test_the_slice_allocator_lays_out_as_a_pool_per_slice(requests):
+    """A `SliceAllocator` (symmetric allocations kept once, as a floor) gives the addresses
+    and the errors that a `Pool` per slice gave, for any mix of per-slice and symmetric
+    requests (None: symmetric), zero bytes and a full slice included."""
+    from kernbench_cli.address.allocator import SliceAllocator
+
+    size = 4096
+    slices = SliceAllocator([pid * size for pid in range(4)], size,
+                            lambda pid: f"hbm of PE {pid}")
+    expected = list(_pool_layout(requests, 4, size))
+    got = []
+    for pid, nbytes in requests[:len(expected)]:
+        try:
+            if pid is None:
+                offset = slices.alloc_symmetric(nbytes, "s")
+                got.append([base + offset for base in slices.bases])
+            else:
+                got.append(slices.alloc(pid, nbytes, "p"))
+        except AddressError as exc:
+            got.append(str(exc))
+    assert got == expected

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from kernbench_cli.address import load_address_map
+from kernbench_cli.errors import AddressError
 from kernbench_cli.lang.memory import SLAB_BYTES, Memory
 from kernbench_cli.sim.kernels import load_kernel, parse_params
 from kernbench_cli.sim.run import run_kernel
@@ -142,3 +143,95 @@ def test_the_attention_reference_by_chunks_equals_it_in_one_piece(shape, dtype):
     module = load_kernel("gqa_attention").module
     got = module.reference(types.SimpleNamespace(inputs=inputs), {})["out"]
     np.testing.assert_array_equal(got, _plain_reference(inputs["q"], inputs["k"], inputs["v"]))
+
+
+def test_copies_read_one_block_until_each_is_written():
+    """`add_copies`: every address reads the value (copied in once: changing the source
+    afterwards changes nothing), a write to one copy leaves the others, and a shared
+    input is read in place."""
+    value = np.arange(16, dtype=np.float32)
+    memory = Memory()
+    memory.add_copies([0x1000, 0x2000, 0x3000], value.nbytes, "w", value)
+    value[:] = -1  # after placing
+    f32 = np.dtype(np.float32)
+    views = [memory.view(addr, (16,), f32) for addr in (0x1000, 0x2000, 0x3000)]
+    assert all(np.shares_memory(v, views[0]) for v in views)  # one block
+    memory.write(0x2004, np.float32([99]))
+    np.testing.assert_array_equal(memory.read(0x1000, (16,), f32), np.arange(16))
+    np.testing.assert_array_equal(memory.read(0x2000, (3,), f32), [0, 99, 2])
+    np.testing.assert_array_equal(memory.read(0x3000, (16,), f32), np.arange(16))
+    memory.add_copies([0x4000, 0x5000], 64, "zeros")
+    assert not memory.read(0x5000, (16,), f32).any()
+    kv = _kv()
+    memory.add_copies([0x6000, 0x8000], kv.nbytes, "kv", kv, share=True)
+    assert np.shares_memory(memory.view(0x8000, kv.shape, kv.dtype), kv)
+    assert [name for _, _, name in memory.allocations()] == [
+        "w", "w", "w", "zeros", "zeros", "kv", "kv"]
+
+
+def test_the_index_is_by_address_whatever_the_order_of_adding():
+    """Allocations added out of address order (as a symmetric one lands in every slice) are
+    found by address and listed by it; at one address the newest comes first (a zero-sized
+    one, then what was placed there after it), as inserting in order did; a look-up
+    between additions sees them all."""
+    memory = Memory(backed=False)
+    memory.add_copies([0x3000, 0x1000], 0x100, "sym")
+    memory.add(0x2000, 0x10, "empty")
+    assert memory.check(0x1010, 4, "tl.load") == "sym"
+    memory.add(0x2000, 0x0, "zero")
+    memory.add(0x2000, 0x40, "after")
+    assert memory.allocations() == [(0x1000, 0x100, "sym"), (0x2000, 0x40, "after"),
+                                    (0x2000, 0x0, "zero"), (0x2000, 0x10, "empty"),
+                                    (0x3000, 0x100, "sym")]
+    assert memory.check(0x3010, 4, "tl.load") == "sym"
+    with pytest.raises(AddressError, match=r"^tl.load at 0x1100: no allocation holds"):
+        memory.check(0x1100, 4, "tl.load")
+    with pytest.raises(AddressError, match=r"runs past the end of 'sym' \(256 B at 0x3000\)"):
+        memory.check(0x30f0, 32, "tl.load")
+
+
+def test_the_host_s_inputs_know_their_arrays(amap):
+    """`Host.inputs` is a dict that answers "is this array one of mine" at once, through
+    every way of changing it; a copy of it is a plain dict."""
+    import copy
+
+    from kernbench_cli.sim.host import Inputs
+
+    a, b, c = np.zeros(2), np.ones(2), np.full(2, 2.0)
+    inputs = Inputs()
+    inputs["a"] = a
+    inputs.setdefault("b", b)
+    inputs.setdefault("b", c)  # kept b
+    assert inputs.holds(a) and inputs.holds(b) and not inputs.holds(c)
+    inputs["a"] = c
+    assert not inputs.holds(a) and inputs.holds(c)
+    inputs.update(x=a)
+    inputs |= {"y": a}
+    del inputs["x"]
+    assert inputs.holds(a)
+    inputs.pop("y")
+    assert not inputs.holds(a)
+    assert inputs.popitem() == ("b", b) and not inputs.holds(b)
+    inputs.clear()
+    assert not inputs.holds(c) and inputs == {}
+    inputs["a"] = a
+    assert type(copy.copy(inputs)) is dict and copy.deepcopy(inputs)["a"] is not a
+
+
+def test_reserve_is_place_without_an_array(amap):
+    """`Host.reserve` takes the room `place` takes for an array of zeros of that shape, and
+    its bytes read as zeros; the host counts what it placed, as the progress line shows."""
+    from kernbench_cli.hw.system import System
+    from kernbench_cli.sim.host import Host
+
+    hosts = [Host(System(amap), Memory(), 0, timing_only=False) for _ in range(2)]
+    first = [hosts[0].place("w", np.zeros((3, 5), np.float16), pid) for pid in (0, 1, 0)]
+    second = [hosts[1].reserve("w", (3, 5), "f16", pid) for pid in (0, 1, 0)]
+    assert first == second
+    assert hosts[0].memory.allocations() == hosts[1].memory.allocations()
+    assert not hosts[1].read(second[2], (3, 5), "f16").any()
+    host = hosts[1]
+    host.empty("out", (4,), "f32")
+    assert (host.placements, host.placed_bytes) == (3 + host.num_pes,
+                                                    3 * 30 + host.num_pes * 16)
+    assert len(host.memory.allocations()) == host.placements

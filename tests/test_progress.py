@@ -80,8 +80,11 @@ def test_a_big_run_prints_its_estimate_before_the_timing_pass(cli, monkeypatch):
     assert cli("run", "gqa_attention", "--timing-only", "--json")[2] == ""
 
 
+SIZE = r"[\d.]+ (?:[KMGT]i)?B"
 LINE = re.compile(
     r"(?P<what>[^:]+): (?:setting up|functional pass|"
+    rf"setting up: (?:building the system|[\d,]+(?: of [\d,]+)? placements \({SIZE}\), "
+    rf"inputs {SIZE}), [\d.]+ s|"
     r"timing pass(?: \(functional pass: [\d,]+ commands in [\d.]+ s\))?|"
     r"functional pass: [\d,]+ commands, [\d,]+ commands/s|"
     r"timing pass: t=\S+ simulated, [\d,]+ of [\d,]+ PEs done, [\d.]+ s|done in [\d.]+ s)")
@@ -141,3 +144,44 @@ def test_a_failing_run_with_progress_says_no_done(cli):
     lines = err.splitlines()
     assert not any(line.endswith(" s") and "done in" in line for line in lines)
     assert lines[-1].startswith("error: ")
+
+
+def test_setup_says_what_it_placed_of_what_it_expects():
+    """In setup the line counts the host's placements (of those the kernel expects, when it
+    says), their bytes and the inputs' bytes; past the expected count, just the count."""
+    host = SimpleNamespace(placements=1234, expected=5000, placed_bytes=3 << 29,
+                           drawn_bytes=80)
+    w = watching.Watch()
+    assert w.text() == "setting up"  # before a run begins it (a replay never does)
+    w.begin("setting up", None)
+    assert re.fullmatch(r"setting up: building the system, \d+\.\d s", w.text()), w.text()
+    w.host = host  # as run_kernel sets it once the system is built
+    assert re.fullmatch(r"setting up: 1,234 of 5,000 placements \(1\.5 GiB\), inputs 80 B, "
+                        r"\d+\.\d s", w.text()), w.text()
+    host.placements, host.drawn_bytes = 5001, 12 << 10
+    assert w.text().startswith("setting up: 5,001 placements (1.5 GiB), inputs 12.0 KiB, ")
+
+
+def test_a_run_counts_its_setup_as_it_goes():
+    """As the functional pass begins, the watch's host has counted every allocation it
+    made, and llama_decode said beforehand how many it would make: the count it reached
+    (on sip, two pipeline stages, so the last one's LM head is counted too)."""
+    from kernbench_cli.address import load_address_map
+    from kernbench_cli.sim.kernels import load_kernel, parse_params
+    from kernbench_cli.sim.run import run_kernel
+
+    class SetUp(Exception):
+        pass
+
+    def began(w):
+        if w.phase == "functional pass":
+            host = w.host
+            raise SetUp(host.placements, host.expected, len(host.memory.allocations()))
+
+    kernel = load_kernel("llama_decode")
+    with pytest.raises(SetUp) as info:
+        run_kernel(kernel, load_address_map("sip"),
+                   parse_params(kernel, ["pp=2"], 128), timing_only=True,
+                   watch=watching.Watch(on_begin=began))
+    made, expected, allocations = info.value.args
+    assert made == expected == allocations > 0

@@ -5,12 +5,18 @@ HBM slice, or one PE's TCM or scratchpad range). Kernels allocate their
 tensors once in host setup and never free them, so bumping is the whole
 story; `Pool.find` answers "which allocation holds this address" for bounds
 checks. `SystemAllocator` makes each PE's pools on first use.
+
+`SliceAllocator` is the host's: a bump pointer per PE's HBM slice, where a
+symmetric allocation (one offset in every slice) costs as much as one in a
+single slice, whatever the PE count. It keeps no record of what it handed
+out (the host's `Memory` does).
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kernbench_cli.address.physaddr import AddressMap, PeCoord
@@ -216,6 +222,59 @@ def _room(start: int, size: int) -> int:
     """Bytes from the first `DEFAULT_ALIGN`-aligned address of ``[start, start + size)`` to
     its end (0 or less if none is inside): the most an aligned request can take there."""
     return start + size - -(-start // DEFAULT_ALIGN) * DEFAULT_ALIGN
+
+
+class SliceAllocator:
+    """Aligned bump allocation in each of a list of equal slices (PEs' HBM slices, by pid),
+    and at one offset in all of them (`alloc_symmetric`).
+
+    A symmetric allocation starts above everything allocated in any slice and moves every
+    slice's next free byte to its end: it is kept once, as a floor under the slices' own
+    bump pointers, so it costs the same on 16 PEs as on 8,192. Errors are a `Pool`'s,
+    word for word, naming the slice by `name(pid)`.
+    """
+
+    def __init__(self, bases: list[int], size: int, name: Callable[[int], str]):
+        self.bases = bases
+        self.size = size
+        self.name = name
+        self._next = [0] * len(bases)  # each slice's own next free offset
+        self._floor = 0  # the end of the latest symmetric allocation
+        self.top = 0  # the highest end of an allocation in any slice, from its base
+
+    def alloc(self, pid: int, nbytes: int, what: str = "buffer",
+              align: int = DEFAULT_ALIGN) -> int:
+        """Address of `nbytes` fresh bytes in slice `pid`, aligned to `align`."""
+        if nbytes <= 0:
+            raise AddressError(f"{self.name(pid)}: cannot allocate {nbytes} bytes for {what}")
+        if align <= 0 or align & (align - 1):
+            raise AddressError(f"{self.name(pid)}: alignment {align} is not a power of two")
+        start = self._next[pid]
+        if start < self._floor:
+            start = self._floor
+        start = -(-start // align) * align
+        end = start + nbytes
+        if end > self.size:
+            self._check(pid, start, nbytes, what, f"aligned to {align}")
+        self._next[pid] = end
+        if end > self.top:
+            self.top = end
+        return self.bases[pid] + start
+
+    def alloc_symmetric(self, nbytes: int, what: str = "buffer") -> int:
+        """The offset of `nbytes` in every slice, above all allocated so far (aligned to
+        `DEFAULT_ALIGN`); `nbytes` may be 0."""
+        offset = -(-self.top // DEFAULT_ALIGN) * DEFAULT_ALIGN
+        self._check(0, offset, nbytes, what, f"at offset {offset:#x}")
+        self._floor = self.top = offset + nbytes
+        return offset
+
+    def _check(self, pid: int, offset: int, nbytes: int, what: str, where: str) -> None:
+        left = self.size - offset
+        if nbytes > left:
+            raise AddressError(f"{self.name(pid)} is full: {what} needs {format_size(nbytes)} "
+                               f"({nbytes} B) {where}, {left} B of {format_size(self.size)} "
+                               "left")
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,8 @@ PerPeOpt = Annotated[bool, typer.Option("--per-pe", help="Also show each PE.")]
 
 #: Seconds between the plain progress lines of `--progress` (stderr not a terminal).
 PROGRESS_EVERY = 10.0
+#: Seconds before the first of them: a long setup says what it is doing at once.
+PROGRESS_FIRST = 1.0
 
 DEDUP_DEFAULT = True  # one representative per class of PEs (docs/benchmarks.md)
 DedupOpt = Annotated[bool, typer.Option(
@@ -73,8 +75,8 @@ DedupOpt = Annotated[bool, typer.Option(
 
 ProgressOpt = Annotated[bool, typer.Option(
     "--progress", help="With stderr not a terminal (piped, a log), print plain progress "
-                       f"lines there: as each pass begins and every {PROGRESS_EVERY:g} s (on "
-                       "a terminal a spinner shows it anyway).")]
+                       f"lines there: as each pass begins, after {PROGRESS_FIRST:g} s and every "
+                       f"{PROGRESS_EVERY:g} s (on a terminal a spinner shows it anyway).")]
 
 
 @contextmanager
@@ -82,8 +84,9 @@ def following(message: str, watch, progress: bool = False):
     """Show how a run (its `sim.watch.Watch`) gets on, on stderr, while the block runs.
 
     On a terminal a spinner with `watch.text()`, twice a second. Elsewhere, with
-    `progress`, plain lines (no spinner, no carriage returns): one as each pass begins,
-    one every `PROGRESS_EVERY` seconds, one when the run is done; without it, nothing.
+    `progress`, plain lines (no spinner, no carriage returns): one as each pass begins
+    (setup too), one after `PROGRESS_FIRST` seconds and then every `PROGRESS_EVERY`, one
+    when the run is done; without it, nothing.
     Either way a big run's estimate (`sim.watch.estimate`) is printed as its timing pass
     begins.
     """
@@ -120,10 +123,11 @@ def following(message: str, watch, progress: bool = False):
             from rich.console import Console
 
             status = stack.enter_context(Console(stderr=True).status(message))
-            tick, update = 0.5, lambda: status.update(f"{message}: {watch.text()}")
+            first, tick, update = 0.5, 0.5, lambda: status.update(f"{message}: {watch.text()}")
         else:
-            tick, update = PROGRESS_EVERY, lambda: say(f"{message}: {watch.text()}")
-        thread = threading.Thread(target=lambda: _every(stop, tick, update), daemon=True)
+            first, tick, update = (min(PROGRESS_FIRST, PROGRESS_EVERY), PROGRESS_EVERY,
+                                   lambda: say(f"{message}: {watch.text()}"))
+        thread = threading.Thread(target=lambda: _every(stop, first, tick, update), daemon=True)
         if tty or plain:
             thread.start()
         try:
@@ -137,10 +141,12 @@ def following(message: str, watch, progress: bool = False):
         say(f"{message}: done in {time.perf_counter() - started:.1f} s")
 
 
-def _every(stop, seconds: float, do) -> None:
-    """Call `do` every `seconds` until `stop` is set."""
-    while not stop.wait(seconds):
+def _every(stop, first: float, seconds: float, do) -> None:
+    """Call `do` after `first` seconds, then every `seconds`, until `stop` is set."""
+    wait = first
+    while not stop.wait(wait):
         do()
+        wait = seconds
 
 
 def echo_rich(*renderables) -> None:

@@ -16,6 +16,9 @@ An input the host places (`add` with its array) is not copied when its bytes
 are a few runs of that array, as a KV cache's shard is: the block reads
 those runs where they are, and gets bytes of its own (a copy) before its
 first write or a read across two runs. The host's array is never written.
+The same holds for a value placed in every PE's slice (`add_copies`): one
+read-only block (the input's runs, or one copy) serves every slice until
+that slice is written.
 """
 
 from __future__ import annotations
@@ -51,13 +54,24 @@ class Shared:
 
 
 class Memory:
-    """Byte arrays per allocation, found by address."""
+    """Byte arrays per allocation, found by address.
+
+    Allocations are kept in the order they were made (columns: base, size, name, bytes),
+    so adding one costs the same however many there are; the index by address is sorted
+    once, at the first look-up after an addition (a host places everything before the
+    kernel runs).
+    """
 
     def __init__(self, backed: bool = True):
         self.backed = backed
         self._bases: list[int] = []
-        #: (size, name, bytes): its own, a host array's (`Shared`), or None (not backed)
-        self._blocks: list[tuple[int, str, np.ndarray | Shared | None]] = []
+        self._sizes: list[int] = []
+        self._names: list[str] = []
+        #: each allocation's bytes: its own, a host array's (`Shared`), or None (not backed)
+        self._data: list[np.ndarray | Shared | None] = []
+        self._order: list[int] = []  # allocations by address (the index)
+        self._sorted: list[int] = []  # their bases, ascending
+        self._indexed = True  # whether the index covers every allocation
         # (base, end, name) of the allocations checked last, newest first: a kernel's loop
         # touches a few tensors in turn (A, B, C of a GEMM)
         self._recent: list[tuple[int, int, str]] = []
@@ -69,16 +83,43 @@ class Memory:
         """Register an allocation of `nbytes` at `addr`, holding `source`'s values in C order
         (read in place with `share`: a host's input, never written then) or zeros, when
         backed."""
-        i = bisect.bisect_left(self._bases, addr)
         data = None
         if self.backed:
             runs = _runs(source) if share and source is not None else None
             data = self._cut(nbytes) if runs is None else Shared(runs)
             if source is not None and runs is None:
                 np.ndarray(source.shape, source.dtype, data)[...] = source
+        if self._recent:
+            self._recent.clear()
+        self._bases.append(addr)
+        self._sizes.append(nbytes)
+        self._names.append(name)
+        self._data.append(data)
+        self._indexed = False
+
+    def add_copies(self, addrs: list[int], nbytes: int, name: str,
+                   source: np.ndarray | None = None, share: bool = False) -> None:
+        """Register an allocation of `nbytes` at each of `addrs`, each holding `source`'s
+        values (or zeros) as `add` would, when backed. The copies are one read-only block
+        until each is first written (then it gets bytes of its own), so placing a value in
+        every PE's slice costs one copy of it, or none with `share`."""
+        data = None
+        if self.backed:
+            runs = _runs(source) if share and source is not None else None
+            if runs is None:
+                own = np.zeros(nbytes, dtype=np.uint8)
+                if source is not None:
+                    np.ndarray(source.shape, source.dtype, own)[...] = source
+                own.flags.writeable = False
+                runs = [own]
+            data = Shared(runs)
+        count = len(addrs)
+        self._bases.extend(addrs)
+        self._sizes.extend([nbytes] * count)
+        self._names.extend([name] * count)
+        self._data.extend([data] * count)
+        self._indexed = False
         self._recent.clear()
-        self._bases.insert(i, addr)
-        self._blocks.insert(i, (nbytes, name, data))
 
     def _cut(self, nbytes: int) -> np.ndarray:
         """`nbytes` zeros of their own: the front of the current slab, or of a new one."""
@@ -93,14 +134,15 @@ class Memory:
     def release(self) -> None:
         """Drop every block's bytes (the allocations stay known); reading or writing them
         afterwards is an error of kernbench's own."""
-        self._blocks = [(size, name, None) for size, name, _ in self._blocks]
+        self._data = [None] * len(self._data)
         self._slab = np.zeros(0, dtype=np.uint8)
         self.released = True
 
     def allocations(self) -> list[tuple[int, int, str]]:
         """(address, bytes, name) of every allocation, by address."""
-        return [(base, size, name) for base, (size, name, _) in zip(self._bases, self._blocks,
-                                                                    strict=True)]
+        order = self._index()
+        return list(zip(self._sorted, map(self._sizes.__getitem__, order),
+                        map(self._names.__getitem__, order), strict=True))
 
     def check(self, addr: int, nbytes: int, what: str) -> str:
         """The name of the allocation holding [addr, addr + nbytes); AddressError if none."""
@@ -108,17 +150,19 @@ class Memory:
             if base <= addr and addr + nbytes <= end:
                 return name
         i, offset = self._find(addr, nbytes, what)
-        size, name, _ = self._blocks[i]
-        self._recent.insert(0, (addr - offset, addr - offset + size, name))
+        name = self._names[i]
+        self._recent.insert(0, (addr - offset, addr - offset + self._sizes[i], name))
         del self._recent[4:]
         return name
 
     def _find(self, addr: int, nbytes: int, what: str) -> tuple[int, int]:
-        """(index, offset in it) of the allocation holding ``[addr, addr + nbytes)``."""
-        i = bisect.bisect_right(self._bases, addr) - 1
-        if i < 0 or addr >= self._bases[i] + self._blocks[i][0]:
+        """(allocation, offset in it) of the allocation holding ``[addr, addr + nbytes)``."""
+        order = self._index()
+        j = bisect.bisect_right(self._sorted, addr) - 1
+        i = order[j] if j >= 0 else -1
+        if i < 0 or addr >= self._bases[i] + self._sizes[i]:
             raise AddressError(f"{what} at {addr:#x}: no allocation holds this address")
-        size, name, _ = self._blocks[i]
+        size, name = self._sizes[i], self._names[i]
         offset = addr - self._bases[i]
         if offset + nbytes > size:
             raise AddressError(f"{what} of {nbytes} B at {addr:#x} runs past the end of "
@@ -126,19 +170,31 @@ class Memory:
                                f"{offset + nbytes - size} B")
         return i, offset
 
+    def _index(self) -> list[int]:
+        """The allocations by address (sorted now if any was added since): allocations at
+        one address newest first, as inserting each before its equals would order them."""
+        if not self._indexed:
+            count = len(self._bases)
+            newest_first = np.array(self._bases[::-1], dtype=np.int64)
+            order = count - 1 - np.argsort(newest_first, kind="stable")
+            self._order = order.tolist()
+            self._sorted = newest_first[count - 1 - order].tolist()
+            self._indexed = True
+        return self._order
+
     def _bytes(self, i: int, offset: int, nbytes: int,
                own: bool) -> tuple[np.ndarray | None, int]:
         """(bytes, offset in them) of ``[offset, offset + nbytes)`` of allocation `i`: a run
         of a host's array if one holds them and not `own` (to write), else the block's own
         bytes (copied from the host's array the first time)."""
-        size, name, data = self._blocks[i]
+        data = self._data[i]
         if data.__class__ is Shared:
             found = None if own else data.run(offset, nbytes)
             if found is not None:
                 return found
-            runs, data = data.runs, self._cut(size)
+            runs, data = data.runs, self._cut(self._sizes[i])
             np.concatenate(runs, out=data)
-            self._blocks[i] = (size, name, data)
+            self._data[i] = data
         return data, offset
 
     def view(self, addr: int, shape: tuple[int, ...], dtype: np.dtype, what: str = "read",

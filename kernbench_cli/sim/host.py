@@ -6,16 +6,30 @@ the parameters' fault, found before anything runs.
 Inputs are drawn from a generator seeded by ``--seed``, so a run is
 reproducible. With ``timing_only`` no value is drawn or stored: arrays are
 zero-sized stand-ins of the right shape and dtype.
+
+Setup is linear in placements: HBM is bump-allocated per slice, a symmetric
+allocation (`replicate`, `scatter`, `empty`) is one offset for every slice,
+memory records each placement as (address, bytes, name) in the order made,
+and whether an array is one of `inputs` (read in place, not copied) is a
+look-up, not a scan. `placements`, `placed_bytes` and `drawn_bytes` count as
+setup goes, for `--progress`; a kernel may say how many placements it will
+make (`expect`).
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any
 
 import numpy as np
 
-from kernbench_cli.address.allocator import DEFAULT_ALIGN, Sharded, SystemAllocator
+from kernbench_cli.address.allocator import (
+    DEFAULT_ALIGN,
+    Sharded,
+    SliceAllocator,
+    SystemAllocator,
+)
 from kernbench_cli.address.physaddr import PeCoord
 from kernbench_cli.config.units import format_size
 from kernbench_cli.errors import AddressError, ParamError
@@ -24,6 +38,63 @@ from kernbench_cli.lang.dtypes import NAMES, dtype
 from kernbench_cli.lang.memory import Memory
 
 _DRAW = 1 << 22  # random numbers drawn at a time
+
+
+class Inputs(dict):
+    """The host's inputs by name (a dict), that also knows which arrays it holds, by
+    identity, in constant time (`holds`): every way of setting or removing an item keeps
+    the count. A copy or pickle of it is a plain dict."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._ids: Counter[int] = Counter()
+
+    def holds(self, array: Any) -> bool:
+        """Whether `array` itself (not an equal array) is one of the values."""
+        return self._ids[id(array)] > 0
+
+    def _drop(self, value: Any) -> None:
+        self._ids[id(value)] -= 1
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key in self:
+            self._drop(self[key])
+        super().__setitem__(key, value)
+        self._ids[id(value)] += 1
+
+    def __delitem__(self, key: str) -> None:
+        self._drop(self[key])
+        super().__delitem__(key)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def __ior__(self, other: Any) -> Inputs:
+        self.update(other)
+        return self
+
+    def pop(self, key: str, *default: Any) -> Any:
+        if key in self:
+            self._drop(self[key])
+        return super().pop(key, *default)
+
+    def popitem(self) -> tuple[str, Any]:
+        key, value = super().popitem()
+        self._drop(value)
+        return key, value
+
+    def clear(self) -> None:
+        super().clear()
+        self._ids.clear()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return dict, (dict(self),)
 
 
 class Host:
@@ -37,8 +108,20 @@ class Host:
         self.num_pes = len(self.grid)
         self.timing_only = timing_only
         self.rng = np.random.default_rng(seed)
-        self.inputs: dict[str, np.ndarray] = {}
-        self._alloc = SystemAllocator(system.amap)
+        self.inputs: Inputs = Inputs()
+        grid = self.grid
+        self._hbm = SliceAllocator(system.slice_bases, system.amap.slice_bytes,
+                                   lambda pid: f"hbm of PE ({grid[pid]})")
+        self._alloc = SystemAllocator(system.amap)  # the cubes' SRAM
+        self.placements = 0  # allocations made so far (a symmetric one counts once per PE)
+        self.placed_bytes = 0
+        self.drawn_bytes = 0  # of the inputs `random` made (shapes only: timing only)
+        self.expected: int | None = None  # placements the kernel said it makes (`expect`)
+
+    def expect(self, placements: int) -> None:
+        """Say how many placements setup makes (a symmetric one counts once per PE): the
+        progress line shows how far it got. Optional, and only a guide."""
+        self.expected = placements
 
     # ---------------------------------------------------------------- values
 
@@ -51,6 +134,7 @@ class Host:
         if nbytes > capacity:
             raise ParamError(f"input {name!r} {list(shape)} {NAMES[dt]} is {format_size(nbytes)}, "
                               f"more than the {format_size(capacity)} of HBM in the system")
+        self.drawn_bytes += nbytes
         if self.timing_only:
             value = np.broadcast_to(np.zeros((), dt), shape)
         else:  # drawn in pieces (the same numbers as one draw) to bound float32 scratch
@@ -68,16 +152,21 @@ class Host:
     def place(self, name: str, array: np.ndarray, pid: int, align: int = DEFAULT_ALIGN) -> int:
         """Copy `array` into PE `pid`'s HBM slice, at an address aligned to `align` (a
         power of two: e.g. a DRAM page); returns its address."""
-        coord = self.grid[pid]
-        addr = self._hbm_alloc(coord, array.nbytes, name, align)
+        addr = self._slice_alloc(pid, array.nbytes, name, align)
         self._add(addr, array, name)
         return addr
 
-    def reserve(self, name: str, nbytes: int, pid: int, align: int = DEFAULT_ALIGN) -> int:
-        """`nbytes` of PE `pid`'s HBM slice, aligned to `align`, zeros (space a kernel holds
-        but does not fill from the host); returns its address."""
-        addr = self._hbm_alloc(self.grid[pid], nbytes, name, align)
+    def reserve(self, name: str, shape: tuple[int, ...], dtype_name: Any, pid: int,
+                align: int = DEFAULT_ALIGN) -> int:
+        """Room for `shape` of `dtype_name` in PE `pid`'s HBM slice, aligned to `align`,
+        holding zeros: what `place` does with an array of zeros, without making one (a
+        timing-only run's weights need no values). Returns its address."""
+        dt = dtype_name if isinstance(dtype_name, np.dtype) else dtype(dtype_name)
+        nbytes = math.prod(shape) * dt.itemsize
+        addr = self._slice_alloc(pid, nbytes, name, align)
         self.memory.add(addr, nbytes, name)
+        self.placements += 1
+        self.placed_bytes += nbytes
         return addr
 
     def place_sram(self, name: str, array: np.ndarray, cube: int = 0) -> int:
@@ -98,7 +187,7 @@ class Host:
 
     def replicate(self, name: str, array: np.ndarray) -> Sharded:
         """A copy of `array` in every PE's slice, at one offset."""
-        return self._symmetric(name, array.shape, array.dtype, lambda _pid: array)
+        return self._symmetric(name, array.shape, array.dtype, array)
 
     def scatter(self, name: str, array: np.ndarray, axis: int) -> Sharded:
         """Split `array` evenly along `axis`; PE k's slice holds part k."""
@@ -138,31 +227,47 @@ class Host:
     # ---------------------------------------------------------------- internals
 
     def _symmetric(self, name: str, shape: tuple[int, ...], dt: np.dtype, piece: Any) -> Sharded:
+        """`shape` of `dt` at one offset in every PE's slice, holding `piece(pid)` (None:
+        zeros; an array: the same value in every slice)."""
         nbytes = math.prod(shape) * dt.itemsize
-        pools = [self._alloc.pool("hbm", coord) for coord in self.grid]
-        offset = -(-max(p.used for p in pools) // DEFAULT_ALIGN) * DEFAULT_ALIGN
-        for pid, pool in enumerate(pools):
-            try:
-                addr = pool.alloc_at(pool.base + offset, nbytes, name)
-            except AddressError as exc:
-                raise ParamError(f"inputs overflow an HBM slice: {exc}") from None
-            if piece is None:
-                self.memory.add(addr, nbytes, name)
-            else:
-                self._add(addr, piece(pid), name)
+        try:
+            offset = self._hbm.alloc_symmetric(nbytes, name)
+        except AddressError as exc:
+            raise ParamError(f"inputs overflow an HBM slice: {exc}") from None
+        addrs = [base + offset for base in self._hbm.bases]
+        if self.timing_only or piece is None or isinstance(piece, np.ndarray):
+            source = None if self.timing_only else piece
+            self.memory.add_copies(addrs, nbytes, name, source, share=self._is_input(source))
+        else:
+            share = self._is_input(piece(0))
+            for pid, addr in enumerate(addrs):
+                self.memory.add(addr, nbytes, name, piece(pid), share=share)
+        self._count(len(addrs), nbytes)
         return Sharded(name, offset, tuple(shape), NAMES[dt], nbytes)
 
     def _add(self, addr: int, array: np.ndarray, name: str) -> None:
         """Memory at `addr` holding `array`'s values: read in place if it is (part of) an
-        input this host drew, which nothing writes (the kernel's stores go to a copy);
-        other arrays are copied, as the caller may change them afterwards."""
-        owner = array if array.base is None else array.base
-        self.memory.add(addr, array.nbytes, name, None if self.timing_only else array,
-                        share=any(owner is x for x in self.inputs.values()))
+        input, which nothing writes (the kernel's stores go to a copy); other arrays are
+        copied, as the caller may change them afterwards."""
+        if self.timing_only:
+            self.memory.add(addr, array.nbytes, name)
+        else:
+            self.memory.add(addr, array.nbytes, name, array, share=self._is_input(array))
+        self._count(1, array.nbytes)
 
-    def _hbm_alloc(self, coord: PeCoord, nbytes: int, name: str,
-                   align: int = DEFAULT_ALIGN) -> int:
+    def _slice_alloc(self, pid: int, nbytes: int, name: str,
+                     align: int = DEFAULT_ALIGN) -> int:
         try:
-            return self._alloc.alloc("hbm", coord, nbytes, name, align)
+            return self._hbm.alloc(pid, nbytes, name, align)
         except AddressError as exc:
             raise ParamError(f"inputs overflow an HBM slice: {exc}") from None
+
+    def _is_input(self, array: np.ndarray | None) -> bool:
+        """Whether `array` is (a view of) one of `inputs`."""
+        if array is None:
+            return False
+        return self.inputs.holds(array if array.base is None else array.base)
+
+    def _count(self, placements: int, nbytes: int) -> None:
+        self.placements += placements
+        self.placed_bytes += placements * nbytes

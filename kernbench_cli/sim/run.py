@@ -102,9 +102,10 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     """
     watch = watch or Watch()
     wall = time.perf_counter()
+    watch.begin("setting up", None)
     system = System(amap)
     memory = Memory(backed=not timing_only)
-    host = Host(system, memory, seed, timing_only)
+    watch.host = host = Host(system, memory, seed, timing_only)
     args = hooks.setup(kernel, host, params)
     fn = hooks.kernel_fn(kernel, args)
     kernel_file = fn.__code__.co_filename

@@ -1,6 +1,7 @@
 """What a run is doing now, for a progress line: the pass, and how far it got.
 
-`run_kernel` and `replay_trace` fill a `Watch` as they go; another thread
+`run_kernel` and `replay_trace` fill a `Watch` as they go (setup, with the
+host's counts of placements; the functional pass; the timing pass); another thread
 (the CLI's spinner, or its plain progress lines) reads it with `text()`.
 Reading plain counters another thread writes is safe under the GIL, and the
 passes pay nothing for it. A `Watch` may be told (`on_begin`) when a pass
@@ -33,9 +34,11 @@ TIMING_PER_FUNCTIONAL = 3.0
 class Watch:
     def __init__(self, on_begin: Callable[[Watch], None] | None = None) -> None:
         self.phase = "setting up"
+        self.host: Any = None  # the setup's Host, once made (`run_kernel` sets it)
         self.launch: Any = None  # the functional pass's Launch, once it runs
         self.timing: Any = None  # the timing pass's Timing, once it runs
         self.since = time.perf_counter()
+        self.began = False  # whether a phase began (a replay's first is its timing pass)
         #: the functional pass's (commands, wall seconds), once it has ended
         self.functional: tuple[int, float] | None = None
         self.on_begin = on_begin
@@ -45,16 +48,20 @@ class Watch:
         if self.phase == "functional pass" and self.launch is not None:
             self.functional = (self.launch.commands, now - self.since)
         self.phase = phase
-        if phase == "functional pass":
+        if phase == "setting up":
+            self.host = what
+        elif phase == "functional pass":
             self.launch = what
         else:
             self.timing = what
-        self.since = now
+        self.since, self.began = now, True
         if self.on_begin is not None:
             self.on_begin(self)
 
     def text(self) -> str:
-        """One line: the pass, commands done and their rate, or simulated time reached."""
+        """One line: the pass, commands done and their rate, or simulated time reached; in
+        setup, the placements made (of those expected, if the kernel said) and their bytes,
+        and the inputs' bytes."""
         wall = max(time.perf_counter() - self.since, 1e-9)
         if self.phase == "timing pass" and self.timing is not None:
             timing = self.timing
@@ -65,6 +72,10 @@ class Watch:
             commands = self.launch.commands
             return (f"functional pass: {commands:,} commands, {commands / wall:,.0f} "
                     f"commands/s")
+        if self.phase == "setting up" and self.host is not None:
+            return f"setting up: {_setup(self.host)}, {wall:.1f} s"
+        if self.phase == "setting up" and self.began:
+            return f"setting up: building the system, {wall:.1f} s"
         return self.phase
 
 
@@ -91,6 +102,22 @@ def estimate(watch: Watch) -> str | None:
     expected = commands / rate * TIMING_PER_FUNCTIONAL
     return (f"{text}: about {_duration(expected)} ({TIMING_PER_FUNCTIONAL:g}x the functional "
             f"pass's {rate:,.0f} commands/s{alike})")
+
+
+def _setup(host: Any) -> str:
+    """How far a host's setup got: placements made (of expected) and bytes, inputs."""
+    made, expected = host.placements, host.expected
+    of = f" of {expected:,}" if expected is not None and expected >= made else ""
+    return (f"{made:,}{of} placements ({_size(host.placed_bytes)}), inputs "
+            f"{_size(host.drawn_bytes)}")
+
+
+def _size(nbytes: int) -> str:
+    """Bytes to a tenth of the largest binary unit they reach: 1.5 GiB, 12.0 KiB, 80 B."""
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift:
+            return f"{nbytes / (1 << shift):.1f} {unit}"
+    return f"{nbytes} B"
 
 
 def _duration(seconds: float) -> str:
