@@ -132,8 +132,9 @@ def verification_text(result: RunResult) -> str:
     parts = []
     for c in result.checks:
         verdict = "PASS" if c.passed else "FAIL"
+        whose = f"declared by the kernel for its {c.dtype}" if c.declared else c.dtype
         parts.append(f"{verdict} {c.name}: max |err| {c.max_abs_err:.3g} "
-                     f"(tolerance {c.dtype}: atol {c.atol:g} + rtol {c.rtol:g} x |ref|)")
+                     f"(tolerance {whose}: atol {c.atol:g} + rtol {c.rtol:g} x |ref|)")
     return "; ".join(parts) if parts else "no outputs to check"
 
 
