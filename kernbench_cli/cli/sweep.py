@@ -110,8 +110,11 @@ def _print(rows: list[dict[str, Any]], axes: list[str], fmt: Format) -> None:
     elif fmt is Format.csv:
         from kernbench_cli.explore.sweep import csv_header, csv_row
         from kernbench_cli.report.formats import csv_text
+        from kernbench_cli.report.metrics import names
 
-        typer.echo(csv_text(csv_header(axes), (csv_row(r, axes) for r in rows)), nl=False)
+        kept = names(r["result"] for r in rows)
+        typer.echo(csv_text(csv_header(axes, kept), (csv_row(r, axes, kept) for r in rows)),
+                   nl=False)
     else:
         from rich.console import Console
 
