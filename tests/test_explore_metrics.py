@@ -163,3 +163,24 @@ def test_units_read_from_a_metrics_name():
     assert metrics.headings(["latency_ps", "ttft_ps", "ttft_us"], ["latency"]) == {
         "latency_ps": "metrics.latency_ps", "ttft_ps": "metrics.ttft_ps",
         "ttft_us": "metrics.ttft_us"}
+
+
+# ------------------------------------------------------------------ compare
+
+def test_compare_has_a_row_per_metric(cli, swept):
+    """`metrics.NAME` rows after the latency, with their change against the first run;
+    the table names them by their words."""
+    result, out = swept
+    comparison = kb.compare(out)
+    names = list(comparison.metrics)
+    assert names[:5] == ["latency_ps", "metrics.energy_per_item_uj", "metrics.extra",
+                         "metrics.items_per_s", "metrics.time_per_item_ps"]
+    assert comparison.metrics["metrics.time_per_item_ps"] == (146_428.75, 135_714.5)
+    assert comparison.delta_pct["metrics.time_per_item_ps"] == (
+        0.0, round((135_714.5 - 146_428.75) / 146_428.75 * 100, 3))
+    assert comparison.metrics["metrics.extra"] == (None, 3.0)
+    assert kb.compare(result).metrics == comparison.metrics  # the same from the API
+    code, text, _ = cli("compare", str(out), "--format", "md")
+    assert code == 0
+    assert "| time per item | 146.429ns | 135.714ns (-7.3%) |" in text.splitlines()
+    assert "| metrics.extra | - | 3 |" in text.splitlines()  # "extra" is a setting's row
