@@ -184,3 +184,116 @@ def test_compare_has_a_row_per_metric(cli, swept):
     assert code == 0
     assert "| time per item | 146.429ns | 135.714ns (-7.3%) |" in text.splitlines()
     assert "| metrics.extra | - | 3 |" in text.splitlines()  # "extra" is a setting's row
+
+
+# ------------------------------------------------------------------ plots
+
+def _row(point: int, bandwidth: str, latency_ps: int, **stated: float) -> dict:
+    return {"point": point, "axes": {"hbm.bandwidth": bandwidth}, "error": None,
+            "axis_numbers": {"hbm.bandwidth": quantity(bandwidth)[0]},
+            "axis_units": {"hbm.bandwidth": "B/s"},
+            "result": {"latency_ps": latency_ps, "engines": {}, "metrics": stated}}
+
+
+def test_a_plot_of_a_metric_and_of_values_in_different_units():
+    """--y a kernel's metric: its values in the axis's unit (a time in us); a point without
+    it left out. Values in different units of one kind sit at their numbers (512MB/s left
+    of 1GB/s), each tick labelled as given."""
+    pytest.importorskip("matplotlib")
+    from kernbench_cli.report.plot import figure
+
+    rows = [_row(0, "512MB/s", 8_000_000, tpot_ps=8e6), _row(1, "1GB/s", 5_000_000),
+            _row(2, "2GB/s", 4_000_000, tpot_ps=4e6)]
+    for y in ("tpot_ps", "metrics.tpot_ps"):
+        top = figure(rows, None, y, "k").axes[0]
+        (line,) = top.get_lines()
+        assert line.get_xydata().tolist() == [[512e6, 8.0], [2e9, 4.0]]
+        assert top.get_ylabel() == "tpot (us)"
+        assert [t.get_text() for t in top.get_xticklabels()] == ["512MB/s", "1GB/s", "2GB/s"]
+        assert [t for t in top.get_xticks()] == [512e6, 1e9, 2e9]
+        assert top.get_xlabel() == "hbm.bandwidth"  # no one unit to name
+
+
+def test_plot_redraws_a_finished_sweep_as_the_sweep_drew_it(cli, tmp_path):
+    """`kernbench plot RESULTS.jsonl` gives the SVG `sweep --plot` gave, byte for byte, and
+    draws a metric the kernel states."""
+    pytest.importorskip("matplotlib")
+    out, drawn, again = tmp_path / "r.jsonl", tmp_path / "s.svg", tmp_path / "again.svg"
+    code, _, _ = cli("sweep", METERED, "-t", ONE, "--set", "hbm.bandwidth=51.2GB/s,102.4GB/s",
+                     "--jobs", "2", "--out", str(out), "--plot", str(drawn), "--y",
+                     "time_per_item_ps")
+    assert code == 0 and "time per item (us)" in drawn.read_text()
+    code, text, err = cli("plot", str(out), "--y", "time_per_item_ps", "-o", str(again))
+    assert (code, err) == (0, "")
+    assert text == f"{again}: time_per_item_ps against hbm.bandwidth, 2 points\n"
+    assert again.read_bytes() == drawn.read_bytes()
+    code, _, _ = cli("plot", str(out))
+    assert code == 0 and out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plot_errors_are_one_line_and_leave_no_figure(cli, swept, tmp_path):
+    pytest.importorskip("matplotlib")
+    _, out = swept
+    foreign, empty, failed = tmp_path / "f.jsonl", tmp_path / "e.jsonl", tmp_path / "x.jsonl"
+    foreign.write_text('{"latency_ps": 5}\n')
+    empty.write_text("")
+    failed.write_text(json.dumps({"point": 0, "axes": {"a": "1"}, "result": None,
+                                  "error": "boom", "sweep": "s"}) + "\n")
+    figure = tmp_path / "fig.png"
+    cases = [
+        ((str(tmp_path / "none.jsonl"),), f"{tmp_path / 'none.jsonl'}: no such file"),
+        ((str(foreign),), f"{foreign}:1: not a row of a sweep's .jsonl results file (a row "
+                          "has point, axes, result and error)"),
+        ((str(empty),), f"{empty}: no rows (an empty sweep): nothing to read"),
+        ((str(failed),), "no point has a result to plot: all 1 failed"),
+        ((str(out), "--x", "hbm.latency"),
+         "--x 'hbm.latency': not a swept axis (axes: extra, hbm.bandwidth)"),
+        ((str(out), "--y", "tpot_ps"),
+         "--y 'tpot_ps': not a metric of these points; one of latency, gemm_mac_utilization, "
+         "hbm_gbps, energy, power, perf_per_watt, energy_per_item_uj, extra, items_per_s, "
+         "time_per_item_ps"),
+        ((str(tmp_path / "r.csv"),), f"{tmp_path / 'r.csv'}: a .csv keeps only the summary "
+                                     "columns; give the sweep's .jsonl (sweep --out "
+                                     "FILE.jsonl)"),
+    ]
+    for args, message in cases:
+        assert cli("plot", *args, "-o", str(figure)) == (2, "", f"error: {message}\n"), args
+    assert cli("plot", str(out), "-o", str(tmp_path / "f.gif")) == (
+        2, "", f"error: --out '{tmp_path / 'f.gif'}': the figure must end in .png, .svg, "
+               ".pdf\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.jsonl", "f.jsonl", "x.jsonl"]
+
+
+def test_an_interrupted_plot_leaves_no_file(cli, swept, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    def cut(self, out, **kwargs):
+        out.write(b"half a figure")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Figure, "savefig", cut)
+    _, out = swept
+    code, _, err = cli("plot", str(out), "-o", str(tmp_path / "fig.svg"))
+    assert (code, err) == (130, "interrupted\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sweep_plot_of_a_metric_no_point_states(cli, tmp_path):
+    """The kernel states metrics, so --y is checked once the points are known: the table
+    and the results file first, then the one-line error; no figure."""
+    pytest.importorskip("matplotlib")
+    out, figure = tmp_path / "r.jsonl", tmp_path / "s.png"
+    code, text, err = cli("sweep", METERED, "-t", ONE, "-p", "extra=0,3", "--jobs", "2",
+                          "--out", str(out), "--plot", str(figure), "--y", "ttft_ps")
+    assert code == 2 and "Sweep: 2 points" in text and out.is_file()
+    assert err.splitlines()[-1].startswith("error: --y 'ttft_ps': not a metric of these "
+                                           "points; one of latency,")
+    assert not figure.exists()
+
+
+def test_load_sweep_is_the_sweep(swept):
+    result, out = swept
+    loaded = kb.load_sweep(out)
+    assert loaded.kernel == "metered" and loaded.axes == ("extra", "hbm.bandwidth")
+    assert loaded.table() == [{k: r[k] for k in loaded.columns()} for r in result.table()]

@@ -153,6 +153,44 @@ class SweepResult:
         pandas()
         return frame(self.table(), self.columns(), index="point")
 
+    def plot(self, path: str | Path, x: str | None = None, y: str = "latency",
+             title: str | None = None, option: str = "--out") -> None:
+        """Draw the sweep to `path` (.png, .svg or .pdf, written whole or not at all), as
+        `sweep --plot` draws it: `y` (``latency``, …, or a metric the kernel states, such as
+        ``tpot_ps``) against axis `x` (default: the first that varies), and each point's
+        engines. `title` defaults to the kernel, the topology and the point count; `option`
+        names the figure in errors. Needs matplotlib (the ``plot`` extra)."""
+        from kernbench_cli.report.plot import check_figure, check_x, metric, plot
+
+        path = Path(path)
+        check_figure(path, option)
+        check_x(x, list(self.axes))
+        rows = self.to_dicts()
+        metric(y, rows)
+        done = [row["result"] for row in rows if row["result"] is not None]
+        if not done:
+            raise KernbenchError(f"no point has a result to plot: all {len(rows)} failed")
+        if title is None:
+            title = f"{self.kernel} on {done[0].get('topology')}: {len(rows)} points"
+        plot(path, rows, x, y, title, option)
+
+
+def load_sweep(path: str | Path) -> SweepResult:
+    """A finished sweep from its ``.jsonl`` results file (`sweep --out`), as `sweep` returned
+    it (a point resumed from a .csv is not there: read the .jsonl). Its axes are the rows'
+    keys, sorted (the file keeps no order). A one-line `KernbenchError` for a missing file,
+    one that is not a sweep's rows, rows of two sweeps, or no rows."""
+    from kernbench_cli.explore.sweep import read_results
+
+    path = Path(path)
+    rows = read_results(path)
+    kernel = next((str(r["result"].get("kernel")) for r in rows if r["result"]), path.stem)
+    try:
+        return SweepResult.from_rows(kernel, list(rows[0]["axes"]), rows)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise KernbenchError(f"{path}: not a sweep's .jsonl results file (a result that is "
+                             "not a `run --json` object)") from None
+
 
 def check_options(kernel: str | Path, topology: str | Path | None, costs: str | Path | None,
                   replay: str | Path | None, out: Path | None, resume: bool, jobs: int | None,

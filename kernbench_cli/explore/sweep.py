@@ -338,6 +338,57 @@ def _csv_metric_keys(header: str, base: str) -> list[str]:
     return [c.removeprefix(PREFIX) for c in extra]
 
 
+def read_results(path: Path) -> list[dict[str, Any]]:
+    """The rows of a sweep's ``.jsonl`` results file, in point order (a torn last line, as
+    an interrupt leaves, is dropped). A one-line `KernbenchError` for a missing file, one
+    that is not a sweep's rows (naming the line), rows of two sweeps, or no rows."""
+    from kernbench_cli.report.compare import MAX_RESULTS_BYTES, checked
+
+    if path.suffix == ".csv":
+        raise KernbenchError(f"{path}: a .csv keeps only the summary columns; give the "
+                             "sweep's .jsonl (sweep --out FILE.jsonl)")
+    try:
+        text = read_input(path, MAX_RESULTS_BYTES, "a sweep's .jsonl results file").decode()
+    except UnicodeDecodeError:
+        raise KernbenchError(f"{path}: not a sweep's .jsonl results file (not text)") from None
+    lines = text.splitlines()
+    if lines and not text.endswith("\n"):
+        lines.pop()  # torn: the write of the last row was cut off
+    rows = [_result_row(line, f"{path}:{n}", checked) for n, line in enumerate(lines, 1)]
+    if not rows:
+        raise KernbenchError(f"{path}: no rows (an empty sweep): nothing to read")
+    if len({row.get("sweep") for row in rows}) > 1:
+        raise KernbenchError(f"{path}: rows of more than one sweep (their `sweep` differs); "
+                             "give one sweep's file")
+    if len({tuple(sorted(row["axes"])) for row in rows}) > 1:
+        raise KernbenchError(f"{path}: rows with different axes; not one sweep's file")
+    rows.sort(key=lambda row: row["point"])
+    if len({row["point"] for row in rows}) < len(rows):
+        raise KernbenchError(f"{path}: a point appears twice; not one sweep's file")
+    return rows
+
+
+def _result_row(line: str, where: str, checked: Callable[[dict, str], dict]) -> dict[str, Any]:
+    """One line of a sweep's ``.jsonl``, checked to be a row (`point`, `axes`, `result`,
+    `error`); its result, if any, a `run --json` object."""
+    try:
+        row = parse_json(line, where)
+    except (ValueError, RecursionError):
+        row = None
+    if not (isinstance(row, dict) and type(row.get("point")) is int
+            and isinstance(row.get("axes"), dict)
+            and all(isinstance(v, str) for v in row["axes"].values())
+            and isinstance(row.get("error", 0), str | None)
+            and isinstance(row.get("result", 0), dict | None)):
+        raise KernbenchError(f"{where}: not a row of a sweep's .jsonl results file (a row "
+                             "has point, axes, result and error)")
+    if row["result"] is not None:
+        if "latency_ps" not in row["result"]:
+            raise KernbenchError(f"{where}: its result is not a `run --json` object")
+        checked(row["result"], where)
+    return row
+
+
 @dataclass
 class Results:
     """The results file: rows appended in point order, flushed one by one."""
