@@ -325,6 +325,19 @@ def _csv_result(rec: dict[str, str], metric_keys: Sequence[str]) -> dict[str, An
             **({"metrics": metrics} if metrics else {})}
 
 
+def _csv_kept(row: dict[str, Any]) -> dict[str, Any]:
+    """What a `.csv` row is made of (`csv_row`), kept to write the file again: a run's
+    summary and metrics, not its whole result."""
+    result = row["result"]
+    if result is not None:
+        result = {k: result.get(k) for k in ("latency_ps", "verified", "gemm_mac_utilization",
+                                             "hbm_gbps", "metrics")}
+        result["bound"] = {"engine": (row["result"].get("bound") or {}).get("engine")}
+        if row["result"].get("energy_pj"):
+            result["energy_pj"] = {"total": row["result"]["energy_pj"].get("total")}
+    return {**row, "result": result}
+
+
 def _csv_metric_keys(header: str, base: str) -> list[str]:
     """The metric columns of a `.csv` file's `header` line, whose first columns must be
     `base` (this sweep's, without metrics); ValueError if they are not."""
@@ -477,7 +490,7 @@ class Results:
             return
         wider = False
         if self.csv:
-            self._rows.append(row)
+            self._rows.append(_csv_kept(row))
             new = set(names([row["result"]])) - set(self.metric_keys)
             if new:
                 self.metric_keys, wider = sorted({*self.metric_keys, *new}), True
