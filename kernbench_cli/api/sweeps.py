@@ -154,7 +154,7 @@ class SweepResult:
         return frame(self.table(), self.columns(), index="point")
 
     def plot(self, path: str | Path, x: str | None = None, y: str = "latency",
-             title: str | None = None, option: str = "--out") -> None:
+             title: str | None = None, option: str = "path") -> None:
         """Draw the sweep to `path` (.png, .svg or .pdf, written whole or not at all), as
         `sweep --plot` draws it: `y` (``latency``, …, or a metric the kernel states, such as
         ``tpot_ps``) against axis `x` (default: the first that varies), and each point's

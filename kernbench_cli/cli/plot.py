@@ -27,6 +27,6 @@ def plot(
     figure = out if out is not None else results.with_suffix(".png")
     check_figure(figure, "--out")  # before the file is read
     swept = load_sweep(results)
-    swept.plot(figure, x, y)
+    swept.plot(figure, x, y, option="--out")
     typer.echo(f"{figure}: {y} against {chosen_x(swept.to_dicts(), x)}, "
                f"{len(swept.points)} points")
