@@ -9,7 +9,7 @@ The package is also the Python API (docs/api.md), under the CLI::
                     set={"pe.gemm.rows": 8}, timing_only=True)
     result.latency_ps, result.engines["gemm"].utilization, result.to_dict()  # = run --json
 
-`run`, `replay`, `sweep`, `compare`, `sensitivity`, `load_kernel`, `load_topology`,
+`run`, `replay`, `sweep`, `load_sweep`, `compare`, `sensitivity`, `load_kernel`, `load_topology`,
 `load_trace` and the result types are looked up here on first use (module `__getattr__`),
 so ``import kernbench_cli`` loads nothing heavy: `kernbench decode` starts as fast as
 before.
@@ -25,6 +25,7 @@ _LAZY = {
     "load_topology": "kernbench_cli.api.runs",
     "load_trace": "kernbench_cli.api.runs",
     "sweep": "kernbench_cli.api.sweeps",
+    "load_sweep": "kernbench_cli.api.sweeps",
     "compare": "kernbench_cli.api.comparison",
     "sensitivity": "kernbench_cli.api.sensitivity",
     "Sensitivity": "kernbench_cli.api.sensitivity",

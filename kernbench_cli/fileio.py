@@ -42,7 +42,8 @@ def note_input(path: Path) -> None:
             _INPUTS.add(path.resolve())
 
 
-def output_target(path: Path, what: str, rewrites_input: bool = False) -> Path:
+def output_target(path: Path, what: str, rewrites_input: bool = False,
+                  rewrites_output: bool = False) -> Path:
     """The regular file an output to `path` replaces: `path`, or the file a symlink there
     points at (outputs write through symlinks, never over them). A one-line error for a
     folder, a device, FIFO or socket, a missing folder, or a file this command reads or
@@ -69,7 +70,7 @@ def output_target(path: Path, what: str, rewrites_input: bool = False) -> Path:
     if resolved in _INPUTS and not rewrites_input:
         raise KernbenchError(f"{what} {path}: is an input of this command; write the output "
                              "elsewhere")
-    if resolved in _OUTPUTS:
+    if resolved in _OUTPUTS and not rewrites_output:
         raise KernbenchError(f"{what} {path}: another output of this command went there")
     return target
 
@@ -90,7 +91,7 @@ def check_outputs(outputs: dict[str, Path | None], rewrites: tuple[str, ...] = (
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], None], what: str,
-                 rewrites_input: bool = False) -> None:
+                 rewrites_input: bool = False, rewrites_output: bool = False) -> None:
     """Call `write` on a temporary file beside `path`, then move it into place.
 
     A failure or an interrupt leaves no partial file and no temporary one (a
@@ -99,11 +100,12 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None], what: str,
     replaced: a symlink's target is written (the link stays); a device, FIFO,
     socket or folder is refused, and so is a file the command reads or already
     wrote (`output_target`; `rewrites_input` lets it replace an input it was
-    read from). `what` names the option or command in errors (``--save``).
+    read from; `rewrites_output`, a file it wrote and now writes again, whole). `what`
+    names the option or command in errors (``--save``).
     """
     import tempfile  # here: the light commands (decode) read inputs but write nothing
 
-    target = output_target(path, what, rewrites_input)
+    target = output_target(path, what, rewrites_input, rewrites_output)
     folder = target.parent if str(target.parent) else Path(".")
     # the temporary name stays within the file system's 255-byte name limit
     prefix = f".{target.name}." if len(target.name.encode()) <= 200 else ".kernbench."

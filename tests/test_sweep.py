@@ -315,7 +315,8 @@ def test_the_plots_panels_hold_the_sweeps_numbers():
     (("--plot", "s.gif"), "--plot 's.gif': the figure must end in .png, .svg, .pdf"),
     (("--plot", "s.png", "--y", "speed"), "--y 'speed': one of latency, "
                                           "gemm_mac_utilization, hbm_gbps, energy, power, "
-                                          "perf_per_watt"),
+                                          "perf_per_watt (the kernel states no metrics "
+                                          "of its own)"),
     (("--plot", "s.png", "--x", "hbm.latency"), "--x 'hbm.latency': not a swept axis (axes: "
                                                 "hbm.bandwidth, costs.issue.load)"),
 ])

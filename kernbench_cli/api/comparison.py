@@ -20,8 +20,9 @@ Run = Result | SweepResult | Mapping[str, Any] | str | Path
 @dataclass(frozen=True)
 class Comparison:
     """Runs side by side: `runs` are their labels; `metrics[name]` each run's value of a
-    metric (the latency, each engine's mean busy time and utilisation, bound by, verified,
-    invariants held; None where a run has no such engine) and `delta_pct[name]` its change
+    metric (the latency, each metric the kernel states as ``metrics.NAME``, each engine's
+    mean busy time and utilisation, bound by, verified, invariants held; None where a run
+    has no such engine or metric) and `delta_pct[name]` its change
     against the first run in percent (None where not a number). `to_dict()` is what
     `kernbench compare --json` prints."""
 

@@ -7,7 +7,10 @@ so a single TOML array value is written as a list of one (``[[4, 2]]``). A list 
 ``KEY=V1,V2,…`` strings is taken as `kernbench sweep` takes its options. Every point's
 axis values are typed as the configuration loader reads them (a TOML value: ``16`` an
 int, ``0.5`` a float, ``true`` a bool; otherwise the text, such as ``"204.8GB/s"``), the
-same whether the sweep ran now or was resumed from its results file.
+same whether the sweep ran now or was resumed from its results file. Each value is also
+read as a number (`SweepPoint.numbers`, in ``unit`` `SweepPoint.units`): ``"102.4GB/s"`` is
+102400000000 B/s, so a sort or a pivot on ``KEY:number`` orders by the quantity, not by its
+text.
 """
 
 from __future__ import annotations
@@ -40,11 +43,22 @@ class SweepPoint:
     result: Result | None
     error: str | None
     replayed: bool = False
+    #: each axis value as a number in the stored unit of its kind (a bandwidth in B/s, a
+    #: time in ps, a size in B, a frequency in Hz, an energy in aJ, a power in uW; a factor
+    #: ``x0.5`` as 0.5), None where it is not a number (`explore.sweep.axis_number`)
+    numbers: Mapping[str, int | float | None] = field(
+        default_factory=lambda: MappingProxyType({}))
+    #: the unit of each of `numbers` (``"B/s"``, ``"ps"``, … ``""`` for a plain number,
+    #: ``"x"`` for a factor), None where it is not a number
+    units: Mapping[str, str | None] = field(default_factory=lambda: MappingProxyType({}))
 
 
-#: The columns of `SweepResult.table()` after the point and its axes.
+#: The columns of `SweepResult.table()` after the point, its axes and their numbers, and
+#: before the kernel's metrics.
 TABLE_COLUMNS = ("latency_ps", "latency_ns", "bound", "verified", "gemm_mac_utilization",
                  "hbm_gbps", "error", "replayed")
+#: The suffix of an axis's number column in `SweepResult.table()` (``hbm.bandwidth:number``).
+NUMBER = ":number"
 
 
 @dataclass(frozen=True)
@@ -61,10 +75,13 @@ class SweepResult:
     @classmethod
     def from_rows(cls, kernel: str, axes: Sequence[str],
                   rows: Sequence[Mapping[str, Any]]) -> SweepResult:
-        """The sweep that gave `rows` (the sweep's rows in point order)."""
+        """The sweep that gave `rows` (the sweep's rows in point order; each gets its
+        ``axis_numbers`` and ``axis_units`` if it has none)."""
         from kernbench_cli.config.loader import read_set_value
+        from kernbench_cli.explore.sweep import numbered
 
-        text = json.dumps(list(rows))
+        text = json.dumps([row if "axis_numbers" in row else numbered(dict(row))
+                           for row in rows])
         points = []
         for row in json.loads(text):
             whole = row["result"] is not None and "schema_version" in row["result"]
@@ -72,7 +89,8 @@ class SweepResult:
                 row["point"],
                 MappingProxyType({k: read_set_value(v) for k, v in row["axes"].items()}),
                 Result.from_dict(row["result"]) if whole else None, row["error"],
-                bool(row.get("replayed", False))))
+                bool(row.get("replayed", False)), MappingProxyType(row["axis_numbers"]),
+                MappingProxyType(row["axis_units"])))
         return cls(kernel, tuple(axes), tuple(points), text)
 
     def to_dicts(self) -> list[dict[str, Any]]:
@@ -89,22 +107,42 @@ class SweepResult:
             raise SweepError(f"{len(self.failed)} of {len(self.points)} points failed (their "
                              "rows say why)")
 
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """The names of the kernel's metrics (its `metrics()`) any point states, sorted."""
+        from kernbench_cli.report.metrics import names
+
+        return tuple(names(row["result"] for row in self.to_dicts()))
+
+    def columns(self) -> tuple[str, ...]:
+        """The columns of `table()`, in order."""
+        from kernbench_cli.report.metrics import PREFIX
+
+        return ("point", *self.axes, *(k + NUMBER for k in self.axes), *TABLE_COLUMNS,
+                *(PREFIX + name for name in self.metrics))
+
     def table(self) -> list[dict[str, Any]]:
-        """One record per point: ``point``, each axis (typed), then `TABLE_COLUMNS`:
-        latency, the engine bounding it (None: latency-bound), verified, GEMM MAC
-        utilisation, HBM GB/s, the error and whether it was replayed."""
-        out = []
+        """One record per point: ``point``, each axis (typed), each axis's number
+        (``KEY:number``, see `SweepPoint.numbers`), then `TABLE_COLUMNS`: latency, the
+        engine bounding it (None: latency-bound), verified, GEMM MAC utilisation, HBM GB/s,
+        the error and whether it was replayed; then ``metrics.NAME`` for each of the
+        kernel's `metrics` (None at a point without it)."""
+        from kernbench_cli.report.metrics import PREFIX, value
+
+        metrics, out = self.metrics, []
         for point, row in zip(self.points, self.to_dicts(), strict=True):
             result = row["result"] or {}
             latency = result.get("latency_ps")
             out.append({"point": point.index, **{k: point.axes.get(k) for k in self.axes},
+                        **{k + NUMBER: point.numbers.get(k) for k in self.axes},
                         "latency_ps": latency,
                         "latency_ns": latency / 1000 if latency is not None else None,
                         "bound": (result.get("bound") or {}).get("engine"),
                         "verified": result.get("verified"),
                         "gemm_mac_utilization": result.get("gemm_mac_utilization"),
                         "hbm_gbps": result.get("hbm_gbps"), "error": point.error,
-                        "replayed": point.replayed})
+                        "replayed": point.replayed,
+                        **{PREFIX + name: value(result, name) for name in metrics}})
         return out
 
     def to_pandas(self):
@@ -113,7 +151,45 @@ class SweepResult:
         from kernbench_cli.api.tables import frame, pandas
 
         pandas()
-        return frame(self.table(), ("point", *self.axes, *TABLE_COLUMNS), index="point")
+        return frame(self.table(), self.columns(), index="point")
+
+    def plot(self, path: str | Path, x: str | None = None, y: str = "latency",
+             title: str | None = None, option: str = "path") -> None:
+        """Draw the sweep to `path` (.png, .svg or .pdf, written whole or not at all), as
+        `sweep --plot` draws it: `y` (``latency``, …, or a metric the kernel states, such as
+        ``tpot_ps``) against axis `x` (default: the first that varies), and each point's
+        engines. `title` defaults to the kernel, the topology and the point count; `option`
+        names the figure in errors. Needs matplotlib (the ``plot`` extra)."""
+        from kernbench_cli.report.plot import check_figure, check_x, metric, plot
+
+        path = Path(path)
+        check_figure(path, option)
+        check_x(x, list(self.axes))
+        rows = self.to_dicts()
+        metric(y, rows)
+        done = [row["result"] for row in rows if row["result"] is not None]
+        if not done:
+            raise KernbenchError(f"no point has a result to plot: all {len(rows)} failed")
+        if title is None:
+            title = f"{self.kernel} on {done[0].get('topology')}: {len(rows)} points"
+        plot(path, rows, x, y, title, option)
+
+
+def load_sweep(path: str | Path) -> SweepResult:
+    """A finished sweep from its ``.jsonl`` results file (`sweep --out`), as `sweep` returned
+    it (a point resumed from a .csv is not there: read the .jsonl). Its axes are the rows'
+    keys, sorted (the file keeps no order). A one-line `KernbenchError` for a missing file,
+    one that is not a sweep's rows, rows of two sweeps, or no rows."""
+    from kernbench_cli.explore.sweep import read_results
+
+    path = Path(path)
+    rows = read_results(path)
+    kernel = next((str(r["result"].get("kernel")) for r in rows if r["result"]), path.stem)
+    try:
+        return SweepResult.from_rows(kernel, list(rows[0]["axes"]), rows)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise KernbenchError(f"{path}: not a sweep's .jsonl results file (a result that is "
+                             "not a `run --json` object)") from None
 
 
 def check_options(kernel: str | Path, topology: str | Path | None, costs: str | Path | None,
@@ -201,7 +277,7 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
     """
     out = Path(out) if out is not None else None
     check_options(kernel, topology, costs, replay, out, resume, jobs, dask)
-    from kernbench_cli.explore.sweep import Results, Spec
+    from kernbench_cli.explore.sweep import Results, Spec, numbered
 
     todo = sweep_points(set, params, zip, pair)
     spec = Spec(str(kernel), str(topology) if topology is not None else None,
@@ -211,7 +287,7 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
     results = Results(out, axis_keys, _identity(spec) if out is not None else "")
     if resume:
         results.load()
-    rows = {p.index: {**results.done[p.key], "point": p.index}
+    rows = {p.index: numbered({**results.done[p.key], "point": p.index})
             for p in todo if p.key in results.done}
     left = [p for p in todo if p.index not in rows]
     if replay is not None and any(p.params != todo[0].params for p in todo):
@@ -219,6 +295,7 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
                              "parameters)")
 
     def finished(row: dict[str, Any]) -> None:
+        row = numbered(row)
         rows[row["point"]] = row
         results.write(row)
         if on_row is not None:

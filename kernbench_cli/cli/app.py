@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperGroup
 
-from kernbench_cli.cli import addr, compare, golden, kernels, run, sweep, topology
+from kernbench_cli.cli import addr, compare, golden, kernels, plot, run, sweep, topology
 from kernbench_cli.cli.common import plain_help, plain_metavars
 from kernbench_cli.errors import KernbenchError
 from kernbench_cli.lang.confine import Interrupted
@@ -187,6 +187,7 @@ app.command("run")(run.run)
 app.command("replay")(run.replay)
 app.command("sweep")(sweep.sweep)
 app.command("compare")(compare.compare)
+app.command("plot")(plot.plot)
 app.command("kernels")(kernels.kernels)
 app.command("decode")(addr.decode)
 app.command("encode")(addr.encode)

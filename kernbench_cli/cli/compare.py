@@ -17,8 +17,9 @@ def compare(
     fmt: FormatOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Runs side by side, labelled by the settings that differ between them: latency, each
-    engine's busy time and utilisation, verdicts, with the change against the first."""
+    """Runs side by side, labelled by the settings that differ between them: latency, the
+    kernel's own metrics, each engine's busy time and utilisation, verdicts, with the change
+    against the first."""
     from kernbench_cli.api.comparison import compare as compare_runs
 
     fmt = chosen_format(fmt, as_json)

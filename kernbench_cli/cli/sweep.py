@@ -55,7 +55,8 @@ XOpt = Annotated[str | None, typer.Option(
     help="The axis along the plot's x (default: the first that varies).")]
 YOpt = Annotated[str, typer.Option(
     "--y", metavar="METRIC",
-    help="The plot's metric: latency, gemm_mac_utilization or hbm_gbps.")]
+    help="The plot's metric: latency, gemm_mac_utilization, hbm_gbps, energy, power, "
+         "perf_per_watt, or one the kernel states (tpot_ps, …).")]
 DaskOpt = Annotated[str | None, typer.Option(
     "--dask", metavar="ADDRESS", envvar="DASK_SCHEDULER_ADDRESS",
     help="Run the points on this Dask scheduler (tcp://HOST:8786; needs kernbench[dask]).")]
@@ -78,9 +79,11 @@ def sweep(
     api.check_options(kernel, topology, costs, replay, out, resume, jobs, dask, plot=plot)
     if plot is not None:
         from kernbench_cli.report.plot import check
+        from kernbench_cli.sim.kernels import load_kernel
 
         todo = api.sweep_points(sets or [], param or [], zipped, pair or ())
-        check(plot, x, y, list(todo[0].axes) if todo else [])
+        check(plot, x, y, list(todo[0].axes) if todo else [],
+              states_metrics=hasattr(load_kernel(kernel).module, "metrics"))
     progress = _progress(sys.stderr.isatty())
     try:
         result = api.sweep(kernel, topology, params=param or [], set=sets or [], costs=costs,
@@ -92,11 +95,8 @@ def sweep(
         progress.stop()
     ordered = result.to_dicts()
     _print(ordered, list(result.axes), fmt)
-    if plot is not None:
-        from kernbench_cli.report.plot import plot as draw
-
-        where = topology or "default"
-        draw(plot, ordered, x, y, f"{kernel} on {where}: {len(ordered)} points")
+    if plot is not None and any(row["result"] is not None for row in ordered):
+        result.plot(plot, x, y, option="--plot")
     result.check()
 
 
@@ -110,8 +110,11 @@ def _print(rows: list[dict[str, Any]], axes: list[str], fmt: Format) -> None:
     elif fmt is Format.csv:
         from kernbench_cli.explore.sweep import csv_header, csv_row
         from kernbench_cli.report.formats import csv_text
+        from kernbench_cli.report.metrics import names
 
-        typer.echo(csv_text(csv_header(axes), (csv_row(r, axes) for r in rows)), nl=False)
+        kept = names(r["result"] for r in rows)
+        typer.echo(csv_text(csv_header(axes, kept), (csv_row(r, axes, kept) for r in rows)),
+                   nl=False)
     else:
         from rich.console import Console
 

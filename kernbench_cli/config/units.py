@@ -24,6 +24,7 @@ Parsing raises `UnitError`; the config loader adds file and key to it.
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal
 
@@ -100,6 +101,31 @@ def parse_energy(text: object) -> int:
 def parse_power(text: object) -> int:
     """``"50mW"`` -> 50000 (microwatts)."""
     return _parse(text, _POWER_UW, "a power", "50mW", "microwatts")
+
+
+#: Each kind's units and the unit it is stored in (the table above).
+_KINDS = ((_SIZE, "B"), (_TIME_PS, "ps"), (_FREQ, "Hz"), (_BANDWIDTH, "B/s"),
+          (_ENERGY_AJ, "aJ"), (_POWER_UW, "uW"))
+
+
+def quantity(text: object) -> tuple[int | float, str] | None:
+    """A quantity string as (its number in the stored unit of its kind, that unit):
+    ``"102.4GB/s"`` -> ``(102400000000, "B/s")``, ``"30ns"`` -> ``(30000, "ps")``; an int
+    when whole, else a float (``"0.5ps"`` -> ``(0.5, "ps")``: read, not checked as a key
+    is). None when `text` is not a number with one of the units above."""
+    match = _QUANTITY.match(text) if isinstance(text, str) and len(text) <= _LONGEST else None
+    if match is None:
+        return None
+    for units, base in _KINDS:
+        if match.group(2) in units:
+            try:  # an exponent such as 1e999999999 overflows: not a number worth holding
+                value = Decimal(match.group(1)) * units[match.group(2)]
+                whole = value == value.to_integral_value() and value < LIMIT
+            except ArithmeticError:
+                return None
+            number = int(value) if whole else float(value)
+            return (number, base) if math.isfinite(number) else None
+    return None
 
 
 def format_energy_aj(aj: int) -> str:

@@ -22,6 +22,7 @@ import csv
 import io
 import itertools
 import json
+import math
 import os
 import signal
 from collections.abc import Callable, Iterator, Sequence
@@ -64,6 +65,37 @@ class Spec:
     seed: int = 0
     timing_only: bool = False
     trace: str | None = None  # replay this recording at every point instead of running
+
+
+def axis_number(text: str) -> tuple[int | float | None, str | None]:
+    """An axis value as a number and its unit: a unit string in its kind's stored unit
+    (``"102.4GB/s"`` -> 102400000000 ``"B/s"``, ``"30ns"`` -> 30000 ``"ps"``), a TOML
+    number as it is (unit ``""``), a factor ``"x0.5"`` as 0.5 (unit ``"x"``); (None, None)
+    for anything else (a name, a boolean, an array)."""
+    from kernbench_cli.config.loader import read_set_value
+    from kernbench_cli.config.units import quantity
+
+    value = read_set_value(text)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (value, "") if math.isfinite(value) else (None, None)
+    if isinstance(value, str):
+        if value.startswith("x"):
+            factor = read_set_value(value[1:])
+            if isinstance(factor, int | float) and not isinstance(factor, bool) \
+                    and math.isfinite(factor):
+                return factor, "x"
+        found = quantity(value)
+        if found is not None:
+            return found
+    return None, None
+
+
+def numbered(row: dict[str, Any]) -> dict[str, Any]:
+    """`row` with ``axis_numbers`` and ``axis_units``: each axis value as `axis_number` reads
+    it (its ``axes`` stay the text given)."""
+    pairs = {key: axis_number(str(text)) for key, text in row["axes"].items()}
+    return {**row, "axis_numbers": {k: n for k, (n, _) in pairs.items()},
+            "axis_units": {k: u for k, (_, u) in pairs.items()}}
 
 
 def split_values(text: str) -> list[str]:
@@ -254,31 +286,120 @@ CSV_RESULT = ("latency_ps", "bound", "verified", "gemm_mac_utilization", "hbm_gb
               "energy_pj")
 
 
-def csv_header(axis_keys: list[str]) -> list[str]:
-    """The columns of a sweep's `.csv` rows."""
-    return ["point", *axis_keys, *CSV_RESULT, "error", "sweep"]
+def csv_header(axis_keys: list[str], metric_keys: Sequence[str] = ()) -> list[str]:
+    """The columns of a sweep's `.csv` rows: the point, its axes, the summary, then a
+    ``metrics.NAME`` column per metric of the kernel's (`report.metrics.names`)."""
+    from kernbench_cli.report.metrics import PREFIX
+
+    return ["point", *axis_keys, *CSV_RESULT, "error", "sweep",
+            *(PREFIX + name for name in metric_keys)]
 
 
-def csv_row(row: dict[str, Any], axis_keys: list[str]) -> list[Any]:
+def csv_row(row: dict[str, Any], axis_keys: list[str],
+            metric_keys: Sequence[str] = ()) -> list[Any]:
     """A sweep row (`point`, `axes`, `result`, `error`, `sweep`) as `.csv` fields."""
+    from kernbench_cli.report.metrics import value
+
     result = row["result"] or {}
     values = [row["point"], *(row["axes"].get(k, "") for k in axis_keys)]
     values += [result.get("latency_ps", ""), (result.get("bound") or {}).get("engine") or "",
                result.get("verified", ""), result.get("gemm_mac_utilization", ""),
                result.get("hbm_gbps", ""), (result.get("energy_pj") or {}).get("total", ""),
                row["error"] or "", row.get("sweep", "")]
+    values += ["" if (v := value(result, name)) is None else v for name in metric_keys]
     return values
 
 
-def _csv_result(rec: dict[str, str]) -> dict[str, Any] | None:
+def _csv_result(rec: dict[str, str], metric_keys: Sequence[str]) -> dict[str, Any] | None:
     """What a `.csv` row kept of a run's result (None: the point had none)."""
+    from kernbench_cli.report.metrics import PREFIX
+
     if not rec["latency_ps"]:
         return None
+    metrics = {name: float(rec[PREFIX + name]) for name in metric_keys if rec[PREFIX + name]}
     return {"latency_ps": int(rec["latency_ps"]), "bound": {"engine": rec["bound"] or None},
             "verified": {"True": True, "False": False}.get(rec["verified"]),
             "gemm_mac_utilization": float(rec["gemm_mac_utilization"]),
             "hbm_gbps": float(rec["hbm_gbps"]),
-            **({"energy_pj": {"total": float(rec["energy_pj"])}} if rec["energy_pj"] else {})}
+            **({"energy_pj": {"total": float(rec["energy_pj"])}} if rec["energy_pj"] else {}),
+            **({"metrics": metrics} if metrics else {})}
+
+
+def _csv_kept(row: dict[str, Any]) -> dict[str, Any]:
+    """What a `.csv` row is made of (`csv_row`), kept to write the file again: a run's
+    summary and metrics, not its whole result."""
+    result = row["result"]
+    if result is not None:
+        result = {k: result.get(k) for k in ("latency_ps", "verified", "gemm_mac_utilization",
+                                             "hbm_gbps", "metrics")}
+        result["bound"] = {"engine": (row["result"].get("bound") or {}).get("engine")}
+        if row["result"].get("energy_pj"):
+            result["energy_pj"] = {"total": row["result"]["energy_pj"].get("total")}
+    return {**row, "result": result}
+
+
+def _csv_metric_keys(header: str, base: str) -> list[str]:
+    """The metric columns of a `.csv` file's `header` line, whose first columns must be
+    `base` (this sweep's, without metrics); ValueError if they are not."""
+    from kernbench_cli.report.metrics import PREFIX
+
+    given = next(csv.reader([header]))
+    fixed = next(csv.reader([base]))
+    extra = given[len(fixed):]
+    if given[:len(fixed)] != fixed or not all(c.startswith(PREFIX) for c in extra):
+        raise ValueError("not this sweep's header")
+    return [c.removeprefix(PREFIX) for c in extra]
+
+
+def read_results(path: Path) -> list[dict[str, Any]]:
+    """The rows of a sweep's ``.jsonl`` results file, in point order (a torn last line, as
+    an interrupt leaves, is dropped). A one-line `KernbenchError` for a missing file, one
+    that is not a sweep's rows (naming the line), rows of two sweeps, or no rows."""
+    from kernbench_cli.report.compare import MAX_RESULTS_BYTES, checked
+
+    if path.suffix == ".csv":
+        raise KernbenchError(f"{path}: a .csv keeps only the summary columns; give the "
+                             "sweep's .jsonl (sweep --out FILE.jsonl)")
+    try:
+        text = read_input(path, MAX_RESULTS_BYTES, "a sweep's .jsonl results file").decode()
+    except UnicodeDecodeError:
+        raise KernbenchError(f"{path}: not a sweep's .jsonl results file (not text)") from None
+    lines = text.splitlines()
+    if lines and not text.endswith("\n"):
+        lines.pop()  # torn: the write of the last row was cut off
+    rows = [_result_row(line, f"{path}:{n}", checked) for n, line in enumerate(lines, 1)]
+    if not rows:
+        raise KernbenchError(f"{path}: no rows (an empty sweep): nothing to read")
+    if len({row.get("sweep") for row in rows}) > 1:
+        raise KernbenchError(f"{path}: rows of more than one sweep (their `sweep` differs); "
+                             "give one sweep's file")
+    if len({tuple(sorted(row["axes"])) for row in rows}) > 1:
+        raise KernbenchError(f"{path}: rows with different axes; not one sweep's file")
+    rows.sort(key=lambda row: row["point"])
+    if len({row["point"] for row in rows}) < len(rows):
+        raise KernbenchError(f"{path}: a point appears twice; not one sweep's file")
+    return rows
+
+
+def _result_row(line: str, where: str, checked: Callable[[dict, str], dict]) -> dict[str, Any]:
+    """One line of a sweep's ``.jsonl``, checked to be a row (`point`, `axes`, `result`,
+    `error`); its result, if any, a `run --json` object."""
+    try:
+        row = parse_json(line, where)
+    except (ValueError, RecursionError):
+        row = None
+    if not (isinstance(row, dict) and type(row.get("point")) is int
+            and isinstance(row.get("axes"), dict)
+            and all(isinstance(v, str) for v in row["axes"].values())
+            and isinstance(row.get("error", 0), str | None)
+            and isinstance(row.get("result", 0), dict | None)):
+        raise KernbenchError(f"{where}: not a row of a sweep's .jsonl results file (a row "
+                             "has point, axes, result and error)")
+    if row["result"] is not None:
+        if "latency_ps" not in row["result"]:
+            raise KernbenchError(f"{where}: its result is not a `run --json` object")
+        checked(row["result"], where)
+    return row
 
 
 @dataclass
@@ -291,6 +412,10 @@ class Results:
     #: takes only a file whose rows all do
     sweep: str = ""
     done: dict[str, dict[str, Any]] = field(default_factory=dict)  # point key -> row (resume)
+    #: a .csv file's metric columns, and its rows: a row with a metric the file has no
+    #: column for rewrites it whole, a column wider
+    metric_keys: list[str] = field(default_factory=list)
+    _rows: list[dict[str, Any]] = field(default_factory=list)
     _fresh: bool = True  # the first write replaces the file (no --resume)
     _handle: Any = None
 
@@ -320,12 +445,13 @@ class Results:
             if not text.strip():  # the first row is written whole: a file without one is
                 raise ValueError("no complete row")  # not what a sweep leaves
             if self.csv:
-                if text.splitlines(keepends=True)[0] != self._header():
-                    raise ValueError("not this sweep's header")
+                self.metric_keys = _csv_metric_keys(text.splitlines()[0],
+                                                    self._header([]).rstrip("\r\n"))
                 for rec in csv.DictReader(io.StringIO(text)):
                     axes = {k: rec[k] for k in self.axis_keys}
                     rows.append({"point": int(rec["point"]), "axes": axes,
-                                 "error": rec["error"] or None, "result": _csv_result(rec),
+                                 "error": rec["error"] or None,
+                                 "result": _csv_result(rec, self.metric_keys),
                                  "sweep": rec["sweep"]})
             else:
                 rows = [parse_json(line, f"{self.path}:{n}")
@@ -343,6 +469,8 @@ class Results:
         kept = [row for row in rows if row["error"] is None]
         for row in kept:
             self.done[json.dumps(row["axes"], sort_keys=True)] = row
+        if self.csv:
+            self._rows = kept
         if torn or len(kept) < len(rows):  # only once the rows are known to be ours
             lines = b"".join(self._line(row).encode() for row in kept)
             atomic_write(self.path, lambda out: out.write(self._header().encode() + lines),
@@ -351,17 +479,30 @@ class Results:
 
     def write(self, row: dict[str, Any]) -> None:
         """Append `row`, flushed to the disk. A fresh sweep's first row replaces the file whole
-        (a sweep that fails before then leaves the old file as it was); a later write that
-        fails (a full disk) is cut back off, so the file ends with a whole row, and is an
+        (a sweep that fails before then leaves the old file as it was), and so does, in a
+        .csv, a row with a metric the file has no column for yet (the file then has the
+        column, the rows before an empty cell there); a later write that fails (a full
+        disk) is cut back off, so the file ends with a whole row, and is an
         `OutputError`."""
+        from kernbench_cli.report.metrics import names
+
         if self.path is None:
             return
-        line = self._line(row).encode()
-        if self._fresh:  # the old file stays until the new one has its first row
-            atomic_write(self.path, lambda out: out.write(self._header().encode() + line),
-                         "--out")
+        wider = False
+        if self.csv:
+            self._rows.append(_csv_kept(row))
+            new = set(names([row["result"]])) - set(self.metric_keys)
+            if new:
+                self.metric_keys, wider = sorted({*self.metric_keys, *new}), True
+        if self._fresh or wider:  # the old file stays until the new one has its rows
+            self.close()
+            data = self._header().encode() + b"".join(
+                self._line(r).encode() for r in (self._rows if self.csv else [row]))
+            atomic_write(self.path, lambda out: out.write(data), "--out",
+                         rewrites_input=not self._fresh, rewrites_output=not self._fresh)
             self._fresh = False
             return
+        line = self._line(row).encode()
         if self._handle is None:
             try:
                 self._handle = self.path.open("ab", buffering=0)
@@ -391,11 +532,12 @@ class Results:
             raise OutputError(f"--out {self.path}: cannot write: {exc.strerror or exc} "
                               "(the rows before are kept; --resume runs the rest)") from None
 
-    def _header(self) -> str:
+    def _header(self, metric_keys: Sequence[str] | None = None) -> str:
         if not self.csv:
             return ""
         text = io.StringIO(newline="")
-        csv.writer(text).writerow(csv_header(self.axis_keys))
+        csv.writer(text).writerow(csv_header(
+            self.axis_keys, self.metric_keys if metric_keys is None else metric_keys))
         return text.getvalue()
 
     def _line(self, row: dict[str, Any]) -> str:
@@ -403,7 +545,7 @@ class Results:
         if not self.csv:
             return json.dumps(row, sort_keys=True) + "\n"
         text = io.StringIO(newline="")
-        csv.writer(text).writerow(csv_row(row, self.axis_keys))
+        csv.writer(text).writerow(csv_row(row, self.axis_keys, self.metric_keys))
         return text.getvalue()
 
 

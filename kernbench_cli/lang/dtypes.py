@@ -1,4 +1,5 @@
-"""Kernel dtypes: f16, bf16 (ml_dtypes) and f32, and their tolerances.
+"""Kernel dtypes: f16, bf16 (ml_dtypes) and f32, and their tolerances: the default per
+dtype, and the rule a tolerance a kernel declares (its ``TOLERANCE``) must meet.
 
 Arithmetic runs in float32 and rounds to the result dtype (numpy's native
 float16 matmul is ~180x slower than float32, and bf16 has no native
@@ -7,10 +8,12 @@ arithmetic at all).
 
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 
-from kernbench_cli.errors import KernelError
+from kernbench_cli.errors import KernelError, clip
 
 DTYPES: dict[str, np.dtype] = {
     "f16": np.dtype(np.float16),
@@ -26,6 +29,28 @@ TOLERANCE: dict[str, tuple[float, float]] = {
     "f16": (4e-3, 4e-3),
     "bf16": (3e-2, 3e-2),
 }
+
+#: The unit roundoff of each dtype: how far, relative to a value, rounding it to the dtype
+#: may move it (half an ulp at 1.0). A declared rtol below it asks for more than an output
+#: rounded once can give.
+UNIT_ROUNDOFF: dict[str, float] = {"f32": 2.0**-24, "f16": 2.0**-11, "bf16": 2.0**-8}
+
+
+def tolerance_problem(value: object, dt: str | None = None) -> str | None:
+    """What is wrong with a tolerance a kernel declares for an output (None: nothing): it is
+    ``(atol, rtol)``, two finite numbers >= 0, and, for an output of dtype `dt`, rtol is at
+    least the dtype's `UNIT_ROUNDOFF`."""
+    numbers = isinstance(value, tuple | list) and len(value) == 2 and all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+    if not numbers:
+        return f"must be (atol, rtol), two numbers, not {clip(value)}"
+    atol, rtol = value
+    if not all(math.isfinite(v) and v >= 0 for v in value):
+        return f"({atol!r}, {rtol!r}): atol and rtol must be finite numbers >= 0"
+    if dt is not None and rtol < UNIT_ROUNDOFF[dt]:
+        return (f"rtol {rtol:g} is tighter than {dt} can meet: rounding a value to {dt} may "
+                f"move it by {UNIT_ROUNDOFF[dt]:.3g} of itself")
+    return None
 
 
 def dtype(name: object) -> np.dtype:

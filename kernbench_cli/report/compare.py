@@ -1,8 +1,10 @@
 """Runs side by side (`kernbench compare`): each metric, and its change against the first run.
 
 A run is a `run --json` object, or a row of a sweep's `.jsonl` (its
-`result`). Metrics: the latency, each engine's mean busy time and
-utilisation, the verdicts (bound by, verified, physical invariants held).
+`result`). Metrics: the latency, the kernel's own metrics (`metrics.NAME`,
+every one any run states: `report.metrics`), each engine's mean busy time and
+utilisation, the energy, the regions, the verdicts (bound by, verified,
+physical invariants held).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from rich.table import Table
 from kernbench_cli.config.units import format_energy_aj, format_time_ps
 from kernbench_cli.errors import KernbenchError
 from kernbench_cli.fileio import parse_json, read_input
+from kernbench_cli.report import metrics as kernel_metrics
+from kernbench_cli.report.fit import one_line
 
 #: Bytes of a results file worth reading.
 MAX_RESULTS_BYTES = 2**32
@@ -90,6 +94,8 @@ def checked(run: dict[str, Any], where: str) -> dict[str, Any]:
 def metrics(runs: list[tuple[str, dict[str, Any]]]) -> dict[str, list[Any]]:
     """{metric: its value in each run (None where a run has no such engine)}."""
     out: dict[str, list[Any]] = {"latency_ps": [r["latency_ps"] for _, r in runs]}
+    for name in kernel_metrics.names(r for _, r in runs):
+        out[kernel_metrics.PREFIX + name] = [kernel_metrics.value(r, name) for _, r in runs]
     engines = sorted({name for _, r in runs for name in r.get("engines", {})})
     for name in engines:
         stats = [r.get("engines", {}).get(name) for _, r in runs]
@@ -173,6 +179,8 @@ NOT_SET = "not set"
 def _cell(name: str, value: Any) -> str:
     if value is None:
         return "-"
+    if name.startswith(kernel_metrics.PREFIX):
+        return kernel_metrics.cell(name.removeprefix(kernel_metrics.PREFIX), value)
     if name.endswith("_ps"):
         return format_time_ps(value)
     if name.endswith("utilization"):
@@ -213,12 +221,25 @@ def _by_metric(runs: list[tuple[str, dict[str, Any]]], changes: list[dict[str, s
     for key in keys:
         table.add_row(key, *(change[key] for change in changes),
                       end_section=key == keys[-1])
-    for name, values in metrics(runs).items():
+    table_rows = metrics(runs)
+    shown = _shown_names(list(table_rows), keys)
+    for name, values in table_rows.items():
         cells = []
         for value, delta in zip(values, deltas(values), strict=True):
             text = _cell(name, value)
             if delta is not None and cells:
                 text += f" ({delta:+.1f}%)"
             cells.append(text)
-        table.add_row(shown_name(name), *cells)
+        table.add_row(shown[name], *cells)
     return table
+
+
+def _shown_names(names: list[str], settings: list[str]) -> dict[str, str]:
+    """What the table calls each metric: `shown_name`, a kernel's metric by its heading
+    unless that is another row's name (`report.metrics.headings`)."""
+    prefix = kernel_metrics.PREFIX
+    out = {n: shown_name(n) for n in names if not n.startswith(prefix)}
+    own = [n.removeprefix(prefix) for n in names if n.startswith(prefix)]
+    heads = kernel_metrics.headings(own, [*settings, *out.values()])
+    out.update((prefix + n, one_line(head)) for n, head in heads.items())
+    return {n: out[n] for n in names}

@@ -1,17 +1,22 @@
-"""A sweep as a figure (`sweep --plot FILE`): a metric against one axis, and where time went.
+"""A sweep as a figure (`sweep --plot FILE`, `kernbench plot`): a metric against one axis,
+and where time went.
 
-Panel 1: the metric (`y`, default the latency) against the swept axis `x`,
-one line per combination of the other axes' values; for the latency, each
-line's tightest roofline bound (the run's work at the peak of the resource
-that bounds it most) dashed beside it. Panel 2: per point, each per-PE
-engine's mean busy time as bars side by side (engines overlap in time, so
-stacked bars would sum past the latency), the latency drawn over them. An
-axis whose values are powers of two is log2; axis labels carry the swept
-keys and their units, the title the kernel, topology and the keys held
-fixed; legends sit outside the data. Needs matplotlib (the `plot` extra);
-the file type follows the name (.png, .svg, .pdf). The figure is written
-atomically; its metadata carries no date, so equal sweeps give equal SVG
-and PDF files.
+Panel 1: the metric (`y`, default the latency; or one the kernel states,
+`report.metrics`) against the swept axis `x`, one line per combination of the
+other axes' values (a point without the metric is left out); for the latency,
+each line's tightest roofline bound (the run's work at the peak of the
+resource that bounds it most) dashed beside it. Axis values are placed by
+their number: in the unit they share, or, where they are written in different
+units of one kind (``512MB/s``, ``1GB/s``), by their number in the stored
+unit (the row's ``axis_numbers``), each tick labelled as given. Panel 2: per
+point, each per-PE engine's mean busy time as bars side by side (engines
+overlap in time, so stacked bars would sum past the latency), the latency
+drawn over them. An axis whose values are powers of two is log2; axis labels
+carry the swept keys and their units, the title the kernel, topology and the
+keys held fixed; legends sit outside the data. Needs matplotlib (the `plot`
+extra); the file type follows the name (.png, .svg, .pdf). The figure is
+written atomically; its metadata carries no date, so equal sweeps give equal
+SVG and PDF files.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kernbench_cli.errors import KernbenchError
+from kernbench_cli.report import metrics
 
 FORMATS = (".png", ".svg", ".pdf")
 ENGINES = ("cpu", "scheduler", "dma", "gemm", "math")
@@ -38,19 +44,55 @@ METRICS = {
 }
 
 
-def check(path: Path, x: str | None, y: str, axes: list[str]) -> None:
-    """The plot options, checked before any point runs."""
+def check(path: Path, x: str | None, y: str, axes: list[str],
+          states_metrics: bool = False) -> None:
+    """The plot options, checked before any point runs. A `y` that is not one of `METRICS`
+    may be a metric the kernel states, when it `states_metrics` (it has a `metrics()`):
+    which ones is known only from the points (`metric`)."""
+    check_figure(path, "--plot")
+    if y not in METRICS and not states_metrics:
+        raise KernbenchError(f"--y {y!r}: one of {', '.join(METRICS)} (the kernel states "
+                             "no metrics of its own)")
+    check_x(x, axes)
+
+
+def check_figure(path: Path, option: str) -> None:
+    """That a figure can be drawn to `path` (`option` names it in errors): its type, and
+    matplotlib."""
     if path.suffix not in FORMATS:
-        raise KernbenchError(f"--plot {str(path)!r}: the figure must end in "
+        raise KernbenchError(f"{option} {str(path)!r}: the figure must end in "
                              f"{', '.join(FORMATS)}")
-    if y not in METRICS:
-        raise KernbenchError(f"--y {y!r}: one of {', '.join(METRICS)}")
-    if x is not None and x not in axes:
-        raise KernbenchError(f"--x {x!r}: not a swept axis (axes: {', '.join(axes) or 'none'})")
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise KernbenchError("--plot needs matplotlib: pip install 'kernbench[plot]'") from None
+        raise KernbenchError(f"{option} needs matplotlib: pip install 'kernbench[plot]'") \
+            from None
+
+
+def check_x(x: str | None, axes: list[str]) -> None:
+    """`--x`, if given, is one of the sweep's `axes`."""
+    if x is not None and x not in axes:
+        raise KernbenchError(f"--x {x!r}: not a swept axis (axes: {', '.join(axes) or 'none'})")
+
+
+def metric(y: str, rows: list[dict[str, Any]]) -> tuple[str, Any]:
+    """(axis label, value of a run's JSON or None) of `--y` `y`: one of `METRICS`, or a
+    metric some point's kernel states, named as it is (``tpot_ps``) or by its JSON path
+    (``metrics.tpot_ps``); a one-line error naming the choices otherwise."""
+    if y in METRICS:
+        return METRICS[y]
+    stated = metrics.names(r["result"] for r in rows)
+    name = y.removeprefix(metrics.PREFIX)
+    if name not in stated:
+        raise KernbenchError(f"--y {y!r}: not a metric of these points; one of "
+                             f"{', '.join([*METRICS, *stated])}")
+    label, factor = metrics.axis(name)
+
+    def get(result: dict[str, Any]) -> float | None:
+        number = metrics.value(result, name)
+        return None if number is None else number * factor
+
+    return label, get
 
 
 _NUMBER = r"\s*(x)?([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)\s*(.*)"
@@ -81,18 +123,22 @@ def axis_label(key: str, values: list[str]) -> str:
     return f"{key} ({unit})" if unit and all(_unit(v) == unit for v in values) else key
 
 
-def plot(path: Path, rows: list[dict[str, Any]], x: str | None, y: str, title: str) -> None:
-    """Draw `figure(rows, x, y, title)` to `path`."""
+def plot(path: Path, rows: list[dict[str, Any]], x: str | None, y: str, title: str,
+         option: str = "--plot") -> None:
+    """Draw `figure(rows, x, y, title)` to `path` (`option` names it in errors)."""
+    metric(y, rows)  # an unknown metric: an error before any drawing
     import matplotlib.pyplot as plt
 
     from kernbench_cli.fileio import atomic_write
 
     fig = figure(rows, x, y, title)
     metadata = {".pdf": {"CreationDate": None}, ".svg": {"Date": None}}.get(path.suffix, {})
-    atomic_write(path, lambda out: fig.savefig(out, format=path.suffix[1:], dpi=100,
-                                               metadata=metadata, bbox_inches="tight"),
-                 "--plot")
-    plt.close(fig)
+    try:
+        atomic_write(path, lambda out: fig.savefig(out, format=path.suffix[1:], dpi=100,
+                                                   metadata=metadata, bbox_inches="tight"),
+                     option)
+    finally:
+        plt.close(fig)
 
 
 def figure(rows: list[dict[str, Any]], x: str | None, y: str, title: str):
@@ -105,8 +151,8 @@ def figure(rows: list[dict[str, Any]], x: str | None, y: str, title: str):
     import matplotlib.pyplot as plt
 
     keys = list(rows[0]["axes"]) if rows else []
-    varying = [k for k in keys if len({str(r["axes"][k]) for r in rows}) > 1]
-    x = x or (varying[0] if varying else keys[0] if keys else None)
+    varying = _varying(rows)
+    x = chosen_x(rows, x)
     fixed = ", ".join(f"{k}={rows[0]['axes'][k]}" for k in keys if k not in varying)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 8), constrained_layout=True)
     fig.suptitle(title + (f"\nfixed: {fixed}" if fixed else ""))
@@ -115,20 +161,34 @@ def figure(rows: list[dict[str, Any]], x: str | None, y: str, title: str):
     return fig
 
 
+def _varying(rows: list[dict[str, Any]]) -> list[str]:
+    """The axes whose value differs between points."""
+    keys = list(rows[0]["axes"]) if rows else []
+    return [k for k in keys if len({str(r["axes"][k]) for r in rows}) > 1]
+
+
+def chosen_x(rows: list[dict[str, Any]], x: str | None) -> str | None:
+    """The axis along x: `x`, or else the first that varies (or the first axis)."""
+    keys = list(rows[0]["axes"]) if rows else []
+    varying = _varying(rows)
+    return x or (varying[0] if varying else keys[0] if keys else None)
+
+
 def _metric_panel(ax, rows: list[dict[str, Any]], x: str | None, y: str,
                   others: list[str]) -> None:
     """The metric against `x`, a line per combination of the `others`' values; for the
     latency, each line's tightest roofline bound dashed in its colour."""
-    label, get = METRICS[y]
+    label, get = metric(y, rows)
     xs_text = list(dict.fromkeys(str(r["axes"].get(x, "")) for r in rows))
-    numeric = all(_number(v) is not None for v in xs_text)
+    places = _places(rows, x, xs_text)
+    numeric = places is not None
     lines: dict[str, list[tuple[float, float, float | None, str]]] = {}
     for row in rows:
-        if row["result"] is None:
+        if row["result"] is None or get(row["result"]) is None:
             continue
         name = ", ".join(f"{k}={row['axes'][k]}" for k in others) or y
         text = str(row["axes"][x])
-        at = _number(text) if numeric else xs_text.index(text)
+        at = places[text] if numeric else xs_text.index(text)
         roofline = row["result"].get("roofline") or []
         bound = (roofline[0]["ps"] / 1e6, roofline[0]["resource"]) if roofline else (None, "")
         lines.setdefault(name, []).append((at, get(row["result"]), *bound))
@@ -140,16 +200,41 @@ def _metric_panel(ax, rows: list[dict[str, Any]], x: str | None, y: str,
             kinds = "/".join(dict.fromkeys(p[3] for p in points))
             ax.plot([p[0] for p in points], [p[2] for p in points], linestyle="--",
                     color=drawn.get_color(), label=f"{name}: tightest bound ({kinds})")
-    if numeric and _powers_of_two([_number(v) for v in xs_text]):
+    shared = numeric and len({_unit(v) for v in xs_text}) == 1
+    if numeric and _powers_of_two([places[v] for v in xs_text]):
         ax.set_xscale("log", base=2)
-        ax.set_xticks([_number(v) for v in xs_text], xs_text)  # the values, not 2^k
+        ax.set_xticks([places[v] for v in xs_text], xs_text)  # the values, not 2^k
         ax.minorticks_off()
+    elif numeric and not shared:  # numbers in the stored unit: each tick as given
+        ax.set_xticks([places[v] for v in xs_text], xs_text)
     if not numeric:
         ax.set_xticks(range(len(xs_text)), xs_text)
     ax.set_xlabel(axis_label(x, xs_text) if x else "point")
     ax.set_ylabel(label)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+
+def _places(rows: list[dict[str, Any]], x: str | None, xs_text: list[str]
+            ) -> dict[str, float] | None:
+    """Where each value of axis `x` sits: its number in the unit all share (``204.8GB/s``
+    at 204.8), or, in different units of one kind, its number in the stored unit (the
+    rows' ``axis_numbers``); None where they are not all numbers of one kind (the values
+    are then spaced evenly, in order)."""
+    plain = [_number(v) for v in xs_text]
+    if any(p is None for p in plain):
+        return None
+    if len({_unit(v) for v in xs_text}) == 1:
+        return dict(zip(xs_text, plain, strict=True))
+    stored: dict[str, tuple[Any, Any]] = {}
+    for row in rows:
+        text = str(row["axes"].get(x, ""))
+        stored[text] = ((row.get("axis_numbers") or {}).get(x),
+                        (row.get("axis_units") or {}).get(x))
+    units = {stored.get(v, (None, None))[1] for v in xs_text}
+    if len(units) != 1 or any(stored.get(v, (None,))[0] is None for v in xs_text):
+        return None
+    return {v: stored[v][0] for v in xs_text}
 
 
 def _engine_panel(ax, done: list[dict[str, Any]], varying: list[str]) -> None:

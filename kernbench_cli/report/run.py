@@ -14,13 +14,9 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
-from kernbench_cli.config.units import (
-    format_energy_aj,
-    format_size,
-    format_size_human,
-    format_time_ps,
-)
+from kernbench_cli.config.units import format_energy_aj, format_size, format_time_ps
 from kernbench_cli.config.units import format_time_short as short
+from kernbench_cli.report import metrics as kernel_metrics
 from kernbench_cli.report.regions import region_table, regions_json
 from kernbench_cli.sim.energy import basis
 from kernbench_cli.sim.result import EngineStats, RunResult
@@ -137,8 +133,9 @@ def verification_text(result: RunResult) -> str:
     parts = []
     for c in result.checks:
         verdict = "PASS" if c.passed else "FAIL"
+        whose = f"declared by the kernel for its {c.dtype}" if c.declared else c.dtype
         parts.append(f"{verdict} {c.name}: max |err| {c.max_abs_err:.3g} "
-                     f"(tolerance {c.dtype}: atol {c.atol:g} + rtol {c.rtol:g} x |ref|)")
+                     f"(tolerance {whose}: atol {c.atol:g} + rtol {c.rtol:g} x |ref|)")
     return "; ".join(parts) if parts else "no outputs to check"
 
 
@@ -250,7 +247,7 @@ def summary(result: RunResult) -> Table:
                                           f"{ratio:.2f}x that"))
     if result.metrics:
         rows.insert(3, ("metrics", "; ".join(
-            f"{name} {_metric(name, value)} {how}".rstrip()
+            f"{name} {kernel_metrics.cell(name, value)} {how}".rstrip()
             for name, (value, how) in result.metrics.items())))
     for key, value in rows:
         table.add_row(key, value)
@@ -450,11 +447,3 @@ def _json_number(value: float | None) -> float | None:
     where the reference is) become null; the check's `passed` says it failed."""
     return value if value is None or math.isfinite(value) else None
 
-
-def _metric(name: str, value: float) -> str:
-    """A kernel's metric by its name's unit: ``_ps`` a time, ``_bytes`` a size."""
-    if name.endswith("_ps"):
-        return format_time_ps(round(value))
-    if name.endswith("_bytes") and value >= 0:
-        return format_size_human(round(value))
-    return f"{value:.4g}"

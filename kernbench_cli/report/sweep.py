@@ -1,4 +1,7 @@
-"""A sweep's points as a Rich table: the axes that vary, then what each point gave."""
+"""A sweep's points as a Rich table: the axes that vary, then what each point gave: the
+latency and its change against the first point, then a column per metric the kernel states
+(`report.metrics`: a decode step's time per token, tokens/s, energy per token, …), then the
+energy, power, bound and verdict."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from typing import Any
 from rich.table import Table
 
 from kernbench_cli.config.units import format_energy_aj, format_time_ps
+from kernbench_cli.report import metrics
 from kernbench_cli.report.fit import drop_to_fit, dropped_caption
 
 
@@ -17,25 +21,34 @@ def _verdict(row: dict[str, Any]) -> str:
         row["result"]["verified"]]
 
 
-#: Result columns, and those a narrow terminal drops first (last listed, first dropped).
+#: Result columns (the kernel's metrics go after "vs first"), and those a narrow terminal
+#: drops, in order, after the metrics that are the same at every point.
 COLUMNS = ("latency", "vs\nfirst", "energy", "power", "bound\nby", "GEMM\nMAC", "result")
 OPTIONAL = ("GEMM\nMAC", "power", "energy")
 
 
 def sweep_table(rows: list[dict[str, Any]], width: int | None = None) -> Table:
-    """One row per point, in the order given; latency with its change against the first.
+    """One row per point, in the order given; latency with its change against the first,
+    then the kernel's metrics (every one any point states, by name).
 
     Numbers never wrap; axis values and the result text do when the terminal
     is tight. A result all points share ("timing only") goes in the title.
-    Given the terminal's `width`, columns of `OPTIONAL` are left out, the
-    least needed first, until the table fits; the caption names them."""
-    table, dropped = drop_to_fit(lambda out: _table(rows, out), OPTIONAL, width)
+    Given the terminal's `width`, columns are left out until the table fits:
+    first the metrics that are the same at every point, then those of
+    `OPTIONAL`; the caption names them."""
+    keys = list(rows[0]["axes"]) if rows else []
+    heads = metrics.headings(metrics.names(r["result"] for r in rows),
+                             [*keys, *(c.replace("\n", " ") for c in COLUMNS)])
+    same = [h for n, h in heads.items()
+            if len({metrics.cell(n, metrics.value(r["result"], n)) for r in rows}) == 1]
+    table, dropped = drop_to_fit(lambda out: _table(rows, heads, out), same + list(OPTIONAL),
+                                 width)
     if dropped:
         table.caption = dropped_caption(dropped, width)
     return table
 
 
-def _table(rows: list[dict[str, Any]], dropped: list[str]) -> Table:
+def _table(rows: list[dict[str, Any]], heads: dict[str, str], dropped: list[str]) -> Table:
     keys = list(rows[0]["axes"]) if rows else []
     varying = [k for k in keys if len({r["axes"].get(k) for r in rows}) > 1] or keys
     verdicts = [_verdict(row) for row in rows]
@@ -48,13 +61,17 @@ def _table(rows: list[dict[str, Any]], dropped: list[str]) -> Table:
         head, _, last = name.rpartition(".")
         widest = max(len(str(r["axes"].get(name, ""))) for r in rows)
         table.add_column(f"{head}.\n{last}" if head else name, no_wrap=widest <= 12)
+    kept = {n: h for n, h in heads.items() if h not in dropped}
     shown = [c for c in COLUMNS if c not in dropped and not (c == "result" and common)]
+    shown[2:2] = kept.values()  # after the latency and "vs first"
     for name in shown:
         table.add_column(name, justify="left" if name in ("bound\nby", "result") else "right",
                          no_wrap=name != "result", max_width=36 if name == "result" else None)
     first = next((r["result"]["latency_ps"] for r in rows[:1] if r["result"]), None)
     for row, verdict in zip(rows, verdicts, strict=True):
         cells = _cells(row["result"], first)
+        cells.update((h, metrics.cell(n, metrics.value(row["result"], n)))
+                     for n, h in kept.items())
         cells["result"] = verdict
         table.add_row(str(row["point"]), *(str(row["axes"].get(k, "")) for k in varying),
                       *(cells[name] for name in shown))

@@ -4,7 +4,8 @@ bounds and metrics.
 What a hook returns is checked before the run uses it, and what it raises
 becomes a one-line `KernelError` naming the kernel file, the line and the hook
 (`located`); a kernbench error passes through as it is. `verify` compares the
-kernel's outputs with its reference at the tolerance of their dtype.
+kernel's outputs with its reference at the tolerance of their dtype, or at the one
+the kernel declares for that output (its ``TOLERANCE``), if the dtype can meet it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 
 from kernbench_cli.errors import KernbenchError, KernelError, ParamError, clip
 from kernbench_cli.lang.confine import Interrupted, KernelMisuse
-from kernbench_cli.lang.dtypes import NAMES, TOLERANCE
+from kernbench_cli.lang.dtypes import NAMES, TOLERANCE, tolerance_problem
 from kernbench_cli.lang.tl import kernel_line
 from kernbench_cli.sim.host import Host
 from kernbench_cli.sim.kernels import KernelModule
@@ -115,6 +116,10 @@ def verify(kernel: KernelModule, host: Host, params: dict[str, Any],
         if not isinstance(table, dict):
             raise KernelError(f"{kernel.shown}: {what}() must return a dict of name: array, "
                               f"not {type(table).__name__}")
+    unknown = sorted(set(kernel.tolerance) - set(expected), key=str)
+    if unknown:
+        raise ParamError(f"{kernel.shown}: TOLERANCE names {unknown[0]!r}, which is not an "
+                         f"output (outputs: {', '.join(sorted(map(str, expected)))})")
     checks = []
     for name in sorted(expected, key=str):
         if name not in outputs:
@@ -129,7 +134,7 @@ def verify(kernel: KernelModule, host: Host, params: dict[str, Any],
             raise KernelError(f"{kernel.shown}: output {name!r} has shape {list(got.shape)}, "
                               f"the reference {list(want.shape)}")
         dt = NAMES.get(got.dtype, "f32")
-        atol, rtol = TOLERANCE[dt]
+        atol, rtol = _tolerance(kernel, name, dt)
         g, w = got.astype(np.float64), want.astype(np.float64)
         # as numpy's allclose(equal_nan=True): NaN where the reference has NaN, and the same
         # infinity, are equal; any other NaN or infinity is an error of NaN or infinity
@@ -139,5 +144,19 @@ def verify(kernel: KernelModule, host: Host, params: dict[str, Any],
         passed = bool(np.all(same | (np.isfinite(w) & (err <= atol + rtol * np.abs(w)))))
         max_err = (float("nan") if np.isnan(err).any() else float(err.max())) if err.size \
             else 0.0
-        checks.append(Check(name, dt, max_err, atol, rtol, passed))
+        checks.append(Check(name, dt, max_err, atol, rtol, passed,
+                            declared=name in kernel.tolerance))
     return checks
+
+
+def _tolerance(kernel: KernelModule, name: str, dt: str) -> tuple[float, float]:
+    """(atol, rtol) of output `name` of dtype `dt`: the kernel's declared one, refused if
+    `dt` cannot meet it, or else the dtype's."""
+    if name not in kernel.tolerance:
+        return TOLERANCE[dt]
+    declared = kernel.tolerance[name]
+    problem = tolerance_problem(declared, dt)
+    if problem:
+        raise ParamError(f"{kernel.shown}: TOLERANCE[{name!r}] {problem}")
+    atol, rtol = declared
+    return float(atol), float(rtol)

@@ -30,6 +30,10 @@ A kernel module defines:
     (each named region's time on the critical path, in ps).
 ``reference(host, p)``
     the expected outputs, by name, computed with numpy from ``host.inputs``.
+``TOLERANCE`` (optional)
+    ``{output: (atol, rtol)}``: the verification tolerance of those outputs in place of
+    their dtype's (`lang.dtypes.TOLERANCE`); checked when loaded (two finite numbers
+    >= 0) and at verification (rtol at least the output dtype's unit roundoff).
 ``outputs(host, args, p)``
     the outputs the kernel wrote, read back from memory, by the same names.
 """
@@ -72,6 +76,11 @@ class KernelModule:
     @property
     def presets(self) -> dict[str, dict[str, dict[str, Any]]]:
         return getattr(self.module, "PRESETS", {})
+
+    @property
+    def tolerance(self) -> dict[str, tuple[float, float]]:
+        """The tolerances the kernel declares, by output (`TOLERANCE`; none: ``{}``)."""
+        return getattr(self.module, "TOLERANCE", {})
 
     def info(self, param: str) -> tuple[str, str]:
         """(description, unit) of a parameter, as `PARAM_INFO` gives them ("" if not)."""
@@ -185,6 +194,20 @@ def _check_module(module: ModuleType, shown: str) -> None:
     for name, info in table("PARAM_INFO", "description or (description, unit)").items():
         if not isinstance(info, str) and not (isinstance(info, tuple) and len(info) == 2):
             raise bad(f"PARAM_INFO[{name!r}] must be a description or (description, unit)")
+    _check_tolerance(getattr(module, "TOLERANCE", {}), bad)
+
+
+def _check_tolerance(declared: object, bad: Callable[[str], ParamError]) -> None:
+    """A kernel's `TOLERANCE`: ``{output: (atol, rtol)}``, each two finite numbers >= 0."""
+    from kernbench_cli.lang.dtypes import tolerance_problem
+
+    if not isinstance(declared, dict):
+        raise bad(f"TOLERANCE must be a dict of output: (atol, rtol), not "
+                  f"{type(declared).__name__}")
+    for name, value in declared.items():
+        problem = tolerance_problem(value) if isinstance(name, str) else "names no output"
+        if problem:
+            raise bad(f"TOLERANCE[{name!r}] {problem}")
 
 
 def _line_in(exc: BaseException, filename: str) -> int | str:
