@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from kernbench_cli.sim.regions import OUTSIDE
-from kernbench_cli.stream import MATH
+from kernbench_cli.stream import COMPOSITE, LOAD, MATH, STORE
 
 SMALL = "tests/configs/small_llama.json"
 NARROW = "tests/configs/narrow_llama.json"  # 8 hidden, 12 MLP, 10 words, 1 KV head
@@ -259,3 +259,34 @@ def test_the_whole_model_is_checked_not_the_layers_timed(run):
     used = sum(sum(lay.need(pid).values()) for pid in range(topo.num_pes))
     assert 16e9 < used < 20e9  # 16 GB of bf16 weights and 1 GB of KV cache, and buffers
     lay.check([f"PE {pid}" for pid in range(topo.num_pes)])  # fits: no error
+
+
+def test_every_layer_issues_the_same_commands_up_to_relocation(run):
+    """Each PE's pieces start at DRAM pages, its layers one after another: every middle
+    layer's commands are the same kinds, sizes and shapes, at the same offsets within
+    their DRAM pages, so they open the same pages (a layer whose pieces sat at other
+    offsets opened one page more, every other layer, on some PEs)."""
+    result = run("llama_decode", "default", (f"config={TEN}", "batch=2", "layers=5",
+                                             "scale_to=10"), timing_only=True)
+    program, page = result.trace.program, 1024  # default.toml's hbm.page_size
+    names = program.regions
+    for pid, stream in enumerate(program.streams):
+        leaf = program.region_of(pid)
+        layers = {}
+        for i, r in enumerate(leaf):
+            if names[r].startswith("layer"):
+                layers.setdefault(names[r].split("/")[0], []).append(i)
+        def memory(i: int) -> tuple:  # the HBM end's offsets within DRAM pages
+            op = stream.op[i]
+            if op == LOAD:
+                return (stream.src[i] % page,)
+            if op == STORE:
+                return (stream.dst[i] % page,)
+            if op == COMPOSITE:
+                c = program.composites[stream.arg[i]]
+                return (c.m, c.k, c.n, c.b_addr % page, c.out_addr % page)
+            return (stream.arg[i],)
+
+        rows = {name: [(stream.op[i], stream.size[i], stream.rows[i], *memory(i))
+                       for i in cmds] for name, cmds in layers.items()}
+        assert rows["layer1"] == rows["layer2"] == rows["layer3"], pid
