@@ -189,24 +189,32 @@ def _check_scaling(cfg: ModelConfig, timed: int, layers: int, pp: int) -> None:
 
 @dataclass(frozen=True)
 class Piece:
-    """One thing a PE holds: `key` in its plan, a name, a shape and dtype, and what kind
-    of bytes it is (weights, kv_cache, embedding: space only)."""
+    """One thing a PE holds: `key` in its plan (or its layer's), the `label` its allocation
+    is named by, a shape and dtype, and what kind of bytes it is (weights, kv_cache,
+    embedding: space only; buffers)."""
 
     key: str
-    name: str
     shape: tuple
     dtype: str
     kind: str = "weights"
+    label: str = ""
 
     @property
     def nbytes(self) -> int:
         return math.prod(self.shape) * _ITEM[self.dtype]
 
+    def name(self, pid: int, layer: int | None = None) -> str:
+        """Its allocation's name: ``L3.qkv[17]`` (layer 3's, PE 17's), ``lm[17]``."""
+        label = self.label or self.key
+        return f"{label}[{pid}]" if layer is None else f"L{layer}.{label}[{pid}]"
+
 
 class Layout:
-    """Where everything goes, shapes only: each PE's parts of the work and the pieces it
-    holds (`plans`, `pieces`), the buffers all PEs share (`shared`), and the HBM each PE
-    needs for the whole model (`need`)."""
+    """Where everything goes, shapes only: each PE's parts of the work (`plans`), the
+    pieces it holds for one layer (`block`, alike for every layer of one attention
+    window) and beside its layers (`extra`), the buffers every PE holds at one offset
+    (`shared`), and the HBM each PE needs for the whole model (`need`). PEs with the same
+    parts share their blocks, so a rack's layout costs what its distinct PEs do."""
 
     def __init__(self, topology, run: Run):
         cfg, self.run, self.topology = run.cfg, run, topology
@@ -216,11 +224,12 @@ class Layout:
         everyone = coll.ranks(self.grid)
         width = self.width = pes // run.pp
         self.stages = [list(everyone[k * width:(k + 1) * width]) for k in range(run.pp)]
+        self.stage_of = [0] * pes
         self.share = -(-cfg.vocab // width)
         self.shared = self._shared(run.timed)
         self.plans: list[dict] = [{} for _ in range(pes)]
-        self.pieces: list[list[Piece]] = [[] for _ in range(pes)]
-        self.per_layer = [0] * pes  # bytes of one layer's block, page-aligned
+        self.extra: list[tuple[Piece, ...]] = [() for _ in range(pes)]
+        self._blocks: dict[tuple, tuple[Piece, ...]] = {}
         self._check_totals()
         for k, stage in enumerate(self.stages):
             self._stage(k, stage)
@@ -230,22 +239,23 @@ class Layout:
         hidden state after each is kept, for the check)."""
         run, cfg = self.run, self.run.cfg
         b, d, g, dt = run.batch, cfg.head_dim, cfg.group, run.dtype
-        return [Piece("x", "inputs_embeds", (b, cfg.hidden), dt),
-                Piece("rope", "rope", (2, d // 2), "f32"),
-                Piece("qkvbuf", "qkvbuf", ((g + 2) * d * b,), dt),
-                Piece("obuf", "obuf", (b * g * d,), dt),
-                Piece("ybuf", "ybuf", (b * cfg.hidden,), "f32"),
-                Piece("argbuf", "argbuf", (self.width * b * 2,), "f32"),
-                Piece("hidden_out", "hidden_out", (layers + 1, b * cfg.hidden), "f32"),
-                Piece("token", "token", (b,), "f32"),
-                Piece("logits", "logits", (b * self.share,), "f32")]
+        return [Piece("x", (b, cfg.hidden), dt, "buffers", "inputs_embeds"),
+                Piece("rope", (2, d // 2), "f32", "buffers"),
+                Piece("qkvbuf", ((g + 2) * d * b,), dt, "buffers"),
+                Piece("obuf", (b * g * d,), dt, "buffers"),
+                Piece("ybuf", (b * cfg.hidden,), "f32", "buffers"),
+                Piece("argbuf", (self.width * b * 2,), "f32", "buffers"),
+                Piece("hidden_out", (layers + 1, b * cfg.hidden), "f32", "buffers"),
+                Piece("token", (b,), "f32", "buffers"),
+                Piece("logits", (b * self.share,), "f32", "buffers")]
 
     def aligned(self, nbytes: int) -> int:
         return -(-nbytes // self.page) * self.page
 
     def _check_totals(self) -> None:
         """The whole model's weights and cache against the system's HBM, before any
-        per-PE layout (which lists every piece: a model far too large would take long)."""
+        per-PE layout (which takes time in proportion to the PEs: a model far too large
+        is refused at once)."""
         cfg, run = self.run.cfg, self.run
         item = _ITEM[run.dtype]
         attn = cfg.hidden * cfg.head_dim * (2 * cfg.heads + 2 * cfg.kv_heads)
@@ -268,20 +278,25 @@ class Layout:
         first, count = coll.part(run.timed, run.pp, k)
         last = k == run.pp - 1
         size = self.width // cfg.kv_heads
-        b, g, d = run.batch, cfg.group, cfg.head_dim
+        b, g, d, dt = run.batch, cfg.group, cfg.head_dim, run.dtype
         mlp = coll.layout(grid, cfg.intermediate, stage)
         lm = coll.layout(grid, cfg.vocab, stage) if last else {}
         embed = coll.layout(grid, cfg.vocab, stage) if k == 0 and not cfg.tied else {}
         arg_algo = _gather_algo(grid, stage, run.algo)
         arg = coll.layout(grid, self.width * b * 2, stage, arg_algo)
+        windows = {cfg.window(i) for i in range(first, first + count)}
         for h in range(cfg.kv_heads):
             members = stage[h * size:(h + 1) * size]
             qkv_algo = _gather_algo(grid, members, run.algo)
             qkv_parts = coll.layout(grid, (g + 2) * d * b, members, qkv_algo)
             o_parts = coll.layout(grid, g * d, members)
-            seqs = {}  # per window: each member's shard of the cached positions
+            seqs = {}  # per window: (first cached position, each member's shard of them)
+            for window in windows:
+                lo = max(0, run.context + 1 - window) if window else 0
+                seqs[window] = (lo, coll.layout(grid, run.context + 1 - lo, members))
             for pid in members:
                 e0, n = qkv_parts[pid]
+                self.stage_of[pid] = k
                 plan = self.plans[pid] = {
                     "group": members, "rank": members.index(pid), "head": h,
                     "qkv": (e0, n, e0 // b, -(-(e0 + n) // b)), "o": o_parts[pid],
@@ -289,68 +304,42 @@ class Layout:
                     "arg_algo": arg_algo, "qkv_algo": qkv_algo, "stage": stage,
                     "prev": self.stages[k - 1][stage.index(pid)] if k else None,
                     "next": None if last else self.stages[k + 1][stage.index(pid)],
-                    "layers": []}
-                for i in range(first, first + count):
-                    window = cfg.window(i)
-                    if window not in seqs:
-                        lo = max(0, run.context + 1 - window) if window else 0
-                        seqs[window] = (lo, coll.layout(grid, run.context + 1 - lo, members))
-                    lo, seq = seqs[window]
-                    plan["layers"].append((i, self._layer(pid, i, plan, (lo, *seq[pid]))))
+                    "seq": {w: (lo, *seq[pid]) for w, (lo, seq) in seqs.items()},
+                    "layers": [(i, cfg.window(i)) for i in range(first, first + count)]}
+                extra = []
                 if last:
-                    self._head(pid, plan)
+                    vn = plan["lm"][1]
+                    extra += [Piece("norm_final", (1, cfg.hidden), "f32"),
+                              Piece("lm_w", (cfg.hidden, vn), dt, label="lm"),
+                              Piece("iota", (1, vn), "f32")]
                 if pid in embed:  # space only: the kernel is given the embedded token
-                    self._piece(pid, plan, Piece("embed", f"embed[{pid}]",
-                                                 (embed[pid][1], cfg.hidden), run.dtype,
-                                                 "embedding"))
+                    extra.append(Piece("embed", (embed[pid][1], cfg.hidden), dt,
+                                       "embedding"))
+                self.extra[pid] = tuple(p for p in extra if p.nbytes)
 
-    def _layer(self, pid: int, i: int, plan: dict, seq: tuple) -> dict:
-        """PE `pid`'s block of layer `i`: what it holds of its weights, biases, norms and
-        KV cache (its shard of positions ``lo + s0 ..`` of the cached ones)."""
-        cfg, run, dt = self.run.cfg, self.run, self.run.dtype
+    def block(self, pid: int, window: int | None) -> tuple[Piece, ...]:
+        """The pieces PE `pid` holds for each layer of attention window `window` (None:
+        full): its weights, biases, norms and KV cache shard (empty ones left out)."""
+        cfg, run, dt, plan = self.run.cfg, self.run, self.run.dtype, self.plans[pid]
         _e0, _n, c0, c1 = plan["qkv"]
-        _r0, rn = plan["o"]
-        _f0, fn = plan["mlp"]
-        lo, s0, sn = seq
-        layer = {"seq": (lo, s0, sn)}
-        h = cfg.hidden
-        pieces = [Piece("norm_in", f"L{i}.norm_in[{pid}]", (1, h), "f32"),
-                  Piece("qkv", f"L{i}.qkv[{pid}]", (h, c1 - c0), dt),
-                  Piece("qkv_bias", f"L{i}.qkv_bias[{pid}]", (1, c1 - c0), dt)
-                  if cfg.qkv_bias else None,
-                  Piece("o", f"L{i}.o[{pid}]", (rn, h), dt),
-                  Piece("o_bias", f"L{i}.o_bias[{pid}]", (1, h), dt) if cfg.o_bias else None,
-                  Piece("norm_post", f"L{i}.norm_post[{pid}]", (1, h), "f32"),
-                  Piece("gate", f"L{i}.gate[{pid}]", (h, fn), dt),
-                  Piece("up", f"L{i}.up[{pid}]", (h, fn), dt),
-                  Piece("down", f"L{i}.down[{pid}]", (fn, h), dt),
-                  *((Piece("gate_bias", f"L{i}.gate_bias[{pid}]", (1, fn), dt),
-                     Piece("up_bias", f"L{i}.up_bias[{pid}]", (1, fn), dt),
-                     Piece("down_bias", f"L{i}.down_bias[{pid}]", (1, h), dt))
-                    if cfg.mlp_bias else ()),
-                  Piece("k", f"L{i}.k[{pid}]", (run.batch, sn, cfg.head_dim), dt, "kv_cache"),
-                  Piece("v", f"L{i}.v[{pid}]", (run.batch, sn, cfg.head_dim), dt, "kv_cache")]
-        before = sum(self.aligned(p.nbytes) for p in self.pieces[pid])
-        for piece in pieces:
-            if piece is not None:
-                self._piece(pid, layer, piece)
-        self.per_layer[pid] = sum(self.aligned(p.nbytes) for p in self.pieces[pid]) - before
-        return layer
-
-    def _head(self, pid: int, plan: dict) -> None:
-        cfg, (_v0, vn) = self.run.cfg, plan["lm"]
-        self._piece(pid, plan, Piece("norm_final", f"norm_final[{pid}]", (1, cfg.hidden),
-                                     "f32"))
-        self._piece(pid, plan, Piece("lm_w", f"lm[{pid}]", (cfg.hidden, vn), self.run.dtype))
-        self._piece(pid, plan, Piece("iota", f"iota[{pid}]", (1, vn), "f32"))
-
-    def _piece(self, pid: int, into: dict, piece: Piece) -> None:
-        """`piece` held by PE `pid` (an empty one is nothing: None in the plan, skipped)."""
-        if piece.nbytes:
-            self.pieces[pid].append(piece)
-            into[piece.key] = piece
-        else:
-            into[piece.key] = None
+        sn = plan["seq"][window][2]
+        key = (c1 - c0, plan["o"][1], plan["mlp"][1], sn)
+        found = self._blocks.get(key)
+        if found is not None:
+            return found
+        h, (_r0, rn), (_f0, fn) = cfg.hidden, plan["o"], plan["mlp"]
+        pieces = [Piece("norm_in", (1, h), "f32"), Piece("qkv", (h, c1 - c0), dt),
+                  Piece("qkv_bias", (1, c1 - c0), dt) if cfg.qkv_bias else None,
+                  Piece("o", (rn, h), dt),
+                  Piece("o_bias", (1, h), dt) if cfg.o_bias else None,
+                  Piece("norm_post", (1, h), "f32"), Piece("gate", (h, fn), dt),
+                  Piece("up", (h, fn), dt), Piece("down", (fn, h), dt),
+                  *((Piece("gate_bias", (1, fn), dt), Piece("up_bias", (1, fn), dt),
+                     Piece("down_bias", (1, h), dt)) if cfg.mlp_bias else ()),
+                  Piece("k", (run.batch, sn, cfg.head_dim), dt, "kv_cache"),
+                  Piece("v", (run.batch, sn, cfg.head_dim), dt, "kv_cache")]
+        found = self._blocks[key] = tuple(p for p in pieces if p is not None and p.nbytes)
+        return found
 
     # -- what it takes
 
@@ -358,25 +347,36 @@ class Layout:
         """The shared buffers of the whole step (of all its layers, timed or not)."""
         return sum(self.aligned(p.nbytes) for p in self._shared(self.run.layers))
 
-    def need(self, pid: int) -> dict[str, int]:
-        """HBM bytes PE `pid` needs for the whole step (its stage's share of all `layers`
-        of the model, not only those timed), by kind, page-aligned as placed."""
-        run = self.run
-        by = {"weights": 0, "kv_cache": 0, "embedding": 0,
-              "buffers": self.shared_bytes()}
-        for piece in self.pieces[pid]:
-            by[piece.kind] += self.aligned(piece.nbytes)
+    def layers(self, pid: int) -> list[tuple[int | None, int]]:
+        """(window, how many) of the layers PE `pid` holds in the whole step: its stage's
+        share of all the model's layers (a scaled run's layers not timed take its timed
+        ones' window, all alike)."""
+        run, k = self.run, self.stage_of[pid]
+        timed = self.plans[pid]["layers"]
+        count = coll.part(run.layers, run.pp, k)[1]
         if run.scaled:
-            k = self.stages_of(pid)
-            extra = coll.part(run.layers, run.pp, k)[1] - coll.part(run.timed, run.pp, k)[1]
-            layer = self.plans[pid]["layers"][0][1]
-            cache = sum(self.aligned(layer[x].nbytes) for x in ("k", "v") if layer[x])
-            by["kv_cache"] += extra * cache
-            by["weights"] += extra * (self.per_layer[pid] - cache)
+            return [(timed[0][1], count)]
+        by: dict[int | None, int] = {}
+        for _, window in timed:
+            by[window] = by.get(window, 0) + 1
+        return list(by.items())
+
+    def need(self, pid: int) -> dict[str, int]:
+        """HBM bytes PE `pid` needs for the whole step, by kind, page-aligned as placed."""
+        by = {"weights": 0, "kv_cache": 0, "embedding": 0, "buffers": self.shared_bytes()}
+        for window, count in self.layers(pid):
+            for piece in self.block(pid, window):
+                by[piece.kind] += count * self.aligned(piece.nbytes)
+        for piece in self.extra[pid]:
+            by[piece.kind] += self.aligned(piece.nbytes)
         return by
 
-    def stages_of(self, pid: int) -> int:
-        return next(k for k, stage in enumerate(self.stages) if pid in stage)
+    def read(self, pid: int) -> int:
+        """HBM bytes PE `pid` reads in the whole step: its weights and KV cache, once each
+        (not the embedding table or the buffers), unaligned."""
+        return sum(count * sum(p.nbytes for p in self.block(pid, window))
+                   for window, count in self.layers(pid)) + \
+            sum(p.nbytes for p in self.extra[pid] if p.kind == "weights")
 
     def check(self, system_pes: list) -> None:
         """Every PE's need within its HBM slice (ValueError: needed and available bytes,
@@ -424,27 +424,39 @@ def setup(host, p):
     run = _run(host.topology, p)
     lay = Layout(host.topology, run)
     lay.check(host.grid)
-    host.expect(len(lay.shared) * host.num_pes + sum(map(len, lay.pieces)))
+    host.expect(len(lay.shared) * host.num_pes + sum(
+        sum(len(lay.block(pid, w)) for _, w in plan["layers"]) + len(lay.extra[pid])
+        for pid, plan in enumerate(lay.plans)))
     cfg, b, dt = run.cfg, run.batch, run.dtype
     w = _weights(host, run)
     cos, sin = cos_sin(cfg.rope, cfg.head_dim, run.context)
     values = {"x": w["inputs_embeds"], "rope": np.stack([cos, sin]).astype(np.float32)}
-    shared = {piece.key: host.replicate(piece.name, values[piece.key]) if piece.key in values
-              else host.empty(piece.name, piece.shape, piece.dtype) for piece in lay.shared}
+    shared = {piece.key: host.replicate(piece.label or piece.key, values[piece.key])
+              if piece.key in values else
+              host.empty(piece.label or piece.key, piece.shape, piece.dtype)
+              for piece in lay.shared}
+    plans = []
     for pid, plan in enumerate(lay.plans):
         made = _Maker(host, w, run, plan)
-        for key, value in list(plan.items()):
-            if isinstance(value, Piece):
-                plan[key] = made.place(pid, value, lay.page)
-        for i, layer in plan["layers"]:
-            for key, value in list(layer.items()):
-                if isinstance(value, Piece):
-                    layer[key] = made.place(pid, value, lay.page, i)
+        placed = {k: v for k, v in plan.items() if k != "seq"}
+        placed["layers"] = []
+        for i, window in plan["layers"]:  # its layers' blocks one after another, then the rest
+            layer = dict.fromkeys(("qkv_bias", "o_bias", "gate_bias", "up_bias",
+                                   "down_bias", "k", "v"))
+            layer["seq"] = plan["seq"][window]
+            for piece in lay.block(pid, window):
+                layer[piece.key] = made.place(pid, piece, lay.page, i)
+            placed["layers"].append((i, layer))
+        for key in ("norm_final", "lm_w", "iota"):
+            placed[key] = None
+        for piece in lay.extra[pid]:
+            placed[piece.key] = made.place(pid, piece, lay.page)
+        plans.append(placed)
     dims = {"b": b, "hidden": cfg.hidden, "g": cfg.group, "d": cfg.head_dim,
             "layers": run.timed, "dt": dt, "per_layer": run.scaled or bool(p["scale_to"]),
             "eps": cfg.eps, "ctx": run.context, "chunk": run.chunk, "algo": run.algo,
             "act": cfg.act, "vocab_share": lay.share}
-    return {"plans": lay.plans, "shared": shared, "dims": dims}
+    return {"plans": plans, "shared": shared, "dims": dims}
 
 
 def _weights(host, run: Run) -> dict:
@@ -496,11 +508,12 @@ class _Maker:
         """Place `piece` in PE `pid`'s HBM at the start of a DRAM page: its address. Timing
         only (or an embedding table: space only), nothing is made."""
         host = self.host
+        name = piece.name(pid, layer)
         if host.timing_only or piece.kind == "embedding":
-            return host.reserve(piece.name, piece.shape, piece.dtype, pid, align=page)
+            return host.reserve(name, piece.shape, piece.dtype, pid, align=page)
         value = self.value(piece, layer)
-        return host.place(piece.name, np.ascontiguousarray(value, _dtype(host, piece.dtype)),
-                          pid, align=page)
+        return host.place(name, np.ascontiguousarray(value, _dtype(host, piece.dtype)), pid,
+                          align=page)
 
     def value(self, piece: Piece, i: int | None) -> np.ndarray:
         w, cfg, plan = self.w, self.run.cfg, self.plan
@@ -541,7 +554,7 @@ class _Maker:
     def _cache(self, piece: Piece, i: int) -> np.ndarray:
         """This PE's shard of layer `i`'s K or V cache of its head: cached positions
         lo + s0 .. of every sequence, [b, sn, d]; the new token's row is the kernel's."""
-        lo, s0, sn = self.plan["layers"][self._index(i)][1]["seq"]
+        lo, s0, sn = self.plan["seq"][self.run.cfg.window(i)]
         full = self.w[f"model.layers.{i}.past_{'key' if piece.key == 'k' else 'value'}"]
         shard = np.zeros(piece.shape, full.dtype)
         first = lo + s0  # the first position this shard holds
@@ -549,9 +562,6 @@ class _Maker:
         if past:
             shard[:, :past] = full[:, self.plan["head"], first:first + past]
         return shard
-
-    def _index(self, i: int) -> int:
-        return next(k for k, (j, _) in enumerate(self.plan["layers"]) if j == i)
 
 
 def _dtype(host, name: str) -> np.dtype:
@@ -837,22 +847,6 @@ def outputs(host, args, p):
 # ---------------------------------------------------------------------- bounds, metrics
 
 
-def _read_bytes(lay: Layout) -> list[int]:
-    """Per PE, the HBM bytes the whole step reads: its weights and its KV cache shards,
-    once each (the embedding table and the buffers are not read), the layers a scaled
-    run does not time included."""
-    run, out = lay.run, []
-    for pid, pieces in enumerate(lay.pieces):
-        read = sum(p.nbytes for p in pieces if p.kind != "embedding")
-        if run.scaled:
-            k = lay.stages_of(pid)
-            extra = coll.part(run.layers, run.pp, k)[1] - coll.part(run.timed, run.pp, k)[1]
-            layer = lay.plans[pid]["layers"][0][1]
-            read += extra * sum(p.nbytes for p in layer.values() if isinstance(p, Piece))
-        out.append(read)
-    return out
-
-
 _GEMV = ("qkv", "o", "gate", "up", "down", "lm_w")
 
 
@@ -860,19 +854,15 @@ def _macs(lay: Layout) -> int:
     """The step's multiply-accumulates: every GEMV weight element once per sequence, and
     attention's two products (q k^T, p v) over each head group's cached positions, the
     layers a scaled run does not time included."""
-    run, total = lay.run, 0
-    for pid, pieces in enumerate(lay.pieces):
-        def of(ps) -> int:
-            return sum(run.batch * math.prod(p.shape) if p.key in _GEMV else
-                       2 * run.cfg.group * math.prod(p.shape) if p.key == "k" else 0
-                       for p in ps)
-        total += of(pieces)
-        if run.scaled:
-            k = lay.stages_of(pid)
-            extra = coll.part(run.layers, run.pp, k)[1] - coll.part(run.timed, run.pp, k)[1]
-            layer = lay.plans[pid]["layers"][0][1]
-            total += extra * of(p for p in layer.values() if isinstance(p, Piece))
-    return total
+    run = lay.run
+
+    def of(pieces) -> int:
+        return sum(run.batch * math.prod(p.shape) if p.key in _GEMV else
+                   2 * run.cfg.group * math.prod(p.shape) if p.key == "k" else 0
+                   for p in pieces)
+
+    return sum(sum(count * of(lay.block(pid, window)) for window, count in lay.layers(pid))
+               + of(lay.extra[pid]) for pid in range(len(lay.plans)))
 
 
 def _stream(topology):
@@ -885,7 +875,7 @@ def bounds(topology, p):
     cache once from its own HBM slice at the slice's stream rate (weight-stationary: no
     other PE reads them for it)."""
     lay = Layout(topology, _run(topology, _as_run(p)))
-    read = _read_bytes(lay)
+    read = [lay.read(pid) for pid in range(topology.num_pes)]
     worst = max(range(len(read)), key=lambda pid: (read[pid], -pid))
     return {"memory": (-(-read[worst] * 10**12 // _stream(topology)),
                        f"PE {worst}'s weights and KV cache, {read[worst]:,} B, at its HBM "
@@ -903,7 +893,7 @@ def metrics(topology, p, run):
     layers from the timed ones, with its error bound."""
     step = _run(topology, p)
     lay = Layout(topology, step)
-    read = sum(_read_bytes(lay))
+    read = sum(lay.read(pid) for pid in range(topology.num_pes))
     rate = topology.num_pes * _stream(topology)
     hbm_bound = read / rate * 1e12
     tpot, energy, how, out = float(run.latency_ps), float(run.energy_aj), \

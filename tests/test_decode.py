@@ -276,17 +276,20 @@ def test_every_layer_issues_the_same_commands_up_to_relocation(run):
         for i, r in enumerate(leaf):
             if names[r].startswith("layer"):
                 layers.setdefault(names[r].split("/")[0], []).append(i)
-        def memory(i: int) -> tuple:  # the HBM end's offsets within DRAM pages
-            op = stream.op[i]
-            if op == LOAD:
-                return (stream.src[i] % page,)
-            if op == STORE:
-                return (stream.dst[i] % page,)
-            if op == COMPOSITE:
-                c = program.composites[stream.arg[i]]
-                return (c.m, c.k, c.n, c.b_addr % page, c.out_addr % page)
-            return (stream.arg[i],)
-
-        rows = {name: [(stream.op[i], stream.size[i], stream.rows[i], *memory(i))
-                       for i in cmds] for name, cmds in layers.items()}
+        rows = {name: [(stream.op[i], stream.size[i], stream.rows[i],
+                        *_in_page(program, stream, i, page)) for i in cmds]
+                for name, cmds in layers.items()}
         assert rows["layer1"] == rows["layer2"] == rows["layer3"], pid
+
+
+def _in_page(program, stream, i: int, page: int) -> tuple:
+    """Command `i`'s HBM end as offsets within DRAM pages (a composite: its shape too)."""
+    op = stream.op[i]
+    if op == LOAD:
+        return (stream.src[i] % page,)
+    if op == STORE:
+        return (stream.dst[i] % page,)
+    if op == COMPOSITE:
+        c = program.composites[stream.arg[i]]
+        return (c.m, c.k, c.n, c.b_addr % page, c.out_addr % page)
+    return (stream.arg[i],)
