@@ -47,7 +47,7 @@ the residual stream, norms, softmax and accumulation in f32.
 
 import contextlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -77,7 +77,8 @@ PARAM_INFO = {
     "model": "a shipped model: tiny (for tests), llama3-8b, llama3-70b",
     "config": "a Hugging Face config.json instead of -p model (model_type llama, mistral "
               "or qwen2; every key modelled or refused: docs/workloads.md)",
-    "batch": ("sequences decoded at once, one new token each", "sequences"),
+    "batch": ("sequences decoded at once, one new token each (0: the largest batch the "
+              "HBM holds at this context)", "sequences"),
     "context": ("tokens already in each sequence's KV cache (the new one is at this "
                 "position)", "tokens"),
     "layers": ("decoder layers to run (0: all of the model's)", "layers"),
@@ -144,10 +145,12 @@ class Run:
 def _run(topology, p) -> Run:
     """The step `p` asks for, checked against the model and the topology (ValueError)."""
     cfg = model_config(p)
-    for name, low in (("batch", 1), ("context", 0), ("chunk", 1), ("layers", 0),
+    for name, low in (("batch", 0), ("context", 0), ("chunk", 1), ("layers", 0),
                       ("scale_to", 0), ("pp", 1)):
         if p[name] < low:
             raise ValueError(f"{name} = {p[name]}: must be at least {low}")
+    if p["batch"] == 0:  # the largest batch that fits; if none, say why one does not
+        p = {**p, "batch": largest(topology, p, "batch") or 1}
     timed = p["layers"] or cfg.layers
     if timed > cfg.layers:
         raise ValueError(f"layers = {timed}: the model has {cfg.layers} "
@@ -198,10 +201,10 @@ class Piece:
     dtype: str
     kind: str = "weights"
     label: str = ""
+    nbytes: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * _ITEM[self.dtype]
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "nbytes", math.prod(self.shape) * _ITEM[self.dtype])
 
     def name(self, pid: int, layer: int | None = None) -> str:
         """Its allocation's name: ``L3.qkv[17]`` (layer 3's, PE 17's), ``lm[17]``."""
@@ -230,6 +233,8 @@ class Layout:
         self.plans: list[dict] = [{} for _ in range(pes)]
         self.extra: list[tuple[Piece, ...]] = [() for _ in range(pes)]
         self._blocks: dict[tuple, tuple[Piece, ...]] = {}
+        self._needs: dict[tuple, dict[str, int]] = {}  # by what a PE holds
+        self._shared_bytes: int | None = None
         self._check_totals()
         for k, stage in enumerate(self.stages):
             self._stage(k, stage)
@@ -266,7 +271,7 @@ class Layout:
         need = per_layer * run.layers + cache + tables
         have = self.topology.num_pes * self.topology.hbm.slice_size
         if need > have:
-            raise ValueError(
+            raise DoesNotFit(
                 f"{_model_name(cfg)} does not fit topology {self.topology.name!r}: its "
                 f"{run.layers} layers' weights, the LM head and embedding table and the KV "
                 f"cache of batch {run.batch} at context {run.context} take "
@@ -345,7 +350,10 @@ class Layout:
 
     def shared_bytes(self) -> int:
         """The shared buffers of the whole step (of all its layers, timed or not)."""
-        return sum(self.aligned(p.nbytes) for p in self._shared(self.run.layers))
+        if self._shared_bytes is None:
+            self._shared_bytes = sum(self.aligned(p.nbytes)
+                                     for p in self._shared(self.run.layers))
+        return self._shared_bytes
 
     def layers(self, pid: int) -> list[tuple[int | None, int]]:
         """(window, how many) of the layers PE `pid` holds in the whole step: its stage's
@@ -363,13 +371,18 @@ class Layout:
 
     def need(self, pid: int) -> dict[str, int]:
         """HBM bytes PE `pid` needs for the whole step, by kind, page-aligned as placed."""
-        by = {"weights": 0, "kv_cache": 0, "embedding": 0, "buffers": self.shared_bytes()}
-        for window, count in self.layers(pid):
-            for piece in self.block(pid, window):
-                by[piece.kind] += count * self.aligned(piece.nbytes)
-        for piece in self.extra[pid]:
-            by[piece.kind] += self.aligned(piece.nbytes)
-        return by
+        held = (tuple((id(self.block(pid, w)), n) for w, n in self.layers(pid)),
+                self.extra[pid])
+        found = self._needs.get(held)
+        if found is None:
+            by = {"weights": 0, "kv_cache": 0, "embedding": 0, "buffers": self.shared_bytes()}
+            for window, count in self.layers(pid):
+                for piece in self.block(pid, window):
+                    by[piece.kind] += count * self.aligned(piece.nbytes)
+            for piece in self.extra[pid]:
+                by[piece.kind] += self.aligned(piece.nbytes)
+            found = self._needs[held] = by
+        return dict(found)
 
     def read(self, pid: int) -> int:
         """HBM bytes PE `pid` reads in the whole step: its weights and KV cache, once each
@@ -389,13 +402,66 @@ class Layout:
         by = self.need(worst)
         total, have = sum(needs), slice_bytes * len(needs)
         parts = ", ".join(f"{k.replace('_', ' ')} {format_size(v)}" for k, v in by.items() if v)
-        raise ValueError(
+        raise DoesNotFit(
             f"{_model_name(self.run.cfg)} does not fit topology {self.topology.name!r} at "
             f"batch {self.run.batch}, context {self.run.context}: PE ({system_pes[worst]}) "
             f"needs {format_size(needs[worst])} ({parts}) for its share of "
             f"{self.run.layers} layers, its HBM slice has {format_size(slice_bytes)}; "
             f"{sum(n > slice_bytes for n in needs)} of {len(needs)} PEs overflow, "
             f"{format_size(total)} in all of {format_size(have)}")
+
+
+class DoesNotFit(ValueError):
+    """The model does not fit the topology's HBM (a ValueError: the run's parameters')."""
+
+
+def largest(topology, p, name: str) -> int:
+    """The largest value of parameter `name` ("batch" or "context") at which the model
+    fits every PE's HBM slice, the other parameters as in `p`; 0 if not even the least
+    does. Found by placing the model (a `Layout`, shapes only): a first guess from two
+    placements (what a PE needs grows about linearly in both), then placements a step
+    apart, the step doubling, until one fits and the next does not, and halving the gap
+    between them."""
+    low, step = (1, 8) if name == "batch" else (0, 1024)
+    slice_bytes = topology.hbm.slice_size
+
+    def needs(value: int) -> list[int] | None:
+        try:
+            lay = Layout(topology, _run(topology, {**p, name: value}))
+        except DoesNotFit:
+            return None
+        return [sum(lay.need(pid).values()) for pid in range(topology.num_pes)]
+
+    def fits(value: int) -> bool:
+        got = needs(value)
+        return got is not None and max(got) <= slice_bytes
+
+    first, second = needs(low), needs(low + step)
+    if first is None or max(first) > slice_bytes:
+        return 0
+    if second is None:
+        return _settle(fits, low, low + step)
+    grows = [(a, b - a) for a, b in zip(first, second, strict=True) if b > a]
+    if not grows:
+        raise ValueError(f"the model's HBM need does not grow with {name}")
+    guess = max(low, low + min((slice_bytes - a) * step // d for a, d in grows))
+    if fits(guess):
+        bad, jump = guess + 1, 1
+        while fits(bad):
+            guess, bad, jump = bad, bad + 2 * jump, 2 * jump
+        return _settle(fits, guess, bad)
+    good, jump = guess - 1, 1
+    while not fits(good):
+        good, jump = max(low, good - 2 * jump), 2 * jump
+    return _settle(fits, good, guess)
+
+
+def _settle(fits, good: int, bad: int) -> int:
+    """The largest value in [good, bad) that `fits` (`good` does, `bad` does not)."""
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if fits(mid) else (good, mid)
+    return good
 
 
 def _model_name(cfg: ModelConfig) -> str:
@@ -905,10 +971,13 @@ def metrics(topology, p, run):
                            "ps: a bug in kernbench, please report it")
     b = step.batch
     used = [sum(lay.need(pid).values()) for pid in range(topology.num_pes)]
+    most_batch = largest(topology, p, "batch")
+    most_context = largest(topology, {**p, "batch": b}, "context")
     have = topology.hbm.slice_size
     macs = _macs(lay)
     return {"tpot_ps": (tpot, f"({how})"),
-            "tokens_per_s": (b * 1e12 / tpot if tpot else 0.0, f"(batch {b} / TPOT)"),
+            "tokens_per_s": (b * 1e12 / tpot if tpot else 0.0, f"(batch {b} / TPOT" + (
+                ": the largest batch that fits)" if p["batch"] == 0 else ")")),
             "hbm_bound_ps": (hbm_bound, f"(weights and KV cache {read:,} B / aggregate HBM "
                                         "stream bandwidth)"),
             "tpot_over_hbm_bound": (tpot / hbm_bound if hbm_bound else 0.0, ""),
@@ -918,6 +987,9 @@ def metrics(topology, p, run):
             "hbm_used_bytes": (float(sum(used)), f"(the whole model over {len(used)} PEs; "
                                f"the fullest slice {max(used) / have:.1%} used)"),
             "hbm_free_bytes": (float(len(used) * have - sum(used)), ""),
+            "max_batch": (float(most_batch), f"(at context {step.context}: the largest batch "
+                                             "whose weights, KV cache and buffers fit)"),
+            "max_context": (float(most_context), f"(at batch {b})"),
             "macs": (float(macs), ""), **out}
 
 
@@ -959,3 +1031,21 @@ def _scaled(step: Run, lay: Layout, run) -> tuple[float, float, str, dict]:
                                         "layers' spread)"),
         "energy_per_token_bound_uj": (e_bound / 1e12 / step.batch, ""),
         "layers_timed": (float(step.timed), f"(of {step.layers})")}
+
+
+def quality(host, p, outputs):
+    """How far the step's logits are from the exact model's: the same weights and cache,
+    computed in float64 with no rounding anywhere (`reference` instead rounds where the
+    kernel stores a value in `dtype`, to verify the kernel). Relative L2 error of the
+    logits over the batch, their largest absolute error, and the share of sequences whose
+    next token (the argmax) is the exact model's."""
+    run = _run(host.topology, p)
+    exact = decode_step(run.cfg, host.inputs, range(run.timed), run.context, np.float64)
+    want, got = exact["logits"], outputs["logits"].astype(np.float64)
+    norm = float(np.linalg.norm(want))
+    agree = float(np.mean(got.argmax(axis=1) == want.argmax(axis=1)))
+    return {"logits_rel_l2": (float(np.linalg.norm(got - want)) / norm if norm else 0.0,
+                              "(against the exact model in float64)"),
+            "logits_max_abs_err": (float(np.abs(got - want).max()), ""),
+            "top1_agreement": (agree, f"(of {run.batch} sequences, the exact model's next "
+                                      "token)")}

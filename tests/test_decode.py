@@ -293,3 +293,38 @@ def _in_page(program, stream, i: int, page: int) -> tuple:
         c = program.composites[stream.arg[i]]
         return (c.m, c.k, c.n, c.b_addr % page, c.out_addr % page)
     return (stream.arg[i],)
+
+
+def test_the_largest_batch_runs_and_one_more_is_refused(cli):
+    """With 256 KiB slices the tiny model at context 64 holds 5 sequences: `max_batch`
+    says so, computed by placing the model; batch 5 runs, batch 6 is refused before it
+    runs, and batch 0 runs the largest batch that fits."""
+    small = ("--set", "hbm.slice_size=256KiB", "--timing-only", "--json")
+    code, out, err = cli("run", "llama_decode", *small)
+    assert code == 0, err
+    metrics = json.loads(out)["metrics"]
+    assert (metrics["max_batch"], metrics["max_context"]) == (5, 1151)
+    code, out, err = cli("run", "llama_decode", "-p", "batch=5", *small)
+    assert code == 0, err
+    assert json.loads(out)["metrics"]["hbm_free_bytes"] >= 0
+    code, _, err = cli("run", "llama_decode", "-p", "batch=6", *small)
+    assert code == 2 and err.startswith("error: llama_decode: tiny does not fit topology "
+                                        "'default' at batch 6, context 64: PE ")
+    code, out, err = cli("run", "llama_decode", "-p", "batch=0", *small)
+    assert code == 0, err
+    run = json.loads(out)
+    assert run["metrics"]["tokens_per_s"] == pytest.approx(5e12 / run["latency_ps"])
+    code, _, err = cli("run", "llama_decode", "-p", "context=1152", *small)
+    assert code == 2 and "does not fit" in err
+
+
+def test_quality_beside_time_and_energy(run):
+    """A run with values also says how far its logits are from the exact model (float64,
+    no rounding): about one bf16 unit (2^-8) of relative error, the same next tokens."""
+    result = run("llama_decode", "default", ("batch=4",))
+    m = {k: v for k, (v, _) in result.metrics.items()}
+    assert 0 < m["logits_rel_l2"] < 2 ** -8 * 2
+    assert m["top1_agreement"] == 1.0
+    assert m["logits_max_abs_err"] > 0
+    timing = run("llama_decode", "default", ("batch=4",), timing_only=True)
+    assert "logits_rel_l2" not in timing.metrics  # nothing to measure without values

@@ -154,7 +154,8 @@ def _check_module(module: ModuleType, shown: str) -> None:
     def bad(what: str) -> ParamError:
         return ParamError(f"{shown}: {what}")
 
-    optional = tuple(n for n in ("bounds", "metrics", "scaled_defaults") if hasattr(module, n))
+    optional = tuple(n for n in ("bounds", "metrics", "quality", "scaled_defaults")
+                     if hasattr(module, n))
     for name in REQUIRED_NAMES[1:] + optional:
         if not callable(getattr(module, name)):
             raise bad(f"{name} must be a function, not {type(getattr(module, name)).__name__}")

@@ -160,6 +160,9 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     result.switches = launch.hub.switches
     result.inputs, result.outputs = host.inputs, outputs
     _stated(kernel, amap.topology, params, result)
+    if not timing_only and hasattr(kernel.module, "quality"):  # after metrics: beside them
+        result.metrics.update(hooks.checked_metrics(kernel, hooks.call(
+            kernel, "quality", host, params, outputs)))
     result.trace = _trace(kernel, system, params, seed, memory, program)
     result.wall_s = time.perf_counter() - wall
     return result

@@ -33,7 +33,7 @@ def layout(grid, count: int, group: Sequence[int] | None = None,
     return dict(_layout(_shape(grid), count, ring_order(grid, group), algo))
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=4096)  # a rack's stages and head groups: hundreds of groups
 def _layout(shape: tuple, count: int, members: tuple[int, ...],
             algo: str) -> dict[int, tuple[int, int]]:
     if algo != "hier":
@@ -166,7 +166,7 @@ def _not_a_group(num_pes: int, pids) -> ValueError:
                       f"got {list(pids)!r}"[:200])
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=4096)
 def _ring_order(shape: tuple, group: tuple[int, ...] | None) -> tuple[int, ...]:
     num_pes, pes, cubes, pe_mesh, cube_mesh = shape
     pids = list(range(num_pes)) if group is None else list(group)
@@ -179,7 +179,7 @@ def _ring_order(shape: tuple, group: tuple[int, ...] | None) -> tuple[int, ...]:
                                              pe_at[p % pes])))
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=4096)
 def _ranks(members: tuple[int, ...]) -> dict[int, int]:
     """Each member's rank."""
     return {p: r for r, p in enumerate(members)}
@@ -223,7 +223,7 @@ def levels(tl, members: tuple[int, ...], me: int) -> list[tuple[int, ...]]:
     return _levels(_shape(tl), tuple(members))[me]
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=1024)
 def _levels(shape: tuple, members: tuple[int, ...]) -> dict[int, list[tuple[int, ...]]]:
     """`levels` of every member at once (one pass over the group)."""
     coord = {p: _coord(shape, p) for p in members}
