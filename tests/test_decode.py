@@ -249,13 +249,14 @@ def test_the_whole_model_is_checked_not_the_layers_timed(run):
     """llama3-8b at context 8192 fits sip; its scaled step reports the HBM the whole
     model takes."""
     from kernbench_cli.address import load_address_map
+    from kernbench_cli.models.decoder import Layout, run_of
     from kernbench_cli.sim.kernels import load_kernel
 
     module = load_kernel("llama_decode").module
     topo = load_address_map("sip").topology
     p = {**module.PARAMS, "model": "llama3-8b", "context": 8192, "layers": 4,
          "scale_to": 32}
-    lay = module.Layout(topo, module._run(topo, p))
+    lay = Layout(topo, run_of(topo, p))
     used = sum(sum(lay.need(pid).values()) for pid in range(topo.num_pes))
     assert 16e9 < used < 20e9  # 16 GB of bf16 weights and 1 GB of KV cache, and buffers
     lay.check([f"PE {pid}" for pid in range(topo.num_pes)])  # fits: no error
