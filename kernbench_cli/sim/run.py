@@ -12,9 +12,7 @@ lower PE index), at the time the failing PE got to it.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,7 +36,7 @@ from kernbench_cli.hw.pe import ENGINES
 from kernbench_cli.hw.system import System
 from kernbench_cli.hw.timing import Stuck, Timing, TimingError
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
-from kernbench_cli.lang.confine import Interrupted, confined
+from kernbench_cli.lang.confine import Interrupted, confined, printing_to_stderr
 from kernbench_cli.lang.memory import Memory
 from kernbench_cli.lang.tl import Launch, functional_pass, kernel_line
 from kernbench_cli.lang.watchdog import DEFAULT_KERNEL_TIMEOUT, KernelTimeout, watchdog
@@ -62,11 +60,12 @@ SHARED_LEVELS = ("hbm", "sram", "noc", "ucie", "sip_link", "rack_link")
 def _quiet(fn):
     """Run `fn` with numpy's floating-point warnings off: a kernel's NaNs and overflows are
     judged by verification (and the kernel writer's reference), not printed by numpy. What
-    a kernel prints goes to stderr, so `--json` on stdout stays JSON. The kernel's code runs
-    `confined` (no threads, no `os._exit`, its own KeyboardInterrupt an error)."""
+    the kernel prints goes to stderr, so `--json` on stdout stays JSON (this thread's prints
+    only: `printing_to_stderr`). The kernel's code runs `confined` (no threads, no
+    `os._exit` or `os.fork`, its own KeyboardInterrupt an error); both end with the call."""
     @functools.wraps(fn)
     def quiet(*args, **kwargs):
-        with np.errstate(all="ignore"), contextlib.redirect_stdout(sys.stderr), confined():
+        with np.errstate(all="ignore"), printing_to_stderr(), confined():
             return fn(*args, **kwargs)
     return quiet
 
