@@ -54,7 +54,7 @@ def test_kb_run_from_threads_leaves_stdout_and_the_standard_library_as_they_were
     def one() -> None:
         try:
             latencies.append(kb.run(TINY, ONE, timing_only=True).latency_ps)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=one) for _ in range(4)]

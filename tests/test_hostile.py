@@ -507,20 +507,23 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     assert proc.stderr == ""
 
 
-def test_an_internal_error_is_one_line_exit_70_with_the_traceback_in_a_file(cli,
-                                                                            monkeypatch):
+@pytest.mark.parametrize("bug", [ZeroDivisionError("a bug"), FileNotFoundError(2, "a bug")])
+def test_an_internal_error_is_one_line_exit_70_with_the_traceback_in_a_file(cli, monkeypatch,
+                                                                            bug):
+    """Any exception that is not a user's (an OSError too, unless it is stdout's) is a bug."""
     from kernbench_cli.sim import run as sim_run
 
     def broken(*args, **kwargs):
-        raise ZeroDivisionError("a bug")
+        raise bug
 
     monkeypatch.setattr(sim_run, "run_kernel", broken)
     code, out, err = cli("run", "sharded_gemm")
+    kind = type(bug).__name__
     assert (code, out) == (70, "")
-    assert err.startswith("internal error: ZeroDivisionError: a bug (please report, with the "
+    assert err.startswith(f"internal error: {kind}: {bug} (please report, with the "
                           "traceback in ")
     report = Path(err.rsplit(" ", 1)[1].rstrip(")\n"))
-    assert "ZeroDivisionError: a bug" in report.read_text()
+    assert f"{kind}: {bug}" in report.read_text()
     report.unlink()
 
 

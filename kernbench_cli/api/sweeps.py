@@ -205,6 +205,12 @@ def check_options(kernel: str | Path, topology: str | Path | None, costs: str | 
         raise KernbenchError(f"--out {str(out)!r}: the results file must end in .jsonl or .csv")
     if resume and out is None:
         raise KernbenchError("--resume needs --out, the results file to resume")
+    try:
+        os.getcwd()
+    except OSError as exc:
+        raise KernbenchError(f"the working folder cannot be read ({exc.strerror or exc}: "
+                             "deleted since the shell went there?); the sweep's workers "
+                             "start in it: cd to a folder that exists") from None
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int)
                              or not 1 <= jobs <= MAX_JOBS):
         raise KernbenchError(f"--jobs {jobs}: needs 1 to {MAX_JOBS} workers")
