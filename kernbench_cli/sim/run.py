@@ -27,6 +27,7 @@ from kernbench_cli.config.loader import config_digest
 from kernbench_cli.config.units import format_time_ps
 from kernbench_cli.errors import (
     AddressError,
+    ConfigError,
     DeadlockError,
     KernbenchError,
     KernelError,
@@ -217,21 +218,60 @@ def replay_address_map(trace: Trace, source: str, topology: str | None = None,
                        costs: Path | None = None, sets: Sequence[str] = (),
                        recorded_sets: bool = True) -> AddressMap:
     """The configuration a replay of `trace` (read from `source`) times on: `topology`, or
-    the run's own (its file if still there, else its name); `costs`, or the run's cost
-    table (TraceError if that file is gone: another table would time another machine);
-    the run's `--set` items (unless not `recorded_sets`), then `sets`, later ones winning."""
+    the run's own (its file if still there, else the shipped topology of its name); `costs`,
+    or the run's cost table (TraceError if that file is gone: another table would time
+    another machine); the run's `--set` items (unless not `recorded_sets`), then `sets`,
+    later ones winning. What the trace gave (a file it names, a recorded `--set` item) is
+    said to come from `source` when it is at fault."""
     from kernbench_cli.address import load_address_map
 
+    files: list[str] = []  # files named by the trace: their problems are the trace's
     if topology is None:
-        recorded = Path(trace.topology_file)
-        topology = str(recorded) if trace.topology_file and recorded.is_file() else \
-            trace.topology
+        topology = _recorded_topology(trace, source)
+        files.append(topology)
     if costs is None and trace.costs_file:
         costs = Path(trace.costs_file)
         if not costs.is_file():
             raise TraceError(f"{source}: the run used the cost table {trace.costs_file}, "
                              "which is not there; give --costs")
-    return load_address_map(topology, costs, [*(trace.sets if recorded_sets else ()), *sets])
+        files.append(trace.costs_file)
+    recorded = list(trace.sets) if recorded_sets else []
+    try:
+        amap = load_address_map(topology, costs, recorded)
+    except KernbenchError as exc:
+        raise _from_trace(exc, source, files) from None
+    return load_address_map(topology, costs, [*recorded, *sets]) if sets else amap
+
+
+def _recorded_topology(trace: Trace, source: str) -> str:
+    """The run's topology: its file if still there, else the shipped one of its name."""
+    from kernbench_cli.resources import shipped_topologies
+
+    if trace.topology_file and Path(trace.topology_file).is_file():
+        return trace.topology_file
+    if trace.topology in shipped_topologies():
+        return trace.topology
+    where = f"its file {trace.topology_file} is not there" if trace.topology_file else \
+        "it names no file"
+    raise TraceError(f"{source}: the run's topology {trace.topology!r}: {where}, and no "
+                     "shipped topology has that name; give --topology")
+
+
+def _from_trace(exc: KernbenchError, source: str, files: list[str]) -> KernbenchError:
+    """`exc`, each of its lines saying it came from trace `source`: a recorded `--set` item
+    (every `--set` here is one), a file the trace named (`files`)."""
+    def said(line: str) -> str:
+        if line.startswith("--set "):
+            return f"{source}: the run's recorded {line} (--no-recorded-sets leaves them out)"
+        named = next((f for f in files if line.startswith(f"{f}: ")), None)
+        return line if named is None else \
+            f"{line} (read because {source} names it; --topology or --costs gives another)"
+
+    if isinstance(exc, ConfigError):
+        return ConfigError([said(p) for p in exc.problems])
+    error = TraceError(said(str(exc)))
+    error.exit_code = exc.exit_code
+    return error
 
 
 def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = False,
