@@ -205,6 +205,13 @@ KERNELS = {  # name: (source, exit code, what the error says)
     "bounds_junk": (BASE + "def bounds(topology, p):\n    return 5\n", 1, "bounds() must return"),
     "scaled_junk": (BASE + "def scaled_defaults(n):\n    return {'n': 'x'}\n", 2,
                     "scaled_defaults must return"),
+    "random_huge": (BASE + "def setup(host, p):\n    host.random('x', (10**15,), 'f32')\n", 2,
+                    "input 'x' [1000000000000000] f32 is 3.55PiB (4,000,000,000,000,000 B), "
+                    "more than the 1GiB of HBM in the system"),
+    "random_negative": (BASE + "def setup(host, p):\n    host.random('x', (-5, 4), 'f32')\n", 2,
+                        "input 'x': shape [-5, 4] has a negative size"),
+    "empty_not_a_shape": (BASE + "def setup(host, p):\n    host.empty('y', 'abc', 'f32')\n", 2,
+                          "input 'y': shape 'abc' is not a sequence of integers"),
 }
 for name, (_, code, says) in KERNELS.items():
     case(f"kernel-{name}", ("run", f"{{kernel:{name}}}", "-t", ONE), code, says)
