@@ -210,6 +210,15 @@ KERNELS = {  # name: (source, exit code, what the error says)
                     "more than the 1GiB of HBM in the system"),
     "random_negative": (BASE + "def setup(host, p):\n    host.random('x', (-5, 4), 'f32')\n", 2,
                         "input 'x': shape [-5, 4] has a negative size"),
+    "setup_memory": (BASE + "def setup(host, p):\n    raise MemoryError('Unable to allocate "
+                     "1 GiB')\n", 1, "in setup: this machine ran out of memory (Unable to "
+                                      "allocate 1 GiB)"),
+    "kernel_memory": (BASE + "def kernel(tl, x, n):\n    t = tl.load(tl.shard(x), (n,), "
+                      "'f32')\n    raise MemoryError\n", 1, "PE (rack=0 sip=0 cube=0 pe=0): "
+                      "this machine ran out of memory after the kernel issued 1 command, "
+                      "holding the command streams and the tensors' values (--timing-only "
+                      "keeps none); a loop without end? --max-commands 100,000,000 stops it "
+                      "sooner"),
     "empty_not_a_shape": (BASE + "def setup(host, p):\n    host.empty('y', 'abc', 'f32')\n", 2,
                           "input 'y': shape 'abc' is not a sequence of integers"),
 }

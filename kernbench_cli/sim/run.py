@@ -122,14 +122,7 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
             failures[tl.pid] = exc
 
     watch.begin("functional pass", launch)
-    try:
-        functional_pass(launch, body, watchdog(lambda: launch.commands, kernel_timeout))
-    except KernelTimeout as exc:
-        raise _timed_out(kernel, kernel_file, system, launch, exc) from None
-    for exc in failures.values():
-        if not isinstance(exc, KernbenchError) and kernel_line(kernel_file, exc.__traceback__) \
-                is None:
-            raise exc  # not the kernel's doing: a bug in kernbench keeps its traceback
+    _functional(kernel, kernel_file, launch, body, kernel_timeout, failures)
     outputs, unread = {}, None
     if not timing_only and not failures:  # read now: simulated memory goes before timing
         try:
@@ -144,6 +137,9 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
         timing.run()
     except TimingError as exc:
         raise _timing_failed(kernel.shown, system, exc) from None
+    except MemoryError:
+        raise KernelError(f"{kernel.shown}: this machine ran out of memory timing "
+                          f"{program.commands:,} commands on {len(system.pes):,} PEs") from None
     if failures:
         raise _first_failure(kernel, kernel_file, system, failures)
     if timing.stuck:
@@ -163,6 +159,42 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     result.trace = _trace(kernel, system, params, seed, memory, program)
     result.wall_s = time.perf_counter() - wall
     return result
+
+
+def _functional(kernel: KernelModule, kernel_file: str, launch: Launch, body,
+                kernel_timeout: float, failures: dict[int, BaseException]) -> None:
+    """The functional pass, ended as a run reports it: a timeout or the machine's memory
+    running out is the run's error at once (no timing pass after it); an exception the
+    kernel's own code did not raise is a bug in kernbench, with its traceback."""
+    system = launch.system
+    try:
+        functional_pass(launch, body, watchdog(lambda: launch.commands, kernel_timeout))
+    except KernelTimeout as exc:
+        raise _timed_out(kernel, kernel_file, system, launch, exc) from None
+    except MemoryError:
+        raise _out_of_memory(kernel, kernel_file, launch, None, None) from None
+    for pid, exc in failures.items():
+        if isinstance(exc, MemoryError):
+            raise _out_of_memory(kernel, kernel_file, launch, pid, exc)
+        if not isinstance(exc, KernbenchError) and kernel_line(kernel_file, exc.__traceback__) \
+                is None:
+            raise exc  # not the kernel's doing: a bug in kernbench keeps its traceback
+
+
+def _out_of_memory(kernel: KernelModule, kernel_file: str, launch: Launch, pid: int | None,
+                   exc: BaseException | None) -> KernelError:
+    """The functional pass filled the machine's memory: what held it (the command streams,
+    and with values the tensors) and what stops a kernel that loops sooner."""
+    where = kernel.shown
+    if pid is not None:
+        line = kernel_line(kernel_file, exc.__traceback__)
+        where += f":{line if line else '?'}: PE ({launch.system.coords[pid]})"
+    held = "the command streams" if launch.timing_only else \
+        "the command streams and the tensors' values (--timing-only keeps none)"
+    count = f"{launch.commands:,} command{'s' if launch.commands != 1 else ''}"
+    return KernelError(f"{where}: this machine ran out of memory after the kernel issued "
+                       f"{count}, holding {held}; a loop without end? "
+                       f"--max-commands {launch.max_commands:,} stops it sooner")
 
 
 def _trace(kernel: KernelModule, system: System, params: dict[str, Any], seed: int,
