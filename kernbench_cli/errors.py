@@ -64,6 +64,11 @@ class ConfigError(KernbenchError):
                                              f"first {self.SHOWN} are above)"]
 
 
+class ArgumentError(KernbenchError):
+    """A Python API call given an argument of a type (or shape) it does not take: the API's
+    counterpart of a malformed command-line option. The message names the argument."""
+
+
 class AddressError(KernbenchError):
     """An address or address field that the layout or topology does not allow."""
 
