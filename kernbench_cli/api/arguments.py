@@ -5,7 +5,7 @@ value and what it takes, never a `TypeError` or `AttributeError` from deep insid
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +74,8 @@ def strings(value: Any, name: str, takes: str) -> tuple[str, ...] | None:
     return tuple(value)
 
 
-def one_of(value: Any, name: str, types: tuple[type, ...], takes: str,
-           also: Callable[[Any], bool] | None = None) -> None:
-    """`value` is an instance of one of `types` (or passes `also`)."""
-    if not isinstance(value, types) and not (also is not None and also(value)):
+def one_of(value: Any, name: str, types: tuple[type, ...], takes: str) -> None:
+    """`value` is an instance of one of `types`; `takes` says what that is, for the
+    message."""
+    if not isinstance(value, types):
         raise _wrong(name, value, takes)
