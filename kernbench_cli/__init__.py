@@ -41,7 +41,19 @@ _LAZY = {
     "SweepPoint": "kernbench_cli.api.sweeps",
     "Comparison": "kernbench_cli.api.comparison",
     "PandasMissing": "kernbench_cli.api.tables",
+    # the exceptions the calls raise (docs/api.md, "Errors"): the root, then its subclasses
     "KernbenchError": "kernbench_cli.errors",
+    "ArgumentError": "kernbench_cli.errors",
+    "ConfigError": "kernbench_cli.errors",
+    "AddressError": "kernbench_cli.errors",
+    "ParamError": "kernbench_cli.errors",
+    "KernelError": "kernbench_cli.errors",
+    "DeadlockError": "kernbench_cli.errors",
+    "VerificationError": "kernbench_cli.errors",
+    "RaceError": "kernbench_cli.errors",
+    "OutputError": "kernbench_cli.errors",
+    "SweepError": "kernbench_cli.errors",
+    "TraceError": "kernbench_cli.sim.trace_file",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -40,6 +40,9 @@ class ConfigError(KernbenchError):
     the rest, so a single-line report stays a single line.
     """
 
+    #: Problems `lines()` lists; past them, one line gives the count of the rest.
+    SHOWN = 20
+
     def __init__(self, problems: list[str]):
         if not problems:
             raise ValueError("ConfigError needs at least one problem")
@@ -47,11 +50,23 @@ class ConfigError(KernbenchError):
         more = len(self.problems) - 1
         text = self.problems[0]
         if more:
-            text += f" (and {more} more problem{'s' if more > 1 else ''})"
+            text += f" (and {more:,} more problem{'s' if more > 1 else ''})"
         super().__init__(text)
 
     def lines(self) -> list[str]:
-        return list(self.problems)
+        """The first `SHOWN` problems, then how many more there are (a file of 800,000
+        unknown keys is 21 lines, not 800,000)."""
+        if len(self.problems) <= self.SHOWN + 1:
+            return list(self.problems)
+        rest = len(self.problems) - self.SHOWN
+        where = self.problems[self.SHOWN].split(": ", 1)[0]  # the file (or --set) of the next
+        return [*self.problems[:self.SHOWN], f"{where}: and {rest:,} more problems (the "
+                                             f"first {self.SHOWN} are above)"]
+
+
+class ArgumentError(KernbenchError):
+    """A Python API call given an argument of a type (or shape) it does not take: the API's
+    counterpart of a malformed command-line option. The message names the argument."""
 
 
 class AddressError(KernbenchError):

@@ -94,23 +94,23 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None], what: str,
                  rewrites_input: bool = False, rewrites_output: bool = False) -> None:
     """Call `write` on a temporary file beside `path`, then move it into place.
 
-    A failure or an interrupt leaves no partial file and no temporary one (a
-    SIGKILL can leave a ``.NAME.XXXX.tmp``, which nothing reads as an output);
-    the file gets the usual mode (0666 less the umask). Only a regular file is
-    replaced: a symlink's target is written (the link stays); a device, FIFO,
-    socket or folder is refused, and so is a file the command reads or already
-    wrote (`output_target`; `rewrites_input` lets it replace an input it was
-    read from; `rewrites_output`, a file it wrote and now writes again, whole). `what`
-    names the option or command in errors (``--save``).
+    A failure or an interrupt leaves no partial file and no temporary one; a
+    SIGKILL can leave a ``.NAME.XXXXXXXX.tmp``, which nothing reads as an output
+    and the next write of the same output removes (`remove_stale`: only those
+    of its name, whose writer is gone). The file gets the usual mode (0666 less
+    the umask). Only a regular file is replaced: a symlink's target is written
+    (the link stays); a device, FIFO, socket or folder is refused, and so is a
+    file the command reads or already wrote (`output_target`; `rewrites_input`
+    lets it replace an input it was read from; `rewrites_output`, a file it
+    wrote and now writes again, whole). `what` names the option or command in
+    errors (``--save``). Any name the OS takes will do, UTF-8 or not.
     """
-    import tempfile  # here: the light commands (decode) read inputs but write nothing
-
     target = output_target(path, what, rewrites_input, rewrites_output)
     folder = target.parent if str(target.parent) else Path(".")
-    # the temporary name stays within the file system's 255-byte name limit
-    prefix = f".{target.name}." if len(target.name.encode()) <= 200 else ".kernbench."
+    prefix = temporary_prefix(target)
+    remove_stale(folder, prefix)
     try:
-        handle, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".tmp")
+        handle, tmp, lock = _temporary(folder, prefix)
     except OSError as exc:
         raise KernbenchError(f"{what} {path}: cannot write in {str(folder)!r}: "
                              f"{exc.strerror or exc}") from None
@@ -127,8 +127,95 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None], what: str,
     except BaseException:  # an interrupt, or a writer's bug: no temporary file stays behind
         Path(tmp).unlink(missing_ok=True)
         raise
+    finally:
+        os.close(lock)
     if _COMMAND[0]:
         _OUTPUTS.add(target.resolve())
+
+
+def temporary_prefix(target: Path) -> str:
+    """How the temporary files of an output to `target` begin: ``.NAME.`` (a shared
+    ``.kernbench.`` past 200 bytes, so the name stays within the file system's 255)."""
+    return f".{target.name}." if len(os.fsencode(target.name)) <= 200 else ".kernbench."
+
+
+#: The random part `tempfile.mkstemp` puts in a name: 8 of these characters.
+_RANDOM = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def _temporary(folder: Path, prefix: str) -> tuple[int, str, int]:
+    """(descriptor, path, lock) of a fresh temporary file in `folder`, locked (`flock`) by
+    `lock`, a second descriptor kept until the file has its place: an unlocked temporary
+    is one whose writer is gone. A file another write's `remove_stale` took away in the
+    instant before the lock is given up for a new one."""
+    import tempfile  # here: the light commands (decode) read inputs but write nothing
+
+    while True:
+        handle, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".tmp")
+        lock = os.dup(handle)
+        _lock(lock, block=True)
+        try:
+            here = os.stat(tmp)
+        except FileNotFoundError:
+            here = None
+        mine = os.fstat(handle)
+        if here is not None and (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino):
+            return handle, tmp, lock
+        os.close(lock)
+        os.close(handle)
+
+
+def _lock(fd: int, block: bool) -> bool:
+    """Take the exclusive `flock` of `fd`; False if another process holds it (`block`:
+    wait for it). Where there are no such locks, `block`: a writer goes on, and nothing is
+    taken for stale."""
+    try:
+        import fcntl
+    except ImportError:  # no flock here: every temporary is taken to be in use
+        return block
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
+    except BlockingIOError:
+        return False
+    except OSError:  # a file system without locks: treat every temporary as in use
+        return block
+    return True
+
+
+def remove_stale(folder: Path, prefix: str) -> None:
+    """Remove the temporary files of earlier writes of this output whose writer is gone (a
+    SIGKILL, a power cut): named ``PREFIX`` + mkstemp's 8 random characters + ``.tmp``,
+    regular files of this user, and not locked by a writer (`_temporary` holds its lock
+    until the file is in place). Anything else, or anything that cannot be looked at, is
+    left alone."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    raw = os.fsencode(prefix)
+    for entry in entries:
+        name = os.fsencode(entry.name)
+        middle = name[len(raw):-4]
+        if not (name.startswith(raw) and name.endswith(b".tmp") and len(middle) == 8
+                and set(middle.decode("ascii", "replace")) <= _RANDOM):
+            continue
+        with contextlib.suppress(OSError):
+            _remove_if_stale(folder / entry.name)
+
+
+def _remove_if_stale(path: Path) -> None:
+    """`remove_stale` for one candidate file."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+            return
+        if _lock(fd, block=False):
+            here = os.lstat(path)
+            if (here.st_dev, here.st_ino) == (info.st_dev, info.st_ino):
+                path.unlink()
+    finally:
+        os.close(fd)
 
 
 def gzipped_if_named(path: Path, write: Callable[[BinaryIO], None]) -> Callable[[BinaryIO], None]:

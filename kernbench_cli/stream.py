@@ -117,6 +117,26 @@ class Composite(NamedTuple):
     out_row_stride: int
 
 
+#: The report's row for the time outside every named region: no region may take its name.
+OUTSIDE = "(outside)"
+#: Characters of one region name: it is a row of the report (a file name's length).
+MAX_REGION_CHARS = 255
+
+
+def region_name_problem(name: object) -> str | None:
+    """What is wrong with `name` as a region name (`tl.region`, a trace's regions), or None:
+    a region is named by a non-empty printable string without '/' (paths join names with
+    it), of at most `MAX_REGION_CHARS` characters, not in parentheses (the form of the
+    report's own rows, such as `OUTSIDE`)."""
+    if not isinstance(name, str) or not name or "/" in name or not name.isprintable():
+        return "a name is a non-empty printable string without '/'"
+    if len(name) > MAX_REGION_CHARS:
+        return f"a name of {len(name):,} characters; at most {MAX_REGION_CHARS}"
+    if name.startswith("(") and name.endswith(")"):
+        return f"names in parentheses, such as {OUTSIDE}, are the report's own rows"
+    return None
+
+
 @dataclass
 class Program:
     """Every PE's stream and the tables they index: a run as the timing pass needs it.

@@ -18,6 +18,7 @@ exact sum: the check against numpy is exact for every algorithm and dtype.
 
 import numpy as np
 
+from kernbench_cli.config.units import describe_size
 from kernbench_cli.lang import alpha_beta
 from kernbench_cli.lang import collectives as coll
 from kernbench_cli.lang.dtypes import dtype
@@ -65,6 +66,10 @@ def _check(host, p):
     if p["bytes"] <= 0 or p["bytes"] % item:
         raise ValueError(f"bytes = {p['bytes']} must be a positive multiple of the "
                          f"{item} B of a {p['dtype']} element")
+    room = host.topology.hbm.slice_size
+    if p["bytes"] > room:  # before any input is drawn: the host need not hold what cannot fit
+        raise ValueError(f"bytes = {describe_size(p['bytes'])} is more than a PE's HBM "
+                         f"slice holds ({describe_size(room)}, hbm.slice_size)")
     if p["algo"] not in coll.ALGOS[p["collective"]]:
         raise ValueError(f"{p['collective']} has no algo {p['algo']!r} (it has: "
                          f"{', '.join(coll.ALGOS[p['collective']])})")

@@ -283,6 +283,96 @@ def test_api_only_arguments_are_checked():
         kb.run("softmax", kernel_timeout=0.0001)
 
 
+WRONG_TYPES = [  # (call, exception, message): every public function checks its arguments
+    (lambda r: kb.run(None), errors.ArgumentError,
+     "kernel=None: expected a kernel name or .py path, got NoneType"),
+    (lambda r: kb.run("softmax", 5), errors.ArgumentError,
+     "topology=5: expected a topology name, a TOML path or a kb.load_topology Topology, got int"),
+    (lambda r: kb.run("softmax", costs=5), errors.ArgumentError,
+     "costs=5: expected a path (a str or pathlib.Path), got int"),
+    (lambda r: kb.run("softmax", costs=[1]), errors.ArgumentError,
+     "costs=[1]: expected a path (a str or pathlib.Path), got list"),
+    (lambda r: kb.run("softmax", timing_only="yes"), errors.ArgumentError,
+     "timing_only='yes': expected True or False, got str"),
+    (lambda r: kb.run("softmax", kernel_timeout="1"), errors.ArgumentError,
+     "kernel_timeout='1': expected a number, got str"),
+    (lambda r: kb.run("softmax", watch=5), errors.ArgumentError,
+     "watch=5: expected a kernbench_cli.sim.watch.Watch (or None), got int"),
+    (lambda r: kb.replay(5), errors.ArgumentError,
+     "trace=5: expected a trace file, a kb.load_trace trace or a Result of kb.run, got int"),
+    (lambda r: kb.replay(b"t.trace"), errors.ArgumentError,
+     "trace=b't.trace': expected a trace file, a kb.load_trace trace or a Result of kb.run, "
+     "got bytes"),
+    (lambda r: kb.replay(r, costs=5), errors.ArgumentError,
+     "costs=5: expected a path (a str or pathlib.Path), got int"),
+    (lambda r: kb.replay(r, per_pe="x"), errors.ArgumentError,
+     "per_pe='x': expected True or False, got str"),
+    (lambda r: kb.load_trace(5), errors.ArgumentError,
+     "path=5: expected a path (a str or pathlib.Path), got int"),
+    (lambda r: kb.load_trace(None), errors.ArgumentError,
+     "path=None: expected a path (a str or pathlib.Path), got NoneType"),
+    (lambda r: kb.load_topology(5), errors.ArgumentError,
+     "topology=5: expected a topology name or TOML path (or None), got int"),
+    (lambda r: kb.load_topology(trace=5), errors.ArgumentError,
+     "trace=5: expected a trace file, a kb.load_trace trace or a Result of kb.run, got int"),
+    (lambda r: kb.load_kernel(3.5), errors.ArgumentError,
+     "kernel=3.5: expected a kernel name or .py path, got float"),
+    (lambda r: kb.sensitivity(5), errors.ArgumentError,
+     "result=5: expected a Result of kb.run or kb.replay, got int"),
+    (lambda r: kb.sensitivity(r, keys="hbm.bandwidth"), errors.ArgumentError,
+     "keys='hbm.bandwidth': expected None or a tuple of keys, such as ('hbm.bandwidth',), got "
+     "str"),
+    (lambda r: kb.sensitivity(r, keys=5), errors.ArgumentError,
+     "keys=5: expected None or a tuple of keys, such as ('hbm.bandwidth',), got int"),
+    (lambda r: kb.Result.from_dict(5), errors.ArgumentError,
+     "Result.from_dict: data=5: expected a `run --json` object (a dict), got int"),
+    (lambda r: kb.Result.from_dict({}), errors.ArgumentError,
+     "Result.from_dict: no key kernel: not a `run --json` object"),
+    (lambda r: kb.Result.from_dict({**r.to_dict(), "latency_ps": "9"}), errors.ArgumentError,
+     "Result.from_dict: latency_ps: expected int, got '9'"),
+    (lambda r: kb.Result.from_dict({**r.to_dict(), "engines": {"gemm": {}}}),
+     errors.ArgumentError,
+     "Result.from_dict: no key engines['gemm'].instances: not a `run --json` object"),
+    (lambda r: kb.Result.from_dict({**r.to_dict(), "checks": [{"kind": 1}]}),
+     errors.ArgumentError, "Result.from_dict: checks[0].kind: expected str, got 1"),
+    (lambda r: kb.Result.from_dict({**r.to_dict(), "seed": object()}), errors.ArgumentError,
+     "Result.from_dict: not JSON data (Object of type object is not JSON serializable)"),
+    (lambda r: kb.sweep(5), errors.ArgumentError,
+     "kernel=5: expected a kernel name or .py path, got int"),
+    (lambda r: kb.sweep("softmax", out=5), errors.ArgumentError,
+     "out=5: expected a path (a str or pathlib.Path), got int"),
+    (lambda r: kb.sweep("softmax", on_row=5), errors.ArgumentError,
+     "on_row=5: expected a function (or None), got int"),
+    (lambda r: kb.sweep("softmax", pair=5), errors.ArgumentError,
+     "pair=5: expected a list of axis groups, each 'KEY,KEY' or a list of keys, got int"),
+    (lambda r: kb.sweep("softmax", dask=8786), errors.ArgumentError,
+     "dask=8786: expected a scheduler address such as tcp://HOST:8786 (or None), got int"),
+    (lambda r: kb.compare(r, r, labels=5), errors.ArgumentError,
+     "labels=5: expected None or a list of labels (strings), got int"),
+    (lambda r: kb.compare(r, {"latency_ps": object()}), errors.ArgumentError,
+     "run 1: not JSON data (Object of type object is not JSON serializable)"),
+]
+
+
+@pytest.fixture(scope="module")
+def small_result():
+    return kb.run("softmax", topology=ONE, params={"rows": 8}, timing_only=True)
+
+
+@pytest.mark.parametrize(("call", "raised", "message"), WRONG_TYPES,
+                         ids=[m[:40] for _, _, m in WRONG_TYPES])
+def test_a_wrong_typed_argument_is_the_documented_error_in_one_line(small_result, call, raised,
+                                                                   message):
+    """Not a TypeError, AttributeError or KeyError from deep inside: the `KernbenchError`
+    subclass docs/api.md names, its message naming the argument, the value and what it
+    takes; exit code 2, as a bad option."""
+    with pytest.raises(errors.KernbenchError) as caught:
+        call(small_result)
+    assert type(caught.value) is raised
+    assert caught.value.lines() == [message]
+    assert caught.value.exit_code == 2
+
+
 # ------------------------------------------------------------------ pandas, imports
 
 def test_to_pandas_without_pandas_says_how_to_get_it(monkeypatch):

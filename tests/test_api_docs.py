@@ -93,3 +93,20 @@ def test_getting_started_runs_as_a_notebook(monkeypatch, tmp_path):
         printed = run_block(code, namespace, n, "docs/getting-started.md")
         assert shown is not None and printed == shown, \
             f"docs/getting-started.md block {n} printed:\n{printed}"
+
+
+def test_the_raises_table_names_every_call_and_only_real_exceptions():
+    """docs/api.md's table of what each call raises: a row per public call, and every
+    exception it names is a `kb` name and a `KernbenchError`."""
+    import kernbench_cli as kb
+
+    text = DOC.read_text().split("<!-- api:raises -->", 1)[1]
+    rows = re.findall(r"^\| `kb\.([\w.]+)` \| (.*) \|$", text.split("\n\n", 1)[0], re.M)
+    calls = {call for call, _ in rows}
+    assert calls == {"run", "replay", "sweep", "compare", "sensitivity", "load_kernel",
+                     "load_topology", "load_trace", "Result.from_dict"}
+    for call, raises in rows:
+        names = set(re.findall(r"`(\w+Error|KernbenchError|GoldenMismatch)`", raises))
+        assert names, call
+        for name in names:
+            assert issubclass(getattr(kb, name), kb.KernbenchError), (call, name)

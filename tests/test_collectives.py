@@ -210,8 +210,17 @@ def test_the_run_reports_nccl_tests_bandwidths(run):
     ("list", 25, "a group is a non-empty list of PE indexes 0..15, got [[0], 1]"),
     ("twice", 27, "a group names a PE twice"),
     ("range", 29, "a group is a non-empty list of PE indexes 0..15, got [0, 16]"),
+    ("count", 31, "all_reduce: count = 1,000,000,000,000,000 f32 elements (3.55PiB) at "
+                  "0x2000000000 is not a buffer of this PE's: tl.ref of 4000000000000000 B at "
+                  "0x2000000000 runs past the end of 'buf' (256 B at 0x2000000000) by "
+                  "3999999999999744 B"),
+    ("count_broadcast", 33, "broadcast: count = 65 f32 elements (260 B) at 0x2000000000 is "
+                            "not a buffer of this PE's: tl.ref of 260 B at 0x2000000000 runs "
+                            "past the end of 'buf' (256 B at 0x2000000000) by 4 B"),
 ])
 def test_misuse_is_a_kernel_error_at_the_calling_line(cli, case, line, message):
+    """Each bad argument fails at the call, at once (a count far beyond the buffer too: it
+    used to be cut into pieces until the watchdog stopped the kernel)."""
     code, _, err = cli("run", "tests/kernels/coll_misuse.py", "-p", f"case={case}")
     assert code == 1
     pe = "pe=2" if case == "outside" else "pe=0"

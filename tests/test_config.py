@@ -14,7 +14,7 @@ from kernbench_cli.config.schema import Topology
 from kernbench_cli.errors import ConfigError
 from kernbench_cli.resources import data_dir, resolve_topology
 
-from .conftest import shipped
+from .conftest import SYSTEM, shipped
 
 BAD = Path(__file__).parent / "bad_configs"
 
@@ -112,6 +112,30 @@ def test_one_line_form_counts_the_other_problems():
     with pytest.raises(ConfigError) as info:
         load_topology(BAD / "many_problems.toml")
     assert str(info.value).endswith("got '1GB' (and 2 more problems)")
+
+
+def test_a_flood_of_problems_is_listed_up_to_twenty_and_counted(cli, write_topology):
+    """800,000 unknown keys: 20 lines and a count, in seconds (not 800,000 lines)."""
+    import time
+
+    path = write_topology("[pe]\n" + "".join(f"k{i} = 1\n" for i in range(800_000)))
+    start = time.monotonic()
+    code, out, err = cli("topology", "validate", str(path))
+    assert time.monotonic() - start < 60
+    lines = err.splitlines()
+    assert (code, out, len(lines)) == (2, "", 21)
+    assert lines[0] == (f"error: {path}: pe.k0: unknown key (known: clock, scheduler, dma, "
+                        "gemm, math, tcm, ipcq, resources)")
+    assert lines[-1] == f"error: {path}: and 799,980 more problems (the first 20 are above)"
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ('"' + "n" * 256 + '"', "a name of 256 characters; at most 255"),
+    ('"' + "n" * 5000 + '"', "a string of 5,000 characters; at most 4,096")])
+def test_a_name_too_long_to_show_is_refused(cli, write_topology, value, message):
+    path = write_topology(system=f"name = {value}\n" + SYSTEM)
+    assert cli("topology", "validate", str(path)) == (2, "", f"error: {path}: name: "
+                                                             f"{message}\n")
 
 
 def test_validate_accepts_shipped_topologies(cli):

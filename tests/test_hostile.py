@@ -205,6 +205,22 @@ KERNELS = {  # name: (source, exit code, what the error says)
     "bounds_junk": (BASE + "def bounds(topology, p):\n    return 5\n", 1, "bounds() must return"),
     "scaled_junk": (BASE + "def scaled_defaults(n):\n    return {'n': 'x'}\n", 2,
                     "scaled_defaults must return"),
+    "random_huge": (BASE + "def setup(host, p):\n    host.random('x', (10**15,), 'f32')\n", 2,
+                    "input 'x' [1000000000000000] f32 is 3.55PiB (4,000,000,000,000,000 B), "
+                    "more than the 1GiB of HBM in the system"),
+    "random_negative": (BASE + "def setup(host, p):\n    host.random('x', (-5, 4), 'f32')\n", 2,
+                        "input 'x': shape [-5, 4] has a negative size"),
+    "setup_memory": (BASE + "def setup(host, p):\n    raise MemoryError('Unable to allocate "
+                     "1 GiB')\n", 1, "in setup: this machine ran out of memory (Unable to "
+                                      "allocate 1 GiB)"),
+    "kernel_memory": (BASE + "def kernel(tl, x, n):\n    t = tl.load(tl.shard(x), (n,), "
+                      "'f32')\n    raise MemoryError\n", 1, "PE (rack=0 sip=0 cube=0 pe=0): "
+                      "this machine ran out of memory after the kernel issued 1 command, "
+                      "holding the command streams and the tensors' values (--timing-only "
+                      "keeps none); a loop without end? --max-commands 100,000,000 stops it "
+                      "sooner"),
+    "empty_not_a_shape": (BASE + "def setup(host, p):\n    host.empty('y', 'abc', 'f32')\n", 2,
+                          "input 'y': shape 'abc' is not a sequence of integers"),
 }
 for name, (_, code, says) in KERNELS.items():
     case(f"kernel-{name}", ("run", f"{{kernel:{name}}}", "-t", ONE), code, says)
@@ -507,20 +523,23 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     assert proc.stderr == ""
 
 
-def test_an_internal_error_is_one_line_exit_70_with_the_traceback_in_a_file(cli,
-                                                                            monkeypatch):
+@pytest.mark.parametrize("bug", [ZeroDivisionError("a bug"), FileNotFoundError(2, "a bug")])
+def test_an_internal_error_is_one_line_exit_70_with_the_traceback_in_a_file(cli, monkeypatch,
+                                                                            bug):
+    """Any exception that is not a user's (an OSError too, unless it is stdout's) is a bug."""
     from kernbench_cli.sim import run as sim_run
 
     def broken(*args, **kwargs):
-        raise ZeroDivisionError("a bug")
+        raise bug
 
     monkeypatch.setattr(sim_run, "run_kernel", broken)
     code, out, err = cli("run", "sharded_gemm")
+    kind = type(bug).__name__
     assert (code, out) == (70, "")
-    assert err.startswith("internal error: ZeroDivisionError: a bug (please report, with the "
+    assert err.startswith(f"internal error: {kind}: {bug} (please report, with the "
                           "traceback in ")
     report = Path(err.rsplit(" ", 1)[1].rstrip(")\n"))
-    assert "ZeroDivisionError: a bug" in report.read_text()
+    assert f"{kind}: {bug}" in report.read_text()
     report.unlink()
 
 

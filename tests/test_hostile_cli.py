@@ -308,13 +308,23 @@ def _digest(folder: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("c", CASES, ids=[c.id for c in CASES])
 def test_hostile_cli(tmp_path, c: Case, traces):
+    run_case(tmp_path, c, traces)
+
+
+def run_case(tmp_path: Path, c: Case, made: dict[str, bytes] | None = None) -> None:
+    """Run case `c` in `tmp_path` and check it: its exit code and stderr, within its time
+    limit, no traceback or internal error, the files it was given unchanged (but those it
+    `writes`), no temporary file left. A file given as ``b""`` is taken from `made`. In the
+    command, ``K`` is the installed kernbench, ``PY`` this Python, ``ONE`` the one-PE
+    topology."""
     if c.root and os.geteuid() != 0:
         pytest.skip("needs root (mknod)")
     for name, content in c.files.items():
-        data = traces.get(name, content) if content == b"" else content
+        data = (made or {}).get(name, content) if content == b"" else content
         (tmp_path / name).write_bytes(data if isinstance(data, bytes) else data.encode())
     before = _digest(tmp_path)
-    command = c.command.replace("K ", _kernbench() + " ").replace("ONE", ONE)
+    command = c.command.replace("K ", _kernbench() + " ").replace("ONE", ONE).replace(
+        "PY ", shlex.quote(sys.executable) + " ")
     start = time.monotonic()
     proc = subprocess.Popen(["bash", "-c", command], cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)

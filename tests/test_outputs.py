@@ -148,3 +148,66 @@ def test_library_calls_are_not_held_to_one_command(cli, run, tmp_path):
     result = run("load_dot", "one", timing_only=True)
     write_trace(trace, result.trace)
     write_trace(trace, result.trace)
+
+
+# ---------------------------------------------------------------- closed streams, odd names
+
+def _closed_stderr(args: list[str], cwd: Path) -> tuple[int, str]:
+    """The CLI started with its stderr descriptor closed (`2>&-`): (exit code, stdout)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "kernbench_cli", *args], cwd=cwd,
+                          stdout=subprocess.PIPE, text=True, timeout=120,
+                          preexec_fn=lambda: os.close(2))
+    return proc.returncode, proc.stdout
+
+
+@pytest.mark.parametrize(("args", "code"), [
+    (["run", str(KERNEL), "--timing-only", "--progress"], 0),
+    (["sweep", str(KERNEL), "--timing-only", "--no-replay", "-j", "2", "--set",
+      "pe.gemm.rows=4,8", "--format", "csv"], 0),
+    (["run", str(KERNEL), "--set", "hbm.bandwidth=fast"], 2)])
+def test_a_closed_stderr_changes_nothing_but_what_is_seen(tmp_path, args, code):
+    """Progress, a sweep's workers and error lines with stderr closed: the exit code and
+    stdout are as ever (stderr is /dev/null), and no output file took descriptor 2."""
+    got, out = _closed_stderr(args, tmp_path)
+    assert got == code
+    assert ("latency" in out or "point," in out) if code == 0 else out == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_name_that_is_not_utf8_is_written(cli, tmp_path):
+    """A file name with a Latin-1 byte (from a shell) is a name like any other."""
+    name = os.fsdecode(b"caf\xe9.trace")
+    code, _, err = cli("run", str(KERNEL), "--timing-only", "--record", str(tmp_path / name))
+    assert (code, err) == (0, "")
+    assert os.listdir(os.fsencode(tmp_path)) == [b"caf\xe9.trace"]
+
+
+def test_a_later_write_removes_stale_temporaries_of_its_own_output_only(cli, tmp_path):
+    """A SIGKILL mid-write leaves `.NAME.XXXXXXXX.tmp`: the next write of NAME removes it,
+    but not one a live writer holds (locked), one of another name or pattern, nor a
+    symlink."""
+    import fcntl
+
+    out = tmp_path / "r.trace"
+    stale = tmp_path / ".r.trace.k1ll3d_x.tmp"
+    held = tmp_path / ".r.trace.wr1t1ng_.tmp"
+    kept = [tmp_path / ".r.trace.abcd12345.tmp", tmp_path / ".other.trace.abcd1234.tmp",
+            tmp_path / "r.trace.abcd1234.tmp", held]
+    for path in (stale, *kept):
+        path.write_text("half a trace")
+    link = tmp_path / ".r.trace.l1nk3d__.tmp"
+    link.symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere").write_text("not a temporary")
+    fd = os.open(held, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another open file: as another process's lock
+    try:
+        code, _, err = cli("run", str(KERNEL), "--timing-only", "--record", str(out))
+    finally:
+        os.close(fd)
+    assert (code, err) == (0, "")
+    assert not stale.exists()
+    assert all(path.read_text() == "half a trace" for path in kept)
+    assert link.is_symlink() and (tmp_path / "elsewhere").read_text() == "not a temporary"

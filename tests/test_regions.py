@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from kernbench_cli.sim.regions import OUTSIDE
 
 
@@ -61,21 +63,29 @@ def test_a_kernel_without_regions_reports_none(cli):
     assert code == 0 and "regions" not in json.loads(out)
 
 
-def test_a_bad_region_name_is_a_kernel_error(cli, tmp_path):
+@pytest.mark.parametrize(("name", "says"), [
+    ("'a/b'", "a name is a non-empty printable string without '/', got 'a/b'"),
+    ("'(outside)'", "names in parentheses, such as (outside), are the report's own rows, got "
+                    "'(outside)'"),
+    ("'r' * 300", "a name of 300 characters; at most 255, got 'rrrrrrrrrrrrrrrrrrr…rrrrrrr' "
+                  "(302 characters)")])
+def test_a_bad_region_name_is_a_kernel_error(cli, tmp_path, name, says):
+    """A name the report cannot show as its own row: a path separator, the report's own
+    `(outside)` form (it would make two such rows), a name too long for a row."""
     kernel = tmp_path / "bad.py"
-    kernel.write_text('''
-PARAMS = {}
+    kernel.write_text(f'''
+PARAMS = {{}}
 def setup(host, p):
-    return {}
+    return {{}}
 def kernel(tl):
-    with tl.region("a/b"):
+    with tl.region({name}):
         pass
 def reference(host, p):
-    return {}
+    return {{}}
 def outputs(host, args, p):
-    return {}
+    return {{}}
 ''')
     code, _, err = cli("run", str(kernel))
     assert code == 1
     assert err == (f"error: {kernel}:6: PE (rack=0 sip=0 cube=0 pe=0) at t=0ns: tl.region: "
-                   "a name is a non-empty printable string without '/', got 'a/b'\n")
+                   f"{says}\n")

@@ -268,3 +268,56 @@ def test_replay_keeps_the_runs_set_items_and_cost_table(cli, tmp_path):
     assert code == 2
     assert err == (f"error: {trace}: the run used the cost table {costs.resolve()}, which is "
                    "not there; give --costs\n")
+
+
+def _field(name: str, value):
+    def edit(trace) -> None:
+        setattr(trace, name, value)
+    return edit
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (_field("kernel", "k" * 1_000_000), "damaged trace: a string of 1,000,000 characters "
+                                        "('kkkkkkkkkkkkkkkkkkkk'…); at most 4,096"),
+    (_field("kernel", "k" * 300), "damaged trace: kernel is a name of 300 characters "
+                                  "('kkkkkkkkkkkkkkkkkkkk'…); at most 255"),
+    (_field("sets", ("nonsense",)), "damaged trace: sets holds 'nonsense', not a KEY=VALUE "
+                                    "item"),
+])
+def test_a_trace_names_what_a_report_can_show_or_is_refused_at_once(cli, tmp_path, run, edit,
+                                                                   message):
+    """A megabyte-long kernel name would take the report minutes to lay out: refused as the
+    trace is read, in well under a second of work."""
+    import time
+
+    path = _damaged(tmp_path, run, edit)
+    start = time.monotonic()
+    code, _, err = cli("replay", str(path))
+    assert (code, err) == (2, f"error: {path}: {message}\n")
+    assert time.monotonic() - start < 10
+
+
+def test_what_a_trace_gave_is_said_to_come_from_it(cli, tmp_path, run):
+    """A bad recorded --set is the trace's (not a --set you gave), and so is a topology file
+    the trace names, or a topology name it falls back to."""
+    path = _damaged(tmp_path, run, _field("sets", ("pe.gemm.rows=-5",)))
+    code, _, err = cli("replay", str(path))
+    assert (code, err) == (2, f"error: {path}: the run's recorded --set pe.gemm.rows=-5: "
+                              "pe.gemm.rows: expected a positive integer, got -5 "
+                              "(--no-recorded-sets leaves them out)\n")
+    assert cli("replay", str(path), "--no-recorded-sets")[0] == 0
+    junk = tmp_path / "junk.toml"
+    junk.write_text("this is not TOML")
+    path = _damaged(tmp_path, run, _field("topology_file", str(junk)))
+    code, _, err = cli("replay", str(path))
+    assert code == 2
+    assert err.startswith(f"error: {junk}: invalid TOML: ")
+    assert err.endswith(f" (read because {path} names it; --topology or --costs gives "
+                        "another)\n")
+    assert cli("replay", str(path), "-t", test_topology("pair"))[0] == 0
+    path = _damaged(tmp_path, run, lambda t: (_field("topology_file", "/gone/pair.toml")(t),
+                                              _field("topology", "/etc/passwd")(t)))
+    code, _, err = cli("replay", str(path))
+    assert (code, err) == (2, f"error: {path}: the run's topology '/etc/passwd': its file "
+                              "/gone/pair.toml is not there, and no shipped topology has "
+                              "that name; give --topology\n")

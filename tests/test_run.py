@@ -120,8 +120,16 @@ def test_timing_only_gives_the_same_time_without_values(cli, run):
      "input 'b' [512, 67108864] f16 is 64GiB, more than the 32GiB of HBM in the system"),
     (["sharded_gemm", "--timing-only", "--save", "x.npz"],
      "--save needs values: it cannot go with --timing-only"),
+    (["sharded_gemm", "-p", "N=1000000000000000"], "input 'b' [512, 1000000000000000] f16 is "
+     "909PiB (1,024,000,000,000,000,000 B), more than the 32GiB of HBM in the system"),
+    (["all_reduce", "-p", "bytes=1099511627776"], "all_reduce: bytes = 1TiB is more than a "
+     "PE's HBM slice holds (2GiB, hbm.slice_size)"),
+    (["all_reduce", "-p", "bytes=2147483652"], "all_reduce: bytes = 2GiB (2,147,483,652 B) is "
+     "more than a PE's HBM slice holds (2GiB, hbm.slice_size)"),
 ])
 def test_bad_input_is_one_line(cli, args, message):
+    """Each is refused before anything runs, and before the host holds a byte of inputs too
+    large for the machine (all_reduce checks `bytes` against the slice before drawing)."""
     code, _, err = cli("run", *args)
     assert code == 2
     assert err == f"error: {message}\n"

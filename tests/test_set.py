@@ -149,9 +149,35 @@ def test_a_table_wildcard_stands_for_each_of_its_keys(cli):
     ("hbm.bandwidth.*=x2", "--set hbm.bandwidth.*=x2: hbm.bandwidth is a value, not a table"),
     ("hbm.bandwith=x2", "--set hbm.bandwith=x2: hbm.bandwith: unknown key; did you mean "
                         "'bandwidth'?"),
+    ("pe.gemm.rows=x" + "9" * 5000, "--set pe.gemm.rows=x99999999999999999999999999999999999"
+     "99999999999… (5,014 characters): a factor of 5,000 characters; a factor is a plain "
+     "number such as x2, x0.5 or x1e3"),
+    ("pe.gemm.rows=x" + "9" * 30, "--set pe.gemm.rows=x" + "9" * 30 + ": pe.gemm.rows = 16 x "
+     + "9" * 30 + " is out of range: it must be below 2^62 of the key's unit"),
+    ("pe.tcm.size=x1e999999999", "--set pe.tcm.size=x1e999999999: pe.tcm.size = 2MiB x "
+     "1e999999999 is out of range: it must be below 2^62 of the key's unit"),
+    ("hbm.bandwidth=1B/s", "--set hbm.bandwidth=1B/s: hbm.bandwidth: 1 B/s streams less than "
+     "1 B/s once refresh takes its share (1 - hbm.refresh_time / hbm.refresh_interval); it "
+     "needs at least 2 B/s"),
 ])
 def test_bad_factors_and_wildcards_are_one_line(cli, item, message):
     assert cli("run", "softmax", "--timing-only", "--set", item) == (2, "", f"error: {message}\n")
+
+
+@pytest.mark.parametrize(("items", "value"), [
+    (("hbm.bandwidth=x2", "hbm.bandwidth=x3"), "614.4GB/s"),  # default: 102.4GB/s
+    (("hbm.bandwidth=10GB/s", "hbm.bandwidth=x3"), "30GB/s"),
+    (("hbm.bandwidth=x3", "hbm.bandwidth=10GB/s"), "10GB/s"),
+    (("hbm.*=x2", "hbm.bandwidth=x0.5"), "102.4GB/s"),
+])
+def test_a_key_given_twice_composes_in_order(cli, items, value):
+    """A factor scales what the items before it set the key to; a plain value after it
+    wins, as any later item does."""
+    args = [a for item in items for a in ("--set", item)]
+    code, out, err = cli("run", "softmax", "--timing-only", "--json", *args)
+    assert (code, err) == (0, "")
+    overrides = json.loads(out)["overrides"]
+    assert [o for o in overrides if o.startswith("hbm.bandwidth=")] == [f"hbm.bandwidth={value}"]
 
 
 def test_a_sweep_over_factors_of_cost_keys_replays_one_recording(cli):

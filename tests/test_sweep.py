@@ -195,10 +195,45 @@ def test_a_failing_point_is_a_row_not_a_crash(cli):
      "--pair b,n: b is in two pairs; an axis pairs once"),
     (("--set", "a=1,2", "--set", "b=1,2", "--pair", "a,b", "--zip"),
      "--zip pairs every axis already; give it or --pair, not both"),
+    (("--set", "pe.gemm.rows=" + "9" * 100_000), "--set pe.gemm.rows=999999999999999999999999…: "
+     "a value of 100,000 characters; an axis value is at most 256"),
+    (("-p", "n=4," + "x" * 300), "-p n=xxxxxxxxxxxxxxxxxxxxxxxx…: a value of 300 characters; "
+     "an axis value is at most 256"),
+    (("--set", "a=" + ",".join(map(str, range(1000))), "--set", "b=" + ",".join(
+        map(str, range(1000))), "-p", "n=" + ",".join(map(str, range(1000)))),
+     "the axes make 1,000,000,000 points (1,000 x 1,000 x 1,000); a sweep runs at most "
+     "100,000: fewer values, or --zip/--pair to pair axes"),
+    (("--set", "a=1,2", "--dask", "tcp://localhost"),
+     "--dask tcp://localhost: needs the scheduler's port, 1 to 65535 (tcp://HOST:8786)"),
+    (("--set", "a=1,2", "--dask", "localhost"),
+     "--dask localhost: needs the scheduler's port, 1 to 65535 (tcp://HOST:8786)"),
+    (("--set", "a=1,2", "--dask", "foo://h:1"), "--dask foo://h:1: unknown scheme foo://; "
+     "kernbench reaches a scheduler over tcp://, tls://, ws://, wss://"),
+    (("--set", "a=1,2", "--dask", "inproc://x"), "--dask inproc://x: unknown scheme "
+     "inproc://; kernbench reaches a scheduler over tcp://, tls://, ws://, wss://"),
+    (("--set", "a=1,2", "--dask", "tls://h:8786"), "--dask tls://h:8786: TLS needs "
+     "certificates, and Dask's configuration has no distributed.comm.tls.ca-file (set it, "
+     "or DASK_DISTRIBUTED__COMM__TLS__CA_FILE and DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT)"),
+    (("--set", "a=1,2", "--dask", "tcp://h:x"), "--dask tcp://h:x: not a scheduler address; "
+     "give tcp://HOST:PORT"),
 ])
 def test_bad_sweep_options_are_one_line(cli, args, message):
     code, out, err = cli("sweep", LOAD_DOT, *args)
     assert (code, out, err) == (2, "", f"error: {message}\n")
+
+
+def test_a_sweep_from_a_deleted_working_folder_is_refused_before_any_worker(cli, tmp_path,
+                                                                             monkeypatch):
+    """The workers would start in the working folder (multiprocessing reads os.getcwd())."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    code, out, err = cli("sweep", LOAD_DOT, "--timing-only", "--set", "pe.gemm.rows=4,8")
+    assert (code, out) == (2, "")
+    assert err == ("error: the working folder cannot be read (No such file or directory: "
+                   "deleted since the shell went there?); the sweep's workers start in it: cd "
+                   "to a folder that exists\n")
 
 
 def test_run_point_reports_a_verification_failure_as_its_error(tmp_path):

@@ -84,9 +84,3 @@ class UnitType(IntEnum):
     SRAM = 2
 
 
-def compose(*pairs: tuple[BitField, int]) -> int:
-    """OR together fields, checking each value fits its field."""
-    addr = 0
-    for field, value in pairs:
-        addr |= field.put(value)
-    return addr

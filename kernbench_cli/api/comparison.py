@@ -4,15 +4,17 @@ first (`kernbench compare`, `report.compare`)."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from kernbench_cli.api import arguments as args
 from kernbench_cli.api.result import Result
 from kernbench_cli.api.sweeps import SweepResult
-from kernbench_cli.errors import KernbenchError
+from kernbench_cli.errors import ArgumentError, KernbenchError, clip
 
 Run = Result | SweepResult | Mapping[str, Any] | str | Path
 
@@ -66,12 +68,12 @@ def compare(*runs: Run, labels: Sequence[str] | None = None) -> Comparison:
     labels it; `labels` gives your own, one per run compared."""
     from kernbench_cli.report.compare import changed, deltas, enough, metrics, settings
 
+    labels = args.strings(labels, "labels", "None or a list of labels (strings)")
     found = enough([one for n, run in enumerate(runs) for one in _runs_of(run, n)])
     if labels is not None:
-        labels = list(labels)
-        if len(labels) != len(found) or not all(isinstance(x, str) for x in labels):
-            raise KernbenchError(f"labels: {len(found)} runs to compare need {len(found)} "
-                                 f"labels (strings); got {labels!r}")
+        if len(labels) != len(found):
+            raise ArgumentError(f"labels: {len(found)} runs to compare need {len(found)} "
+                                f"labels (strings); got {clip(list(labels))}")
         found = [(label, run, axes) for label, (_, run, axes) in zip(labels, found,
                                                                       strict=True)]
     pairs = [(label, run) for label, run, _ in found]
@@ -102,9 +104,13 @@ def _runs_of(run: Run, n: int) -> list[tuple[str, dict[str, Any], Mapping[str, A
         return out
     if isinstance(run, Mapping):
         if "latency_ps" not in run:
-            raise KernbenchError(f"run {n}: not a `run --json` object (no latency_ps)")
-        return [(f"#{n}", checked(json.loads(json.dumps(dict(run))), f"run {n}"), None)]
-    if isinstance(run, str | Path):
-        return load_file(Path(run))
-    raise KernbenchError(f"run {n}: expected a Result, SweepResult, `run --json` dict or a "
-                         f"file; got {type(run).__name__}")
+            raise ArgumentError(f"run {n}: not a `run --json` object (no latency_ps)")
+        try:
+            data = json.loads(json.dumps(dict(run)))
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ArgumentError(f"run {n}: not JSON data ({exc})") from None
+        return [(f"#{n}", checked(data, f"run {n}"), None)]
+    if isinstance(run, str | os.PathLike):
+        return load_file(args.path(run, f"run {n}", required=True))
+    raise ArgumentError(f"run {n}: expected a Result, SweepResult, `run --json` dict or a "
+                        f"file; got {type(run).__name__}")

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
-from kernbench_cli.errors import RaceError, VerificationError
+from kernbench_cli.errors import ArgumentError, RaceError, VerificationError, clip
 
 
 def frozen(value: Any) -> Any:
@@ -177,9 +177,18 @@ class Result:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, raw: Any = None, address_map: Any = None,
                   race_lines: tuple[str, ...] = ()) -> Result:
-        """The result a `run --json` object (or a sweep row's `result`) describes."""
-        text = json.dumps(data)  # key order kept: engines as the report lists them, the
-        data = json.loads(text)  # path's by the time spent; a private copy, in JSON's types
+        """The result a `run --json` object (or a sweep row's `result`) describes;
+        `ArgumentError` naming the key if `data` is not one (a key missing or of another
+        type)."""
+        if not isinstance(data, Mapping):
+            raise ArgumentError(f"Result.from_dict: data={clip(data)}: expected a `run --json` "
+                                f"object (a dict), got {type(data).__name__}")
+        try:
+            text = json.dumps(data)  # key order kept: engines as the report lists them, the
+        except (TypeError, ValueError, RecursionError) as exc:  # path's by the time spent
+            raise ArgumentError(f"Result.from_dict: not JSON data ({exc})") from None
+        data = json.loads(text)  # a private copy, in JSON's types
+        _check_fields(cls, data, "")
         parts = {
             "checks": tuple(_build(Check, c) for c in data["checks"]),
             "engines": MappingProxyType({name: _build(Engine, row, name=name)
@@ -247,6 +256,74 @@ class Result:
         return tables.result_frames(self)
 
 
+#: The JSON type each annotation of the result classes takes (None allowed where it says
+#: `| None`); a class name is an object of its own fields, checked in turn.
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "Any": (object,)}
+_PARTS: dict[str, type] = {}  # class name -> class, of the result's parts (filled below)
+
+
+def _check_fields(cls: type, data: Any, where: str) -> None:
+    """ArgumentError unless `data` is an object with each field `cls` requires, of its type
+    (a part, such as `Bound` or a `Check`, checked field by field in turn)."""
+    if not isinstance(data, dict):
+        raise ArgumentError(f"Result.from_dict: {where or 'data'}: expected an object, got "
+                            f"{clip(data)}")
+    for f in fields(cls):
+        if f.name.startswith("_") or f.name in ("raw", "address_map", "race_lines") or (
+                cls is Engine and f.name == "name"):  # an engine's name is its key
+            continue
+        key = f"{where}.{f.name}" if where else f.name
+        if f.name not in data:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise ArgumentError(f"Result.from_dict: no key {key}: not a `run --json` "
+                                    "object")
+            continue
+        _check_value(str(f.type), data[f.name], key)
+
+
+def _check_value(annotation: str, value: Any, key: str) -> None:
+    """`value` against one field's `annotation` (as written in the class)."""
+    kind = annotation.replace(" | None", "")
+    if value is None and kind != annotation:
+        return
+    outer, _, inner = kind.partition("[")
+    args = _arguments(inner.removesuffix("]"))
+    if outer == "tuple":
+        ok = isinstance(value, list)
+        items = list(enumerate(value)) if ok else []
+        item = args[0]
+    elif outer == "Mapping":
+        ok = isinstance(value, dict)
+        items = list(value.items()) if ok else []
+        item = args[1]
+    else:
+        types = _JSON_TYPES.get(kind)
+        if types is None:  # a part: an object of its own fields
+            _check_fields(_PARTS[kind], value, key)
+            return
+        ok = isinstance(value, types) and (bool in types or not isinstance(value, bool))
+        items = []
+    if not ok:
+        raise ArgumentError(f"Result.from_dict: {key}: expected {kind}, got {clip(value)}")
+    for index, part in items:
+        if item in _PARTS:
+            _check_fields(_PARTS[item], part, f"{key}[{index!r}]")
+        else:
+            _check_value(item, part, f"{key}[{index!r}]")
+
+
+def _arguments(inner: str) -> list[str]:
+    """The type arguments of an annotation's brackets, split at its top-level commas."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(inner):
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            out.append(inner[start:i].strip())
+            start = i + 1
+    return [*out, inner[start:].strip()]
+
+
 def verification_failure(checks) -> str:
     """The message of a failed verification: each failing output, its error and tolerance
     (an error that is not a number, None in the JSON, shows as nan)."""
@@ -256,3 +333,7 @@ def verification_failure(checks) -> str:
     return "verification failed: " + "; ".join(
         f"{c.name} max |err| {err(c.max_abs_err):.3g} exceeds atol {c.atol:g} + rtol {c.rtol:g}"
         for c in checks if not c.passed)
+
+
+_PARTS.update({c.__name__: c for c in (Engine, Check, Bound, CriticalPath, TcmHighWater,
+                                        Energy)})

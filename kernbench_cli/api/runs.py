@@ -10,10 +10,12 @@ message. The heavy modules (numpy, SimPy, the model) are imported on the first c
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernbench_cli.api import arguments as args
 from kernbench_cli.api.result import Result
 from kernbench_cli.config.schema import Topology
 from kernbench_cli.errors import KernbenchError, ParamError
@@ -36,26 +38,30 @@ def load_kernel(kernel: str | Path) -> KernelModule:
     a name (its module code then runs once, not per run)."""
     from kernbench_cli.sim.kernels import load_kernel as load
 
-    return load(str(kernel))
+    return load(args.name_or_path(kernel, "kernel", "a kernel name or .py path", True))
 
 
 def load_topology(topology: str | Path | None = None, *, costs: str | Path | None = None,
-                  set: Sets = None, trace: Trace | None = None,  # `set`, as the CLI says it
+                  set: Sets = None,  # `set`, as the CLI says it
+                  trace: Trace | str | Path | Result | None = None,
                   recorded_sets: bool = True) -> Topology:
     """A topology by name (``"sip"``) or TOML path (None: ``default``), with its cost table
     (``costs`` overrides the one it names) and the ``set`` overrides, validated as
     `kernbench topology validate` does (`ConfigError` lists every problem).
 
-    With ``trace`` (from `load_trace`), the configuration a replay of it times on: the run's
+    With ``trace`` (from `load_trace`; or a trace file, or a `Result` of `run`, as `replay`
+    takes them), the configuration a replay of it times on: the run's
     own topology unless ``topology`` is given, its cost table unless ``costs`` is, and its
     ``--set`` items before ``set`` (unless not ``recorded_sets``), as `kernbench replay`.
     """
     from kernbench_cli.config.loader import set_items
 
-    spec = str(topology) if topology is not None else None
+    spec = args.name_or_path(topology, "topology", "a topology name or TOML path (or None)")
+    costs_path = args.path(costs, "costs")
     items = set_items(set)
-    costs_path = Path(costs) if costs is not None else None
+    args.flags(recorded_sets=recorded_sets)
     if trace is not None:
+        trace = _recording(trace)  # a path or a run's Result too, as replay takes them
         from kernbench_cli.sim.run import replay_address_map
 
         amap = replay_address_map(trace, trace_source(trace), spec, costs_path, items,
@@ -71,7 +77,7 @@ def load_trace(path: str | Path) -> Trace:
     """A trace file written by `kernbench run --record`, read and checked (`TraceError`)."""
     from kernbench_cli.sim.trace_file import read_trace
 
-    return read_trace(Path(path))
+    return read_trace(args.path(path, "path", required=True))
 
 
 def trace_source(trace: Trace) -> str:
@@ -81,6 +87,7 @@ def trace_source(trace: Trace) -> str:
 
 def check_kernel_timeout(seconds: float) -> None:
     """`kernel_timeout` (`--kernel-timeout`): 0 (no limit), or at least the watch's tick."""
+    args.number(seconds, "kernel_timeout")
     if seconds != 0 and not seconds >= MIN_KERNEL_TIMEOUT:  # NaN too
         raise KernbenchError(f"--kernel-timeout {seconds:g}: needs 0 (no limit) or at least "
                              f"{MIN_KERNEL_TIMEOUT:g} s (the watch looks every millisecond)")
@@ -98,6 +105,8 @@ def _compiled(topology: str | Path | Topology | None, costs: str | Path | None,
     """The compiled address map of a topology given by name or path, or already loaded."""
     from kernbench_cli.address.physaddr import AddressMap
 
+    args.one_of(topology, "topology", (str, os.PathLike, Topology, type(None)),
+                "a topology name, a TOML path or a kb.load_topology Topology")
     if isinstance(topology, Topology):
         if costs is not None or sets:
             raise KernbenchError("costs= and set= go to load_topology (or give the topology by "
@@ -143,6 +152,9 @@ def run(kernel: str | Path | KernelModule, topology: str | Path | Topology | Non
     """
     check_kernel_timeout(kernel_timeout)
     _check_counts(seed, max_commands)
+    args.flags(timing_only=timing_only, per_pe=per_pe, races=races, oplog=oplog, check=check,
+               dedup=dedup)
+    args.watch(watch)
     from kernbench_cli.sim.kernels import KernelModule, param_items, parse_params
     from kernbench_cli.sim.run import run_kernel
 
@@ -168,6 +180,9 @@ def replay(trace: str | Path | Trace | Result, topology: str | Path | Topology |
     ``recorded_sets=False``); a `Topology` from `load_topology(trace=…)` is used as it is.
     ``result.to_dict()`` is what ``replay --json`` prints. `check` as in `run`.
     """
+    args.flags(recorded_sets=recorded_sets, per_pe=per_pe, races=races, oplog=oplog,
+               check=check, dedup=dedup)
+    args.watch(watch)
     data = _recording(trace)
     if isinstance(topology, Topology):
         amap = _compiled(topology, costs, set)
@@ -188,6 +203,8 @@ def _recording(trace: str | Path | Trace | Result) -> Trace:
     """The trace `replay` times: read from a file, or the one a run's result holds."""
     from kernbench_cli.sim.trace_file import Trace
 
+    args.one_of(trace, "trace", (Trace, Result, str, os.PathLike),
+                "a trace file, a kb.load_trace trace or a Result of kb.run")
     if isinstance(trace, Trace):
         return trace
     if isinstance(trace, Result):

@@ -66,8 +66,11 @@ class Sensitivity:
 def sensitivity(result: Result, keys: tuple[str, ...] | None = None) -> Sensitivity:
     """Re-time `result` (a result of `kb.run` or `kb.replay` that holds its recording) with
     each of `keys` (default: every `KEYS` entry the run used) made 2x better."""
+    from kernbench_cli.api import arguments as args
     from kernbench_cli.api.runs import replay
 
+    args.one_of(result, "result", (Result,), "a Result of kb.run or kb.replay")
+    keys = args.strings(keys, "keys", "None or a tuple of keys, such as ('hbm.bandwidth',)")
     topology = result.address_map.topology if result.address_map is not None else None
     if topology is None:
         raise KernbenchError(f"{result.kernel}: sensitivity needs a result of kb.run or "

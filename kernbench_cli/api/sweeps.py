@@ -23,6 +23,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from kernbench_cli.api import arguments as args
 from kernbench_cli.api.result import Result
 from kernbench_cli.errors import KernbenchError, ParamError, SweepError
 
@@ -205,6 +206,12 @@ def check_options(kernel: str | Path, topology: str | Path | None, costs: str | 
         raise KernbenchError(f"--out {str(out)!r}: the results file must end in .jsonl or .csv")
     if resume and out is None:
         raise KernbenchError("--resume needs --out, the results file to resume")
+    try:
+        os.getcwd()
+    except OSError as exc:
+        raise KernbenchError(f"the working folder cannot be read ({exc.strerror or exc}: "
+                             "deleted since the shell went there?); the sweep's workers "
+                             "start in it: cd to a folder that exists") from None
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int)
                              or not 1 <= jobs <= MAX_JOBS):
         raise KernbenchError(f"--jobs {jobs}: needs 1 to {MAX_JOBS} workers")
@@ -275,6 +282,9 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
     unless not `record_once`. `on_start` hears how many points are left to run, `on_row`
     each finished row (as `kernbench sweep --json` prints it).
     """
+    _check_arguments(kernel, topology, costs, replay, out, dask, pair, seed,
+                     on_start=on_start, on_row=on_row)
+    args.flags(zip=zip, timing_only=timing_only, record_once=record_once, resume=resume)
     out = Path(out) if out is not None else None
     check_options(kernel, topology, costs, replay, out, resume, jobs, dask)
     from kernbench_cli.explore.sweep import Results, Spec, numbered
@@ -307,6 +317,27 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
         results.close()
     return SweepResult.from_rows(Path(str(kernel)).stem, axis_keys,
                                  [rows[p.index] for p in todo])
+
+
+def _check_arguments(kernel: Any, topology: Any, costs: Any, replay: Any, out: Any, dask: Any,
+                     pair: Any, seed: Any, **callbacks: Any) -> None:
+    """`sweep`'s arguments are of the types it takes (`api.arguments`)."""
+    args.name_or_path(kernel, "kernel", "a kernel name or .py path", required=True)
+    args.name_or_path(topology, "topology", "a topology name or TOML path (or None)")
+    for name, value in (("costs", costs), ("replay", replay), ("out", out)):
+        args.path(value, name)
+    args.one_of(dask, "dask", (str, type(None)), "a scheduler address such as "
+                "tcp://HOST:8786 (or None)")
+    takes = "a list of axis groups, each 'KEY,KEY' or a list of keys"
+    args.one_of(pair, "pair", (list, tuple), takes)
+    for group in pair:
+        if not isinstance(group, str):
+            args.one_of(group, "pair", (list, tuple), takes)
+            args.strings(group, "pair", takes)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ParamError(f"seed={seed!r}: needs an integer of at least 0")
+    for name, value in callbacks.items():
+        args.callback(value, name)
 
 
 def _run_points(spec, todo: list, left: list, record_once: bool, jobs: int | None,

@@ -76,7 +76,7 @@ class KernbenchGroup(TyperGroup):
             raise
         except OSError as exc:
             if exc.errno not in _STDOUT_ERRORS:
-                raise
+                _internal_error(exc)
             _stdout_failed(exc)
         except _CLICK_ERROR as exc:
             if type(exc).__name__ == "NoArgsIsHelpError":  # a bare `kernbench golden`: help
@@ -85,11 +85,16 @@ class KernbenchGroup(TyperGroup):
             typer.echo(f"error: {exc.format_message()} (see '{command} --help')", err=True)
             raise typer.Exit(exc.exit_code) from None
         except Exception as exc:
-            report = _save_traceback()
-            first = str(exc).splitlines()[0][:200] if str(exc) else ""
-            typer.echo(f"internal error: {type(exc).__name__}: {first} (please report, with "
-                       f"the traceback in {report})", err=True)
-            raise typer.Exit(EXIT_INTERNAL) from None
+            _internal_error(exc)
+
+
+def _internal_error(exc: Exception) -> None:
+    """A bug in kernbench: one line on stderr, the traceback in a file, exit 70."""
+    report = _save_traceback()
+    first = str(exc).splitlines()[0][:200] if str(exc) else ""
+    typer.echo(f"internal error: {type(exc).__name__}: {first} (please report, with "
+               f"the traceback in {report})", err=True)
+    raise typer.Exit(EXIT_INTERNAL) from None
 
 
 def _save_traceback() -> str:
@@ -125,6 +130,24 @@ def _stdout_failed(exc: OSError) -> None:
 
 
 _STDOUT_FAILED = False  # `_stdout_failed` pointed stdout at /dev/null (not a broken pipe)
+
+
+def _open_closed_streams() -> None:
+    """Started with stdin or stderr closed (`2>&-`): each is /dev/null, descriptor and
+    Python stream, as a daemon's are. Otherwise the next file opened would take the
+    descriptor (what a worker or a library writes to stderr would land in an output), and
+    every message, progress line and worker start would meet None."""
+    for fd, name, mode in ((0, "stdin", "r"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode, closefd=False,  # noqa: SIM115 - kept for good
+                                    errors="backslashreplace"))
 
 
 def _on_devnull() -> bool:
@@ -200,6 +223,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _terminate)
     if sys.stdout is None:  # started with stdout closed (`kernbench … >&-`)
         sys.exit(EXIT_BROKEN_PIPE)
+    _open_closed_streams()
     was_devnull = _on_devnull()
     try:
         try:

@@ -84,6 +84,9 @@ def build(cls: type, table: dict[str, Any], where: str, file: Path, problems: li
     for name in table:
         if name not in known:
             path = f"{where}.{name}" if where else name
+            if len(problems) > ConfigError.SHOWN:  # past what is shown: counted, not advised
+                problems.append(f"{file}: {path}: unknown key")
+                continue
             hint = " or ".join(repr(h) for h in difflib.get_close_matches(name, known, n=2))
             tip = f"; did you mean {hint}?" if hint else f" (known: {', '.join(known)})"
             problems.append(f"{file}: {path}: unknown key{tip}")
@@ -241,8 +244,7 @@ def load_topology(path: Path | str, costs: Path | str | None = None,
     """
     if any(_relative(item) for item in sets):
         base = load_topology(path, costs, [i for i in sets if not _relative(i)])
-        sets = [r for item in sets for r in (resolve_relative(base, item) if _relative(item)
-                                             else [item])]
+        sets = _resolved(base, sets)
     path = Path(path)
     problems: list[str] = []
     parsed = parse_sets(sets)
@@ -277,10 +279,28 @@ def _relative(item: str) -> bool:
     return key.strip().endswith(".*") or _SCALE.match(raw.strip()) is not None
 
 
-def resolve_relative(base: Topology, item: str) -> list[str]:
-    """The plain `--set` items `item` (``KEY=xF``, ``TABLE.*=VALUE``) stands for on `base`."""
-    from kernbench_cli.config.writer import exact
+def _resolved(base: Topology, sets: Sequence[str]) -> list[str]:
+    """`sets` with each relative item resolved (`resolve_relative`) in order: a factor
+    scales what the items before it set the key to (`hbm.bandwidth=x2` then `=x3` is x6),
+    or `base`'s value, the file's with the plain items, if none did."""
+    out: list[str] = []
+    given: dict[str, str] = {}  # key -> its value as the latest item gave it
+    for item in sets:
+        for plain in resolve_relative(base, item, given) if _relative(item) else [item]:
+            out.append(plain)
+            key, _, raw = plain.partition("=")
+            given[key.strip()] = raw.strip()
+    return out
 
+
+#: Characters of a factor worth reading (``x0.5``, ``x1e3``).
+_LONGEST_FACTOR = 32
+
+
+def resolve_relative(base: Topology, item: str,
+                     given: Mapping[str, str] | None = None) -> list[str]:
+    """The plain `--set` items `item` (``KEY=xF``, ``TABLE.*=VALUE``) stands for on `base`;
+    a key in `given` (key -> value as an earlier item set it) is scaled from that value."""
     key, _, raw = item.partition("=")
     key, raw = key.strip(), raw.strip()
     scale = _SCALE.match(raw)
@@ -292,22 +312,50 @@ def resolve_relative(base: Topology, item: str) -> list[str]:
                 _node(base, name, item)
     except LookupError:  # an unknown key: the loader names it, with what it may have meant
         return [f"{key}={raw}"]
-    out = []
-    for name in keys:
-        if scale is None:
-            out.append(f"{name}={raw}")
-            continue
-        value, kind = _value_of(base, name, item)
-        if kind not in _SCALABLE:
-            raise ConfigError([f"--set {item}: {name} is not a quantity; only numbers "
-                               "and quantities with units scale"])
-        scaled = Decimal(value) * Decimal(scale.group(1))
-        if scaled != scaled.to_integral_value():
-            raise ConfigError([f"--set {item}: {name} = {exact(kind, value)} x "
-                               f"{scale.group(1)} is not a whole number of its unit"])
-        text = str(int(scaled)) if kind in ("count", "cycles") else exact(kind, int(scaled))
-        out.append(f"{name}={text}")
-    return out
+    if scale is None:
+        return [f"{name}={raw}" for name in keys]
+    factor = scale.group(1)
+    if len(factor) > _LONGEST_FACTOR:
+        raise ConfigError([f"--set {item}: a factor of {len(factor):,} characters; a factor "
+                           "is a plain number such as x2, x0.5 or x1e3"])
+    return [f"{name}={_scaled(base, name, factor, item, (given or {}).get(name))}"
+            for name in keys]
+
+
+def _scaled(base: Topology, name: str, factor: str, item: str, earlier: str | None) -> Any:
+    """Key `name` of `base` (or as an earlier item gave it, `earlier`) times `factor`, as a
+    `--set` value: a whole number of the key's unit, below 2^62 of it."""
+    from kernbench_cli.config.units import LIMIT
+    from kernbench_cli.config.writer import exact
+
+    value, kind = _value_of(base, name, item)
+    if kind not in _SCALABLE:
+        raise ConfigError([f"--set {item}: {name} is not a quantity; only numbers "
+                           "and quantities with units scale"])
+    if earlier is not None:
+        value = _parsed(name, kind, earlier, item)
+    try:
+        scaled = Decimal(value) * Decimal(factor)
+        out_of_range = scaled >= LIMIT
+        whole = not out_of_range and scaled == scaled.to_integral_value()
+    except ArithmeticError:  # decimal.Overflow: a factor like 1e999999999
+        out_of_range, whole = True, False
+    if out_of_range:
+        raise ConfigError([f"--set {item}: {name} = {exact(kind, value)} x {factor} is out "
+                           "of range: it must be below 2^62 of the key's unit"])
+    if not whole:
+        raise ConfigError([f"--set {item}: {name} = {exact(kind, value)} x "
+                           f"{factor} is not a whole number of its unit"])
+    return str(int(scaled)) if kind in ("count", "cycles") else exact(kind, int(scaled))
+
+
+def _parsed(name: str, kind: str, text: str, item: str) -> int:
+    """The value an earlier `--set` item gave key `name` (as the loader reads it)."""
+    try:
+        return KINDS[kind][0](read_set_value(text))
+    except ValueError as exc:
+        raise ConfigError([f"--set {item}: {name}: the value before it, {clip(text)}: "
+                           f"{exc}"]) from None
 
 
 def _node(base: Topology, dotted: str, item: str) -> tuple[Any, Any]:
@@ -383,4 +431,11 @@ def _check_meshes(topo: Topology, path: Path) -> list[str]:
         problems.append(f"{path}: hbm.refresh_time: {hbm.refresh_time:,} ps is not shorter than "
                         f"hbm.refresh_interval ({hbm.refresh_interval:,} ps): the slice would "
                         "never be free")
+    elif hbm.bandwidth * (hbm.refresh_interval - hbm.refresh_time) < hbm.refresh_interval:
+        # a slice streams at bandwidth x (1 - refresh_time / refresh_interval) B/s, whole
+        free = hbm.refresh_interval - hbm.refresh_time
+        least = -(-hbm.refresh_interval // free)
+        problems.append(f"{path}: hbm.bandwidth: {hbm.bandwidth:,} B/s streams less than 1 B/s "
+                        "once refresh takes its share (1 - hbm.refresh_time / "
+                        f"hbm.refresh_interval); it needs at least {least:,} B/s")
     return problems

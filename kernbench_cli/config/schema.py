@@ -94,9 +94,31 @@ def _bool(value: object) -> bool:
     return value
 
 
+#: Characters of a TOML string (a name, a description, a path) worth holding: reports print
+#: names and descriptions, and a path longer than the system's is no path.
+MAX_STRING_CHARS = 4096
+
+
 def _string(value: object) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {clip(value)}")
+    if len(value) > MAX_STRING_CHARS:
+        raise ValueError(f"a string of {len(value):,} characters; at most "
+                         f"{MAX_STRING_CHARS:,}")
+    if not value.isprintable():
+        raise ValueError(f"{clip(value)} holds a control character (a terminal escape, a "
+                         "newline)")
+    return value
+
+
+#: Characters of a name shown in reports (a topology's, a cost table's): a file name's.
+MAX_NAME_CHARS = 255
+
+
+def _name(value: object) -> str:
+    value = _string(value)
+    if len(value) > MAX_NAME_CHARS:
+        raise ValueError(f"a name of {len(value):,} characters; at most {MAX_NAME_CHARS}")
     return value
 
 
@@ -141,6 +163,7 @@ KINDS: dict[str, tuple[Any, str]] = {
     "cycles": (_cycles, "integer >= 0 (cycles)"),
     "bool": (_bool, "true or false"),
     "string": (_string, "string"),
+    "name": (_name, "string, at most 255 characters"),
     "path": (_string, "path, relative to this file"),
     "mesh": (_mesh, "[columns, rows]"),
     "dataflow": (_dataflow, '"os", "ws" or "is"'),
@@ -523,7 +546,7 @@ class SchedulerCosts(Frozen):
 
 @config
 class CostTable(Frozen):
-    name: str = key("string", "", "Name shown in reports; defaults to the file name.")
+    name: str = key("name", "", "Name shown in reports; defaults to the file name.")
     issue: IssueCosts = section(IssueCosts, "PE_CPU issue cost per op kind.")
     scheduler: SchedulerCosts = section(SchedulerCosts, "PE_SCHEDULER costs.")
     source: Path | None = field(default=None, metadata={"internal": True})
@@ -533,7 +556,7 @@ class CostTable(Frozen):
 class Topology(Frozen):
     """A whole system: its shape, its engines, its links and its cost table."""
 
-    name: str = key("string", "", "Name shown in reports; defaults to the file name.")
+    name: str = key("name", "", "Name shown in reports; defaults to the file name.")
     description: str = key("string", "", "One line about this configuration.")
     costs: str = key("path", "", "Cost table (ADR-0064 issue costs); empty means the shipped "
                      "topologies/costs/default.toml. `--costs` overrides.")

@@ -149,6 +149,23 @@ def format_size(nbytes: int) -> str:
     return f"{nbytes}B"
 
 
+def describe_size(nbytes: int, exact_bytes: bool = True) -> str:
+    """Bytes for a message, read at a glance and exact: ``"2GiB"``, ``"3.55PiB
+    (4,000,000,000,000,000 B)"`` (without `exact_bytes`: ``"3.55PiB"``), ``"96 B"``."""
+    if nbytes < _SIZE["KiB"]:
+        return f"{nbytes:,} B"
+    exact = format_size(nbytes)
+    if exact.endswith("iB") and int(exact[:-3]) < 1024:
+        return exact
+    for unit, scale in (("EiB", 2**60), ("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30),
+                        ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            value = nbytes / scale
+            shown = f"{value:.3g}{unit}" if value < 1000 else f"{value:,.0f}{unit}"
+            return f"{shown} ({nbytes:,} B)" if exact_bytes else shown
+    return exact  # pragma: no cover - nbytes >= 1 KiB always meets a unit
+
+
 def format_size_approx(nbytes: int) -> str:
     """Bytes for a table: exact when a unit divides them, else 3 significant-ish digits."""
     exact = format_size(nbytes)

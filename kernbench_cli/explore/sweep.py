@@ -24,6 +24,7 @@ import itertools
 import json
 import math
 import os
+import re
 import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernbench_cli.errors import KernbenchError, OutputError, ParamError
+from kernbench_cli.errors import KernbenchError, OutputError, ParamError, clip
 from kernbench_cli.fileio import atomic_write, parse_json, read_input
 
 
@@ -117,6 +118,13 @@ def split_values(text: str) -> list[str]:
     return out
 
 
+#: Characters of one axis value (a number, a quantity, a TOML array, a name): past this no
+#: key takes it, and rows and tables would carry it for every point.
+MAX_VALUE_CHARS = 256
+#: Points one sweep may have: each is a run; refused before the list of points is made.
+MAX_POINTS = 100_000
+
+
 def split_axes(items: Sequence[str], option: str) -> list[list[str]]:
     """Each `KEY=V1,V2,…` item's list of `KEY=value` alternatives (`option` names the items
     in errors: ``--set``, ``-p``)."""
@@ -124,14 +132,16 @@ def split_axes(items: Sequence[str], option: str) -> list[list[str]]:
     for item in items:
         key, sep, values = item.partition("=") if isinstance(item, str) else ("", "", "")
         if not sep or not key.strip():
-            raise ParamError(f"{option} {item!r}: expected KEY=V1,V2,…")
+            raise ParamError(f"{option} {clip(item)}: expected KEY=V1,V2,…")
+        if len(key) > MAX_VALUE_CHARS:
+            raise ParamError(f"{option} {clip(key)}: a key of {len(key):,} characters is no key")
         if key.strip() in keys:
             raise ParamError(f"{option} {key.strip()} is given twice; give it once, with all "
                              "its values (KEY=V1,V2,…)")
         keys.add(key.strip())
         parts = split_values(values)
         if any(not part.strip() for part in parts):
-            raise ParamError(f"{option} {item!r}: an empty value")
+            raise ParamError(f"{option} {clip(item)}: an empty value")
         axes.append([f"{key.strip()}={part.strip()}" for part in parts])
     return axes
 
@@ -148,6 +158,8 @@ def combine(set_axes: list[list[str]], param_axes: list[list[str]],
             zipped: bool = False, pairs: Sequence[Sequence[str]] = ()) -> list[Point]:
     """The points of axes already split into their `KEY=value` alternatives (`points`)."""
     axes = set_axes + param_axes
+    for option, group in (("--set", set_axes), ("-p", param_axes)):
+        _check_values(group, option)
     if zipped and pairs:
         raise ParamError("--zip pairs every axis already; give it or --pair, not both")
     if zipped:
@@ -155,16 +167,40 @@ def combine(set_axes: list[list[str]], param_axes: list[list[str]],
         if len(lengths) > 1:
             raise ParamError(f"--zip needs axes of one length; got {sorted(lengths)} values")
         n = lengths.pop() if lengths else 1
+        _check_count([n])
         combos: Iterator[tuple[str, ...]] = (tuple(a[i] if len(a) > 1 else a[0] for a in axes)
                                               for i in range(n))
     else:
         units = _units(axes, pairs)
+        _check_count([len(axes[u[0]]) for u in units])
         combos = (_flatten(axes, units, choice)
                   for choice in itertools.product(*(range(len(axes[u[0]])) for u in units)))
     out = []
     for index, combo in enumerate(combos):
         out.append(Point(index, tuple(combo[:len(set_axes)]), tuple(combo[len(set_axes):])))
     return out
+
+
+def _check_values(axes: list[list[str]], option: str) -> None:
+    """ParamError naming the first value longer than `MAX_VALUE_CHARS`."""
+    for axis in axes:
+        for item in axis:
+            key, _, value = item.partition("=")
+            if len(value) > MAX_VALUE_CHARS:
+                raise ParamError(f"{option} {key}={value[:24]}…: a value of {len(value):,} "
+                                 f"characters; an axis value is at most {MAX_VALUE_CHARS}")
+
+
+def _check_count(lengths: list[int]) -> None:
+    """ParamError if axes of these lengths make more than `MAX_POINTS` points (counted, not
+    made)."""
+    count = 1
+    for n in lengths:
+        count *= n
+    if count > MAX_POINTS:
+        shown = " x ".join(f"{n:,}" for n in lengths if n > 1)
+        raise ParamError(f"the axes make {count:,} points ({shown}); a sweep runs at most "
+                         f"{MAX_POINTS:,}: fewer values, or --zip/--pair to pair axes")
 
 
 def _flatten(axes: list[list[str]], units: list[list[int]], choice: tuple[int, ...]
@@ -671,22 +707,54 @@ def run_bundled(spec: Spec, files: dict[str, bytes], point: Point) -> dict[str, 
     return row
 
 
+#: What `--dask` takes: [SCHEME://]HOST:PORT, HOST a name, an IPv4 address or [IPv6].
+_DASK_ADDRESS = re.compile(r"^(?:(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://)?"
+                           r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)"
+                           r"(?::(?P<port>[0-9]{1,5}))?$")
+#: Schemes kernbench reaches a scheduler over (Dask's inproc:// is in-process, ucx:// needs
+#: UCX-Py): the rest would fail inside Dask with its own error.
+DASK_SCHEMES = ("tcp", "tls", "ws", "wss")
+
+
 def check_dask_address(address: str) -> None:
-    """A one-line error unless Dask is installed and `address` can name its scheduler."""
+    """A one-line error unless Dask is installed and `address` names a scheduler as
+    ``[tcp|tls|ws|wss://]HOST:PORT``, with Dask's TLS certificates configured for tls://.
+    Checked here, before Dask's own parser sees it (which raises a ValueError or TypeError
+    of its own for a missing port, an unknown scheme or TLS without certificates)."""
     try:
         import distributed  # noqa: F401  (the package itself: its parts may be loaded already)
-        from distributed.comm.addressing import parse_address, parse_host_port
     except ImportError:
         raise KernbenchError("--dask needs Dask: pip install 'kernbench[dask]'") from None
-    try:
-        scheme, where = parse_address(address, strict=False)
-        if scheme in ("tcp", "tls"):
-            host, port = parse_host_port(where, 8786)
-            if not host or not 0 < port < 65536:
-                raise ValueError("no host, or a port outside 1 to 65535")
-    except (ValueError, TypeError) as exc:
-        raise KernbenchError(f"--dask {address}: not a scheduler address ({exc}); give "
-                             "tcp://HOST:PORT") from None
+    shown = address if isinstance(address, str) and len(address) <= 80 and \
+        address.isprintable() else clip(address, 60)
+    found = _DASK_ADDRESS.match(address) if isinstance(address, str) else None
+    if found is None:
+        raise KernbenchError(f"--dask {shown}: not a scheduler address; give "
+                             "tcp://HOST:PORT")
+    scheme = (found["scheme"] or "tcp").lower()
+    if scheme not in DASK_SCHEMES:
+        raise KernbenchError(f"--dask {shown}: unknown scheme {scheme}://; kernbench reaches a "
+                             f"scheduler over {', '.join(s + '://' for s in DASK_SCHEMES)}")
+    if found["port"] is None or not 0 < int(found["port"]) < 65536:
+        raise KernbenchError(f"--dask {shown}: needs the scheduler's port, 1 to 65535 "
+                             f"({scheme}://HOST:8786)")
+    if scheme == "tls":
+        _check_tls(shown)
+
+
+def _check_tls(shown: str) -> None:
+    """tls:// needs Dask's TLS settings: a CA file and the client's certificate."""
+    import dask
+
+    tls = dask.config.get("distributed.comm.tls", default={}) or {}
+    missing = [key for key, value in (("ca-file", tls.get("ca-file")),
+                                      ("client.cert", (tls.get("client") or {}).get("cert")))
+               if not value]
+    if missing:
+        raise KernbenchError(f"--dask {shown}: TLS needs certificates, and Dask's "
+                             f"configuration has no distributed.comm.tls.{missing[0]} (set "
+                             "it, or DASK_DISTRIBUTED__COMM__TLS__CA_FILE and "
+                             "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT)")
 
 
 def run_dask(address: str, spec: Spec, todo: list[Point],

@@ -6,7 +6,6 @@ from functools import cached_property
 
 from kernbench_cli.address.physaddr import AddressMap, PeCoord
 from kernbench_cli.errors import KernelError
-from kernbench_cli.hw.ipcq import OPPOSITE
 from kernbench_cli.hw.network import Network, mesh_xy
 from kernbench_cli.hw.pe import Pe
 
@@ -71,7 +70,3 @@ class System:
         if sy == dy:
             raise KernelError(f"PE ({src}) cannot send to itself")
         return "N" if sy < dy else "S"
-
-    def direction_to(self, src: PeCoord, dst: PeCoord) -> str:
-        """The direction a message from `src` leaves in (E, W, N, S)."""
-        return OPPOSITE[self.arrival_direction(src, dst)]

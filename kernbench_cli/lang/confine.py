@@ -2,7 +2,7 @@
 
 Kernels are plain Python in kernbench's own process. While a kernel module's
 code runs (its import, `setup`, `kernel`, `reference`, `outputs`: `confined`),
-three things it could do would take the run down with no report, so each is a
+four things it could do would take the run down with no report, so each is a
 kernel error with the kernel's line instead:
 
 - **starting a thread** (`threading.Thread.start`): the PEs' kernels run one at
@@ -10,18 +10,26 @@ kernel error with the kernel's line instead:
   left running would keep kernbench from ever exiting;
 - **`os._exit()`**: the process would end at once, exit status and all, with
   no report and temporary files left behind;
+- **`os.fork()`**: the child would carry on with the run, and the report would
+  be printed once per process;
 - **raising `KeyboardInterrupt`**: kernbench stops for Ctrl-C and SIGTERM
   (`Interrupted`, raised by its signal handlers); a `KeyboardInterrupt` the
   kernel's own code raises is the kernel's error, not the user's stop.
 
 The checks apply to the thread that runs the kernel code only (a Dask worker
-runs other work on its other threads), and are off outside `confined`.
+runs other work on its other threads). The guards are put in place when the
+first thread enters `confined` and the functions that were there put back when
+the last one leaves, so the process is left as it was found: a notebook that
+called `kb.run` keeps its standard library. `printing_to_stderr` sends what the
+thread running a kernel prints to stderr for the same span, leaving what other
+threads print where it went.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 
@@ -36,28 +44,57 @@ class KernelMisuse(BaseException):
 
 
 _CONFINED: set[int] = set()  # threads (`threading.get_ident`) running kernel code
-_start = threading.Thread.start
-_exit = os._exit
+_LOCK = threading.Lock()  # guards the patches below and their count
+#: (owner, attribute, the guard put there, what was there before), while any thread is
+#: confined
+_PATCHED: list[tuple[object, str, object, object]] = []
 
 
-def _guarded_start(self, *args, **kwargs):
-    if threading.get_ident() in _CONFINED:
-        raise KernelMisuse("a kernel may not start a thread: the PEs' kernels run one at a "
-                           "time in the functional pass, and a thread is outside the model")
-    return _start(self, *args, **kwargs)
+def _guard(original, refuse):
+    """`original`, refused (`refuse` gives the message) in a confined thread."""
+    def guarded(*args, **kwargs):
+        if threading.get_ident() in _CONFINED:
+            raise KernelMisuse(refuse(*args))
+        return original(*args, **kwargs)
+
+    guarded.__wrapped__ = original
+    return guarded
 
 
-def _guarded_exit(status, *args, **kwargs):
-    if threading.get_ident() in _CONFINED:
-        raise KernelMisuse(f"the kernel called os._exit({status!r}): it would end kernbench "
-                           "with no report")
-    return _exit(status, *args, **kwargs)
+def _refusals() -> list[tuple[object, str, object]]:
+    """(owner, attribute, the message of a refused call) of each guarded function."""
+    out: list[tuple[object, str, object]] = [
+        (threading.Thread, "start", lambda *_: (
+            "a kernel may not start a thread: the PEs' kernels run one at a time in the "
+            "functional pass, and a thread is outside the model")),
+        (os, "_exit", lambda status=None, *_: (
+            f"the kernel called os._exit({status!r}): it would end kernbench with no "
+            "report")),
+    ]
+    for name in ("fork", "forkpty"):
+        if hasattr(os, name):
+            out.append((os, name, lambda *_, name=name: (
+                f"the kernel called os.{name}(): the child would carry on with the run "
+                "(and print its report again)")))
+    return out
 
 
-def is_interrupt(exc: BaseException) -> bool:
-    """Whether `exc` is the user's stop (Ctrl-C, SIGTERM) rather than the kernel's doing."""
-    return isinstance(exc, Interrupted) or (
-        isinstance(exc, KeyboardInterrupt) and threading.get_ident() not in _CONFINED)
+def _install() -> None:
+    """Put the guards in place (the first thread to enter `confined`); under `_LOCK`."""
+    for owner, attr, refuse in _refusals():
+        original = getattr(owner, attr)
+        guard = _guard(original, refuse)
+        setattr(owner, attr, guard)
+        _PATCHED.append((owner, attr, guard, original))
+
+
+def _uninstall() -> None:
+    """Put back what was there (the last thread to leave `confined`), unless something
+    else has replaced a guard since: that is left as it is. Under `_LOCK`."""
+    while _PATCHED:
+        owner, attr, guard, original = _PATCHED.pop()
+        if getattr(owner, attr) is guard:
+            setattr(owner, attr, original)
 
 
 @contextmanager
@@ -67,7 +104,6 @@ def confined():
     if ident in _CONFINED:  # nested (a kernel's setup calls into a run): already confined
         yield
         return
-    threading.Thread.start, os._exit = _guarded_start, _guarded_exit  # once, for good
     previous = None
     if threading.current_thread() is threading.main_thread():
         handler = signal.getsignal(signal.SIGINT)
@@ -75,11 +111,17 @@ def confined():
             previous = handler
             signal.signal(signal.SIGINT, _interrupt_handler)
             _CHAINED.append(handler)
-    _CONFINED.add(ident)
+    with _LOCK:
+        if not _CONFINED:
+            _install()
+        _CONFINED.add(ident)
     try:
         yield
     finally:
-        _CONFINED.discard(ident)
+        with _LOCK:
+            _CONFINED.discard(ident)
+            if not _CONFINED:
+                _uninstall()
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
             _CHAINED.pop()
@@ -94,3 +136,68 @@ def _interrupt_handler(signum, frame) -> None:
         _CHAINED[-1](signum, frame)
     except KeyboardInterrupt:
         raise Interrupted from None
+
+
+# ------------------------------------------------------------------ prints to stderr
+
+_ROUTED: set[int] = set()  # threads whose prints go to stderr
+_ROUTER: list[_Router] = []  # the stand-in on sys.stdout, while any thread is routed
+
+
+class _Router:
+    """Stands in for `sys.stdout` while threads print to stderr: a routed thread's writes
+    go to `sys.stderr` (dropped if there is none), every other thread's to the stream that
+    was there."""
+
+    def __init__(self, stdout):
+        self.stdout = stdout
+
+    def _target(self):
+        if threading.get_ident() in _ROUTED:
+            return sys.stderr if sys.stderr is not None else _Dropped()
+        return self.stdout
+
+    def write(self, text: str) -> int:
+        return self._target().write(text)
+
+    def flush(self) -> None:
+        self._target().flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self._target(), name)
+
+
+class _Dropped:
+    """A stream that keeps nothing (stderr is None: a GUI's Python, a closed descriptor)."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@contextmanager
+def printing_to_stderr():
+    """What this thread prints in the block goes to stderr (a kernel's prints: so that
+    `--json` on stdout stays JSON); other threads' prints are left where they go. `sys.stdout`
+    is what it was once no thread is in such a block (unless something else replaced it
+    meanwhile: then that is left)."""
+    ident = threading.get_ident()
+    if ident in _ROUTED or sys.stdout is None:
+        yield
+        return
+    with _LOCK:
+        if not _ROUTED:
+            _ROUTER.append(_Router(sys.stdout))
+            sys.stdout = _ROUTER[0]
+        _ROUTED.add(ident)
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _ROUTED.discard(ident)
+            if not _ROUTED:
+                router = _ROUTER.pop()
+                if sys.stdout is router:
+                    sys.stdout = router.stdout

@@ -106,6 +106,8 @@ def described(exc: BaseException) -> str:
         return str(exc)
     if isinstance(exc, KeyboardInterrupt):
         return "the kernel raised KeyboardInterrupt (Ctrl-C stops kernbench; a kernel may not)"
+    if isinstance(exc, MemoryError):
+        return f"this machine ran out of memory{f' ({exc})' if str(exc) else ''}"
     return f"{type(exc).__name__}: {exc}"
 
 

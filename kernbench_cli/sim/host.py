@@ -19,6 +19,7 @@ make (`expect`).
 from __future__ import annotations
 
 import math
+import operator
 from collections import Counter
 from typing import Any
 
@@ -31,8 +32,8 @@ from kernbench_cli.address.allocator import (
     SystemAllocator,
 )
 from kernbench_cli.address.physaddr import PeCoord
-from kernbench_cli.config.units import format_size
-from kernbench_cli.errors import AddressError, ParamError
+from kernbench_cli.config.units import describe_size
+from kernbench_cli.errors import AddressError, ParamError, clip
 from kernbench_cli.hw.system import System
 from kernbench_cli.lang.dtypes import NAMES, dtype
 from kernbench_cli.lang.memory import Memory
@@ -129,11 +130,13 @@ class Host:
                scale: float = 1.0) -> np.ndarray:
         """An input named `name`: normal(0, scale), rounded to the dtype; kept for --save."""
         dt = dtype(dtype_name)
+        shape = _shape(name, shape)
         nbytes = math.prod(shape) * dt.itemsize
         capacity = self.num_pes * self.topology.hbm.slice_size
-        if nbytes > capacity:
-            raise ParamError(f"input {name!r} {list(shape)} {NAMES[dt]} is {format_size(nbytes)}, "
-                              f"more than the {format_size(capacity)} of HBM in the system")
+        if nbytes > capacity:  # checked before the host draws (or tries to hold) a byte
+            raise ParamError(f"input {name!r} {clip(list(shape))} {NAMES[dt]} is "
+                             f"{describe_size(nbytes)}, more than the "
+                             f"{describe_size(capacity)} of HBM in the system")
         self.drawn_bytes += nbytes
         if self.timing_only:
             value = np.broadcast_to(np.zeros((), dt), shape)
@@ -209,7 +212,7 @@ class Host:
     def empty(self, name: str, shape: tuple[int, ...], dtype_name: str) -> Sharded:
         """Zeroed space of `shape` in every PE's slice (outputs)."""
         dt = dtype(dtype_name)
-        return self._symmetric(name, shape, dt, None)
+        return self._symmetric(name, _shape(name, shape), dt, None)
 
     def gather(self, sharded: Sharded, axis: int) -> np.ndarray:
         """Every PE's part of `sharded`, concatenated along `axis` in PE order."""
@@ -271,3 +274,17 @@ class Host:
     def _count(self, placements: int, nbytes: int) -> None:
         self.placements += placements
         self.placed_bytes += placements * nbytes
+
+
+def _shape(name: str, shape: Any) -> tuple[int, ...]:
+    """`shape` (a sequence of sizes, or one size) as a tuple of non-negative integers;
+    ParamError naming input `name` otherwise."""
+    sizes = (shape,) if isinstance(shape, int | np.integer) else shape
+    try:
+        out = tuple(operator.index(n) for n in sizes)
+    except TypeError:
+        raise ParamError(f"input {name!r}: shape {clip(shape)} is not a sequence of "
+                         "integers") from None
+    if any(n < 0 for n in out):
+        raise ParamError(f"input {name!r}: shape {clip(list(out))} has a negative size")
+    return out

@@ -22,9 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kernbench_cli.sim.critical import CriticalPath
-from kernbench_cli.stream import Program
-
-OUTSIDE = "(outside)"
+from kernbench_cli.stream import OUTSIDE, Program
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,7 @@ lower PE index), at the time the failing PE got to it.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,6 +27,7 @@ from kernbench_cli.config.loader import config_digest
 from kernbench_cli.config.units import format_time_ps
 from kernbench_cli.errors import (
     AddressError,
+    ConfigError,
     DeadlockError,
     KernbenchError,
     KernelError,
@@ -38,7 +37,7 @@ from kernbench_cli.hw.pe import ENGINES
 from kernbench_cli.hw.system import System
 from kernbench_cli.hw.timing import Stuck, Timing, TimingError
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
-from kernbench_cli.lang.confine import Interrupted, confined
+from kernbench_cli.lang.confine import Interrupted, confined, printing_to_stderr
 from kernbench_cli.lang.memory import Memory
 from kernbench_cli.lang.tl import Launch, functional_pass, kernel_line
 from kernbench_cli.lang.watchdog import DEFAULT_KERNEL_TIMEOUT, KernelTimeout, watchdog
@@ -62,11 +61,12 @@ SHARED_LEVELS = ("hbm", "sram", "noc", "ucie", "sip_link", "rack_link")
 def _quiet(fn):
     """Run `fn` with numpy's floating-point warnings off: a kernel's NaNs and overflows are
     judged by verification (and the kernel writer's reference), not printed by numpy. What
-    a kernel prints goes to stderr, so `--json` on stdout stays JSON. The kernel's code runs
-    `confined` (no threads, no `os._exit`, its own KeyboardInterrupt an error)."""
+    the kernel prints goes to stderr, so `--json` on stdout stays JSON (this thread's prints
+    only: `printing_to_stderr`). The kernel's code runs `confined` (no threads, no
+    `os._exit` or `os.fork`, its own KeyboardInterrupt an error); both end with the call."""
     @functools.wraps(fn)
     def quiet(*args, **kwargs):
-        with np.errstate(all="ignore"), contextlib.redirect_stdout(sys.stderr), confined():
+        with np.errstate(all="ignore"), printing_to_stderr(), confined():
             return fn(*args, **kwargs)
     return quiet
 
@@ -122,14 +122,7 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
             failures[tl.pid] = exc
 
     watch.begin("functional pass", launch)
-    try:
-        functional_pass(launch, body, watchdog(lambda: launch.commands, kernel_timeout))
-    except KernelTimeout as exc:
-        raise _timed_out(kernel, kernel_file, system, launch, exc) from None
-    for exc in failures.values():
-        if not isinstance(exc, KernbenchError) and kernel_line(kernel_file, exc.__traceback__) \
-                is None:
-            raise exc  # not the kernel's doing: a bug in kernbench keeps its traceback
+    _functional(kernel, kernel_file, launch, body, kernel_timeout, failures)
     outputs, unread = {}, None
     if not timing_only and not failures:  # read now: simulated memory goes before timing
         try:
@@ -144,6 +137,9 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
         timing.run()
     except TimingError as exc:
         raise _timing_failed(kernel.shown, system, exc) from None
+    except MemoryError:
+        raise KernelError(f"{kernel.shown}: this machine ran out of memory timing "
+                          f"{program.commands:,} commands on {len(system.pes):,} PEs") from None
     if failures:
         raise _first_failure(kernel, kernel_file, system, failures)
     if timing.stuck:
@@ -166,6 +162,42 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     result.trace = _trace(kernel, system, params, seed, memory, program)
     result.wall_s = time.perf_counter() - wall
     return result
+
+
+def _functional(kernel: KernelModule, kernel_file: str, launch: Launch, body,
+                kernel_timeout: float, failures: dict[int, BaseException]) -> None:
+    """The functional pass, ended as a run reports it: a timeout or the machine's memory
+    running out is the run's error at once (no timing pass after it); an exception the
+    kernel's own code did not raise is a bug in kernbench, with its traceback."""
+    system = launch.system
+    try:
+        functional_pass(launch, body, watchdog(lambda: launch.commands, kernel_timeout))
+    except KernelTimeout as exc:
+        raise _timed_out(kernel, kernel_file, system, launch, exc) from None
+    except MemoryError:
+        raise _out_of_memory(kernel, kernel_file, launch, None, None) from None
+    for pid, exc in failures.items():
+        if isinstance(exc, MemoryError):
+            raise _out_of_memory(kernel, kernel_file, launch, pid, exc)
+        if not isinstance(exc, KernbenchError) and kernel_line(kernel_file, exc.__traceback__) \
+                is None:
+            raise exc  # not the kernel's doing: a bug in kernbench keeps its traceback
+
+
+def _out_of_memory(kernel: KernelModule, kernel_file: str, launch: Launch, pid: int | None,
+                   exc: BaseException | None) -> KernelError:
+    """The functional pass filled the machine's memory: what held it (the command streams,
+    and with values the tensors) and what stops a kernel that loops sooner."""
+    where = kernel.shown
+    if pid is not None:
+        line = kernel_line(kernel_file, exc.__traceback__)
+        where += f":{line if line else '?'}: PE ({launch.system.coords[pid]})"
+    held = "the command streams" if launch.timing_only else \
+        "the command streams and the tensors' values (--timing-only keeps none)"
+    count = f"{launch.commands:,} command{'s' if launch.commands != 1 else ''}"
+    return KernelError(f"{where}: this machine ran out of memory after the kernel issued "
+                       f"{count}, holding {held}; a loop without end? "
+                       f"--max-commands {launch.max_commands:,} stops it sooner")
 
 
 def _trace(kernel: KernelModule, system: System, params: dict[str, Any], seed: int,
@@ -221,21 +253,60 @@ def replay_address_map(trace: Trace, source: str, topology: str | None = None,
                        costs: Path | None = None, sets: Sequence[str] = (),
                        recorded_sets: bool = True) -> AddressMap:
     """The configuration a replay of `trace` (read from `source`) times on: `topology`, or
-    the run's own (its file if still there, else its name); `costs`, or the run's cost
-    table (TraceError if that file is gone: another table would time another machine);
-    the run's `--set` items (unless not `recorded_sets`), then `sets`, later ones winning."""
+    the run's own (its file if still there, else the shipped topology of its name); `costs`,
+    or the run's cost table (TraceError if that file is gone: another table would time
+    another machine); the run's `--set` items (unless not `recorded_sets`), then `sets`,
+    later ones winning. What the trace gave (a file it names, a recorded `--set` item) is
+    said to come from `source` when it is at fault."""
     from kernbench_cli.address import load_address_map
 
+    files: list[str] = []  # files named by the trace: their problems are the trace's
     if topology is None:
-        recorded = Path(trace.topology_file)
-        topology = str(recorded) if trace.topology_file and recorded.is_file() else \
-            trace.topology
+        topology = _recorded_topology(trace, source)
+        files.append(topology)
     if costs is None and trace.costs_file:
         costs = Path(trace.costs_file)
         if not costs.is_file():
             raise TraceError(f"{source}: the run used the cost table {trace.costs_file}, "
                              "which is not there; give --costs")
-    return load_address_map(topology, costs, [*(trace.sets if recorded_sets else ()), *sets])
+        files.append(trace.costs_file)
+    recorded = list(trace.sets) if recorded_sets else []
+    try:
+        amap = load_address_map(topology, costs, recorded)
+    except KernbenchError as exc:
+        raise _from_trace(exc, source, files) from None
+    return load_address_map(topology, costs, [*recorded, *sets]) if sets else amap
+
+
+def _recorded_topology(trace: Trace, source: str) -> str:
+    """The run's topology: its file if still there, else the shipped one of its name."""
+    from kernbench_cli.resources import shipped_topologies
+
+    if trace.topology_file and Path(trace.topology_file).is_file():
+        return trace.topology_file
+    if trace.topology in shipped_topologies():
+        return trace.topology
+    where = f"its file {trace.topology_file} is not there" if trace.topology_file else \
+        "it names no file"
+    raise TraceError(f"{source}: the run's topology {trace.topology!r}: {where}, and no "
+                     "shipped topology has that name; give --topology")
+
+
+def _from_trace(exc: KernbenchError, source: str, files: list[str]) -> KernbenchError:
+    """`exc`, each of its lines saying it came from trace `source`: a recorded `--set` item
+    (every `--set` here is one), a file the trace named (`files`)."""
+    def said(line: str) -> str:
+        if line.startswith("--set "):
+            return f"{source}: the run's recorded {line} (--no-recorded-sets leaves them out)"
+        named = next((f for f in files if line.startswith(f"{f}: ")), None)
+        return line if named is None else \
+            f"{line} (read because {source} names it; --topology or --costs gives another)"
+
+    if isinstance(exc, ConfigError):
+        return ConfigError([said(p) for p in exc.problems])
+    error = TraceError(said(str(exc)))
+    error.exit_code = exc.exit_code
+    return error
 
 
 def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = False,

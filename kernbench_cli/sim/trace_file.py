@@ -58,6 +58,7 @@ from kernbench_cli.stream import (
     Composite,
     Program,
     Stream,
+    region_name_problem,
 )
 
 FORMAT = "kernbench-trace"
@@ -245,10 +246,10 @@ def _trace(header: dict[str, Any], columns: memoryview) -> Trace:
     if not isinstance(header["params"], dict):
         raise ValueError("params is not an object")
     check_program(program, memory)
-    return Trace(_str(header["kernel"], "kernel"), header["params"],
-                 _int(header.get("seed", 0), "seed"), _str(header["topology"], "topology"),
+    return Trace(_name(header["kernel"], "kernel"), header["params"],
+                 _int(header.get("seed", 0), "seed"), _name(header["topology"], "topology"),
                  _str(header.get("topology_file", ""), "topology_file"), memory, program,
-                 tuple(_str(item, "sets") for item in _list(header.get("sets", []), "sets")),
+                 tuple(_set_item(item) for item in _list(header.get("sets", []), "sets")),
                  _str(header.get("costs_file", ""), "costs_file"),
                  list(header["slice_base"]) if header["version"] == 6 else [],
                  header["slice_bytes"] if header["version"] == 6 else 0)
@@ -358,6 +359,10 @@ def _regions(header: dict[str, Any], program: Program) -> None:
     if not names or names[0] != "" or len(marks) != len(program.streams):
         raise ValueError("regions do not start with the unnamed one, or region_marks does "
                          "not have one entry per PE")
+    for path in names[1:]:
+        problem = next(filter(None, map(region_name_problem, path.split("/"))), None)
+        if problem is not None:
+            raise ValueError(f"region {clip(path)}: {problem}")
     program.regions = names
     for pid, flat in enumerate(marks):
         flat = _ints(flat, "region_marks")
@@ -380,9 +385,17 @@ def _list(values: Any, what: str) -> list:
     return values
 
 
+#: Characters of a string in a trace's header (a path, a --set item): a path's limit.
+MAX_STRING_CHARS = 4096
+#: Characters of a name a replay shows in its report (the kernel's, the topology's).
+MAX_NAME_CHARS = 255
+
+
 def _printable(header: dict[str, Any]) -> None:
-    """ValueError if a string in `header` holds a control character: names from a trace are
-    printed, and a terminal escape in one would be run by the terminal."""
+    """ValueError if a string in `header` holds a control character or is longer than
+    `MAX_STRING_CHARS`: names from a trace are printed, a terminal escape in one would be
+    run by the terminal, and a megabyte-long one would take the report minutes to lay
+    out."""
     todo: list[Any] = [header]
     while todo:
         value = todo.pop()
@@ -393,6 +406,26 @@ def _printable(header: dict[str, Any]) -> None:
             todo.extend(value)
         elif isinstance(value, str) and not value.isprintable():
             raise ValueError(f"a string with a control character ({clip(value)})")
+        elif isinstance(value, str) and len(value) > MAX_STRING_CHARS:
+            raise ValueError(f"a string of {len(value):,} characters ({value[:20]!r}…); at "
+                             f"most {MAX_STRING_CHARS:,}")
+
+
+def _name(value: Any, what: str) -> str:
+    """A name the report shows: a string of at most `MAX_NAME_CHARS` characters."""
+    value = _str(value, what)
+    if len(value) > MAX_NAME_CHARS:
+        raise ValueError(f"{what} is a name of {len(value):,} characters ({value[:20]!r}…); "
+                         f"at most {MAX_NAME_CHARS}")
+    return value
+
+
+def _set_item(value: Any) -> str:
+    """A recorded `--set` item: ``KEY=VALUE`` (the loader checks the key and value)."""
+    value = _str(value, "sets")
+    if "=" not in value:
+        raise ValueError(f"sets holds {clip(value)}, not a KEY=VALUE item")
+    return value
 
 
 def _str(value: Any, what: str) -> str:

@@ -27,6 +27,10 @@ def kernel(tl, buf, case):
         coll.all_reduce(tl, ptr, 64, "f32", group=[0, 0, 1])
     elif case == "range":
         coll.all_reduce(tl, ptr, 64, "f32", group=[0, 16])
+    elif case == "count":  # far beyond the buffer: refused before it is cut into pieces
+        coll.all_reduce(tl, ptr, 10**15, "f32")
+    elif case == "count_broadcast":
+        coll.broadcast(tl, ptr, 65, "f32", root=0)
 
 
 def reference(host, p):

@@ -138,6 +138,7 @@ def start(tl, call: str, ptr: int, count: int, dtype: str, group, algo: str, op:
     if root is not None and root not in _ranks(members):
         raise ValueError(f"{call}: root {root!r} is not in the group")
     item = tl.itemsize(dtype)
+    _check_buffer(tl, call, ptr, count, dtype, item)
     slots, slot = tl.ring_capacity()
     if slot < item:
         raise ValueError(f"{call}: an IPCQ slot of {slot} B cannot hold one {dtype} element")
@@ -150,6 +151,21 @@ def start(tl, call: str, ptr: int, count: int, dtype: str, group, algo: str, op:
     if algo == "hier":
         levels(tl, members, tl.pid)  # checks the group is regular
     return g
+
+
+def _check_buffer(tl, call: str, ptr: int, count: int, dtype: str, item: int) -> None:
+    """ValueError unless the `count` elements at `ptr` are memory the kernel has (named with
+    `tl.ref`, which moves nothing): checked before a message is cut, so a count far beyond
+    the buffer fails at once, not after splitting it into millions of pieces."""
+    from kernbench_cli.config.units import describe_size
+    from kernbench_cli.errors import KernbenchError
+
+    try:
+        tl.ref(ptr, (1, count), dtype)
+    except KernbenchError as exc:
+        raise ValueError(f"{call}: count = {count:,} {dtype} elements "
+                         f"({describe_size(count * item, exact_bytes=False)}) at {ptr:#x} is "
+                         f"not a buffer of this PE's: {exc}") from None
 
 
 def ring_order(tl, group) -> tuple[int, ...]:

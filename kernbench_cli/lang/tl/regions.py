@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager
 
 from kernbench_cli.errors import KernelError, clip
 from kernbench_cli.lang.tl.core import Core
+from kernbench_cli.stream import region_name_problem
 
 
 class Regions(Core):
@@ -21,9 +22,9 @@ class Regions(Core):
         """``with tl.region("attn"): …``: the commands issued inside belong to region `name`
         (nested regions make paths, "layer/attn"), which the report times: on the critical
         path, by engine, and in the timeline. No command, no time."""
-        if not isinstance(name, str) or not name or "/" in name or not name.isprintable():
-            raise KernelError(f"tl.region: a name is a non-empty printable string without "
-                              f"'/', got {clip(name)}")
+        problem = region_name_problem(name)
+        if problem is not None:
+            raise KernelError(f"tl.region: {problem}, got {clip(name)}")
         return _Region(self, name)
 
     def _enter_region(self, region: int) -> None:
