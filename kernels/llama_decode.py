@@ -59,7 +59,7 @@ from kernbench_cli.models.decoder import (
     run_of,
     weights,
 )
-from kernbench_cli.models.reference import decode_step
+from kernbench_cli.models.reference import step
 from kernbench_cli.models.rope import cos_sin
 
 PARAMS = {
@@ -72,7 +72,10 @@ PARAMS = {
     "pp": 1,
     "dtype": "bf16",
     "algo": "hier",
-    "chunk": 512,
+    "kv_chunk": 512,
+    "prompt": 0,
+    "chunk": 64,
+    "new_tokens": 128,
 }
 CHOICES = {"model": ("tiny", "llama3-8b", "llama3-70b"), "dtype": ("bf16", "f16"),
            "algo": ("ring", "direct", "tree", "rhd", "hier")}
@@ -96,7 +99,14 @@ PARAM_INFO = {
     "algo": "the all-reduces' and all-gathers' algorithm (collectives; an all-gather "
             "takes ring where its group does not allow it); hier: a ring per level, the "
             "fewest steps for the small vectors of a decode step",
-    "chunk": ("KV positions a PE's attention takes at once", "tokens"),
+    "kv_chunk": ("KV positions a PE's attention takes at once", "tokens"),
+    "prompt": ("prefill: tokens of each sequence's prompt, run through the model (chunk "
+               "by chunk) after its `context` cached tokens and before the decode step, "
+               "writing their KV cache; 0: the decode step alone", "tokens"),
+    "chunk": ("prompt tokens a prefill pass takes at once (the GEMMs' M is batch x "
+              "chunk)", "tokens"),
+    "new_tokens": ("tokens a request generates, for the request figure (the first from "
+                   "the prefill, each next one a decode step)", "tokens"),
 }
 # ---------------------------------------------------------------------- setup
 
@@ -110,8 +120,13 @@ def setup(host, p):
         for pid, plan in enumerate(lay.plans)))
     cfg, b, dt = run.cfg, run.batch, run.dtype
     w = weights(host, run)
-    cos, sin = cos_sin(cfg.rope, cfg.head_dim, run.context)
-    values = {"x": w["inputs_embeds"], "rope": np.stack([cos, sin]).astype(np.float32)}
+    values = {"x": w["inputs_embeds"], "rope": _rope(cfg, [run.positions - 1])[:, 0]}
+    if run.prompt:
+        values["prompt"] = np.concatenate([  # pass by pass: [b x tokens, hidden] each
+            w["prompt_embeds"][:, p0 - run.context:p0 - run.context + t].reshape(b * t, -1)
+            for p0, t in run.chunks])
+        values["prompt_rope"] = _rope(cfg, range(run.context, run.context + run.prompt))
+        values["positions"] = np.arange(run.positions, dtype=np.float32)
     shared = {piece.key: host.replicate(piece.label or piece.key, values[piece.key])
               if piece.key in values else
               host.empty(piece.label or piece.key, piece.shape, piece.dtype)
@@ -135,9 +150,17 @@ def setup(host, p):
         plans.append(placed)
     dims = {"b": b, "hidden": cfg.hidden, "g": cfg.group, "d": cfg.head_dim,
             "layers": run.timed, "dt": dt, "per_layer": run.scaled or bool(p["scale_to"]),
-            "eps": cfg.eps, "ctx": run.context, "chunk": run.chunk, "algo": run.algo,
-            "act": cfg.act, "vocab_share": lay.share}
+            "eps": cfg.eps, "ctx": run.positions - 1, "kv_chunk": run.kv_chunk,
+            "algo": run.algo, "act": cfg.act, "vocab_share": lay.share,
+            "chunks": run.chunks, "context": run.context, "prompt": run.prompt}
     return {"plans": plans, "shared": shared, "dims": dims}
+
+
+def _rope(cfg, positions) -> np.ndarray:
+    """cos and sin of RoPE at each of `positions`: [2, positions, head_dim / 2], f32."""
+    pairs = [cos_sin(cfg.rope, cfg.head_dim, q) for q in positions]
+    return np.stack([np.stack([c for c, _ in pairs]), np.stack([s for _, s in pairs])]) \
+        .astype(np.float32)
 
 
 # ---------------------------------------------------------------------- the kernel
@@ -162,23 +185,36 @@ def _bias(tl, y, ptr, n, dt):
     return y if ptr is None else y + tl.load(ptr, shape=(1, n), dtype=dt)
 
 
-def _qkv(tl, plan, layer, h, shared, dims):
-    """This member's columns of the group's q, k, v (with their biases), all-gathered in
-    the group; then each sequence's q (scaled by 1/sqrt(d)) and new k in halves, RoPE'd,
-    and its new v."""
+def _columns(tl, plan, layer, h, shared, dims, t):
+    """This member's columns of the group's q, k, v (with their biases) for a pass of `t`
+    tokens a sequence (h: [batch x t, hidden]), all-gathered in the group: the buffer,
+    column c of row r at c x rows + r (row j x t + k: sequence j's token k)."""
     b, g, d, dt, hidden = dims["b"], dims["g"], dims["d"], dims["dt"], dims["hidden"]
-    item = tl.itemsize(dt)
-    e0, n, c0, c1 = plan["qkv"]
+    item, rows = tl.itemsize(dt), b * t
+    e0, n, c0, c1 = plan["qkv"][t]
+    w0, w1 = plan["qkv_cols"]  # the columns this PE holds, of every pass
     buf = tl.shard(shared["qkvbuf"])
     if n:
         bias = layer.get("qkv_bias")
-        cols = _gemv(tl, h, layer["qkv"], hidden, c1 - c0, dt,
-                     out_dtype="f32" if bias is not None else dt)
+        weight = tl.ref(layer["qkv"] + (c0 - w0) * item, shape=(hidden, c1 - c0), dtype=dt,
+                        stride=w1 - w0 if w1 - w0 != c1 - c0 else None)
+        cols = tl.composite(op="gemm", a=h, b=weight,
+                            out_dtype="f32" if bias is not None else dt).out
         if bias is not None:
-            cols = _bias(tl, cols, bias, c1 - c0, dt).to(dt)
-        flat = cols.T.reshape((c1 - c0) * b)
-        tl.store(buf + e0 * item, flat[e0 - c0 * b:e0 - c0 * b + n])
-    coll.all_gather(tl, buf, (g + 2) * d * b, dt, group=plan["group"], algo=plan["qkv_algo"])
+            cols = _bias(tl, cols, bias + (c0 - w0) * item, c1 - c0, dt).to(dt)
+        flat = cols.T.reshape((c1 - c0) * rows)
+        tl.store(buf + e0 * item, flat[e0 - c0 * rows:e0 - c0 * rows + n])
+    coll.all_gather(tl, buf, (g + 2) * d * rows, dt, group=plan["group"],
+                    algo=plan["qkv_algo"])
+    return buf
+
+
+def _qkv(tl, plan, layer, h, shared, dims):
+    """The decode step's q, k, v: each sequence's q (scaled by 1/sqrt(d)) and new k in
+    halves, RoPE'd at the new position, and its new v."""
+    b, g, d, dt = dims["b"], dims["g"], dims["d"], dims["dt"]
+    item = tl.itemsize(dt)
+    buf = _columns(tl, plan, layer, h, shared, dims, 1)
     rope = tl.load(tl.shard(shared["rope"]), shape=(2, d // 2), dtype="f32")
     cos, sin, half = rope[0], rope[1], d // 2
     out = []
@@ -191,6 +227,32 @@ def _qkv(tl, plan, layer, h, shared, dims):
         out.append(((q1 * cos - q2 * sin).to(dt), (q2 * cos + q1 * sin).to(dt),
                     (k1 * cos - k2 * sin).to(dt), (k2 * cos + k1 * sin).to(dt),
                     v.reshape(1, d)))
+    return out
+
+
+def _qkv_pass(tl, plan, layer, h, shared, dims, p0, t):
+    """A prefill pass's q, k, v, per sequence: its `t` tokens' k in halves and v ([t, ...]),
+    RoPE'd at positions p0 ..; and per query head its q (scaled by 1/sqrt(d)) in halves."""
+    b, g, d, dt = dims["b"], dims["g"], dims["d"], dims["dt"]
+    item, rows, half = tl.itemsize(dt), b * t, d // 2
+    buf = _columns(tl, plan, layer, h, shared, dims, t)
+    table = tl.shard(shared["prompt_rope"]) + (p0 - dims["context"]) * half * 4
+    cos = tl.load(table, shape=(t, half), dtype="f32")
+    sin = tl.load(table + dims["prompt"] * half * 4, shape=(t, half), dtype="f32")
+
+    def rotated(x):  # [t, d] f32 -> its halves, RoPE'd, in dt
+        x1, x2 = x[:, :half], x[:, half:]
+        return (x1 * cos - x2 * sin).to(dt), (x2 * cos + x1 * sin).to(dt)
+
+    out = []
+    for j in range(b):  # sequence j's token k of column c is at c * rows + j * t + k
+        qs = tl.load(buf + j * t * item, shape=(g * d, t), dtype=dt, stride=rows)
+        k = tl.load(buf + (g * d * rows + j * t) * item, shape=(d, t), dtype=dt, stride=rows)
+        v = tl.load(buf + ((g + 1) * d * rows + j * t) * item, shape=(d, t), dtype=dt,
+                    stride=rows)
+        heads = [rotated(qs[hq * d:(hq + 1) * d].T.to("f32") * (1.0 / math.sqrt(d)))
+                 for hq in range(g)]
+        out.append((heads, *rotated(k.T.to("f32")), v.T))
     return out
 
 
@@ -208,25 +270,47 @@ def _append(tl, layer, new, dims):
         tl.store(layer["v"] + row, v)
 
 
-def _partial(tl, layer, q1, q2, j, dims):
-    """Flash-decoding over this member's shard of sequence j: (max, sum, output)."""
+def _append_pass(tl, layer, new, dims, p0, t):
+    """Each member writes the K and V rows of the pass's positions p0 .. p0 + t - 1 it holds
+    (rows `d` elements apart: K's halves interleave)."""
+    lo, s0, sn = layer["seq"]
+    first = lo + s0  # the first position this shard holds
+    a, e = max(p0, first), min(p0 + t, first + sn)
+    if a >= e:
+        return
+    d, dt = dims["d"], dims["dt"]
+    item, k0, n = tl.itemsize(dt), a - p0, e - a
+    for j, (_, k1, k2, v) in enumerate(new):
+        row = (j * sn + a - first) * d * item
+        tl.store(layer["k"] + row, k1[k0:k0 + n], stride=d)
+        tl.store(layer["k"] + row + d // 2 * item, k2[k0:k0 + n], stride=d)
+        tl.store(layer["v"] + row, v[k0:k0 + n])
+
+
+def _flash(tl, layer, q1, q2, j, rows, n_keys, dims, masks=None):
+    """Flash attention of `rows` queries (q in halves) over the first `n_keys` rows of this
+    member's shard of sequence j, `kv_chunk` keys at a time: (max, sum, output). `masks`
+    maps a block's first row to its mask (1 where a key is after the query) or None."""
+    g_rows, d, dt, chunk = rows, dims["d"], dims["dt"], dims["kv_chunk"]
     _lo, _s0, sn = layer["seq"]
-    g, d, dt, chunk = dims["g"], dims["d"], dims["dt"], dims["chunk"]
     item = tl.itemsize(dt)
-    if not sn:
-        return tl.full((g,), NEG), tl.zeros((g,)), tl.zeros((g, d))
+    if n_keys <= 0:
+        return tl.full((g_rows,), NEG), tl.zeros((g_rows,)), tl.zeros((g_rows, d))
     m = lsum = o = None
-    for c0 in range(0, sn, chunk):
-        n = min(chunk, sn - c0)
-        rows = (j * sn + c0) * d * item
-        k1 = tl.ref(layer["k"] + rows, shape=(n, d // 2), dtype=dt, stride=d)
-        k2 = tl.ref(layer["k"] + rows + d // 2 * item, shape=(n, d // 2), dtype=dt, stride=d)
+    for c0 in range(0, n_keys, chunk):
+        n = min(chunk, n_keys - c0)
+        at = (j * sn + c0) * d * item
+        k1 = tl.ref(layer["k"] + at, shape=(n, d // 2), dtype=dt, stride=d)
+        k2 = tl.ref(layer["k"] + at + d // 2 * item, shape=(n, d // 2), dtype=dt, stride=d)
         scores = tl.composite(op="gemm", a=q1, b=k1, trans_b=True, out_dtype="f32").out + \
             tl.composite(op="gemm", a=q2, b=k2, trans_b=True, out_dtype="f32").out
+        future = masks(c0, n) if masks is not None else None
+        if future is not None:
+            scores = scores + future * NEG
         m_c = tl.max(scores, axis=1)
         m_new = m_c if m is None else tl.maximum(m, m_c)
         p = tl.exp(scores - m_new[:, None])
-        pv = _gemv(tl, p.to(dt), layer["v"] + rows, n, d, dt)
+        pv = _gemv(tl, p.to(dt), layer["v"] + at, n, d, dt)
         if m is None:
             lsum, o = tl.sum(p, axis=1), pv
         else:
@@ -243,12 +327,10 @@ def _merge(tl, a, b):
     return m, a[1] * e1 + b[1] * e2, a[2] * e1[:, None] + b[2] * e2[:, None]
 
 
-def _attention(tl, plan, layer, new, shared, dims):
-    """Partials per sequence, merged up a binomial tree of the head group to its first
-    member, which divides and stores the heads' output; broadcast to the group."""
+def _tree(tl, plan, parts, rows, d):
+    """Partials (m [rows], l [rows], o [rows, d]) merged up a binomial tree of the head
+    group: the group's first member's merged list (None on the others)."""
     members, rank = plan["group"], plan["rank"]
-    b, g, d, dt = dims["b"], dims["g"], dims["d"], dims["dt"]
-    parts = [_partial(tl, layer, q1, q2, j, dims) for j, (q1, q2, *_) in enumerate(new)]
     step = 1
     while step < len(members) and parts is not None:
         if rank % (2 * step) == step:
@@ -258,25 +340,78 @@ def _attention(tl, plan, layer, new, shared, dims):
             parts = None
         elif rank + step < len(members):
             frm = members[rank + step]
-            parts = [_merge(tl, part, (tl.recv(frm=frm, shape=(g,), dtype="f32"),
-                                       tl.recv(frm=frm, shape=(g,), dtype="f32"),
-                                       tl.recv(frm=frm, shape=(g, d), dtype="f32")))
+            parts = [_merge(tl, part, (tl.recv(frm=frm, shape=(rows,), dtype="f32"),
+                                       tl.recv(frm=frm, shape=(rows,), dtype="f32"),
+                                       tl.recv(frm=frm, shape=(rows, d), dtype="f32")))
                      for part in parts]
         step *= 2
+    return parts
+
+
+def _attention(tl, plan, layer, new, shared, dims):
+    """The decode step's partials per sequence (its heads as rows), merged to the head
+    group's first member, which divides and stores the heads' output; broadcast to the
+    group."""
+    b, g, d, dt = dims["b"], dims["g"], dims["d"], dims["dt"]
+    sn = layer["seq"][2]
+    parts = _tree(tl, plan, [_flash(tl, layer, q1, q2, j, g, sn, dims)
+                             for j, (q1, q2, *_) in enumerate(new)], g, d)
     obuf = tl.shard(shared["obuf"])
-    if rank == 0:
+    if parts is not None:
         for j, (_, lsum, o) in enumerate(parts):
             tl.store(obuf + j * g * d * tl.itemsize(dt), (o / lsum[:, None]).to(dt))
-    coll.broadcast(tl, obuf, b * g * d, dt, root=members[0], group=members, algo="tree")
+    coll.broadcast(tl, obuf, b * g * d, dt, root=plan["group"][0], group=plan["group"],
+                   algo="tree")
 
 
-def _all_reduce_into(tl, plan, y, shared, dims):
-    """Sum `y` [b, hidden] (f32) over the PEs of the stage, through the `ybuf` buffer."""
-    b, hidden = dims["b"], dims["hidden"]
+def _attention_pass(tl, plan, layer, new, shared, dims, p0, t, masks):
+    """A prefill pass's attention: per sequence and query head, each member's partial over
+    the rows of its shard written by the end of the pass (the tokens before, and those
+    of the pass up to each query: causal), merged to the head group's first member, which
+    divides and stores each head's [t, d] output in place (rows g x d apart); broadcast."""
+    b, g, d, dt = dims["b"], dims["g"], dims["d"], dims["dt"]
+    lo, s0, sn = layer["seq"]
+    n_keys = min(sn, p0 + t - (lo + s0))
+    parts = _tree(tl, plan, [_flash(tl, layer, q1, q2, j, t, n_keys, dims, masks)
+                             for j, (heads, *_) in enumerate(new) for q1, q2 in heads], t, d)
+    obuf, item = tl.shard(shared["obuf"]), tl.itemsize(dt)
+    if parts is not None:
+        for n, (_, lsum, o) in enumerate(parts):
+            j, hq = divmod(n, g)
+            tl.store(obuf + (j * t * g * d + hq * d) * item, (o / lsum[:, None]).to(dt),
+                     stride=g * d)
+    coll.broadcast(tl, obuf, b * t * g * d, dt, root=plan["group"][0], group=plan["group"],
+                   algo="tree")
+
+
+def _future(tl, shared, layer, p0, t):
+    """The masks of a prefill pass's attention blocks: `mask(c0, n)` for the block of n keys
+    from row c0 of this member's shard is 1 where a key is after the query, else 0 (None:
+    no key of the block is after any query); made once a block, for every layer and
+    head."""
+    lo, s0, _sn = layer["seq"]
+    first, made = lo + s0, {}
+    positions = tl.shard(shared["positions"])
+
+    def mask(c0, n):
+        if first + c0 + n - 1 <= p0:  # every key at or before the first query
+            return None
+        if c0 not in made:
+            keys = tl.load(positions + (first + c0) * 4, shape=(1, n), dtype="f32")
+            queries = tl.load(positions + p0 * 4, shape=(t, 1), dtype="f32")
+            made[c0] = tl.minimum(tl.maximum(keys - queries, 0.0) * 1e30, 1.0)
+        return made[c0]
+
+    return mask
+
+
+def _all_reduce_into(tl, plan, y, shared, dims, rows):
+    """Sum `y` [rows, hidden] (f32) over the PEs of the stage, through the `ybuf` buffer."""
+    hidden = dims["hidden"]
     buf = tl.shard(shared["ybuf"])
     tl.store(buf, y)
-    coll.all_reduce(tl, buf, b * hidden, "f32", group=plan["stage"], algo=dims["algo"])
-    return tl.load(buf, shape=(b, hidden), dtype="f32")
+    coll.all_reduce(tl, buf, rows * hidden, "f32", group=plan["stage"], algo=dims["algo"])
+    return tl.load(buf, shape=(rows, hidden), dtype="f32")
 
 
 def _act(tl, gate, name):
@@ -289,27 +424,38 @@ def _act(tl, gate, name):
     return gate * (tl.tanh(inner) + 1.0) * 0.5
 
 
-def _layer(tl, plan, layer, i, x, shared, dims):
+def _layer(tl, plan, layer, i, x, shared, dims, pas=None, masks=None):
+    """Layer `i` of the decode step (`pas` None) or of a prefill pass (`pas`: its first
+    position and tokens a sequence) on `x` [rows, hidden] (f32)."""
     b, g, d, dt, hidden, eps = (dims[k] for k in ("b", "g", "d", "dt", "hidden", "eps"))
+    rows = b * (pas[1] if pas else 1)
     with tl.region("rmsnorm"):
         h = _rmsnorm(tl, x, layer["norm_in"], hidden, eps).to(dt)
-    with tl.region("qkv"):
-        new = _qkv(tl, plan, layer, h, shared, dims)
-    with tl.region("kv_append"):
-        _append(tl, layer, new, dims)
-    with tl.region("attention"):
-        _attention(tl, plan, layer, new, shared, dims)
+    if pas is None:
+        with tl.region("qkv"):
+            new = _qkv(tl, plan, layer, h, shared, dims)
+        with tl.region("kv_append"):
+            _append(tl, layer, new, dims)
+        with tl.region("attention"):
+            _attention(tl, plan, layer, new, shared, dims)
+    else:
+        with tl.region("qkv"):
+            new = _qkv_pass(tl, plan, layer, h, shared, dims, *pas)
+        with tl.region("kv_append"):
+            _append_pass(tl, layer, new, dims, *pas)
+        with tl.region("attention"):
+            _attention_pass(tl, plan, layer, new, shared, dims, *pas, masks)
     with tl.region("o_proj"):
         r0, rn = plan["o"]
         if rn:
-            o = tl.load(tl.shard(shared["obuf"]) + r0 * tl.itemsize(dt), shape=(b, rn),
+            o = tl.load(tl.shard(shared["obuf"]) + r0 * tl.itemsize(dt), shape=(rows, rn),
                         dtype=dt, stride=g * d)
             y = _gemv(tl, o, layer["o"], rn, hidden, dt)
         else:
-            y = tl.zeros((b, hidden))
+            y = tl.zeros((rows, hidden))
     with tl.region("attn_all_reduce"):
-        x = x + _bias(tl, _all_reduce_into(tl, plan, y, shared, dims), layer.get("o_bias"),
-                      hidden, dt)
+        x = x + _bias(tl, _all_reduce_into(tl, plan, y, shared, dims, rows),
+                      layer.get("o_bias"), hidden, dt)
     with tl.region("rmsnorm"):
         h = _rmsnorm(tl, x, layer["norm_post"], hidden, eps).to(dt)
     with tl.region("mlp"):
@@ -322,9 +468,9 @@ def _layer(tl, plan, layer, i, x, shared, dims):
             act = (_act(tl, gate, dims["act"]) * up).to(dt)
             y = _gemv(tl, act, layer["down"], fn, hidden, dt)
         else:
-            y = tl.zeros((b, hidden))
+            y = tl.zeros((rows, hidden))
     with tl.region("mlp_all_reduce"):
-        return x + _bias(tl, _all_reduce_into(tl, plan, y, shared, dims),
+        return x + _bias(tl, _all_reduce_into(tl, plan, y, shared, dims, rows),
                          layer.get("down_bias"), hidden, dt)
 
 
@@ -334,15 +480,16 @@ def _is_max(tl, x, m):
     return 1.0 - tl.minimum((m - x) * 1e30, 1.0)
 
 
-def _lm_head(tl, plan, x, shared, dims):
+def _lm_head(tl, plan, x, shared, dims, out=("logits", "token")):
     """Vocab-parallel logits, the local argmax, the all-gathered (max, index) pairs and
-    their argmax (the lowest index among equal maxima, as numpy's)."""
+    their argmax (the lowest index among equal maxima, as numpy's); kept in the buffers
+    `out` names."""
     b, hidden, dt, eps = dims["b"], dims["hidden"], dims["dt"], dims["eps"]
     _v0, vn = plan["lm"]
     h = _rmsnorm(tl, x, plan["norm_final"], hidden, eps).to(dt)
     if vn:
         logits = _gemv(tl, h, plan["lm_w"], hidden, vn, dt)
-        tl.store(tl.shard(shared["logits"]), logits)
+        tl.store(tl.shard(shared[out[0]]), logits)
         iota = tl.load(plan["iota"], shape=(1, vn), dtype="f32")
         m = tl.max(logits, axis=1)
         idx = -tl.max(tl.where(_is_max(tl, logits, m[:, None]), -iota, NEG), axis=1)
@@ -358,12 +505,48 @@ def _lm_head(tl, plan, x, shared, dims):
     token = -tl.max(tl.where(_is_max(tl, pairs[:, :b], best[None, :]), -pairs[:, b:], NEG),
                     axis=0)
     if tl.pid == plan["stage"][0]:
-        tl.store(tl.shard(shared["token"]), token)
+        tl.store(tl.shard(shared[out[1]]), token)
+
+
+def _prefill(tl, plan, shared, dims):
+    """The prompt, pass by pass through this stage's layers (each pass's hidden state
+    handed on to the next stage, which takes it while this one goes on to the next
+    pass); the last stage's LM head makes the first token from the prompt's last one."""
+    b, hidden, dt = dims["b"], dims["hidden"], dims["dt"]
+    prompt, row = tl.shard(shared["prompt"]), 0
+    out = tl.shard(shared["prefill_out"])
+    x = t = None
+    for c, (p0, t) in enumerate(dims["chunks"]):
+        rows = b * t
+        if plan["prev"] is None:
+            x = tl.load(prompt + row * hidden * tl.itemsize(dt), shape=(rows, hidden),
+                        dtype=dt).to("f32")
+        else:
+            with tl.region("pp_handoff"):
+                x = tl.recv(frm=plan["prev"], shape=(rows, hidden), dtype="f32")
+        row += rows
+        masks = None
+        for i, layer in plan["layers"]:
+            if masks is None:
+                masks = _future(tl, shared, layer, p0, t)
+            with tl.region(f"layer{i}") if dims["per_layer"] else contextlib.nullcontext():
+                x = _layer(tl, plan, layer, i, x, shared, dims, (p0, t), masks)
+                if c == len(dims["chunks"]) - 1 and tl.pid == plan["stage"][0]:
+                    tl.store(out + i * rows * hidden * 4, x)  # the last pass's, for the check
+        if plan["next"] is not None:
+            with tl.region("pp_handoff"):
+                tl.send(x, to=plan["next"])
+    if plan["next"] is None:
+        with tl.region("lm_head"):
+            _lm_head(tl, plan, x[t - 1::t], shared, dims, ("prefill_logits", "prefill_token"))
 
 
 def kernel(tl, plans, shared, dims):
     plan = plans[tl.pid]
     b, hidden = dims["b"], dims["hidden"]
+    if dims["chunks"]:
+        with tl.region("prefill"):
+            _prefill(tl, plan, shared, dims)
     if plan["prev"] is None:
         x = tl.load(tl.shard(shared["x"]), shape=(b, hidden), dtype=dims["dt"]).to("f32")
     else:
@@ -391,8 +574,8 @@ def reference(host, p):
     (`kernbench_cli.models.reference`), rounded to `dtype` where the kernel hands values
     to the GEMM array or the KV cache."""
     run = run_of(host.topology, p)
-    return decode_step(run.cfg, host.inputs, range(run.timed), run.context,
-                       host.inputs["inputs_embeds"].dtype)
+    return step(run.cfg, host.inputs, range(run.timed), run.context,
+                host.inputs["inputs_embeds"].dtype)
 
 
 def outputs(host, args, p):
@@ -413,6 +596,50 @@ def outputs(host, args, p):
     out["logits"] = np.concatenate([piece for _, piece in pieces], axis=1).astype(dt)
     out["next_token"] = host.read_shard(shared["token"], plans[last[0]]["stage"][0]) \
         .astype(np.float32)
+    if dims["chunks"]:
+        out.update(_prefill_outputs(host, args))
+    return out
+
+
+def _prefill_outputs(host, args) -> dict[str, np.ndarray]:
+    """What the prefill left: the prompt's last token's hidden state after each layer and
+    its logits and token, and the prompt's K and V as cached, read from every member's
+    shard ([batch, kv heads, prompt, head_dim] per layer)."""
+    dims, shared, plans = args["dims"], args["shared"], args["plans"]
+    b, hidden, d = dims["b"], dims["hidden"], dims["d"]
+    dt = host.inputs["inputs_embeds"].dtype
+    p_first, t_last = dims["context"], dims["chunks"][-1][1]
+    prompt = sum(t for _, t in dims["chunks"])
+    out = {}
+    for pid, plan in enumerate(plans):
+        if plan["stage"][0] == pid:
+            states = host.read_shard(shared["prefill_out"], pid)
+            for i, _ in plan["layers"]:
+                rows = states[i][:b * t_last * hidden].reshape(b, t_last, hidden)
+                out[f"prefill.hidden_states.{i}"] = rows[:, -1].astype(dt)
+    heads = max(plan["head"] for plan in plans) + 1
+    for kind in ("key", "value"):
+        cache: dict[int, np.ndarray] = {}
+        for plan in plans:
+            for i, layer in plan["layers"]:
+                lo, s0, sn = layer["seq"]
+                a, e = max(p_first, lo + s0), min(p_first + prompt, lo + s0 + sn)
+                if a >= e:
+                    continue
+                shard = host.read(layer["k" if kind == "key" else "v"], (b, sn, d), dims["dt"])
+                got = cache.setdefault(i, np.zeros((b, heads, prompt, d), np.float32))
+                got[:, plan["head"], a - p_first:e - p_first] = \
+                    shard[:, a - lo - s0:e - lo - s0]
+        for i, got in cache.items():
+            out[f"prefill.layers.{i}.{kind}"] = got.astype(dt)
+    pieces = sorted(((plan["lm"][0], host.read_shard(shared["prefill_logits"], pid)
+                      [:b * plan["lm"][1]].reshape(b, plan["lm"][1]))
+                     for pid, plan in enumerate(plans) if plan["next"] is None),
+                    key=lambda piece: piece[0])
+    out["prefill.logits"] = np.concatenate([piece for _, piece in pieces], axis=1).astype(dt)
+    first = next(pid for pid, plan in enumerate(plans) if plan["next"] is None)
+    out["prefill.next_token"] = host.read_shard(shared["prefill_token"],
+                                                plans[first]["stage"][0]).astype(np.float32)
     return out
 
 
@@ -461,82 +688,130 @@ def _asrun_of(p):
 
 def metrics(topology, p, run):
     """Time per output token (TPOT), tokens/s, energy per token, TPOT against the HBM bound
-    of the whole step, and the HBM the model takes; with `scale_to`, the step of that many
-    layers from the timed ones, with its error bound."""
+    of the whole step, and the HBM the model takes; with a prompt, the time to the first
+    token (TTFT), the prefill's rate and energy, and a request's figures; with `scale_to`,
+    the step of that many layers from the timed ones, with their error bounds."""
     step = run_of(topology, p)
     lay = Layout(topology, step)
     read = sum(lay.read(pid) for pid in range(topology.num_pes))
     rate = topology.num_pes * _stream(topology)
     hbm_bound = read / rate * 1e12
-    tpot, energy, how, out = float(run.latency_ps), float(run.energy_aj), \
-        f"{step.timed} layers as run", {}
+    b, power = step.batch, run.static_aj / run.latency_ps if run.latency_ps else 0.0
+    ttft = run.region_bounds["prefill"][1] if step.prompt else 0
+    pre_aj = run.region_energy_aj.get("prefill", 0)
+    tpot, energy = float(run.latency_ps - ttft), float(run.energy_aj - run.static_aj - pre_aj)
+    how, out = f"{step.timed} layers as run", {}
     if step.scaled:
-        tpot, energy, how, out = _scaled(step, lay, run)
+        t_mid, e_mid, t_bound, e_bound, how = _middle(step, _decode_layers(step, run), run)
+        extra = step.layers - step.timed
+        tpot, energy = tpot + extra * t_mid, energy + extra * e_mid
+        out = {"tpot_bound_ps": (float(t_bound), "(+/-: the layers not timed times the timed "
+                                                 "middle layers' spread)"),
+               "energy_per_token_bound_uj": ((e_bound + power * t_bound) / 1e12 / b, ""),
+               "layers_timed": (float(step.timed), f"(of {step.layers})")}
+    energy += power * tpot  # static power over the step
     if tpot < hbm_bound:
         raise RuntimeError(f"TPOT {tpot:.0f} ps is below the step's HBM bound {hbm_bound:.0f} "
                            "ps: a bug in kernbench, please report it")
-    b = step.batch
+    if step.prompt:
+        out.update(_request(step, run, float(ttft), float(pre_aj), power, tpot))
     used = [sum(lay.need(pid).values()) for pid in range(topology.num_pes)]
     most_batch = largest(topology, p, "batch")
-    most_context = largest(topology, {**p, "batch": b}, "context")
+    most_context = largest(topology, {**p, "batch": b, "prompt": 0}, "context")
     have = topology.hbm.slice_size
-    macs = _macs(lay)
-    return {"tpot_ps": (tpot, f"({how})"),
+    decode = "the decode step" + (" after the prompt" if step.prompt else "")
+    return {"tpot_ps": (tpot, f"({decode}: {how})"),
             "tokens_per_s": (b * 1e12 / tpot if tpot else 0.0, f"(batch {b} / TPOT" + (
                 ": the largest batch that fits)" if p["batch"] == 0 else ")")),
             "hbm_bound_ps": (hbm_bound, f"(weights and KV cache {read:,} B / aggregate HBM "
                                         "stream bandwidth)"),
             "tpot_over_hbm_bound": (tpot / hbm_bound if hbm_bound else 0.0, ""),
-            "energy_per_token_uj": (energy / 1e12 / b, "(the step's energy / batch" + (
+            "energy_per_token_uj": (energy / 1e12 / b, f"({decode}'s energy / batch" + (
                 ": each layer not timed at a middle layer's counted energy, static power "
                 "over the TPOT)" if step.scaled else ")")),
             "hbm_used_bytes": (float(sum(used)), f"(the whole model over {len(used)} PEs; "
                                f"the fullest slice {max(used) / have:.1%} used)"),
             "hbm_free_bytes": (float(len(used) * have - sum(used)), ""),
-            "max_batch": (float(most_batch), f"(at context {step.context}: the largest batch "
-                                             "whose weights, KV cache and buffers fit)"),
+            "max_batch": (float(most_batch), f"(at context {step.positions - 1}: the largest "
+                                             "batch whose weights, KV cache and buffers "
+                                             "fit)"),
             "max_context": (float(most_context), f"(at batch {b})"),
-            "macs": (float(macs), ""), **out}
+            "macs": (float(_macs(lay)), ""), **out}
 
 
-def _scaled(step: Run, lay: Layout, run) -> tuple[float, float, str, dict]:
-    """(TPOT, energy, how, more metrics) of the step of `step.layers` layers from the
-    `step.timed` timed: each layer not timed takes a middle layer's time and energy.
+def _request(step: Run, run, ttft: float, pre_aj: float, power: float,
+             tpot: float) -> dict:
+    """A request's figures: TTFT (the prefill and its first token; with `scale_to`, each
+    layer not timed at a middle layer's time), the prefill's tokens/s and energy, and the
+    whole request of `new_tokens` tokens: TTFT + (new_tokens - 1) TPOT, each decode step
+    at the first one's TPOT (context + prompt; later steps read a few more positions)."""
+    b, out, how = step.batch, {}, f"{step.timed} layers as run"
+    if step.scaled:
+        t_mid, e_mid, t_bound, e_bound, how = _middle(step, _prefill_layers(step, run), run)
+        extra = step.layers - step.timed
+        ttft, pre_aj = ttft + extra * t_mid, pre_aj + extra * e_mid
+        out["ttft_bound_ps"] = (float(t_bound), "(+/-, as tpot_bound_ps)")
+        out["prefill_energy_per_token_bound_uj"] = (
+            (e_bound + power * t_bound) / 1e12 / (b * step.prompt), "")
+    pre_aj += power * ttft
+    n = step.new_tokens
+    request = ttft + (n - 1) * tpot
+    tokens = b * step.prompt
+    return {"ttft_ps": (ttft, f"(the prompt of {step.prompt} tokens, {step.chunk} a pass, "
+                              f"and its first token: {how})"),
+            "prefill_tokens_per_s": (tokens * 1e12 / ttft, f"(batch {b} x {step.prompt} / "
+                                                           "TTFT)"),
+            "prefill_energy_per_token_uj": (pre_aj / 1e12 / tokens, ""),
+            "request_ps": (request, f"(TTFT + {n - 1} x TPOT: {n} new tokens)"),
+            "request_tokens_per_s_per_user": (n * 1e12 / request, ""),
+            "request_tokens_per_s": (b * n * 1e12 / request, f"(batch {b})"), **out}
 
-    A layer's time is from the end of the layer before (the last of its commands on any
-    PE; the start of the step for the first) to the end of its own. Middle layers are
-    neither the first of their stage (it fills the pipeline, or takes the hand-off from
-    the stage before) nor the last (the LM head or the hand-off follows it). The layers
-    not timed are middle ones; they take the mean of
-    the timed middle ones, and the bound is their spread (the largest less the
-    smallest) times their number: the full step lies within it when the layers not timed
-    differ no more than the timed ones do. Dynamic energy is counted per layer (every
-    action its commands issued, `sim.energy.by_region`); static energy is the run's
-    static power over the step's time."""
+
+def _middle(step: Run, layers: list[tuple[int, int]], run) -> tuple:
+    """Of `layers` ((time, dynamic energy) of each timed layer), the middle ones' mean time
+    and energy, and their spreads times the layers not timed (the bounds), and how it was
+    found. Middle layers are neither the first of their stage (it fills the pipeline, or
+    takes the hand-off from the stage before) nor the last (the LM head or the hand-off
+    follows it); the layers not timed are middle ones: the full step lies within the
+    bounds when they differ no more than the timed middle ones do."""
+    edges = {i for k in range(step.pp) for i in (coll.part(step.timed, step.pp, k)[0],
+                                                 sum(coll.part(step.timed, step.pp, k)) - 1)}
+    times = [t for i, (t, _) in enumerate(layers) if i not in edges]
+    joules = [e for i, (_, e) in enumerate(layers) if i not in edges]
+    extra = step.layers - step.timed
+    t_mid, e_mid = sum(times) / len(times), sum(joules) / len(joules)
+    t_bound = extra * (max(times) - min(times))
+    how = (f"{step.timed} layers timed, {extra} more at a middle layer's "
+           f"{t_mid / 1e6:.3f} us, within +/- {t_bound / 1e6:.3f} us: the timed middle "
+           f"layers took {min(times) / 1e6:.3f} to {max(times) / 1e6:.3f} us")
+    return t_mid, e_mid, t_bound, extra * (max(joules) - min(joules)), how
+
+
+def _decode_layers(step: Run, run) -> list[tuple[int, int]]:
+    """(time, dynamic energy) of each timed layer of the decode step: a layer's time from
+    the end of the layer before (the last of its commands on any PE; the start of the
+    first) to the end of its own."""
     names = [f"layer{i}" for i in range(step.timed)]
     ends = [run.region_bounds[n][1] for n in names]
     starts = [run.region_bounds[names[0]][0], *ends[:-1]]
-    edges = {i for k in range(step.pp) for i in (coll.part(step.timed, step.pp, k)[0],
-                                                 sum(coll.part(step.timed, step.pp, k)) - 1)}
-    middle = [i for i in range(step.timed) if i not in edges]
-    times = [ends[i] - starts[i] for i in middle]
-    joules = [run.region_energy_aj[names[i]] for i in middle]
-    extra = step.layers - step.timed
-    t_mid, e_mid = sum(times) / len(times), sum(joules) / len(joules)
-    spread = max(times) - min(times)
-    tpot = run.latency_ps + extra * t_mid
-    power = run.static_aj / run.latency_ps if run.latency_ps else 0.0  # aJ per ps
-    energy = run.energy_aj + extra * e_mid + power * (tpot - run.latency_ps)
-    bound = extra * spread
-    e_bound = extra * (max(joules) - min(joules)) + power * bound
-    how = (f"{step.timed} layers timed, {extra} more at a middle layer's "
-           f"{t_mid / 1e6:.3f} us, within +/- {bound / 1e6:.3f} us: the timed middle layers "
-           f"took {min(times) / 1e6:.3f} to {max(times) / 1e6:.3f} us")
-    return tpot, energy, how, {
-        "tpot_bound_ps": (float(bound), "(+/-: the layers not timed times the timed middle "
-                                        "layers' spread)"),
-        "energy_per_token_bound_uj": (e_bound / 1e12 / step.batch, ""),
-        "layers_timed": (float(step.timed), f"(of {step.layers})")}
+    return [(e - s, run.region_energy_aj[n]) for s, e, n in zip(starts, ends, names,
+                                                                  strict=True)]
+
+
+def _prefill_layers(step: Run, run) -> list[tuple[int, int]]:
+    """(time, dynamic energy) of each timed layer over the whole prefill: in each pass, from
+    the end of the layer before (the pass's first: from the end of the pass before) to
+    the end of its own, summed over the passes."""
+    names = [f"prefill/layer{i}" for i in range(step.timed)]
+    passes = [run.region_passes[n] for n in names]
+    times = [0] * step.timed
+    before = passes[0][0][0]
+    for c in range(len(step.chunks)):
+        for i in range(step.timed):
+            end = passes[i][c][1]
+            times[i] += end - before
+            before = end
+    return [(t, run.region_energy_aj[n]) for t, n in zip(times, names, strict=True)]
 
 
 def quality(host, p, outputs):
@@ -546,7 +821,7 @@ def quality(host, p, outputs):
     logits over the batch, their largest absolute error, and the share of sequences whose
     next token (the argmax) is the exact model's."""
     run = run_of(host.topology, p)
-    exact = decode_step(run.cfg, host.inputs, range(run.timed), run.context, np.float64)
+    exact = step(run.cfg, host.inputs, range(run.timed), run.context, np.float64)
     want, got = exact["logits"], outputs["logits"].astype(np.float64)
     norm = float(np.linalg.norm(want))
     agree = float(np.mean(got.argmax(axis=1) == want.argmax(axis=1)))

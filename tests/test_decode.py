@@ -329,3 +329,67 @@ def test_quality_beside_time_and_energy(run):
     assert m["logits_max_abs_err"] > 0
     timing = run("llama_decode", "default", ("batch=4",), timing_only=True)
     assert "logits_rel_l2" not in timing.metrics  # nothing to measure without values
+
+
+@pytest.mark.parametrize("params", [
+    ("prompt=20", "chunk=8", "context=5", "batch=2"),  # passes of 8, 8 and 4, after 5 cached
+    ("prompt=12", "chunk=5", "context=3", "batch=2", "pp=2"),  # stages take passes in turn
+    ("prompt=9", "chunk=16", "context=0"),  # one pass, an empty cache before it
+])
+def test_a_prefill_verifies_and_the_decode_step_reads_its_cache(run, params):
+    """The prompt goes through the model pass by pass (causal attention over the cache
+    and the pass's earlier tokens), writing its K and V, which the float64 reference
+    checks position by position; its last token's logits give the first token; the
+    decode step that follows reads that cache, and verifies too."""
+    result = run("llama_decode", "default", params)
+    _passed(result)
+    names = {c.name for c in result.checks}
+    assert {"prefill.logits", "prefill.next_token", "prefill.layers.0.key",
+            "prefill.layers.1.value", "prefill.hidden_states.1"} <= names
+    tokens = [c for c in result.checks if c.name.endswith("next_token")]
+    assert all(c.max_abs_err == 0 for c in tokens)
+
+
+def test_a_request_is_its_prefill_and_its_decode_steps(run):
+    """TTFT is the prefill's end (its first token), TPOT the decode step after it; a
+    request of n tokens takes TTFT + (n - 1) TPOT, and the rates follow."""
+    result = run("llama_decode", "default", ("prompt=16", "chunk=8", "context=0", "batch=2",
+                                             "new_tokens=10"), timing_only=True)
+    m = {k: v for k, (v, _) in result.metrics.items()}
+    prefill_end = max(end for _, name, _, end in result.region_spans
+                      if name.startswith("prefill"))
+    assert m["ttft_ps"] == prefill_end < result.latency_ps  # the first token is out then
+    assert m["tpot_ps"] == result.latency_ps - prefill_end
+    assert m["request_ps"] == m["ttft_ps"] + 9 * m["tpot_ps"]
+    assert m["prefill_tokens_per_s"] == pytest.approx(2 * 16 * 1e12 / m["ttft_ps"])
+    assert m["request_tokens_per_s"] == pytest.approx(2 * 10 * 1e12 / m["request_ps"])
+    by = {r.name: r for r in result.regions}
+    assert "prefill" in by and by["prefill"].energy_aj > 0
+
+
+def test_a_scaled_prefill_bounds_the_full_one(run):
+    """Ten layers' prefill in full, and four scaled to ten: TTFT within its bound."""
+    base = (f"config={TEN}", "prompt=24", "chunk=8", "context=0", "batch=2")
+    full = run("llama_decode", "default", base, timing_only=True)
+    part = run("llama_decode", "default", (*base, "layers=4", "scale_to=10"),
+               timing_only=True)
+    f = {k: v for k, (v, _) in full.metrics.items()}
+    m = {k: v for k, (v, _) in part.metrics.items()}
+    assert abs(m["ttft_ps"] - f["ttft_ps"]) <= m["ttft_bound_ps"]
+    assert abs(m["tpot_ps"] - f["tpot_ps"]) <= m["tpot_bound_ps"]
+    assert abs(m["prefill_energy_per_token_uj"] - f["prefill_energy_per_token_uj"]) <= \
+        m["prefill_energy_per_token_bound_uj"] + 1e-9 * f["prefill_energy_per_token_uj"]
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ((f"config={HF / 'mistral_sliding.json'}", "prompt=8"), "prompt: a prefill of "
+     "sliding-window layers is not modelled (its attention would need a window per "
+     "query); run the decode step, or a model without sliding_window"),
+    ((f"config={TEN}", "prompt=8", "layers=6", "scale_to=10", "pp=2"), "scale_to with a "
+     "prompt and pp > 1: the stages take the prefill's passes in a pipeline, so a layer's "
+     "time there is no share of the TTFT; run all layers, or one stage"),
+    (("prompt=8", "chunk=0"), "chunk = 0: must be at least 1"),
+])
+def test_prefills_not_modelled_are_refused(cli, params, message):
+    code, _, err = cli("run", "llama_decode", *sum((("-p", p) for p in params), ()))
+    assert (code, err) == (2, f"error: llama_decode: {message}\n")

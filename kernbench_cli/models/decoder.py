@@ -60,24 +60,54 @@ class Run:
     timed: int
     layers: int
     batch: int
-    context: int
+    context: int  # tokens each sequence has in its cache before the step
     pp: int
     dtype: str
-    chunk: int
+    kv_chunk: int  # KV positions an attention partial takes at once
     algo: str
+    prompt: int = 0  # tokens prefilled before the decode step (0: none)
+    chunk: int = 1  # prompt tokens each prefill pass takes
+    new_tokens: int = 1  # tokens a request generates (its figures)
 
     @property
     def scaled(self) -> bool:
         return self.layers != self.timed
 
+    @property
+    def positions(self) -> int:
+        """Positions the cache holds after the step: the context, the prompt, the token the
+        decode step appends."""
+        return self.context + self.prompt + 1
+
+    @property
+    def chunks(self) -> list[tuple[int, int]]:
+        """(first position, tokens) of each prefill pass, in order."""
+        return [(self.context + p, min(self.chunk, self.prompt - p))
+                for p in range(0, self.prompt, self.chunk)]
+
+    @property
+    def tokens(self) -> list[int]:
+        """The tokens per sequence a pass takes, each size once: the decode step's 1 and the
+        prefill's chunk (and a last shorter one)."""
+        return sorted({1, *(t for _, t in self.chunks)})
+
 
 def run_of(topology, p) -> Run:
     """The step `p` asks for, checked against the model and the topology (ValueError)."""
     cfg = model_config(p)
-    for name, low in (("batch", 0), ("context", 0), ("chunk", 1), ("layers", 0),
-                      ("scale_to", 0), ("pp", 1)):
+    for name, low in (("batch", 0), ("context", 0), ("prompt", 0), ("chunk", 1),
+                      ("kv_chunk", 1), ("new_tokens", 1), ("layers", 0), ("scale_to", 0),
+                      ("pp", 1)):
         if p[name] < low:
             raise ValueError(f"{name} = {p[name]}: must be at least {low}")
+    if p["prompt"] and p["scale_to"] and p["pp"] > 1:
+        raise ValueError("scale_to with a prompt and pp > 1: the stages take the prefill's "
+                         "passes in a pipeline, so a layer's time there is no share of the "
+                         "TTFT; run all layers, or one stage")
+    if p["prompt"] and cfg.windows:
+        raise ValueError("prompt: a prefill of sliding-window layers is not modelled (its "
+                         "attention would need a window per query); run the decode step, "
+                         "or a model without sliding_window")
     if p["batch"] == 0:  # the largest batch that fits; if none, say why one does not
         p = {**p, "batch": largest(topology, p, "batch") or 1}
     timed = p["layers"] or cfg.layers
@@ -92,8 +122,8 @@ def run_of(topology, p) -> Run:
         raise ValueError(f"pp = {pp}: the {pes} PEs must split into {pp} stages of a multiple "
                          f"of {cfg.kv_heads} PEs (a head group per KV head), with a layer "
                          f"each at least ({timed} layers)")
-    return Run(cfg, timed, layers, p["batch"], p["context"], pp, p["dtype"], p["chunk"],
-               p["algo"])
+    return Run(cfg, timed, layers, p["batch"], p["context"], pp, p["dtype"], p["kv_chunk"],
+               p["algo"], p["prompt"], p["chunk"], p["new_tokens"])
 
 
 def check_scaling(cfg: ModelConfig, timed: int, layers: int, pp: int) -> None:
@@ -170,15 +200,27 @@ class Layout:
         hidden state after each is kept, for the check)."""
         run, cfg = self.run, self.run.cfg
         b, d, g, dt = run.batch, cfg.head_dim, cfg.group, run.dtype
-        return [Piece("x", (b, cfg.hidden), dt, "buffers", "inputs_embeds"),
-                Piece("rope", (2, d // 2), "f32", "buffers"),
-                Piece("qkvbuf", ((g + 2) * d * b,), dt, "buffers"),
-                Piece("obuf", (b * g * d,), dt, "buffers"),
-                Piece("ybuf", (b * cfg.hidden,), "f32", "buffers"),
-                Piece("argbuf", (self.width * b * 2,), "f32", "buffers"),
-                Piece("hidden_out", (layers + 1, b * cfg.hidden), "f32", "buffers"),
-                Piece("token", (b,), "f32", "buffers"),
-                Piece("logits", (b * self.share,), "f32", "buffers")]
+        rows = b * max(run.tokens)  # the most rows a pass takes
+        pieces = [Piece("x", (b, cfg.hidden), dt, "buffers", "inputs_embeds"),
+                  Piece("rope", (2, d // 2), "f32", "buffers"),
+                  Piece("qkvbuf", ((g + 2) * d * rows,), dt, "buffers"),
+                  Piece("obuf", (rows * g * d,), dt, "buffers"),
+                  Piece("ybuf", (rows * cfg.hidden,), "f32", "buffers"),
+                  Piece("argbuf", (self.width * b * 2,), "f32", "buffers"),
+                  Piece("hidden_out", (layers + 1, b * cfg.hidden), "f32", "buffers"),
+                  Piece("token", (b,), "f32", "buffers"),
+                  Piece("logits", (b * self.share,), "f32", "buffers")]
+        if run.prompt:  # the prompt's embeddings, pass by pass; its RoPE; positions
+            last = b * run.chunks[-1][1]
+            pieces += [Piece("prompt", (b * run.prompt, cfg.hidden), dt, "buffers",
+                             "prompt_embeds"),
+                       Piece("prompt_rope", (2, run.prompt, d // 2), "f32", "buffers"),
+                       Piece("positions", (run.positions,), "f32", "buffers"),
+                       Piece("prefill_out", (layers + 1, last * cfg.hidden), "f32",
+                             "buffers"),
+                       Piece("prefill_token", (b,), "f32", "buffers"),
+                       Piece("prefill_logits", (b * self.share,), "f32", "buffers")]
+        return pieces
 
     def aligned(self, nbytes: int) -> int:
         return -(-nbytes // self.page) * self.page
@@ -192,7 +234,7 @@ class Layout:
         attn = cfg.hidden * cfg.head_dim * (2 * cfg.heads + 2 * cfg.kv_heads)
         per_layer = (attn + 3 * cfg.hidden * cfg.intermediate) * item
         cache = 2 * run.batch * cfg.kv_heads * cfg.head_dim * item * sum(
-            min(run.context + 1, cfg.window(i) or run.context + 1) for i in range(run.layers))
+            min(run.positions, cfg.window(i) or run.positions) for i in range(run.layers))
         tables = cfg.vocab * cfg.hidden * item * (1 if cfg.tied else 2)
         need = per_layer * run.layers + cache + tables
         have = self.topology.num_pes * self.topology.hbm.slice_size
@@ -219,18 +261,24 @@ class Layout:
         for h in range(cfg.kv_heads):
             members = stage[h * size:(h + 1) * size]
             qkv_algo = gather_algo(grid, members, run.algo)
-            qkv_parts = coll.layout(grid, (g + 2) * d * b, members, qkv_algo)
+            qkv_parts = {t: coll.layout(grid, (g + 2) * d * b * t, members, qkv_algo)
+                         for t in run.tokens}
             o_parts = coll.layout(grid, g * d, members)
             seqs = {}  # per window: (first cached position, each member's shard of them)
             for window in windows:
-                lo = max(0, run.context + 1 - window) if window else 0
-                seqs[window] = (lo, coll.layout(grid, run.context + 1 - lo, members))
+                lo = max(0, run.positions - window) if window else 0
+                seqs[window] = (lo, coll.layout(grid, run.positions - lo, members))
             for pid in members:
-                e0, n = qkv_parts[pid]
                 self.stage_of[pid] = k
+                qkv = {}  # per pass size: (its part of the gather, the columns it covers)
+                for t, parts in qkv_parts.items():
+                    e0, n = parts[pid]
+                    qkv[t] = (e0, n, e0 // (b * t), -(-(e0 + n) // (b * t)))
                 plan = self.plans[pid] = {
-                    "group": members, "rank": members.index(pid), "head": h,
-                    "qkv": (e0, n, e0 // b, -(-(e0 + n) // b)), "o": o_parts[pid],
+                    "group": members, "rank": members.index(pid), "head": h, "qkv": qkv,
+                    "qkv_cols": (min(c0 for _, _, c0, _ in qkv.values()),
+                                 max(c1 for _, _, _, c1 in qkv.values())),
+                    "o": o_parts[pid],
                     "mlp": mlp[pid], "lm": lm.get(pid, (0, 0)), "arg": arg[pid],
                     "arg_algo": arg_algo, "qkv_algo": qkv_algo, "stage": stage,
                     "prev": self.stages[k - 1][stage.index(pid)] if k else None,
@@ -252,7 +300,7 @@ class Layout:
         """The pieces PE `pid` holds for each layer of attention window `window` (None:
         full): its weights, biases, norms and KV cache shard (empty ones left out)."""
         cfg, run, dt, plan = self.run.cfg, self.run, self.run.dtype, self.plans[pid]
-        _e0, _n, c0, c1 = plan["qkv"]
+        c0, c1 = plan["qkv_cols"]  # every pass's columns of the group's q, k, v
         sn = plan["seq"][window][2]
         key = (c1 - c0, plan["o"][1], plan["mlp"][1], sn)
         found = self._blocks.get(key)
@@ -444,6 +492,8 @@ def weights(host, run: Run) -> dict:
     host.inputs["model.norm.weight"] = w["model.norm.weight"]
     w["lm_head.weight"] = host.random("lm_head.weight", (cfg.vocab, hidden), dt,
                                       scale=1 / math.sqrt(hidden))
+    if run.prompt:  # the prompt's tokens, embedded, before the decode step's
+        w["prompt_embeds"] = host.random("prompt_embeds", (run.batch, run.prompt, hidden), dt)
     w["inputs_embeds"] = host.random("inputs_embeds", (run.batch, hidden), dt)
     return w
 
@@ -469,7 +519,7 @@ class Maker:
         w, cfg, plan = self.w, self.run.cfg, self.plan
         pre = f"model.layers.{i}."
         g, d, h = cfg.group, cfg.head_dim, plan["head"]
-        _e0, _n, c0, c1 = plan["qkv"]
+        c0, c1 = plan["qkv_cols"]
         r0, rn = plan["o"]
         f0, fn = plan["mlp"]
         key = piece.key
@@ -503,7 +553,8 @@ class Maker:
 
     def _cache(self, piece: Piece, i: int) -> np.ndarray:
         """This PE's shard of layer `i`'s K or V cache of its head: cached positions
-        lo + s0 .. of every sequence, [b, sn, d]; the new token's row is the kernel's."""
+        lo + s0 .. of every sequence, [b, sn, d]; the rows of the prompt and the new token
+        are the kernel's."""
         lo, s0, sn = self.plan["seq"][self.run.cfg.window(i)]
         full = self.w[f"model.layers.{i}.past_{'key' if piece.key == 'k' else 'value'}"]
         shard = np.zeros(piece.shape, full.dtype)

@@ -36,13 +36,15 @@ def activation(name: str) -> Callable[[np.ndarray], np.ndarray]:
     return lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def decode_step(cfg: ModelConfig, weights: dict[str, np.ndarray], layers: range,
-                position: int, dtype: np.dtype) -> dict[str, np.ndarray]:
-    """One token per sequence (``inputs_embeds`` [batch, hidden]) at `position` through
-    `layers`, the final norm and the LM head: ``hidden_states.{i}`` after each layer,
-    ``logits`` and ``next_token``. `weights` holds Hugging Face's names and [out, in]
-    layouts, and each layer's cache before the step, ``model.layers.{i}.past_key`` and
-    ``past_value`` [batch, kv heads, position, head_dim]."""
+def forward(cfg: ModelConfig, weights: dict[str, np.ndarray], layers: range,
+            x: np.ndarray, start: int, past: dict[int, tuple[np.ndarray, np.ndarray]],
+            dtype: np.dtype) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """T new tokens per sequence (`x` [batch, T, hidden]) at positions start .. start + T - 1
+    through `layers`, each attending causally to its layer's cache before them (`past`:
+    layer -> (K, V) [batch, kv heads, start, head_dim], RoPE'd as cached) and to the new
+    tokens up to itself. Returns, per layer, its output [batch, T, hidden]
+    (``hidden_states.{i}``) and its new K and V rows as cached (``key.{i}``,
+    ``value.{i}``, [batch, kv heads, T, head_dim]), and the last layer's output."""
     def rnd(a: np.ndarray) -> np.ndarray:
         return a.astype(dtype).astype(np.float64)
 
@@ -54,43 +56,104 @@ def decode_step(cfg: ModelConfig, weights: dict[str, np.ndarray], layers: range,
         return out + f(name + ".bias") if bias else out
 
     def rms(x: np.ndarray, name: str) -> np.ndarray:
-        return x / np.sqrt((x * x).mean(axis=1, keepdims=True) + cfg.eps) * f(name)
+        return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + cfg.eps) * f(name)
 
     d, hq, hkv, g = cfg.head_dim, cfg.heads, cfg.kv_heads, cfg.group
-    cos, sin = cos_sin(cfg.rope, d, position)
+    b, t = x.shape[:2]
+    pairs = [cos_sin(cfg.rope, d, start + k) for k in range(t)]
+    cos = np.stack([c for c, _ in pairs])[None, :, None]  # [1, T, 1, d/2]
+    sin = np.stack([s for _, s in pairs])[None, :, None]
     act = activation(cfg.act)
 
-    def rope(t: np.ndarray) -> np.ndarray:  # rotate-half over the last axis
-        t1, t2 = t[..., :d // 2], t[..., d // 2:]
-        return np.concatenate([t1 * cos - t2 * sin, t2 * cos + t1 * sin], axis=-1)
+    def rope(v: np.ndarray) -> np.ndarray:  # rotate-half over the last axis
+        v1, v2 = v[..., :d // 2], v[..., d // 2:]
+        return np.concatenate([v1 * cos - v2 * sin, v2 * cos + v1 * sin], axis=-1)
 
-    x = f("inputs_embeds")
-    b, out = x.shape[0], {}
+    out = {}
     for i in layers:
         pre = f"model.layers.{i}."
         h = rnd(rms(x, pre + "input_layernorm.weight"))
-        q = rnd(linear(h, pre + "self_attn.q_proj", cfg.qkv_bias)).reshape(b, hq, d)
-        k = rnd(linear(h, pre + "self_attn.k_proj", cfg.qkv_bias)).reshape(b, hkv, 1, d)
-        v = rnd(linear(h, pre + "self_attn.v_proj", cfg.qkv_bias)).reshape(b, hkv, 1, d)
+        q = rnd(linear(h, pre + "self_attn.q_proj", cfg.qkv_bias)).reshape(b, t, hq, d)
+        k = rnd(linear(h, pre + "self_attn.k_proj", cfg.qkv_bias)).reshape(b, t, hkv, d)
+        v = rnd(linear(h, pre + "self_attn.v_proj", cfg.qkv_bias)).reshape(b, t, hkv, d)
         q, k = rnd(rope(q / math.sqrt(d))), rnd(rope(k))
-        keys = np.concatenate([f(pre + "past_key"), k], axis=2)
-        values = np.concatenate([f(pre + "past_value"), v], axis=2)
+        k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [b, kv heads, T, d]
+        out[f"key.{i}"], out[f"value.{i}"] = k, v
+        keys = np.concatenate([past[i][0].astype(np.float64), k], axis=2)
+        values = np.concatenate([past[i][1].astype(np.float64), v], axis=2)
+        n = keys.shape[2]
+        # query at start + a sees keys at positions <= it (and, in a window of W, > it - W)
+        kpos, qpos = np.arange(n), start + np.arange(t)
+        seen = kpos[None, :] <= qpos[:, None]
         window = cfg.window(i)
-        if window is not None:  # the W latest positions, the new one's included
-            keys, values = keys[:, :, -window:], values[:, :, -window:]
-        o = np.empty((b, hq, d))
+        if window is not None:
+            seen &= kpos[None, :] > qpos[:, None] - window
+        o = np.empty((b, t, hq, d))
         for j in range(b):
             for kv in range(hkv):
-                s = q[j, kv * g:(kv + 1) * g] @ keys[j, kv].T
-                w = np.exp(s - s.max(axis=1, keepdims=True))
-                o[j, kv * g:(kv + 1) * g] = (w / w.sum(axis=1, keepdims=True)) @ values[j, kv]
-        x = x + linear(rnd(o.reshape(b, hq * d)), pre + "self_attn.o_proj", cfg.o_bias)
+                for head in range(kv * g, (kv + 1) * g):
+                    s = np.where(seen, q[j, :, head] @ keys[j, kv].T, -np.inf)
+                    w = np.exp(s - s.max(axis=1, keepdims=True))
+                    o[j, :, head] = (w / w.sum(axis=1, keepdims=True)) @ values[j, kv]
+        x = x + linear(rnd(o.reshape(b, t, hq * d)), pre + "self_attn.o_proj", cfg.o_bias)
         h = rnd(rms(x, pre + "post_attention_layernorm.weight"))
         gate = linear(h, pre + "mlp.gate_proj", cfg.mlp_bias)
         up = linear(h, pre + "mlp.up_proj", cfg.mlp_bias)
         x = x + linear(rnd(act(gate) * up), pre + "mlp.down_proj", cfg.mlp_bias)
-        out[f"hidden_states.{i}"] = x.astype(dtype)
-    logits = rnd(rms(x, "model.norm.weight")) @ f("lm_head.weight").T
-    out["logits"] = logits.astype(dtype)
-    out["next_token"] = logits.argmax(axis=1).astype(np.float32)
+        out[f"hidden_states.{i}"] = x
+    return out, x
+
+
+def head(cfg: ModelConfig, weights: dict[str, np.ndarray], x: np.ndarray,
+         dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """The final norm and the LM head of `x` [batch, hidden]: (logits in float64, the next
+    token of each sequence)."""
+    w = weights["model.norm.weight"].astype(np.float64)
+    h = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + cfg.eps) * w
+    logits = h.astype(dtype).astype(np.float64) @ weights["lm_head.weight"].astype(np.float64).T
+    return logits, logits.argmax(axis=1).astype(np.float32)
+
+
+def step(cfg: ModelConfig, weights: dict[str, np.ndarray], layers: range, context: int,
+         dtype: np.dtype) -> dict[str, np.ndarray]:
+    """A request's step as `llama_decode` runs it: the prompt (``prompt_embeds`` [batch,
+    prompt, hidden], if any) prefilled after each layer's `context` cached tokens
+    (``model.layers.{i}.past_key``/``past_value``), then one decode step of
+    ``inputs_embeds`` [batch, hidden] at the next position. Returns, rounded to `dtype`:
+    each layer's output after the decode step (``hidden_states.{i}``), its ``logits`` and
+    ``next_token``; with a prompt, the prompt's last token's after each layer
+    (``prefill.hidden_states.{i}``), its ``prefill.logits`` and ``prefill.next_token`` (the
+    first generated token), and the prompt's K and V as cached
+    (``prefill.layers.{i}.key``/``value``)."""
+    past = {i: (weights[f"model.layers.{i}.past_key"], weights[f"model.layers.{i}.past_value"])
+            for i in layers}
+    out: dict[str, np.ndarray] = {}
+    if "prompt_embeds" in weights:
+        got, x = forward(cfg, weights, layers, weights["prompt_embeds"].astype(np.float64),
+                         context, past, dtype)
+        for i in layers:
+            out[f"prefill.hidden_states.{i}"] = got[f"hidden_states.{i}"][:, -1].astype(dtype)
+            for kind in ("key", "value"):
+                out[f"prefill.layers.{i}.{kind}"] = got[f"{kind}.{i}"].astype(dtype)
+            past[i] = tuple(np.concatenate([past[i][m].astype(np.float64), got[f"{kind}.{i}"]],
+                                           axis=2) for m, kind in enumerate(("key", "value")))
+        logits, token = head(cfg, weights, x[:, -1], dtype)
+        out["prefill.logits"], out["prefill.next_token"] = logits.astype(dtype), token
+        context += x.shape[1]
+    got, x = forward(cfg, weights, layers, weights["inputs_embeds"].astype(np.float64)[:, None],
+                     context, past, dtype)
+    for i in layers:
+        out[f"hidden_states.{i}"] = got[f"hidden_states.{i}"][:, 0].astype(dtype)
+    logits, token = head(cfg, weights, x[:, 0], dtype)
+    out["logits"], out["next_token"] = logits.astype(dtype), token
     return out
+
+
+def decode_step(cfg: ModelConfig, weights: dict[str, np.ndarray], layers: range,
+                position: int, dtype: np.dtype) -> dict[str, np.ndarray]:
+    """One token per sequence (``inputs_embeds`` [batch, hidden]) at `position`, after its
+    cache (``model.layers.{i}.past_key``/``past_value``), through `layers`, the final norm
+    and the LM head: ``hidden_states.{i}`` after each layer, ``logits`` and ``next_token``
+    (`step` without a prompt)."""
+    weights = {k: v for k, v in weights.items() if k != "prompt_embeds"}
+    return step(cfg, weights, layers, position, dtype)

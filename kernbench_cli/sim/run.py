@@ -84,6 +84,9 @@ class Timed:
     region_energy_aj: dict[str, int] = field(default_factory=dict)
     region_bounds: dict[str, tuple[int, int]] = field(default_factory=dict)
     static_aj: int = 0
+    #: per named region, each time the PEs entered it (a loop's k-th pass through it on
+    #: every PE): the first start and last end of that pass's commands over every PE
+    region_passes: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
 
 @_quiet
@@ -362,14 +365,22 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
 def _timed(result: RunResult) -> Timed:
     """What a kernel's `metrics()` is told of its run."""
     bounds: dict[str, tuple[int, int]] = {}
-    for _, name, start, end in result.region_spans:
+    passes: dict[str, list[tuple[int, int]]] = {}
+    seen: dict[tuple[int, str], int] = {}  # (PE, region) -> its stretches so far
+    for pid, name, start, end in result.region_spans:
         first, last = bounds.get(name, (start, end))
         bounds[name] = (min(first, start), max(last, end))
+        k = seen[(pid, name)] = seen.get((pid, name), -1) + 1
+        got = passes.setdefault(name, [])
+        if k == len(got):
+            got.append((start, end))
+        else:
+            got[k] = (min(got[k][0], start), max(got[k][1], end))
     en = result.energy
     return Timed(result.latency_ps, {r.name: r.path_ps for r in result.regions},
                  en.total if en is not None else 0,
                  {r.name: r.energy_aj for r in result.regions}, bounds,
-                 en.static if en is not None else 0)
+                 en.static if en is not None else 0, passes)
 
 
 def _shipped(trace: Trace, hook: str, *args: Any) -> dict:
