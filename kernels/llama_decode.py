@@ -76,6 +76,7 @@ PARAMS = {
     "prompt": 0,
     "chunk": 64,
     "new_tokens": 128,
+    "microbatches": 1,
 }
 CHOICES = {"model": ("tiny", "llama3-8b", "llama3-70b"), "dtype": ("bf16", "f16"),
            "algo": ("ring", "direct", "tree", "rhd", "hier")}
@@ -93,8 +94,10 @@ PARAM_INFO = {
                  "layer's time and energy, with a bound from how much the timed middle "
                  "layers differ", "layers"),
     "pp": ("pipeline stages: the grid's PEs (in ring order) split into this many "
-           "tensor-parallel groups, each running a share of the layers; one step, no "
-           "micro-batches, so stages run one after another", "stages"),
+           "tensor-parallel groups, each running a share of the layers; without "
+           "micro-batches the stages run one after another", "stages"),
+    "microbatches": ("the decode step's batch in this many equal parts, each through the "
+                     "stages in turn, so that the stages overlap (needs pp > 1)", "parts"),
     "dtype": "weights, KV cache and GEMM operands (f32 accumulation)",
     "algo": "the all-reduces' and all-gathers' algorithm (collectives; an all-gather "
             "takes ring where its group does not allow it); hier: a ring per level, the "
@@ -152,7 +155,8 @@ def setup(host, p):
             "layers": run.timed, "dt": dt, "per_layer": run.scaled or bool(p["scale_to"]),
             "eps": cfg.eps, "ctx": run.positions - 1, "kv_chunk": run.kv_chunk,
             "algo": run.algo, "act": cfg.act, "vocab_share": lay.share,
-            "chunks": run.chunks, "context": run.context, "prompt": run.prompt}
+            "chunks": run.chunks, "context": run.context, "prompt": run.prompt,
+            "m": run.microbatches, "mb": run.rows}
     return {"plans": plans, "shared": shared, "dims": dims}
 
 
@@ -185,13 +189,13 @@ def _bias(tl, y, ptr, n, dt):
     return y if ptr is None else y + tl.load(ptr, shape=(1, n), dtype=dt)
 
 
-def _columns(tl, plan, layer, h, shared, dims, t):
-    """This member's columns of the group's q, k, v (with their biases) for a pass of `t`
-    tokens a sequence (h: [batch x t, hidden]), all-gathered in the group: the buffer,
-    column c of row r at c x rows + r (row j x t + k: sequence j's token k)."""
-    b, g, d, dt, hidden = dims["b"], dims["g"], dims["d"], dims["dt"], dims["hidden"]
-    item, rows = tl.itemsize(dt), b * t
-    e0, n, c0, c1 = plan["qkv"][t]
+def _columns(tl, plan, layer, h, shared, dims, rows):
+    """This member's columns of the group's q, k, v (with their biases) for a pass of
+    `rows` rows (h: [rows, hidden]; a prefill pass's row j x t + k is sequence j's token k),
+    all-gathered in the group: the buffer, column c of row r at c x rows + r."""
+    g, d, dt, hidden = dims["g"], dims["d"], dims["dt"], dims["hidden"]
+    item = tl.itemsize(dt)
+    e0, n, c0, c1 = plan["qkv"][rows]
     w0, w1 = plan["qkv_cols"]  # the columns this PE holds, of every pass
     buf = tl.shard(shared["qkvbuf"])
     if n:
@@ -210,11 +214,11 @@ def _columns(tl, plan, layer, h, shared, dims, t):
 
 
 def _qkv(tl, plan, layer, h, shared, dims):
-    """The decode step's q, k, v: each sequence's q (scaled by 1/sqrt(d)) and new k in
-    halves, RoPE'd at the new position, and its new v."""
-    b, g, d, dt = dims["b"], dims["g"], dims["d"], dims["dt"]
+    """The decode step's q, k, v for a micro-batch: each sequence's q (scaled by
+    1/sqrt(d)) and new k in halves, RoPE'd at the new position, and its new v."""
+    b, g, d, dt = dims["mb"], dims["g"], dims["d"], dims["dt"]
     item = tl.itemsize(dt)
-    buf = _columns(tl, plan, layer, h, shared, dims, 1)
+    buf = _columns(tl, plan, layer, h, shared, dims, b)
     rope = tl.load(tl.shard(shared["rope"]), shape=(2, d // 2), dtype="f32")
     cos, sin, half = rope[0], rope[1], d // 2
     out = []
@@ -235,7 +239,7 @@ def _qkv_pass(tl, plan, layer, h, shared, dims, p0, t):
     RoPE'd at positions p0 ..; and per query head its q (scaled by 1/sqrt(d)) in halves."""
     b, g, d, dt = dims["b"], dims["g"], dims["d"], dims["dt"]
     item, rows, half = tl.itemsize(dt), b * t, d // 2
-    buf = _columns(tl, plan, layer, h, shared, dims, t)
+    buf = _columns(tl, plan, layer, h, shared, dims, rows)
     table = tl.shard(shared["prompt_rope"]) + (p0 - dims["context"]) * half * 4
     cos = tl.load(table, shape=(t, half), dtype="f32")
     sin = tl.load(table + dims["prompt"] * half * 4, shape=(t, half), dtype="f32")
@@ -256,14 +260,15 @@ def _qkv_pass(tl, plan, layer, h, shared, dims, p0, t):
     return out
 
 
-def _append(tl, layer, new, dims):
-    """The member holding the new position writes each sequence's new K and V row."""
+def _append(tl, layer, new, dims, j0):
+    """The member holding the new position writes each sequence's new K and V row (the
+    micro-batch's sequences from `j0`)."""
     lo, s0, sn = layer["seq"]
     at, d, dt = dims["ctx"] - lo, dims["d"], dims["dt"]  # the new one among the cached
     if not s0 <= at < s0 + sn:
         return
     item = tl.itemsize(dt)
-    for j, (_, _, k1, k2, v) in enumerate(new):
+    for j, (_, _, k1, k2, v) in enumerate(new, j0):
         row = (j * sn + at - s0) * d * item
         tl.store(layer["k"] + row, k1)
         tl.store(layer["k"] + row + d // 2 * item, k2)
@@ -348,14 +353,14 @@ def _tree(tl, plan, parts, rows, d):
     return parts
 
 
-def _attention(tl, plan, layer, new, shared, dims):
-    """The decode step's partials per sequence (its heads as rows), merged to the head
-    group's first member, which divides and stores the heads' output; broadcast to the
-    group."""
-    b, g, d, dt = dims["b"], dims["g"], dims["d"], dims["dt"]
+def _attention(tl, plan, layer, new, shared, dims, j0):
+    """The decode step's partials per sequence of the micro-batch (from `j0`; its heads as
+    rows), merged to the head group's first member, which divides and stores the heads'
+    output; broadcast to the group."""
+    b, g, d, dt = dims["mb"], dims["g"], dims["d"], dims["dt"]
     sn = layer["seq"][2]
     parts = _tree(tl, plan, [_flash(tl, layer, q1, q2, j, g, sn, dims)
-                             for j, (q1, q2, *_) in enumerate(new)], g, d)
+                             for j, (q1, q2, *_) in enumerate(new, j0)], g, d)
     obuf = tl.shard(shared["obuf"])
     if parts is not None:
         for j, (_, lsum, o) in enumerate(parts):
@@ -424,20 +429,21 @@ def _act(tl, gate, name):
     return gate * (tl.tanh(inner) + 1.0) * 0.5
 
 
-def _layer(tl, plan, layer, i, x, shared, dims, pas=None, masks=None):
-    """Layer `i` of the decode step (`pas` None) or of a prefill pass (`pas`: its first
-    position and tokens a sequence) on `x` [rows, hidden] (f32)."""
+def _layer(tl, plan, layer, i, x, shared, dims, pas=None, masks=None, j0=0):
+    """Layer `i` of the decode step for the micro-batch from sequence `j0` (`pas` None), or
+    of a prefill pass (`pas`: its first position and tokens a sequence) on `x` [rows,
+    hidden] (f32)."""
     b, g, d, dt, hidden, eps = (dims[k] for k in ("b", "g", "d", "dt", "hidden", "eps"))
-    rows = b * (pas[1] if pas else 1)
+    rows = b * pas[1] if pas else dims["mb"]
     with tl.region("rmsnorm"):
         h = _rmsnorm(tl, x, layer["norm_in"], hidden, eps).to(dt)
     if pas is None:
         with tl.region("qkv"):
             new = _qkv(tl, plan, layer, h, shared, dims)
         with tl.region("kv_append"):
-            _append(tl, layer, new, dims)
+            _append(tl, layer, new, dims, j0)
         with tl.region("attention"):
-            _attention(tl, plan, layer, new, shared, dims)
+            _attention(tl, plan, layer, new, shared, dims, j0)
     else:
         with tl.region("qkv"):
             new = _qkv_pass(tl, plan, layer, h, shared, dims, *pas)
@@ -480,23 +486,24 @@ def _is_max(tl, x, m):
     return 1.0 - tl.minimum((m - x) * 1e30, 1.0)
 
 
-def _lm_head(tl, plan, x, shared, dims, out=("logits", "token")):
-    """Vocab-parallel logits, the local argmax, the all-gathered (max, index) pairs and
-    their argmax (the lowest index among equal maxima, as numpy's); kept in the buffers
-    `out` names."""
-    b, hidden, dt, eps = dims["b"], dims["hidden"], dims["dt"], dims["eps"]
+def _lm_head(tl, plan, x, shared, dims, out=("logits", "token"), j0=0):
+    """Vocab-parallel logits of `x`'s sequences (those from `j0`), the local argmax, the
+    all-gathered (max, index) pairs and their argmax (the lowest index among equal
+    maxima, as numpy's); kept in the buffers `out` names."""
+    hidden, dt, eps = dims["hidden"], dims["dt"], dims["eps"]
+    b = x.shape[0]
     _v0, vn = plan["lm"]
     h = _rmsnorm(tl, x, plan["norm_final"], hidden, eps).to(dt)
     if vn:
         logits = _gemv(tl, h, plan["lm_w"], hidden, vn, dt)
-        tl.store(tl.shard(shared[out[0]]), logits)
+        tl.store(tl.shard(shared[out[0]]) + j0 * vn * 4, logits)
         iota = tl.load(plan["iota"], shape=(1, vn), dtype="f32")
         m = tl.max(logits, axis=1)
         idx = -tl.max(tl.where(_is_max(tl, logits, m[:, None]), -iota, NEG), axis=1)
     else:  # no share of a vocabulary smaller than the stage: a pair that never wins
         m, idx = tl.zeros((b,)) + NEG, tl.zeros((b,))
     buf, pes = tl.shard(shared["argbuf"]), len(plan["stage"])
-    at, _ = plan["arg"]
+    at, _ = plan["arg"][b]
     tl.store(buf + 4 * at, m)
     tl.store(buf + 4 * (at + b), idx)
     coll.all_gather(tl, buf, pes * b * 2, "f32", group=plan["stage"], algo=plan["arg_algo"])
@@ -505,7 +512,7 @@ def _lm_head(tl, plan, x, shared, dims, out=("logits", "token")):
     token = -tl.max(tl.where(_is_max(tl, pairs[:, :b], best[None, :]), -pairs[:, b:], NEG),
                     axis=0)
     if tl.pid == plan["stage"][0]:
-        tl.store(tl.shard(shared[out[1]]), token)
+        tl.store(tl.shard(shared[out[1]]) + j0 * 4, token)
 
 
 def _prefill(tl, plan, shared, dims):
@@ -547,23 +554,25 @@ def kernel(tl, plans, shared, dims):
     if dims["chunks"]:
         with tl.region("prefill"):
             _prefill(tl, plan, shared, dims)
-    if plan["prev"] is None:
-        x = tl.load(tl.shard(shared["x"]), shape=(b, hidden), dtype=dims["dt"]).to("f32")
-    else:
-        with tl.region("pp_handoff"):  # the hidden state from the stage before
-            x = tl.recv(frm=plan["prev"], shape=(b, hidden), dtype="f32")
-    out = tl.shard(shared["hidden_out"])
-    for i, layer in plan["layers"]:
-        with tl.region(f"layer{i}") if dims["per_layer"] else contextlib.nullcontext():
-            x = _layer(tl, plan, layer, i, x, shared, dims)
-            if tl.pid == plan["stage"][0]:  # the hidden state after the layer, for the check
-                tl.store(out + i * b * hidden * 4, x)
-    if plan["next"] is not None:
-        with tl.region("pp_handoff"):
-            tl.send(x, to=plan["next"])
-        return
-    with tl.region("lm_head"):
-        _lm_head(tl, plan, x, shared, dims)
+    rows, out = dims["mb"], tl.shard(shared["hidden_out"])
+    for j0 in range(0, b, rows):  # micro-batch by micro-batch: the stages overlap
+        if plan["prev"] is None:
+            x = tl.load(tl.shard(shared["x"]) + j0 * hidden * tl.itemsize(dims["dt"]),
+                        shape=(rows, hidden), dtype=dims["dt"]).to("f32")
+        else:
+            with tl.region("pp_handoff"):  # the hidden state from the stage before
+                x = tl.recv(frm=plan["prev"], shape=(rows, hidden), dtype="f32")
+        for i, layer in plan["layers"]:
+            with tl.region(f"layer{i}") if dims["per_layer"] else contextlib.nullcontext():
+                x = _layer(tl, plan, layer, i, x, shared, dims, j0=j0)
+                if tl.pid == plan["stage"][0]:  # the state after the layer, for the check
+                    tl.store(out + (i * b + j0) * hidden * 4, x)
+        if plan["next"] is not None:
+            with tl.region("pp_handoff"):
+                tl.send(x, to=plan["next"])
+            continue
+        with tl.region("lm_head"):
+            _lm_head(tl, plan, x, shared, dims, j0=j0)
 
 
 # ---------------------------------------------------------------------- the reference
@@ -715,9 +724,12 @@ def metrics(topology, p, run):
                            "ps: a bug in kernbench, please report it")
     if step.prompt:
         out.update(_request(step, run, float(ttft), float(pre_aj), power, tpot))
+    if step.microbatches > 1:
+        out.update(_pipeline(step, run, tpot))
     used = [sum(lay.need(pid).values()) for pid in range(topology.num_pes)]
-    most_batch = largest(topology, p, "batch")
-    most_context = largest(topology, {**p, "batch": b, "prompt": 0}, "context")
+    whole = {**p, "microbatches": 1}  # what fits does not hang on how the batch is split
+    most_batch = largest(topology, whole, "batch")
+    most_context = largest(topology, {**whole, "batch": b, "prompt": 0}, "context")
     have = topology.hbm.slice_size
     decode = "the decode step" + (" after the prompt" if step.prompt else "")
     return {"tpot_ps": (tpot, f"({decode}: {how})"),
@@ -737,6 +749,24 @@ def metrics(topology, p, run):
                                              "fit)"),
             "max_context": (float(most_context), f"(at batch {b})"),
             "macs": (float(_macs(lay)), ""), **out}
+
+
+def _pipeline(step: Run, run, tpot: float) -> dict:
+    """A micro-batched step's pipeline: the stage time (how far apart the micro-batches
+    leave the last stage), the share of the step a stage idles (fill and drain: about
+    (N - 1) / (N + m - 1) of equal stages), and the pipeline in steady state, each stage
+    always on some micro-batch: a micro-batch's next token comes max(m, N) stage times
+    after its last (it cannot enter before its token is out), so TPOT is that and the
+    batch's tokens/s is batch / that."""
+    m, n, b = step.microbatches, step.pp, step.batch
+    ends = [end for _, end in run.region_passes["lm_head"]]
+    stage = (ends[-1] - ends[0]) / (m - 1)
+    steady = max(m, n) * stage
+    return {"stage_ps": (stage, f"(a micro-batch of {step.rows} through the slowest stage)"),
+            "pipeline_bubble": (1 - m * stage / tpot, f"(of the step, {n} stages x {m} "
+                                                      "micro-batches)"),
+            "steady_tpot_ps": (steady, f"(max({m} micro-batches, {n} stages) x stage)"),
+            "steady_tokens_per_s": (b * 1e12 / steady, f"(batch {b} / steady TPOT)")}
 
 
 def _request(step: Run, run, ttft: float, pre_aj: float, power: float,

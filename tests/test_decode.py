@@ -393,3 +393,54 @@ def test_a_scaled_prefill_bounds_the_full_one(run):
 def test_prefills_not_modelled_are_refused(cli, params, message):
     code, _, err = cli("run", "llama_decode", *sum((("-p", p) for p in params), ()))
     assert (code, err) == (2, f"error: llama_decode: {message}\n")
+
+
+PIPE = "tests/configs/tiny_4_layers_64_words.json"  # 4 layers, 64 words: a light LM head
+
+
+@pytest.mark.parametrize("m", [2, 4, 8])
+def test_micro_batches_overlap_the_stages(run, m):
+    """Batch 8 in m micro-batches through 4 stages of a layer each: the micro-batches leave
+    the last stage one stage time apart, and the step takes (N + m - 1) stage times (the
+    first stages are lighter by the LM head the last one runs: less, by at most N - 1
+    times it); in steady state a micro-batch's next token comes max(m, N) stage times
+    later."""
+    one = run("llama_decode", "default", (f"config={PIPE}", "batch=8", "pp=4"),
+              timing_only=True)
+    result = run("llama_decode", "default", (f"config={PIPE}", "batch=8", "pp=4",
+                                             f"microbatches={m}"), timing_only=True)
+    from kernbench_cli.sim.run import _timed
+
+    passes = _timed(result).region_passes["lm_head"]
+    ends = [end for _, end in passes]
+    gaps = [b - a for a, b in zip(ends, ends[1:], strict=False)]
+    assert len(passes) == m and max(gaps) - min(gaps) < 0.01 * max(gaps)  # steady
+    met = {k: v for k, (v, _) in result.metrics.items()}
+    stage, lm_head = met["stage_ps"], max(e - s for s, e in passes)
+    assert 0 <= (4 + m - 1) * stage - result.latency_ps <= 3 * lm_head
+    assert met["steady_tpot_ps"] == max(m, 4) * stage
+    assert met["steady_tokens_per_s"] == pytest.approx(8e12 / met["steady_tpot_ps"])
+    # one step of the whole batch: no sooner than without micro-batches (each micro-batch
+    # reads the weights again); in steady state, with no more micro-batches than stages,
+    # more tokens a second than the stages taking the whole batch in turn
+    assert result.latency_ps > one.latency_ps
+    unpipelined = 8e12 / one.latency_ps
+    assert (met["steady_tokens_per_s"] > unpipelined) == (m <= 4)
+
+
+def test_micro_batches_verify(run):
+    result = run("llama_decode", "default", ("batch=4", "pp=2", "microbatches=2"))
+    _passed(result)
+    assert next(c for c in result.checks if c.name == "next_token").max_abs_err == 0
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    (("batch=4", "microbatches=2"), "microbatches = 2: micro-batches overlap pipeline "
+     "stages, so they need pp > 1; and each layer then runs once per micro-batch, "
+     "overlapped, so no scale_to"),
+    (("batch=3", "pp=2", "microbatches=2"), "microbatches = 2: batch 3 does not split into "
+     "2 equal micro-batches"),
+])
+def test_micro_batches_that_cannot_be_are_refused(cli, params, message):
+    code, _, err = cli("run", "llama_decode", *sum((("-p", p) for p in params), ()))
+    assert (code, err) == (2, f"error: llama_decode: {message}\n")

@@ -68,6 +68,12 @@ class Run:
     prompt: int = 0  # tokens prefilled before the decode step (0: none)
     chunk: int = 1  # prompt tokens each prefill pass takes
     new_tokens: int = 1  # tokens a request generates (its figures)
+    microbatches: int = 1  # the decode step's batch in this many parts, through the stages
+
+    @property
+    def rows(self) -> int:
+        """Sequences a micro-batch of the decode step holds (its GEMMs' M)."""
+        return self.batch // self.microbatches
 
     @property
     def scaled(self) -> bool:
@@ -86,20 +92,26 @@ class Run:
                 for p in range(0, self.prompt, self.chunk)]
 
     @property
-    def tokens(self) -> list[int]:
-        """The tokens per sequence a pass takes, each size once: the decode step's 1 and the
-        prefill's chunk (and a last shorter one)."""
-        return sorted({1, *(t for _, t in self.chunks)})
+    def pass_rows(self) -> list[int]:
+        """The rows (sequences x tokens) a pass through a layer takes, each size once: a
+        decode micro-batch's sequences, the prefill's batch x chunk (and a last shorter
+        one)."""
+        return sorted({self.rows, *(self.batch * t for _, t in self.chunks)})
 
 
 def run_of(topology, p) -> Run:
     """The step `p` asks for, checked against the model and the topology (ValueError)."""
     cfg = model_config(p)
     for name, low in (("batch", 0), ("context", 0), ("prompt", 0), ("chunk", 1),
-                      ("kv_chunk", 1), ("new_tokens", 1), ("layers", 0), ("scale_to", 0),
-                      ("pp", 1)):
+                      ("kv_chunk", 1), ("new_tokens", 1), ("microbatches", 1), ("layers", 0),
+                      ("scale_to", 0), ("pp", 1)):
         if p[name] < low:
             raise ValueError(f"{name} = {p[name]}: must be at least {low}")
+    m = p["microbatches"]
+    if m > 1 and (p["pp"] < 2 or p["scale_to"]):
+        raise ValueError(f"microbatches = {m}: micro-batches overlap pipeline stages, so they "
+                         "need pp > 1; and each layer then runs once per micro-batch, "
+                         "overlapped, so no scale_to")
     if p["prompt"] and p["scale_to"] and p["pp"] > 1:
         raise ValueError("scale_to with a prompt and pp > 1: the stages take the prefill's "
                          "passes in a pipeline, so a layer's time there is no share of the "
@@ -109,7 +121,11 @@ def run_of(topology, p) -> Run:
                          "attention would need a window per query); run the decode step, "
                          "or a model without sliding_window")
     if p["batch"] == 0:  # the largest batch that fits; if none, say why one does not
-        p = {**p, "batch": largest(topology, p, "batch") or 1}
+        most = largest(topology, {**p, "microbatches": 1}, "batch")
+        p = {**p, "batch": most - most % m or m}
+    if p["batch"] % m:
+        raise ValueError(f"microbatches = {m}: batch {p['batch']} does not split into {m} "
+                         "equal micro-batches")
     timed = p["layers"] or cfg.layers
     if timed > cfg.layers:
         raise ValueError(f"layers = {timed}: the model has {cfg.layers} "
@@ -123,7 +139,7 @@ def run_of(topology, p) -> Run:
                          f"of {cfg.kv_heads} PEs (a head group per KV head), with a layer "
                          f"each at least ({timed} layers)")
     return Run(cfg, timed, layers, p["batch"], p["context"], pp, p["dtype"], p["kv_chunk"],
-               p["algo"], p["prompt"], p["chunk"], p["new_tokens"])
+               p["algo"], p["prompt"], p["chunk"], p["new_tokens"], m)
 
 
 def check_scaling(cfg: ModelConfig, timed: int, layers: int, pp: int) -> None:
@@ -200,7 +216,7 @@ class Layout:
         hidden state after each is kept, for the check)."""
         run, cfg = self.run, self.run.cfg
         b, d, g, dt = run.batch, cfg.head_dim, cfg.group, run.dtype
-        rows = b * max(run.tokens)  # the most rows a pass takes
+        rows = max(run.pass_rows)  # the most rows a pass takes
         pieces = [Piece("x", (b, cfg.hidden), dt, "buffers", "inputs_embeds"),
                   Piece("rope", (2, d // 2), "f32", "buffers"),
                   Piece("qkvbuf", ((g + 2) * d * rows,), dt, "buffers"),
@@ -256,13 +272,14 @@ class Layout:
         lm = coll.layout(grid, cfg.vocab, stage) if last else {}
         embed = coll.layout(grid, cfg.vocab, stage) if k == 0 and not cfg.tied else {}
         arg_algo = gather_algo(grid, stage, run.algo)
-        arg = coll.layout(grid, self.width * b * 2, stage, arg_algo)
+        arg = {n: coll.layout(grid, self.width * n * 2, stage, arg_algo)  # per LM head's rows
+               for n in {run.rows, b}}
         windows = {cfg.window(i) for i in range(first, first + count)}
         for h in range(cfg.kv_heads):
             members = stage[h * size:(h + 1) * size]
             qkv_algo = gather_algo(grid, members, run.algo)
-            qkv_parts = {t: coll.layout(grid, (g + 2) * d * b * t, members, qkv_algo)
-                         for t in run.tokens}
+            qkv_parts = {rows: coll.layout(grid, (g + 2) * d * rows, members, qkv_algo)
+                         for rows in run.pass_rows}
             o_parts = coll.layout(grid, g * d, members)
             seqs = {}  # per window: (first cached position, each member's shard of them)
             for window in windows:
@@ -270,16 +287,17 @@ class Layout:
                 seqs[window] = (lo, coll.layout(grid, run.positions - lo, members))
             for pid in members:
                 self.stage_of[pid] = k
-                qkv = {}  # per pass size: (its part of the gather, the columns it covers)
-                for t, parts in qkv_parts.items():
+                qkv = {}  # per pass's rows: (its part of the gather, the columns it covers)
+                for rows, parts in qkv_parts.items():
                     e0, n = parts[pid]
-                    qkv[t] = (e0, n, e0 // (b * t), -(-(e0 + n) // (b * t)))
+                    qkv[rows] = (e0, n, e0 // rows, -(-(e0 + n) // rows))
                 plan = self.plans[pid] = {
                     "group": members, "rank": members.index(pid), "head": h, "qkv": qkv,
                     "qkv_cols": (min(c0 for _, _, c0, _ in qkv.values()),
                                  max(c1 for _, _, _, c1 in qkv.values())),
                     "o": o_parts[pid],
-                    "mlp": mlp[pid], "lm": lm.get(pid, (0, 0)), "arg": arg[pid],
+                    "mlp": mlp[pid], "lm": lm.get(pid, (0, 0)),
+                    "arg": {n: parts[pid] for n, parts in arg.items()},
                     "arg_algo": arg_algo, "qkv_algo": qkv_algo, "stage": stage,
                     "prev": self.stages[k - 1][stage.index(pid)] if k else None,
                     "next": None if last else self.stages[k + 1][stage.index(pid)],
