@@ -4,6 +4,7 @@ layers and their bounds, and the HBM the model needs."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -413,7 +414,7 @@ def test_micro_batches_overlap_the_stages(run, m):
 
     passes = _timed(result).region_passes["lm_head"]
     ends = [end for _, end in passes]
-    gaps = [b - a for a, b in zip(ends, ends[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(ends)]
     assert len(passes) == m and max(gaps) - min(gaps) < 0.01 * max(gaps)  # steady
     met = {k: v for k, (v, _) in result.metrics.items()}
     stage, lm_head = met["stage_ps"], max(e - s for s, e in passes)
