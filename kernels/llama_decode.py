@@ -77,6 +77,7 @@ PARAMS = {
     "chunk": 64,
     "new_tokens": 128,
     "microbatches": 1,
+    "passes": 0,
 }
 CHOICES = {"model": ("tiny", "llama3-8b", "llama3-70b"), "dtype": ("bf16", "f16"),
            "algo": ("ring", "direct", "tree", "rhd", "hier")}
@@ -98,6 +99,11 @@ PARAM_INFO = {
            "micro-batches the stages run one after another", "stages"),
     "microbatches": ("the decode step's batch in this many equal parts, each through the "
                      "stages in turn, so that the stages overlap (needs pp > 1)", "parts"),
+    "passes": ("representative prefill passes (timing only): run this many (3 or more) "
+               "spread over the prompt, the first and the last among them, and take each "
+               "pass between at the time and energy interpolated from its neighbours, "
+               "with a bound from how far a timed pass is off its neighbours' line; 0: "
+               "every pass", "passes"),
     "dtype": "weights, KV cache and GEMM operands (f32 accumulation)",
     "algo": "the all-reduces' and all-gathers' algorithm (collectives; an all-gather "
             "takes ring where its group does not allow it); hier: a ring per level, the "
@@ -122,6 +128,10 @@ def setup(host, p):
         sum(len(lay.block(pid, w)) for _, w in plan["layers"]) + len(lay.extra[pid])
         for pid, plan in enumerate(lay.plans)))
     cfg, b, dt = run.cfg, run.batch, run.dtype
+    if run.sampled and not host.timing_only:
+        raise ValueError(f"passes = {run.passes}: representative passes need --timing-only "
+                         "(the passes not run would leave their rows out of the cache the "
+                         "values are checked against)")
     w = weights(host, run)
     values = {"x": w["inputs_embeds"], "rope": _rope(cfg, [run.positions - 1])[:, 0]}
     if run.prompt:
@@ -155,7 +165,8 @@ def setup(host, p):
             "layers": run.timed, "dt": dt, "per_layer": run.scaled or bool(p["scale_to"]),
             "eps": cfg.eps, "ctx": run.positions - 1, "kv_chunk": run.kv_chunk,
             "algo": run.algo, "act": cfg.act, "vocab_share": lay.share,
-            "chunks": run.chunks, "context": run.context, "prompt": run.prompt,
+            "chunks": run.timed_chunks, "context": run.context, "prompt": run.prompt,
+            "sampled": run.sampled, "every": run.chunks,
             "m": run.microbatches, "mb": run.rows}
     return {"plans": plans, "shared": shared, "dims": dims}
 
@@ -519,33 +530,42 @@ def _prefill(tl, plan, shared, dims):
     """The prompt, pass by pass through this stage's layers (each pass's hidden state
     handed on to the next stage, which takes it while this one goes on to the next
     pass); the last stage's LM head makes the first token from the prompt's last one."""
-    b, hidden, dt = dims["b"], dims["hidden"], dims["dt"]
-    prompt, row = tl.shard(shared["prompt"]), 0
-    out = tl.shard(shared["prefill_out"])
+    prompt, out = tl.shard(shared["prompt"]), tl.shard(shared["prefill_out"])
     x = t = None
     for c, (p0, t) in enumerate(dims["chunks"]):
-        rows = b * t
-        if plan["prev"] is None:
-            x = tl.load(prompt + row * hidden * tl.itemsize(dt), shape=(rows, hidden),
-                        dtype=dt).to("f32")
-        else:
-            with tl.region("pp_handoff"):
-                x = tl.recv(frm=plan["prev"], shape=(rows, hidden), dtype="f32")
-        row += rows
-        masks = None
-        for i, layer in plan["layers"]:
-            if masks is None:
-                masks = _future(tl, shared, layer, p0, t)
-            with tl.region(f"layer{i}") if dims["per_layer"] else contextlib.nullcontext():
-                x = _layer(tl, plan, layer, i, x, shared, dims, (p0, t), masks)
-                if c == len(dims["chunks"]) - 1 and tl.pid == plan["stage"][0]:
-                    tl.store(out + i * rows * hidden * 4, x)  # the last pass's, for the check
-        if plan["next"] is not None:
-            with tl.region("pp_handoff"):
-                tl.send(x, to=plan["next"])
+        with tl.region(f"pass{dims['every'].index((p0, t))}") if dims["sampled"] else \
+                contextlib.nullcontext():
+            x = _pass(tl, plan, shared, dims, p0, t, prompt, out,
+                      c == len(dims["chunks"]) - 1)
     if plan["next"] is None:
         with tl.region("lm_head"):
             _lm_head(tl, plan, x[t - 1::t], shared, dims, ("prefill_logits", "prefill_token"))
+
+
+def _pass(tl, plan, shared, dims, p0, t, prompt, out, last):
+    """One prefill pass: `t` tokens of each sequence, at positions p0 .. (the prompt's rows
+    pass by pass), through this stage's layers; handed to the next stage. The last pass
+    keeps each layer's output, for the check."""
+    b, hidden, dt = dims["b"], dims["hidden"], dims["dt"]
+    rows = b * t
+    if plan["prev"] is None:
+        x = tl.load(prompt + b * (p0 - dims["context"]) * hidden * tl.itemsize(dt),
+                    shape=(rows, hidden), dtype=dt).to("f32")
+    else:
+        with tl.region("pp_handoff"):
+            x = tl.recv(frm=plan["prev"], shape=(rows, hidden), dtype="f32")
+    masks = None
+    for i, layer in plan["layers"]:
+        if masks is None:
+            masks = _future(tl, shared, layer, p0, t)
+        with tl.region(f"layer{i}") if dims["per_layer"] else contextlib.nullcontext():
+            x = _layer(tl, plan, layer, i, x, shared, dims, (p0, t), masks)
+            if last and tl.pid == plan["stage"][0]:
+                tl.store(out + i * rows * hidden * 4, x)
+    if plan["next"] is not None:
+        with tl.region("pp_handoff"):
+            tl.send(x, to=plan["next"])
+    return x
 
 
 def kernel(tl, plans, shared, dims):
@@ -776,11 +796,15 @@ def _request(step: Run, run, ttft: float, pre_aj: float, power: float,
     whole request of `new_tokens` tokens: TTFT + (new_tokens - 1) TPOT, each decode step
     at the first one's TPOT (context + prompt; later steps read a few more positions)."""
     b, out, how = step.batch, {}, f"{step.timed} layers as run"
-    if step.scaled:
+    t_bound = e_bound = None
+    if step.sampled:
+        ttft, pre_aj, t_bound, e_bound, how = _passes(step, run, ttft, pre_aj)
+    elif step.scaled:
         t_mid, e_mid, t_bound, e_bound, how = _middle(step, _prefill_layers(step, run), run)
         extra = step.layers - step.timed
         ttft, pre_aj = ttft + extra * t_mid, pre_aj + extra * e_mid
-        out["ttft_bound_ps"] = (float(t_bound), "(+/-, as tpot_bound_ps)")
+    if t_bound is not None:
+        out["ttft_bound_ps"] = (float(t_bound), "(+/-: the layers and passes not timed)")
         out["prefill_energy_per_token_bound_uj"] = (
             (e_bound + power * t_bound) / 1e12 / (b * step.prompt), "")
     pre_aj += power * ttft
@@ -826,6 +850,64 @@ def _decode_layers(step: Run, run) -> list[tuple[int, int]]:
     starts = [run.region_bounds[names[0]][0], *ends[:-1]]
     return [(e - s, run.region_energy_aj[n]) for s, e, n in zip(starts, ends, names,
                                                                   strict=True)]
+
+
+def _passes(step: Run, run, ttft: float, pre_aj: float) -> tuple:
+    """(TTFT, prefill dynamic energy, their bounds, how) from representative passes: each
+    timed pass's time (its first start to its last end) and energy (and, with
+    `scale_to`, its layers not timed at its middle layers'); each pass not timed at the
+    line between the timed ones around it. A later pass attends to more keys, so the
+    passes' times grow along the prompt, and vary about that trend (the PEs' relative
+    phase, as layers do): a pass not timed is bounded by the larger of its distances
+    along the line to the timed passes either side and twice how far the farthest timed
+    pass lies off its neighbours' line (the variation measured, with a margin: an
+    estimate from the run, not a proof); the layers' bounds (`_middle`, per pass) add."""
+    every, extra = step.chunks, step.layers - step.timed
+    timed = [every.index(c) for c in step.timed_chunks]
+    points = []  # per timed pass: (time, energy, layer time bound, layer energy bound)
+    for n in timed:
+        name = f"prefill/pass{n}"
+        start, end = run.region_bounds[name]
+        t, e, tb, eb = end - start, run.region_energy_aj[name], 0.0, 0.0
+        if step.scaled:
+            t_mid, e_mid, tb, eb, _ = _middle(step, _pass_layers(step, run, name), run)
+            t, e = t + extra * t_mid, e + extra * e_mid
+            ttft, pre_aj = ttft + extra * t_mid, pre_aj + extra * e_mid
+        points.append((t, e, tb, eb))
+    bound_t = sum(p[2] for p in points)
+    bound_e = sum(p[3] for p in points)
+    off = [0.0, 0.0]  # the farthest a timed pass lies off its neighbours' line
+    for k in range(1, len(timed) - 1):
+        w = (timed[k] - timed[k - 1]) / (timed[k + 1] - timed[k - 1])
+        for q in range(2):
+            line = points[k - 1][q] + w * (points[k + 1][q] - points[k - 1][q])
+            off[q] = max(off[q], abs(points[k][q] - line))
+    for k in range(len(timed) - 1):
+        for n in range(timed[k] + 1, timed[k + 1]):
+            w = (n - timed[k]) / (timed[k + 1] - timed[k])
+            t, e, tb, eb = (a + w * (b - a) for a, b in zip(points[k], points[k + 1],
+                                                           strict=True))
+            ttft, pre_aj = ttft + t, pre_aj + e
+            span = [abs(points[k + 1][q] - points[k][q]) * max(w, 1 - w) for q in range(2)]
+            bound_t += tb + max(2 * off[0], span[0])
+            bound_e += eb + max(2 * off[1], span[1])
+    how = (f"{len(timed)} of {len(every)} passes timed ({step.timed} layers"
+           + (f", scaled to {step.layers}" if step.scaled else "")
+           + f"), the rest on the line between them, within +/- {bound_t / 1e6:.3f} us")
+    return ttft, pre_aj, bound_t, bound_e, how
+
+
+def _pass_layers(step: Run, run, name: str) -> list[tuple[int, int]]:
+    """(time, dynamic energy) of each timed layer in the representative pass `name`: from
+    the end of the layer before (the first: from the pass's start) to its own end."""
+    before = run.region_bounds[name][0]
+    out = []
+    for i in range(step.timed):
+        layer = f"{name}/layer{i}"
+        end = run.region_bounds[layer][1]
+        out.append((end - before, run.region_energy_aj[layer]))
+        before = end
+    return out
 
 
 def _prefill_layers(step: Run, run) -> list[tuple[int, int]]:

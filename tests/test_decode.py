@@ -445,3 +445,30 @@ def test_micro_batches_verify(run):
 def test_micro_batches_that_cannot_be_are_refused(cli, params, message):
     code, _, err = cli("run", "llama_decode", *sum((("-p", p) for p in params), ()))
     assert (code, err) == (2, f"error: llama_decode: {message}\n")
+
+
+def test_representative_passes_bound_the_full_prefill(run):
+    """A prompt of 8 passes, 4 of them timed (the first, the last, two between): each pass
+    not timed on the line between its timed neighbours (attention grows with the
+    position), within the bound of how far a timed pass lies off its neighbours' line."""
+    base = ("prompt=64", "chunk=8", "context=0", "batch=2")
+    full = run("llama_decode", "default", base, timing_only=True)
+    part = run("llama_decode", "default", (*base, "passes=4"), timing_only=True)
+    f = {k: v for k, (v, _) in full.metrics.items()}
+    m = {k: v for k, (v, _) in part.metrics.items()}
+    assert 0 < abs(m["ttft_ps"] - f["ttft_ps"]) <= m["ttft_bound_ps"]
+    assert abs(m["prefill_energy_per_token_uj"] - f["prefill_energy_per_token_uj"]) <= \
+        m["prefill_energy_per_token_bound_uj"]
+    assert "4 of 8 passes timed" in part.metrics["ttft_ps"][1]
+    assert m["tpot_ps"] == f["tpot_ps"]  # the decode step after it is the same step
+
+
+def test_representative_passes_need_timing_only(cli):
+    code, _, err = cli("run", "llama_decode", "-p", "prompt=32", "-p", "chunk=8", "-p",
+                       "passes=3")
+    assert (code, err) == (2, "error: llama_decode: passes = 3: representative passes need "
+                              "--timing-only (the passes not run would leave their rows out "
+                              "of the cache the values are checked against)\n")
+    code, _, err = cli("run", "llama_decode", "-p", "prompt=32", "-p", "chunk=8", "-p",
+                       "passes=2", "--timing-only")
+    assert code == 2 and "representative prefill passes are 3 or more" in err

@@ -69,6 +69,7 @@ class Run:
     chunk: int = 1  # prompt tokens each prefill pass takes
     new_tokens: int = 1  # tokens a request generates (its figures)
     microbatches: int = 1  # the decode step's batch in this many parts, through the stages
+    passes: int = 0  # prefill passes timed, spread over the prompt (0: every one)
 
     @property
     def rows(self) -> int:
@@ -92,6 +93,20 @@ class Run:
                 for p in range(0, self.prompt, self.chunk)]
 
     @property
+    def timed_chunks(self) -> list[tuple[int, int]]:
+        """The prefill passes run: every one, or `passes` of them spread evenly over the
+        prompt, the first and the last among them."""
+        every = self.chunks
+        if not self.passes or self.passes >= len(every):
+            return every
+        k = self.passes
+        return [every[round(i * (len(every) - 1) / (k - 1))] for i in range(k)]
+
+    @property
+    def sampled(self) -> bool:
+        return len(self.timed_chunks) < len(self.chunks)
+
+    @property
     def pass_rows(self) -> list[int]:
         """The rows (sequences x tokens) a pass through a layer takes, each size once: a
         decode micro-batch's sequences, the prefill's batch x chunk (and a last shorter
@@ -104,9 +119,13 @@ def run_of(topology, p) -> Run:
     cfg = model_config(p)
     for name, low in (("batch", 0), ("context", 0), ("prompt", 0), ("chunk", 1),
                       ("kv_chunk", 1), ("new_tokens", 1), ("microbatches", 1), ("layers", 0),
-                      ("scale_to", 0), ("pp", 1)):
+                      ("scale_to", 0), ("pp", 1), ("passes", 0)):
         if p[name] < low:
             raise ValueError(f"{name} = {p[name]}: must be at least {low}")
+    if 0 < p["passes"] < 3 or p["passes"] and p["pp"] > 1:
+        raise ValueError(f"passes = {p['passes']}: representative prefill passes are 3 or more "
+                         "(the first, the last and one between, to see how a pass's time "
+                         "grows along the prompt), on one pipeline stage")
     m = p["microbatches"]
     if m > 1 and (p["pp"] < 2 or p["scale_to"]):
         raise ValueError(f"microbatches = {m}: micro-batches overlap pipeline stages, so they "
@@ -139,7 +158,7 @@ def run_of(topology, p) -> Run:
                          f"of {cfg.kv_heads} PEs (a head group per KV head), with a layer "
                          f"each at least ({timed} layers)")
     return Run(cfg, timed, layers, p["batch"], p["context"], pp, p["dtype"], p["kv_chunk"],
-               p["algo"], p["prompt"], p["chunk"], p["new_tokens"], m)
+               p["algo"], p["prompt"], p["chunk"], p["new_tokens"], m, p["passes"])
 
 
 def check_scaling(cfg: ModelConfig, timed: int, layers: int, pp: int) -> None:
