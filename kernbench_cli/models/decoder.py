@@ -122,7 +122,7 @@ def run_of(topology, p) -> Run:
                       ("scale_to", 0), ("pp", 1), ("passes", 0)):
         if p[name] < low:
             raise ValueError(f"{name} = {p[name]}: must be at least {low}")
-    if 0 < p["passes"] < 3 or p["passes"] and p["pp"] > 1:
+    if 0 < p["passes"] < 3 or (p["passes"] and p["pp"] > 1):
         raise ValueError(f"passes = {p['passes']}: representative prefill passes are 3 or more "
                          "(the first, the last and one between, to see how a pass's time "
                          "grows along the prompt), on one pipeline stage")
