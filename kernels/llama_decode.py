@@ -56,6 +56,7 @@ from kernbench_cli.models.decoder import (
     Maker,
     Run,
     largest,
+    limit_of,
     run_of,
     weights,
 )
@@ -767,7 +768,9 @@ def metrics(topology, p, run):
             "max_batch": (float(most_batch), f"(at context {step.positions - 1}: the largest "
                                              "batch whose weights, KV cache and buffers "
                                              "fit)"),
-            "max_context": (float(most_context), f"(at batch {b})"),
+            "max_context": (float(most_context), f"(at batch {b}" + (
+                ": the model's max_position_embeddings, not its HBM, bounds it)"
+                if most_context == limit_of(whole, "context") else ")")),
             "macs": (float(_macs(lay)), ""), **out}
 
 

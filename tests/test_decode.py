@@ -320,6 +320,17 @@ def test_the_largest_batch_runs_and_one_more_is_refused(cli):
     assert code == 2 and "does not fit" in err
 
 
+def test_max_context_of_a_sliding_window_model_is_its_positions(run):
+    """Every layer of mistral_sliding.json keeps a 16-position window, so its KV cache stops
+    growing past 16 positions and no HBM bounds its context: `max_context` is its
+    max_position_embeddings less one (4096 - 1), found at once, and says why."""
+    result = run("llama_decode", "default", (f"config={HF / 'mistral_sliding.json'}",),
+                 timing_only=True)
+    value, note = result.metrics["max_context"]
+    assert value == 4095
+    assert note == "(at batch 1: the model's max_position_embeddings, not its HBM, bounds it)"
+
+
 def test_quality_beside_time_and_energy(run):
     """A run with values also says how far its logits are from the exact model (float64,
     no rounding): about one bf16 unit (2^-8) of relative error, the same next tokens."""

@@ -426,14 +426,29 @@ class DoesNotFit(ValueError):
     """The model does not fit the topology's HBM (a ValueError: the run's parameters')."""
 
 
+#: The largest batch `largest` searches to (a search needs an end; no PE holds this many).
+MAX_BATCH = 1 << 24
+
+
+def limit_of(p, name: str) -> int:
+    """The most `largest` searches to: for "context", the model's max_position_embeddings
+    less one (the step's token sits at position `context`); for "batch", `MAX_BATCH`. A
+    model whose every layer has a sliding window needs no more HBM past its window, so its
+    context is bounded by its positions alone."""
+    if name == "context":
+        return model_config(p).rope.max_positions - 1
+    return MAX_BATCH
+
+
 def largest(topology, p, name: str) -> int:
     """The largest value of parameter `name` ("batch" or "context") at which the model
-    fits every PE's HBM slice, the other parameters as in `p`; 0 if not even the least
-    does. Found by placing the model (a `Layout`, shapes only): a first guess from two
-    placements (what a PE needs grows about linearly in both), then placements a step
-    apart, the step doubling, until one fits and the next does not, and halving the gap
-    between them."""
+    fits every PE's HBM slice, the other parameters as in `p`, up to `limit_of`; 0 if not
+    even the least does. Found by placing the model (a `Layout`, shapes only): a first
+    guess from two placements (what a PE needs grows about linearly in both), then
+    placements a step apart, the step doubling, until one fits and the next does not, and
+    halving the gap between them."""
     low, step = (1, 8) if name == "batch" else (0, 1024)
+    limit = limit_of(p, name)
     slice_bytes = topology.hbm.slice_size
 
     def needs(value: int) -> list[int] | None:
@@ -447,19 +462,24 @@ def largest(topology, p, name: str) -> int:
         got = needs(value)
         return got is not None and max(got) <= slice_bytes
 
-    first, second = needs(low), needs(low + step)
+    if limit <= low:
+        return limit if fits(limit) else 0
+    first = needs(low)
     if first is None or max(first) > slice_bytes:
         return 0
+    if fits(limit):
+        return limit
+    # the answer is in [low, limit): a guess on the line through two placements
+    second = needs(min(low + step, limit))
     if second is None:
-        return _settle(fits, low, low + step)
+        return _settle(fits, low, min(low + step, limit))
     grows = [(a, b - a) for a, b in zip(first, second, strict=True) if b > a]
-    if not grows:
-        raise ValueError(f"the model's HBM need does not grow with {name}")
-    guess = max(low, low + min((slice_bytes - a) * step // d for a, d in grows))
+    guess = low + min(((slice_bytes - a) * step // d for a, d in grows), default=0)
+    guess = min(max(low, guess), limit - 1)
     if fits(guess):
         bad, jump = guess + 1, 1
         while fits(bad):
-            guess, bad, jump = bad, bad + 2 * jump, 2 * jump
+            guess, bad, jump = bad, min(limit, bad + 2 * jump), 2 * jump
         return _settle(fits, guess, bad)
     good, jump = guess - 1, 1
     while not fits(good):
