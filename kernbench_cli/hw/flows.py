@@ -35,8 +35,9 @@ from kernbench_cli.hw.ratio import Ratio, approx, ceil_div, ratio
 class Flow:
     """One transfer's bytes streaming; `end` is when it ends at the rates known so far."""
 
-    __slots__ = ("approx", "armed", "cap", "end", "id", "left", "limit", "links", "nbytes", "owner",
-                 "rate", "since", "slowest", "solo_ps", "speed", "start", "trail", "version")
+    __slots__ = ("approx", "armed", "cap", "carried", "end", "id", "left", "limit", "links",
+                 "metered", "metered_at", "nbytes", "owner", "rate", "since", "slowest", "solo_ps",
+                 "speed", "start", "version")
 
     def __init__(self, fid: int, start: int, nbytes: int, links: tuple[Calendar, ...],
                  solo_ps: int, owner: int):
@@ -58,24 +59,32 @@ class Flow:
         self.slowest: Ratio | None = None  # ... and that rate
         self.armed: Callable[[Flow], None] | None = None  # called when it ends
         self.version = 0
-        #: its rates over time, from `start`: [(from, B/s), ...]; None: its cap throughout
-        self.trail: list[tuple[int, Ratio]] | None = None
-
-    def rates(self) -> list[tuple[int, int, Ratio]]:
-        """(from, to, B/s) of each stretch of its life at one rate (invariants)."""
-        trail = self.trail or [(self.start, Ratio(self.nbytes * PS_PER_S, self.solo_ps))]
-        ends = [t for t, _ in trail[1:]] + [self.end]
-        return [(t, end, rate) for (t, rate), end in zip(trail, ends, strict=True) if end > t]
+        # The meter's (`FairShare._meter`): the rate counted on its resources since
+        # `metered_at` (None: not yet), and bytes x ps/s its rates carried before then
+        # (None: none counted apart, its rate never changed)
+        self.metered: Ratio | None = None
+        self.metered_at = start
+        self.carried: Ratio | int | None = None
 
 
 class FairShare:
-    """The active flows of one timing pass, by resource, and their rates."""
+    """The active flows of one timing pass, by resource, and their rates.
+
+    It also meters them, apart from the solver, for the bandwidth invariant
+    (`sim.invariants`): each resource's summed rate (`Calendar.flow_rate`, exact)
+    follows every flow's rate as flows start, end and are re-solved; the highest
+    sum at the end of an instant is kept (`Calendar.flow_peak`, `flow_peak_at`),
+    and, as each flow ends, whether its rates carried its bytes by its end (the
+    first that did not: `Calendar.flow_short`). The cost is the solver's order:
+    a few exact additions per flow and per rate a solve changes.
+    """
 
     def __init__(self, env: simpy.Environment):
         self.env = env
         self.on: dict[Calendar, list[Flow]] = {}  # resource -> flows crossing it now
         self.now = 0  # the time of the last start or end solved
         self.flows = 0
+        self.touched: set[Calendar] = set()  # resources whose summed rate changed at `now`
 
     def start(self, t: int, nbytes: int, links: tuple[Calendar, ...], solo_ps: int,
               owner: int) -> Flow:
@@ -93,7 +102,11 @@ class FairShare:
             else:
                 on[cal] = [flow]
         if not alone and not self._fits(flow):
-            self._solve(self._component(links), t)
+            flows = self._component(links)
+            self._solve(flows, t)
+            self._meter(flows, t)
+        else:
+            self._meter((flow,), t)
         return flow
 
     def arm(self, flow: Flow, ended: Callable[[Flow], None]) -> None:
@@ -116,16 +129,79 @@ class FairShare:
             cal.occupy(flow.start, t)
             cal.bytes += flow.nbytes
             cal.ops += 1
-            cal.flows.append(flow)
+        self._leave(flow, t)
         if shared and not self._capped(flow.links):
-            self._solve(self._component(flow.links), t)
+            flows = self._component(flow.links)
+            self._solve(flows, t)
+            self._meter(flows, t)
+
+    def close(self) -> None:
+        """The pass has ended: the last instant's summed rates are final."""
+        self._peaks()
+
+    # ------------------------------------------------------------------ the meter
+
+    def _meter(self, flows, t: int) -> None:
+        """Count each of `flows` on its resources at its rate from `t` (its cap if never
+        solved), and what its rate before carried since it was counted."""
+        touched = self.touched
+        for flow in flows:
+            rate, was = flow.rate, flow.metered
+            if was is None:  # just started
+                if rate is None:
+                    if flow.solo_ps <= 0:
+                        continue  # no time to stream in: no rate
+                    rate = Ratio(flow.nbytes * PS_PER_S, flow.solo_ps)
+                add = rate
+            elif rate is None or rate is was or rate == was:
+                continue
+            else:
+                add = rate - was
+                flow.carried = (flow.carried or 0) + was * (t - flow.metered_at)
+            flow.metered, flow.metered_at = rate, t
+            for cal in flow.links:
+                cal.flow_rate = add + cal.flow_rate
+                touched.add(cal)
+
+    def _leave(self, flow: Flow, t: int) -> None:
+        """Take `flow`, ending at `t`, off its resources' summed rates; note it on them if
+        its rates did not carry its bytes. A flow whose rate never changed from its cap
+        carries them iff it lasted its solo time."""
+        rate = flow.metered
+        if rate is None:
+            return
+        touched = self.touched
+        for cal in flow.links:
+            cal.flow_rate = cal.flow_rate - rate
+            touched.add(cal)
+        if flow.carried is None and flow.rate is None and t - flow.start >= flow.solo_ps:
+            return
+        carried = (flow.carried or 0) + rate * (t - flow.metered_at)
+        if carried < flow.nbytes * PS_PER_S:
+            short = (flow.nbytes, flow.start, t, carried)
+            for cal in flow.links:
+                if cal.flow_short is None:
+                    cal.flow_short = short
+
+    def _peaks(self) -> None:
+        """The summed rates of the resources touched at `now` as the instant ends: a peak if
+        above the highest so far."""
+        now = self.now
+        for cal in self.touched:
+            if cal.flow_rate > cal.flow_peak:
+                cal.flow_peak, cal.flow_peak_at = cal.flow_rate, now
+        self.touched.clear()
 
     # ------------------------------------------------------------------ inside
 
     def _at(self, t: int) -> None:
-        if t < self.now:
-            raise AssertionError(f"fair share: a flow event at {t} ps after one at {self.now} ps")
-        self.now = t
+        if t != self.now:
+            if t < self.now:
+                raise AssertionError(f"fair share: a flow event at {t} ps after one at "
+                                     f"{self.now} ps")
+            if self.touched:
+                self._peaks()
+            self.now = t
 
     def _fits(self, flow: Flow) -> bool:
         """Whether a flow just started fits at its cap beside the others' rates on each of
@@ -235,10 +311,6 @@ def _fill(flows: list[Flow], t: int) -> None:
                 limit = None  # it stops at its cap
             else:
                 limit = next(cal for cal in flow.links if cal in full)
-            if flow.trail is None:
-                flow.trail = [(flow.start, flow.cap)]
-            if level != flow.rate:
-                flow.trail.append((t, level))
             flow.rate, flow.speed = level, low
             if limit is not None and level < flow.slowest:
                 flow.slowest, flow.limit = level, limit

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from kernbench_cli.address.physaddr import PeCoord
 from kernbench_cli.config.schema import LinkConfig, Topology
 from kernbench_cli.hw.ipcq import OPPOSITE
+from kernbench_cli.hw.ratio import Ratio
 
 PS_PER_S = 10**12
 
@@ -73,9 +74,9 @@ class Calendar:
     need their bookings taken in global time order.
     """
 
-    __slots__ = ("activates", "bandwidth", "busy_ps", "bytes", "ends", "faw_ps", "flows",
-                 "latency_ps", "level", "name", "ops", "overdrawn", "page_bytes", "pages",
-                 "part", "shared", "starts", "user")
+    __slots__ = ("activates", "bandwidth", "busy_ps", "bytes", "ends", "faw_ps", "flow_peak",
+                 "flow_peak_at", "flow_rate", "flow_short", "latency_ps", "level", "name", "ops",
+                 "overdrawn", "page_bytes", "pages", "part", "shared", "starts", "user")
 
     def __init__(self, level: str, name: str, bandwidth: int, latency_ps: int):
         self.level = level
@@ -95,7 +96,14 @@ class Calendar:
         self.user = -1
         self.shared = False
         self.overdrawn: tuple[int, int, int] | None = None  # (start, ps, bytes) too fast
-        self.flows: list = []  # fair-shared flows that crossed it (`hw.flows.Flow`), ended
+        # Fair-shared flows on it, as `hw.flows.FairShare` meters them: their summed rate now
+        # (B/s, exact), its highest at the end of an instant and when, and the first flow
+        # whose rates did not carry its bytes by its end, (bytes, start, end, bytes x ps/s
+        # carried), if any
+        self.flow_rate: Ratio | int = 0
+        self.flow_peak: Ratio | int = 0
+        self.flow_peak_at = 0
+        self.flow_short: tuple[int, int, int, Ratio | int] | None = None
 
     def opening_ps(self, pages: int) -> int:
         """Least time to open `pages` DRAM pages: tFAW per `activates` pages (0 if not DRAM)."""
