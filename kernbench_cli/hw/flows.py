@@ -36,8 +36,8 @@ class Flow:
     """One transfer's bytes streaming; `end` is when it ends at the rates known so far."""
 
     __slots__ = ("approx", "armed", "cap", "carried", "end", "id", "left", "limit", "links",
-                 "metered", "metered_at", "nbytes", "owner", "rate", "since", "slowest", "solo_ps",
-                 "speed", "start", "version")
+                 "metered", "metered_at", "metered_f", "nbytes", "owner", "rate", "since",
+                 "slowest", "solo_ps", "speed", "start", "version")
 
     def __init__(self, fid: int, start: int, nbytes: int, links: tuple[Calendar, ...],
                  solo_ps: int, owner: int):
@@ -59,11 +59,12 @@ class Flow:
         self.slowest: Ratio | None = None  # ... and that rate
         self.armed: Callable[[Flow], None] | None = None  # called when it ends
         self.version = 0
-        # The meter's (`FairShare._meter`): the rate counted on its resources since
-        # `metered_at` (None: not yet), and bytes x ps/s its rates carried before then
-        # (None: none counted apart, its rate never changed)
+        # The meter's (`FairShare._meter`): its rate since `metered_at` (None: not yet) and
+        # that rate's float, and bytes x ps/s its rates carried before then (None: none
+        # counted apart, its rate never changed)
         self.metered: Ratio | None = None
         self.metered_at = start
+        self.metered_f = 0.0
         self.carried: Ratio | int | None = None
 
 
@@ -71,12 +72,14 @@ class FairShare:
     """The active flows of one timing pass, by resource, and their rates.
 
     It also meters them, apart from the solver, for the bandwidth invariant
-    (`sim.invariants`): each resource's summed rate (`Calendar.flow_rate`, exact)
-    follows every flow's rate as flows start, end and are re-solved; the highest
-    sum at the end of an instant is kept (`Calendar.flow_peak`, `flow_peak_at`),
-    and, as each flow ends, whether its rates carried its bytes by its end (the
-    first that did not: `Calendar.flow_short`). The cost is the solver's order:
-    a few exact additions per flow and per rate a solve changes.
+    (`sim.invariants`): after every start, end and re-solve, each resource where a
+    flow's rate rose sums the rates of the flows on it, and the highest sum is kept
+    (`Calendar.flow_peak`, `flow_peak_at`); as each flow ends, whether its rates carried
+    its bytes by its end (the first that did not: `Calendar.flow_short`). A sum is made
+    of floats first, each within 2^-53 of its rate: one more than 10^-9 below the
+    resource's bandwidth cannot be above it, and only the others are summed exactly
+    (those of the flows sharing a resource the solver filled). The cost is the
+    solver's order: a float per flow on a resource where a rate rose.
     """
 
     def __init__(self, env: simpy.Environment):
@@ -84,7 +87,6 @@ class FairShare:
         self.on: dict[Calendar, list[Flow]] = {}  # resource -> flows crossing it now
         self.now = 0  # the time of the last start or end solved
         self.flows = 0
-        self.touched: set[Calendar] = set()  # resources whose summed rate changed at `now`
 
     def start(self, t: int, nbytes: int, links: tuple[Calendar, ...], solo_ps: int,
               owner: int) -> Flow:
@@ -135,16 +137,14 @@ class FairShare:
             self._solve(flows, t)
             self._meter(flows, t)
 
-    def close(self) -> None:
-        """The pass has ended: the last instant's summed rates are final."""
-        self._peaks()
-
     # ------------------------------------------------------------------ the meter
 
     def _meter(self, flows, t: int) -> None:
-        """Count each of `flows` on its resources at its rate from `t` (its cap if never
-        solved), and what its rate before carried since it was counted."""
-        touched = self.touched
+        """Note the rate each of `flows` streams at from `t` (its cap if never solved), and
+        what its rate before carried since then; then, on each resource where a rate rose,
+        the flows' summed rate, if higher than its highest (once every rate is in: one
+        flow's rise may come before another's fall)."""
+        risen: list[Calendar] = []
         for flow in flows:
             rate, was = flow.rate, flow.metered
             if was is None:  # just started
@@ -152,29 +152,35 @@ class FairShare:
                     if flow.solo_ps <= 0:
                         continue  # no time to stream in: no rate
                     rate = Ratio(flow.nbytes * PS_PER_S, flow.solo_ps)
-                add = rate
             elif rate is None or rate is was or rate == was:
                 continue
             else:
-                add = rate - was
                 flow.carried = (flow.carried or 0) + was * (t - flow.metered_at)
-            flow.metered, flow.metered_at = rate, t
-            for cal in flow.links:
-                cal.flow_rate = add + cal.flow_rate
-                touched.add(cal)
+            speed = rate.n / rate.d
+            if speed >= flow.metered_f:  # it rose (floats order rates weakly: or stayed)
+                risen += flow.links
+            flow.metered, flow.metered_at, flow.metered_f = rate, t, speed
+        on = self.on
+        for cal in set(risen) if len(flows) > 1 else risen:  # one flow: its links differ
+            there = on[cal]
+            total = 0.0
+            for flow in there:
+                total += flow.metered_f
+            if total > cal.bandwidth * (1 - 1e-9):  # near or above its bandwidth: exactly
+                exact: Ratio | int = 0
+                for flow in there:
+                    if flow.metered is not None:
+                        exact = flow.metered + exact
+                if exact > cal.flow_peak:
+                    cal.flow_peak, cal.flow_peak_at = exact, t
 
     def _leave(self, flow: Flow, t: int) -> None:
-        """Take `flow`, ending at `t`, off its resources' summed rates; note it on them if
-        its rates did not carry its bytes. A flow whose rate never changed from its cap
-        carries them iff it lasted its solo time."""
+        """Note `flow`, ending at `t`, on its resources if its rates did not carry its
+        bytes. A flow whose rate never changed from its cap carries them iff it lasted its
+        solo time."""
         rate = flow.metered
-        if rate is None:
-            return
-        touched = self.touched
-        for cal in flow.links:
-            cal.flow_rate = cal.flow_rate - rate
-            touched.add(cal)
-        if flow.carried is None and flow.rate is None and t - flow.start >= flow.solo_ps:
+        if rate is None or (flow.carried is None and flow.rate is None
+                            and t - flow.start >= flow.solo_ps):
             return
         carried = (flow.carried or 0) + rate * (t - flow.metered_at)
         if carried < flow.nbytes * PS_PER_S:
@@ -183,25 +189,12 @@ class FairShare:
                 if cal.flow_short is None:
                     cal.flow_short = short
 
-    def _peaks(self) -> None:
-        """The summed rates of the resources touched at `now` as the instant ends: a peak if
-        above the highest so far."""
-        now = self.now
-        for cal in self.touched:
-            if cal.flow_rate > cal.flow_peak:
-                cal.flow_peak, cal.flow_peak_at = cal.flow_rate, now
-        self.touched.clear()
-
     # ------------------------------------------------------------------ inside
 
     def _at(self, t: int) -> None:
-        if t != self.now:
-            if t < self.now:
-                raise AssertionError(f"fair share: a flow event at {t} ps after one at "
-                                     f"{self.now} ps")
-            if self.touched:
-                self._peaks()
-            self.now = t
+        if t < self.now:
+            raise AssertionError(f"fair share: a flow event at {t} ps after one at {self.now} ps")
+        self.now = t
 
     def _fits(self, flow: Flow) -> bool:
         """Whether a flow just started fits at its cap beside the others' rates on each of

@@ -75,8 +75,8 @@ class Calendar:
     """
 
     __slots__ = ("activates", "bandwidth", "busy_ps", "bytes", "ends", "faw_ps", "flow_peak",
-                 "flow_peak_at", "flow_rate", "flow_short", "latency_ps", "level", "name", "ops",
-                 "overdrawn", "page_bytes", "pages", "part", "shared", "starts", "user")
+                 "flow_peak_at", "flow_short", "latency_ps", "level", "name", "ops", "overdrawn",
+                 "page_bytes", "pages", "part", "shared", "starts", "user")
 
     def __init__(self, level: str, name: str, bandwidth: int, latency_ps: int):
         self.level = level
@@ -96,11 +96,10 @@ class Calendar:
         self.user = -1
         self.shared = False
         self.overdrawn: tuple[int, int, int] | None = None  # (start, ps, bytes) too fast
-        # Fair-shared flows on it, as `hw.flows.FairShare` meters them: their summed rate now
-        # (B/s, exact), its highest at the end of an instant and when, and the first flow
-        # whose rates did not carry its bytes by its end, (bytes, start, end, bytes x ps/s
-        # carried), if any
-        self.flow_rate: Ratio | int = 0
+        # Fair-shared flows on it, as `hw.flows.FairShare` meters them: the highest their
+        # rates summed to (B/s, exact; 0 if never within 10^-9 of its bandwidth) and when,
+        # and the first flow whose rates did not carry its bytes by its end, (bytes, start,
+        # end, bytes x ps/s carried), if any
         self.flow_peak: Ratio | int = 0
         self.flow_peak_at = 0
         self.flow_short: tuple[int, int, int, Ratio | int] | None = None
@@ -158,6 +157,11 @@ class Calendar:
         if end <= t:
             return
         starts, ends = self.starts, self.ends
+        if not ends or t > ends[-1]:  # after everything: the common case, kept lean
+            starts.append(t)
+            ends.append(end)
+            self.busy_ps += end - t
+            return
         i = bisect.bisect_left(ends, t)  # the first interval that ends at or after t
         j = bisect.bisect_right(starts, end)  # past the last that starts at or before end
         if i == j:
@@ -178,7 +182,9 @@ class Calendar:
         self.bytes += nbytes
         if self.overdrawn is not None:
             return
-        i = bisect.bisect_right(self.starts, t) - 1
+        starts = self.starts
+        # the interval that starts at or before t: the last, mostly (the booking just made)
+        i = len(starts) - 1 if starts and t >= starts[-1] else bisect.bisect_right(starts, t) - 1
         reserved = duration == 0 or (i >= 0 and self.ends[i] >= t + duration)
         if not reserved or nbytes * PS_PER_S > self.bandwidth * duration:
             self.overdrawn = (t, duration, nbytes)

@@ -227,7 +227,6 @@ class Timing(Routes, Messages, CompositeRuns):
             self.env.run()
         except OverflowError:  # in an event no PE's walk runs (a fair-shared flow's end)
             raise TimeRangeError(TOO_LATE, 0, 0, self.env.now) from None
-        self.flows.close()
         errors = [proc.error for proc in procs if proc.error is not None]
         if errors and len(procs) == len(self.procs):  # the earliest in simulated time, as if
             raise min(errors, key=lambda exc: (exc.time_ps, exc.pid))  # the run had stopped

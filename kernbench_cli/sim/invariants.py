@@ -152,10 +152,11 @@ def _bandwidth(system: System) -> Invariant:
 
     Fair-shared flows are checked from what `hw.flows.FairShare` metered as the pass
     ran, apart from its solver: each resource's summed rate, exact, followed through
-    every start, end and re-solve, its highest at the end of any instant (ends before
-    starts at one instant), and the first flow whose rates, summed over its life, moved
-    fewer bytes than it had by its end. Here the highest sum is held to the configured
-    bandwidth: no re-solving after the pass, and nothing kept per flow.
+    every start, end and re-solve, the highest it reached (transient states within an
+    instant included, which a right solver keeps within the bandwidth too), and the
+    first flow whose rates, summed over its life, moved fewer bytes than it had by its
+    end. Here the highest sum is held to the configured bandwidth: no re-solving after
+    the pass, and nothing kept per flow.
     """
     topo = system.topology
     hbm = topo.hbm
