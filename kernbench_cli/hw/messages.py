@@ -12,6 +12,7 @@ PE indexes broke it.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from heapq import heappop
 
 from kernbench_cli.hw.ipcq import Chunk, Ring
 from kernbench_cli.hw.network import LEDGER
@@ -82,22 +83,30 @@ class Messages:
         dst, nbytes = stream.arg[i], stream.size[i]
         direction, ring, route, back, private = self._pair(pe.pid, dst)
         multicast = self.multicast
-        rings = multicast.copies(pe.pid, dst, ring) if multicast is not None else [ring]
-        cpu, log, dma = pe.cpu, self.oplog, pe.dma
-        count = ring.chunks_for(nbytes)
+        rings = multicast.copies(pe.pid, dst, ring) if multicast is not None else None
+        if rings is not None and len(rings) == 1:
+            rings = None
+        cpu, log, dma, ties, credits = pe.cpu, self.oplog, pe.dma, self.ties, None
+        slot_bytes = ring.slot_bytes
+        count = max(1, -(-nbytes // slot_bytes))  # `ipcq.chunks_for`
         first = last = None
         region = self.leaves[pe.pid][i] if self.leaves else None
+        shared = self.fair and not private
         for index in range(count):
-            if len(rings) == 1:
-                credit, credits = (yield from self._credit(proc, pe, i, dst, ring)), None
-            else:
+            if rings is not None:
                 credits = yield from multicast.credits(proc, pe, i, dst, rings, t, ready)
                 credit = credits[0]
+            elif ties is None and ring.credits:  # `_credit` with one at hand
+                credit = heappop(ring.credits)
+            else:
+                credit = yield from self._credit(proc, pe, i, dst, ring)
             free_at, slot, freer, copied = credit
             if free_at > t and cpu.time > t:  # PE_CPU waited for this credit
                 proc.after[i] = (cpu.time, because(CREDIT, freer))
                 proc.credited[~i] = copied
-            size = min(ring.slot_bytes, nbytes - index * ring.slot_bytes)
+            size = nbytes - index * slot_bytes
+            if size > slot_bytes:
+                size = slot_bytes
             if free_at > ready:
                 at, chunk_why = free_at, because(CREDIT, freer)
                 if first is None:
@@ -108,10 +117,10 @@ class Messages:
                 yield from self._advance(proc, pe, comps, at)
             if region is not None:
                 dma.region = region
-            if private or not self.fair:
-                start, end = dma.transfer(at, size, route)
-            else:
+            if shared:
                 start, end = yield from self._flow(proc, dma, at, size, route)
+            else:
+                start, end = dma.transfer(at, size, route)
             if first is None:
                 first = start
                 proc.start[i] = start
@@ -121,9 +130,11 @@ class Messages:
                 proc.waits[me] = (dma.waited_on, dma.waited)
             chunk = Chunk(pe.pid, index, count, nbytes, slot, end, back, me)
             self._deliver(ring, chunk, at)
-            for each, credit in zip(rings[1:], credits[1:] if credits else (), strict=True):
-                mine = credit[1] if credit is not None else slot  # the copy's own slot
-                self._deliver(each, chunk if mine == slot else chunk._replace(slot=mine), at)
+            if credits is not None:
+                for each, credit in zip(rings[1:], credits[1:], strict=True):
+                    mine = credit[1] if credit is not None else slot  # the copy's own slot
+                    self._deliver(each, chunk if mine == slot else chunk._replace(slot=mine),
+                                  at)
             last = end if last is None or end > last else last
             if log is not None:
                 amap = self.system.amap
@@ -202,7 +213,9 @@ class Messages:
         row = dma.ledger[region]
 
         def copy(chunk: Chunk) -> int:
-            size = min(slot_bytes, chunk.nbytes - chunk.index * slot_bytes)
+            size = chunk.nbytes - chunk.index * slot_bytes
+            if size > slot_bytes:
+                size = slot_bytes
             ready = cpu.time if cpu.time > chunk.arrival else chunk.arrival
             busy_with = dma.last
             dma.region = region
@@ -225,9 +238,11 @@ class Messages:
 
         if comps.heap:  # tile operations issued before it go first on PE_DMA
             yield from self._advance(proc, pe, comps, cpu.time)
-        for _ in range(ring.chunks_for(nbytes)):
+        take = ring.take if self.ties is None else \
+            lambda sender, copy, who: self._take(ring, pe.pid, sender, copy, who)
+        for _ in range(max(1, -(-nbytes // slot_bytes))):  # `ipcq.chunks_for`
             credits = len(ring.credits)
-            taken = self._take(ring, pe.pid, sender, copy, me)
+            taken = take(sender, copy, me)
             while taken is None:
                 self._wake_senders(ring, credits)
                 ring.receiver_waiting = proc
@@ -238,8 +253,9 @@ class Messages:
                 proc.waiting = ""
                 cpu.wait_until(env.now)
                 credits = len(ring.credits)
-                taken = self._take(ring, pe.pid, sender, copy, me)
-            self._wake_senders(ring, credits)
+                taken = take(sender, copy, me)
+            if ring.sender_waiting:
+                self._wake_senders(ring, credits)
             if taken[1] > done:
                 done = taken[1]
         cpu.wait_until(done)

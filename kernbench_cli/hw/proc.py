@@ -39,6 +39,11 @@ def because(cause: int, ref: int) -> int:
     return cause << CAUSE_SHIFT | ref if ref >= 0 else cause << CAUSE_SHIFT | (1 << PE_SHIFT) - 1
 
 
+def by(cause: int) -> int:
+    """`cause` packed alone: ``by(cause) | ref`` is ``because(cause, ref)`` for a `ref` >= 0."""
+    return cause << CAUSE_SHIFT
+
+
 class TimingError(KernelError):
     """A stream the topology cannot time; `pid`, `index` (the command) and `time_ps` say where."""
 
