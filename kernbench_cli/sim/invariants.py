@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from kernbench_cli.errors import KernbenchError
 from kernbench_cli.hw.network import PS_PER_S
 from kernbench_cli.hw.pe import ENGINES
@@ -40,6 +42,9 @@ from kernbench_cli.hw.system import System
 from kernbench_cli.hw.timing import Timing
 from kernbench_cli.sim.energy import LINKS, PARTS, Counts, account
 from kernbench_cli.stream import COMPOSITE, DOT, LOAD, MATH, NONE, RECV, SEND, STORE
+
+#: Commands whose size is bytes PE_DMA moves
+MOVES = (LOAD, STORE, SEND, RECV)
 
 
 class InvariantError(KernbenchError):
@@ -62,17 +67,16 @@ def check(system: System, timing: Timing, counts: Counts,
     (`sim.energy.by_region`)."""
     program, pes = timing.program, system.pes
     flops = elements = moved = 0
-    for stream in program.streams:
-        for op, size, arg in zip(stream.op, stream.size, stream.arg, strict=True):
-            if op == DOT:
-                flops += size
-            elif op == MATH:
-                elements += size
-            elif op in (LOAD, STORE, SEND, RECV):  # a receive: PE_DMA copies it out
-                moved += size
-            elif op == COMPOSITE and arg != NONE:
-                c = program.composites[arg]
-                flops += 2 * c.m * c.k * c.n
+    for stream in program.streams:  # a PE's sums fit 64 bits (exa-bytes and -flops)
+        op = np.frombuffer(stream.op, dtype=np.uint8)
+        size = np.frombuffer(stream.size, dtype=np.int64)
+        flops += int(size[op == DOT].sum())
+        elements += int(size[op == MATH].sum())
+        moved += int(size[np.isin(op, MOVES)].sum())  # a receive: PE_DMA copies it out
+        args = np.frombuffer(stream.arg, dtype=np.int64)
+        for arg in args[(op == COMPOSITE) & (args != NONE)].tolist():
+            c = program.composites[arg]
+            flops += 2 * c.m * c.k * c.n
     moved += timing.planned_bytes
     done_flops = sum(pe.gemm.flops for pe in pes)
     done_elements = sum(pe.math.elements for pe in pes)
