@@ -29,6 +29,7 @@ from collections.abc import Callable
 import simpy
 
 from kernbench_cli.hw.network import PS_PER_S, Calendar
+from kernbench_cli.hw.proc import Wake
 from kernbench_cli.hw.ratio import Ratio, approx, ceil_div, ratio
 
 
@@ -250,19 +251,15 @@ class FairShare:
 
     def _schedule(self, flow: Flow) -> None:
         flow.version += 1
-        version = flow.version
-        env = self.env
-        event = simpy.Event(env)
-        event._ok = True
-        event._value = None
+        event = Wake(self._ended)
+        event.flow, event.version = flow, flow.version
+        self.env.schedule(event, flow.owner, flow.end - self.env.now)
 
-        def ended(_event: simpy.Event) -> None:
-            if flow.version == version:  # not moved since
-                self.finish(flow, flow.end)
-                flow.armed(flow)
-
-        event.callbacks.append(ended)
-        env.schedule(event, flow.owner, flow.end - env.now)
+    def _ended(self, event: Wake) -> None:
+        flow = event.flow
+        if flow.version == event.version:  # not moved since
+            self.finish(flow, flow.end)
+            flow.armed(flow)
 
 
 def _fill(flows: list[Flow], t: int) -> None:

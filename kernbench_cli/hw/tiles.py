@@ -121,7 +121,10 @@ class CompositeRuns:
         ops = tile_ops(ready, me, tiling, a, b, desc.n, desc.trans_b, out, desc.out_itemsize,
                        desc.out_row_stride, loads_from=dispatched)
         private = all(self._path(pid, addr, into)[1] for addr, into in self._operand_ends(desc))
-        running = Running(i, t, dispatched, ops, tiling, private)
+        sizes = proc.tile_buffers[i] = [{}, 0]
+        running = Running(i, t, dispatched, ops, tiling, private,
+                          max(desc.a_itemsize, desc.b_itemsize),
+                          self.leaves[pid][i] if self.leaves else None, sizes)
         used = stream.tcm[i] + comps.buffers(dispatched) + tiling.tcm_bytes
         if used > proc.tcm_peak[0]:
             proc.tcm_peak = (used, dispatched, i)
@@ -150,8 +153,8 @@ class CompositeRuns:
             if not running.private and not self.fair and issued >= peek():
                 proc.wake_at(issued)  # circuit: book shared calendars in issue order
                 yield
-            if running.index != tiles.current:
-                tiles.switch(running.index)
+            tiles.running = running
+            proc.current = running.index
             done = []
             for op in tile_ops:
                 kind = op[0]
@@ -221,54 +224,36 @@ class CompositeRuns:
 
 class Tiles:
     """How PE `pe`'s composites run tile operations; each is recorded in `proc.tiles` (its
-    reference: the PE's command count plus its position there). `switch` to a composite
-    before running its operations."""
+    reference: the PE's command count plus its position there). `running` is the
+    composite whose operations run."""
 
     def __init__(self, timing: Timing, proc: Proc, pe: Pe):
         self.timing, self.proc, self.pe = timing, proc, pe
         self.base = pe.pid << PE_SHIFT
-        self.args = timing.program.streams[pe.pid].arg
         log = timing.oplog
         self.codes = (tuple(log.code(k) for k in ("gemm_tile", "load_tile", "store_tile"))
                       if log is not None else (0, 0, 0))
-        self.current = -1  # the composite whose operations run (`proc.current`)
-        # [largest tile per operand, largest output tile] of that composite, its operands'
-        # width in bytes, and its region (None: the kernel names none)
-        self.sizes: list = [{}, 0]
-        self.width = 0
-        self.region: int | None = None
-
-    def switch(self, index: int) -> None:
-        """Run composite `index`'s tile operations from now on."""
-        timing, proc = self.timing, self.proc
-        self.current = proc.current = index
-        sizes = proc.tile_buffers.get(index)
-        if sizes is None:
-            sizes = proc.tile_buffers[index] = [{}, 0]
-        self.sizes = sizes
-        desc = timing.program.composites[self.args[index]]
-        self.width = max(desc.a_itemsize, desc.b_itemsize)
-        self.region = timing.leaves[self.pe.pid][index] if timing.leaves else None
+        self.running: Running | None = None
 
     def _record(self, engine: InOrderEngine, code: int, ready: int, after: int, start: int,
                 end: int) -> int:
         proc = self.proc
         me = self.base | (proc.n + len(proc.tiles))
         why = because(ENGINE, engine.last) if start > ready else because(PRODUCER, after)
-        proc.tiles.append((start, end, why, code, self.current))
+        proc.tiles.append((start, end, why, code, self.running.index))
         engine.last = me
         return me
 
     def gemm(self, ready: int, after: int, m: int, k: int, n: int) -> tuple[int, int, int]:
-        gemm, log = self.pe.gemm, self.timing.oplog
-        start, end = gemm.run(ready, m, k, n, self.width)
-        sizes = self.sizes
+        gemm, log, running = self.pe.gemm, self.timing.oplog, self.running
+        start, end = gemm.run(ready, m, k, n, running.width)
+        sizes = running.sizes
         if m * n > sizes[1]:
             sizes[1] = m * n
         me = self._record(gemm, GEMM, ready, after, start, end)
         if log is not None:
             log.append(self.pe.pid, GEMM, self.codes[0], ready, start, end, 0, 2 * m * k * n,
-                       None, None, self.current, shape=log.gemm_shape(m, k, n))
+                       None, None, running.index, shape=log.gemm_shape(m, k, n))
         return start, end, me
 
     def move(self, inbound: bool, ready: int, after: int, *where):
@@ -279,7 +264,7 @@ class Tiles:
             op, r0, c0, rows, cols = where
             addr = op.addr + (r0 * op.row_stride + c0) * op.itemsize
             row_bytes, stride = cols * op.itemsize, op.row_stride * op.itemsize
-            largest = self.sizes[0]
+            largest = self.running.sizes[0]
             if rows * row_bytes > largest.get(id(op), 0):
                 largest[id(op)] = rows * row_bytes
         else:
@@ -288,8 +273,9 @@ class Tiles:
         route, private = timing._path(self.pe.pid, addr, inbound)
         nbytes = rows * row_bytes
         pages = strided_pages(route, addr, rows, row_bytes, stride)
-        if self.region is not None:  # the composite's region
-            dma.region = self.region
+        region = self.running.region
+        if region is not None:  # the composite's region
+            dma.region = region
         if private or not timing.fair:
             start, end = dma.transfer(ready, nbytes, route, pages)
             return self._moved(inbound, ready, after, start, end, addr, nbytes, route)
@@ -311,5 +297,6 @@ class Tiles:
         if log is not None:
             log.append(self.pe.pid, DMA, self.codes[1 if inbound else 2], ready, start, end,
                        nbytes, 0, addr if inbound else None, None if inbound else addr,
-                       self.current, False, (dma.stream_at, dma.free_at), log.path(route[0]))
+                       self.running.index, False, (dma.stream_at, dma.free_at),
+                       log.path(route[0]))
         return start, end, me
