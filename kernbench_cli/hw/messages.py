@@ -26,6 +26,7 @@ from kernbench_cli.hw.proc import (
     MESSAGE,
     PE_SHIFT,
     PRODUCER,
+    SCHEDULER,
     Composites,
     Proc,
     because,
@@ -73,13 +74,21 @@ class Messages:
 
     # ------------------------------------------------------------------ IPCQ
 
-    def _send(self, proc: Proc, pe: Pe, comps: Composites, i: int, t: int, ready: int,
-              why: int) -> Iterator[None]:
-        """The chunks of send `i` (issued at `t`, its data ready at `ready` for reason
-        `why`), each on a credit of the receiver's ring (waits for one); returns when the
-        last chunk arrives."""
+    def _send(self, proc: Proc, pe: Pe, comps: Composites, i: int) -> Iterator[None]:
+        """SEND `i`: PE_CPU issues it, and once global time reaches the issue, its chunks go,
+        each on a credit of the receiver's ring (waits for one) once its data is ready (its
+        producer ended); returns (issue, when the last chunk arrives)."""
+        t, ready = pe.scheduler.enqueue(pe.cpu, self.issue.send)
+        if t >= self.env.peek():
+            proc.at = i
+            proc.wake_at(t)
+            yield
         stream = self.program.streams[pe.pid]
         me = pe.pid << PE_SHIFT | i
+        why = because(SCHEDULER, pe.scheduler.last) if ready > t else because(ISSUED, me)
+        a = stream.a[i]
+        if proc.end[a] > ready:
+            ready, why = proc.end[a], because(PRODUCER, proc.made.get(a, pe.pid << PE_SHIFT | a))
         dst, nbytes = stream.arg[i], stream.size[i]
         direction, ring, route, back, private = self._pair(pe.pid, dst)
         multicast = self.multicast
@@ -144,7 +153,7 @@ class Messages:
                            i, index == 0, (dma.stream_at, dma.free_at), log.path(route[0]))
         pe.scheduler.hold(first, me)
         proc.end[i] = last
-        return last
+        return t, last
 
     def _credit(self, proc: Proc, pe: Pe, i: int, dst: int, ring: Ring) -> Iterator[None]:
         """A credit of `ring` for send `i` of `pe` to PE `dst`: the earliest, waited for if
@@ -183,10 +192,10 @@ class Messages:
             if self.ties is not None:  # it goes on after this, whatever the order of PEs
                 ring.seen["chunks"] = (self.env.now, waiting.pid)
 
-    def _recv(self, proc: Proc, pe: Pe, comps: Composites, i: int,
-              t: int) -> Iterator[None]:
-        """Take receive `i`'s chunks from the ring (waits for them), each copied out of its
-        slot by PE_DMA; returns when the last copy is done.
+    def _recv(self, proc: Proc, pe: Pe, comps: Composites, i: int) -> Iterator[None]:
+        """RECV `i`: PE_CPU issues it, and once global time reaches the issue, it takes its
+        chunks from the ring (waits for them), each copied out of its slot by PE_DMA;
+        returns (issue, when the last copy is done).
 
         For the critical path the receive is a DMA operation: from the start of the
         copies that kept PE_DMA busy to its end, started by what the first of them
@@ -195,6 +204,11 @@ class Messages:
         waited for one long before the receive ended (a chunk of another sender, copied
         aside while the receive waited for its own).
         """
+        t = pe.cpu.issue(self.issue.recv)
+        if t >= self.env.peek():
+            proc.at = i
+            proc.wake_at(t)
+            yield
         stream = self.program.streams[pe.pid]
         me = pe.pid << PE_SHIFT | i
         src, nbytes = stream.arg[i], stream.size[i]
@@ -268,7 +282,8 @@ class Messages:
             log.append(pe.pid, CPU, log.code("recv"), t, t, done, nbytes, 0,
                        amap.pe_ipcq_slot_addr(*pe.coord, direction, 0),
                        tcm_at(tcm_base, stream.dst[i]), i)
-        return done
+        proc.end[i] = done
+        return t, done
 
     def _take(self, ring: Ring, pid: int, sender: int, copy, who: int):
         """`ring.take`, its uses of chunks and credits noted if ties are looked for."""

@@ -109,6 +109,7 @@ class Walk:
         heap, advance = comps.heap, self.timing._advance
         pe, n, cpus, issued = self.pe, proc.n, self.cpus, self.issued
         transfer, math, dot = self._transfer_step(), self._math_step(), self._dot_step()
+        send, recv = self.timing._send, self.timing._recv
         last_end = tcm_peak = 0
         for i in range(n):
             op = ops[i]
@@ -150,9 +151,9 @@ class Walk:
             elif op == WAIT:
                 t, done = self._wait(i)
             elif op == SEND:
-                t, done = yield from self._send(i)
+                t, done = yield from send(proc, pe, comps, i)
             elif op == RECV:
-                t, done = yield from self._recv(i)
+                t, done = yield from recv(proc, pe, comps, i)
             elif op == CYCLES:
                 t = done = self._cycles(i)
             elif op == READ:
@@ -378,30 +379,6 @@ class Walk:
             self.log.append(self.pid, CPU, self.codes["wait"], t, t, cpu.time, 0, 0, None,
                             None, i)
         return t, cpu.time
-
-    def _send(self, i: int) -> Iterator[None]:
-        """SEND `i`, its data ready once its producer ended (`Messages._send`); (issue, end)."""
-        t, ready = self.sched.enqueue(self.cpu, self.issue.send)
-        if t >= self.timing.env.peek():
-            self.proc.at = i
-            self.proc.wake_at(t)
-            yield
-        why = because(SCHEDULER, self.sched.last) if ready > t else because(ISSUED, self.base | i)
-        a = self.col_a[i]
-        if self.end[a] > ready:
-            ready, why = self.end[a], because(PRODUCER, self.made.get(a, self.base | a))
-        return t, (yield from self.timing._send(self.proc, self.pe, self.comps, i, t, ready,
-                                                why))
-
-    def _recv(self, i: int) -> Iterator[None]:
-        """RECV `i` (`Messages._recv`); (issue, end)."""
-        t = self.cpu.issue(self.issue.recv)
-        if t >= self.timing.env.peek():
-            self.proc.at = i
-            self.proc.wake_at(t)
-            yield
-        done = self.end[i] = yield from self.timing._recv(self.proc, self.pe, self.comps, i, t)
-        return t, done
 
     def _cycles(self, i: int) -> int:
         """CYCLES `i`: PE_CPU busy for that many cycles; its end."""
