@@ -234,6 +234,33 @@ def test_a_resource_timed_off_its_configuration_is_caught(run, monkeypatch):
         "gives 95,573,333,333 B/s")
 
 
+def test_the_meter_follows_each_resources_summed_rate():
+    """What the bandwidth invariant reads (`FairShare`'s meter, kept as the pass runs): two
+    flows sharing a link sum to its bandwidth, not to their caps, and so do the flows there
+    as one ends and another starts at one instant; a flow ended before its rates carried
+    its bytes is noted on its link, with what they carried."""
+    import simpy
+
+    from kernbench_cli.hw.flows import FairShare
+    from kernbench_cli.hw.network import Calendar
+
+    ns = 1000  # ps
+    link = Calendar("noc", "test", 1000, 0)  # 1,000 B/s: 1 B alone in 10^9 ps
+    flows = FairShare(simpy.Environment())
+    a = flows.start(0, 1, (link,), 10**9, 0)
+    b = flows.start(0, 1, (link,), 10**9, 1)
+    assert (a.end, b.end) == (2 * 10**9, 2 * 10**9)  # 500 B/s each
+    flows.finish(a, a.end)
+    c = flows.start(a.end, 1, (link,), 10**9, 2)
+    flows.finish(b, b.end)
+    flows.finish(c, c.end)
+    assert (link.flow_peak, link.flow_peak_at) == (1000, 0)
+    assert link.flow_short is None
+    d = flows.start(c.end, 1, (link,), 10**9, 3)
+    flows.finish(d, c.end + ns)  # ended early: its 1,000 B/s carried 10^-9 B
+    assert link.flow_short == (1, c.end, c.end + ns, 1000 * ns)
+
+
 # ---------------------------------------------------------------- holes the review found
 
 def test_a_shared_slice_is_taken_in_order_of_issue_time_not_of_pe_index(run):

@@ -211,7 +211,7 @@ class _Surroundings:
     docstring): per PE its IPCQ commands (index, partner, the matched command there) and
     the senders of each of its rings, and a static key (paths and routes)."""
 
-    def __init__(self, timing):
+    def __init__(self, timing, keys: list[bytes]):
         system, program = timing.system, timing.program
         amap = system.amap
         self.n = n = len(system.pes)
@@ -258,7 +258,6 @@ class _Surroundings:
         self.by_pe: list[list[tuple[str, list[int]]]] = [[] for _ in range(n)]
         for (dst, direction), senders in sorted(self.rings.items()):
             self.by_pe[dst].append((direction, senders))
-        keys = stream_keys(program, base, size, timing.system.topology.hbm.page_size)
         self.start = [(k, tuple(s), tuple((i, j) for i, _, j in cmds))
                       for k, s, cmds in zip(keys, static, self.ipcq, strict=True)]
 
@@ -281,7 +280,15 @@ def partition(timing, forced: set[int], split: dict[int, tuple]) -> Classes:
     n = len(timing.program.streams)
     if not few_enough(timing.program.streams, n // WORTH):
         return Classes(list(range(n)))
-    around = timing.around = timing.around or _Surroundings(timing)
+    if timing.around is None:
+        # the classes split the PEs at least as finely as their relocated streams do
+        system = timing.system
+        keys = stream_keys(timing.program, system.slice_bases, system.amap.slice_bytes,
+                           system.topology.hbm.page_size)
+        if len(set(keys)) > n // WORTH:
+            return Classes(list(range(n)))
+        timing.around = _Surroundings(timing, keys)
+    around = timing.around
     forced = set(forced)
     while True:
         start = [("alone", pid) if pid in forced else (key, split.get(pid))

@@ -215,7 +215,13 @@ def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n
     def loads(i: int, ready: int, after: int) -> list[TileOp]:
         mi, rest = divmod(i, tn * tk)
         m0, n0, k0 = mi * mt, rest // tk * nt, rest % tk * kt
-        mr, kr, nr = min(mt, m - m0), min(kt, k - k0), min(nt, n - n0)
+        mr, kr, nr = m - m0, k - k0, n - n0  # the last tile of a dimension may be short
+        if mr > mt:
+            mr = mt
+        if kr > kt:
+            kr = kt
+        if nr > nt:
+            nr = nt
         ops = []
         if not a.resident and not (a_reused and i > 0 and (i - 1) // (tn * tk) == mi):
             ops.append((LOAD_TILE, ready, after, a, m0, k0, mr, kr))
@@ -225,7 +231,11 @@ def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n
         return ops
 
     def landed(i: int, ready: int, after: int, done: list[tuple[int, int, int]]) -> None:
-        loaded[i] = max([(ready, after)] + [(end, ref) for _, end, ref in done])
+        last = (ready, after)  # the latest of them
+        for _, end, ref in done:
+            if (end, ref) > last:
+                last = (end, ref)
+        loaded[i] = last
 
     issued = start
     end = (t0, origin)
@@ -236,12 +246,16 @@ def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n
         mi, rest = divmod(i, tn * tk)
         m0, n0, k0 = mi * mt, rest // tk * nt, rest % tk * kt
         ready, after = loaded[i] if loaded[i][0] > t0 else (t0, origin)
-        issued = max(issued, ready)
-        (_, done, ref), = yield issued, [(GEMM_TILE, ready, after, min(mt, m - m0),
-                                         min(kt, k - k0), min(nt, n - n0))]
-        end = max(end, (done, ref))
+        if ready > issued:
+            issued = ready
+        mr, kr, nr = m - m0, k - k0, n - n0  # the last tile of a dimension may be short
+        (_, done, ref), = yield issued, [(GEMM_TILE, ready, after, mr if mr < mt else mt,
+                                         kr if kr < kt else kt, nr if nr < nt else nt)]
+        if (done, ref) > end:
+            end = (done, ref)
         if i + depth < count:
-            issued = max(issued, done)
+            if done > issued:
+                issued = done
             if streams:
                 landed(i + depth, done, ref, (yield issued, loads(i + depth, done, ref)))
             else:

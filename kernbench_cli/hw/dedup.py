@@ -301,7 +301,10 @@ def _add(cal: Calendar, ghost: Ghost) -> None:
     cal.bytes += ghost.bytes
     cal.ops += ghost.ops
     cal.pages += ghost.pages
-    cal.flows.extend(ghost.flows)
+    if ghost.flow_peak > cal.flow_peak:  # fair-shared flows' meter (`hw.flows.FairShare`)
+        cal.flow_peak, cal.flow_peak_at = ghost.flow_peak, ghost.flow_peak_at
+    if cal.flow_short is None:
+        cal.flow_short = ghost.flow_short
 
 
 def _expand_log(timing, classes, where: _Where, rows: list, streams) -> None:

@@ -69,7 +69,9 @@ class DmaEngine(InOrderEngine):
                         + transfer_ps(nbytes - rounds * window, bandwidth))
             duration = max(duration, windowed)
         if pages and resources and resources[0].faw_ps:
-            duration = max(duration, resources[0].opening_ps(pages))
+            opening = resources[0].opening_ps(pages)
+            if opening > duration:
+                duration = opening
         return duration
 
     def begin(self, ready: int, nbytes: int, path: Path, pages: int = 0) -> tuple[int, int, int]:
@@ -84,7 +86,9 @@ class DmaEngine(InOrderEngine):
             for cal in path[0]:
                 row[cal.part] += nbytes * weight
         before = self.free_at
-        start = max(ready, self.stream_at if self.overlap else before)
+        start = self.stream_at if self.overlap else before
+        if ready > start:
+            start = ready
         setup_end = start + self.setup_ps
         return (start, setup_end if setup_end > before else before,
                 self.stream_ps(nbytes, path, pages))
@@ -94,7 +98,8 @@ class DmaEngine(InOrderEngine):
         """Account a transfer taken at `start`, free to stream from `streams_from`, whose
         bytes streamed in [stream_at, stream_end) (alone: `solo_ps`). Time beyond the solo
         time (waiting for a busy resource, or sharing one) is `waited`."""
-        hidden = min(start + self.setup_ps, self.free_at) - start  # setup under the one before
+        setup_end, before = start + self.setup_ps, self.free_at
+        hidden = (setup_end if setup_end < before else before) - start  # under the one before
         self.stream_at = stream_at
         self.free_at = stream_end
         self.busy_ps += self.setup_ps - (hidden if hidden > 0 else 0) + solo_ps

@@ -29,14 +29,16 @@ from collections.abc import Callable
 import simpy
 
 from kernbench_cli.hw.network import PS_PER_S, Calendar
+from kernbench_cli.hw.proc import Wake
 from kernbench_cli.hw.ratio import Ratio, approx, ceil_div, ratio
 
 
 class Flow:
     """One transfer's bytes streaming; `end` is when it ends at the rates known so far."""
 
-    __slots__ = ("approx", "armed", "cap", "end", "id", "left", "limit", "links", "nbytes", "owner",
-                 "rate", "since", "slowest", "solo_ps", "speed", "start", "trail", "version")
+    __slots__ = ("approx", "armed", "cap", "carried", "end", "id", "left", "limit", "links",
+                 "metered", "metered_at", "metered_f", "nbytes", "owner", "rate", "since",
+                 "slowest", "solo_ps", "speed", "start", "version")
 
     def __init__(self, fid: int, start: int, nbytes: int, links: tuple[Calendar, ...],
                  solo_ps: int, owner: int):
@@ -58,18 +60,28 @@ class Flow:
         self.slowest: Ratio | None = None  # ... and that rate
         self.armed: Callable[[Flow], None] | None = None  # called when it ends
         self.version = 0
-        #: its rates over time, from `start`: [(from, B/s), ...]; None: its cap throughout
-        self.trail: list[tuple[int, Ratio]] | None = None
-
-    def rates(self) -> list[tuple[int, int, Ratio]]:
-        """(from, to, B/s) of each stretch of its life at one rate (invariants)."""
-        trail = self.trail or [(self.start, Ratio(self.nbytes * PS_PER_S, self.solo_ps))]
-        ends = [t for t, _ in trail[1:]] + [self.end]
-        return [(t, end, rate) for (t, rate), end in zip(trail, ends, strict=True) if end > t]
+        # The meter's (`FairShare._meter`): its rate since `metered_at` (None: not yet) and
+        # that rate's float, and bytes x ps/s its rates carried before then (None: none
+        # counted apart, its rate never changed)
+        self.metered: Ratio | None = None
+        self.metered_at = start
+        self.metered_f = 0.0
+        self.carried: Ratio | int | None = None
 
 
 class FairShare:
-    """The active flows of one timing pass, by resource, and their rates."""
+    """The active flows of one timing pass, by resource, and their rates.
+
+    It also meters them, apart from the solver, for the bandwidth invariant
+    (`sim.invariants`): after every start, end and re-solve, each resource where a
+    flow's rate rose sums the rates of the flows on it, and the highest sum is kept
+    (`Calendar.flow_peak`, `flow_peak_at`); as each flow ends, whether its rates carried
+    its bytes by its end (the first that did not: `Calendar.flow_short`). A sum is made
+    of floats first, each within 2^-53 of its rate: one more than 10^-9 below the
+    resource's bandwidth cannot be above it, and only the others are summed exactly
+    (those of the flows sharing a resource the solver filled). The cost is the
+    solver's order: a float per flow on a resource where a rate rose.
+    """
 
     def __init__(self, env: simpy.Environment):
         self.env = env
@@ -93,7 +105,11 @@ class FairShare:
             else:
                 on[cal] = [flow]
         if not alone and not self._fits(flow):
-            self._solve(self._component(links), t)
+            flows = self._component(links)
+            self._solve(flows, t)
+            self._meter(flows, t)
+        else:
+            self._meter((flow,), t)
         return flow
 
     def arm(self, flow: Flow, ended: Callable[[Flow], None]) -> None:
@@ -116,9 +132,63 @@ class FairShare:
             cal.occupy(flow.start, t)
             cal.bytes += flow.nbytes
             cal.ops += 1
-            cal.flows.append(flow)
+        self._leave(flow, t)
         if shared and not self._capped(flow.links):
-            self._solve(self._component(flow.links), t)
+            flows = self._component(flow.links)
+            self._solve(flows, t)
+            self._meter(flows, t)
+
+    # ------------------------------------------------------------------ the meter
+
+    def _meter(self, flows, t: int) -> None:
+        """Note the rate each of `flows` streams at from `t` (its cap if never solved), and
+        what its rate before carried since then; then, on each resource where a rate rose,
+        the flows' summed rate, if higher than its highest (once every rate is in: one
+        flow's rise may come before another's fall)."""
+        risen: list[Calendar] = []
+        for flow in flows:
+            rate, was = flow.rate, flow.metered
+            if was is None:  # just started
+                if rate is None:
+                    if flow.solo_ps <= 0:
+                        continue  # no time to stream in: no rate
+                    rate = Ratio(flow.nbytes * PS_PER_S, flow.solo_ps)
+            elif rate is None or rate is was or rate == was:
+                continue
+            else:
+                flow.carried = (flow.carried or 0) + was * (t - flow.metered_at)
+            speed = rate.n / rate.d
+            if speed >= flow.metered_f:  # it rose (floats order rates weakly: or stayed)
+                risen += flow.links
+            flow.metered, flow.metered_at, flow.metered_f = rate, t, speed
+        on = self.on
+        for cal in set(risen) if len(flows) > 1 else risen:  # one flow: its links differ
+            there = on[cal]
+            total = 0.0
+            for flow in there:
+                total += flow.metered_f
+            if total > cal.bandwidth * (1 - 1e-9):  # near or above its bandwidth: exactly
+                exact: Ratio | int = 0
+                for flow in there:
+                    if flow.metered is not None:
+                        exact = flow.metered + exact
+                if exact > cal.flow_peak:
+                    cal.flow_peak, cal.flow_peak_at = exact, t
+
+    def _leave(self, flow: Flow, t: int) -> None:
+        """Note `flow`, ending at `t`, on its resources if its rates did not carry its
+        bytes. A flow whose rate never changed from its cap carries them iff it lasted its
+        solo time."""
+        rate = flow.metered
+        if rate is None or (flow.carried is None and flow.rate is None
+                            and t - flow.start >= flow.solo_ps):
+            return
+        carried = (flow.carried or 0) + rate * (t - flow.metered_at)
+        if carried < flow.nbytes * PS_PER_S:
+            short = (flow.nbytes, flow.start, t, carried)
+            for cal in flow.links:
+                if cal.flow_short is None:
+                    cal.flow_short = short
 
     # ------------------------------------------------------------------ inside
 
@@ -181,19 +251,15 @@ class FairShare:
 
     def _schedule(self, flow: Flow) -> None:
         flow.version += 1
-        version = flow.version
-        env = self.env
-        event = simpy.Event(env)
-        event._ok = True
-        event._value = None
+        event = Wake(self._ended)
+        event.flow, event.version = flow, flow.version
+        self.env.schedule(event, flow.owner, flow.end - self.env.now)
 
-        def ended(_event: simpy.Event) -> None:
-            if flow.version == version:  # not moved since
-                self.finish(flow, flow.end)
-                flow.armed(flow)
-
-        event.callbacks.append(ended)
-        env.schedule(event, flow.owner, flow.end - env.now)
+    def _ended(self, event: Wake) -> None:
+        flow = event.flow
+        if flow.version == event.version:  # not moved since
+            self.finish(flow, flow.end)
+            flow.armed(flow)
 
 
 def _fill(flows: list[Flow], t: int) -> None:
@@ -235,10 +301,6 @@ def _fill(flows: list[Flow], t: int) -> None:
                 limit = None  # it stops at its cap
             else:
                 limit = next(cal for cal in flow.links if cal in full)
-            if flow.trail is None:
-                flow.trail = [(flow.start, flow.cap)]
-            if level != flow.rate:
-                flow.trail.append((t, level))
             flow.rate, flow.speed = level, low
             if limit is not None and level < flow.slowest:
                 flow.slowest, flow.limit = level, limit

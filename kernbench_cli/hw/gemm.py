@@ -49,7 +49,8 @@ class GemmEngine(InOrderEngine):
     (`gemm_passes`): an f32 GEMM on a bf16 array runs every fold several times.
     """
 
-    __slots__ = ("clock_hz", "cols", "config", "dataflow", "flops", "mac_passes", "rows")
+    __slots__ = ("clock_hz", "cols", "config", "costs", "dataflow", "flops", "mac_passes",
+                 "rows")
 
     def __init__(self, config: GemmConfig, clock_hz: int):
         super().__init__()
@@ -58,6 +59,8 @@ class GemmEngine(InOrderEngine):
         self.config = config
         self.flops = 0
         self.mac_passes = 0  # MACs x the array passes their width takes (energy)
+        # (m, k, n, width) -> (duration, MAC passes): a composite's tiles repeat a few shapes
+        self.costs: dict[tuple[int, int, int, int], tuple[int, int]] = {}
 
     def duration_ps(self, m: int, k: int, n: int, width: int) -> int:
         cycles = gemm_cycles(m, k, n, self.rows, self.cols, self.dataflow)
@@ -68,6 +71,11 @@ class GemmEngine(InOrderEngine):
         return m * k * n * gemm_passes(self.config, width)
 
     def run(self, ready: int, m: int, k: int, n: int, width: int) -> tuple[int, int]:
+        key = (m, k, n, width)
+        costs = self.costs.get(key)
+        if costs is None:
+            costs = self.costs[key] = (self.duration_ps(m, k, n, width),
+                                       self.mac_passes_of(m, k, n, width))
         self.flops += 2 * m * k * n
-        self.mac_passes += self.mac_passes_of(m, k, n, width)
-        return self.occupy(ready, self.duration_ps(m, k, n, width))
+        self.mac_passes += costs[1]
+        return self.occupy(ready, costs[0])

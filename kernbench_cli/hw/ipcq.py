@@ -114,7 +114,8 @@ class Ring:
                 self.trail.append((copied + chunk.back, -1))
             self.slot_ps += copied - chunk.arrival
             self.ops += 1
-            self.bytes += min(self.slot_bytes, chunk.nbytes - chunk.index * self.slot_bytes)
+            size = chunk.nbytes - chunk.index * self.slot_bytes
+            self.bytes += size if size < self.slot_bytes else self.slot_bytes
             if chunk.sender == sender:
                 return chunk, copied
             self.stash.setdefault(chunk.sender, deque()).append((chunk, copied))

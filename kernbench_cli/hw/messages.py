@@ -12,6 +12,7 @@ PE indexes broke it.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from heapq import heappop
 
 from kernbench_cli.hw.ipcq import Chunk, Ring
 from kernbench_cli.hw.network import LEDGER
@@ -25,6 +26,7 @@ from kernbench_cli.hw.proc import (
     MESSAGE,
     PE_SHIFT,
     PRODUCER,
+    SCHEDULER,
     Composites,
     Proc,
     because,
@@ -72,32 +74,48 @@ class Messages:
 
     # ------------------------------------------------------------------ IPCQ
 
-    def _send(self, proc: Proc, pe: Pe, comps: Composites, i: int, t: int, ready: int,
-              why: int) -> Iterator[None]:
-        """The chunks of send `i` (issued at `t`, its data ready at `ready` for reason
-        `why`), each on a credit of the receiver's ring (waits for one); returns when the
-        last chunk arrives."""
+    def _send(self, proc: Proc, pe: Pe, comps: Composites, i: int) -> Iterator[None]:
+        """SEND `i`: PE_CPU issues it, and once global time reaches the issue, its chunks go,
+        each on a credit of the receiver's ring (waits for one) once its data is ready (its
+        producer ended); returns (issue, when the last chunk arrives)."""
+        t, ready = pe.scheduler.enqueue(pe.cpu, self.issue.send)
+        if t >= self.env.peek():
+            proc.at = i
+            proc.wake_at(t)
+            yield
         stream = self.program.streams[pe.pid]
         me = pe.pid << PE_SHIFT | i
+        why = because(SCHEDULER, pe.scheduler.last) if ready > t else because(ISSUED, me)
+        a = stream.a[i]
+        if proc.end[a] > ready:
+            ready, why = proc.end[a], because(PRODUCER, proc.made.get(a, pe.pid << PE_SHIFT | a))
         dst, nbytes = stream.arg[i], stream.size[i]
         direction, ring, route, back, private = self._pair(pe.pid, dst)
         multicast = self.multicast
-        rings = multicast.copies(pe.pid, dst, ring) if multicast is not None else [ring]
-        cpu, log, dma = pe.cpu, self.oplog, pe.dma
-        count = ring.chunks_for(nbytes)
+        rings = multicast.copies(pe.pid, dst, ring) if multicast is not None else None
+        if rings is not None and len(rings) == 1:
+            rings = None
+        cpu, log, dma, ties, credits = pe.cpu, self.oplog, pe.dma, self.ties, None
+        slot_bytes = ring.slot_bytes
+        count = max(1, -(-nbytes // slot_bytes))  # `ipcq.chunks_for`
         first = last = None
         region = self.leaves[pe.pid][i] if self.leaves else None
+        shared = self.fair and not private
         for index in range(count):
-            if len(rings) == 1:
-                credit, credits = (yield from self._credit(proc, pe, i, dst, ring)), None
-            else:
+            if rings is not None:
                 credits = yield from multicast.credits(proc, pe, i, dst, rings, t, ready)
                 credit = credits[0]
+            elif ties is None and ring.credits:  # `_credit` with one at hand
+                credit = heappop(ring.credits)
+            else:
+                credit = yield from self._credit(proc, pe, i, dst, ring)
             free_at, slot, freer, copied = credit
             if free_at > t and cpu.time > t:  # PE_CPU waited for this credit
                 proc.after[i] = (cpu.time, because(CREDIT, freer))
                 proc.credited[~i] = copied
-            size = min(ring.slot_bytes, nbytes - index * ring.slot_bytes)
+            size = nbytes - index * slot_bytes
+            if size > slot_bytes:
+                size = slot_bytes
             if free_at > ready:
                 at, chunk_why = free_at, because(CREDIT, freer)
                 if first is None:
@@ -108,10 +126,10 @@ class Messages:
                 yield from self._advance(proc, pe, comps, at)
             if region is not None:
                 dma.region = region
-            if private or not self.fair:
-                start, end = dma.transfer(at, size, route)
-            else:
+            if shared:
                 start, end = yield from self._flow(proc, dma, at, size, route)
+            else:
+                start, end = dma.transfer(at, size, route)
             if first is None:
                 first = start
                 proc.start[i] = start
@@ -121,9 +139,11 @@ class Messages:
                 proc.waits[me] = (dma.waited_on, dma.waited)
             chunk = Chunk(pe.pid, index, count, nbytes, slot, end, back, me)
             self._deliver(ring, chunk, at)
-            for each, credit in zip(rings[1:], credits[1:] if credits else (), strict=True):
-                mine = credit[1] if credit is not None else slot  # the copy's own slot
-                self._deliver(each, chunk if mine == slot else chunk._replace(slot=mine), at)
+            if credits is not None:
+                for each, credit in zip(rings[1:], credits[1:], strict=True):
+                    mine = credit[1] if credit is not None else slot  # the copy's own slot
+                    self._deliver(each, chunk if mine == slot else chunk._replace(slot=mine),
+                                  at)
             last = end if last is None or end > last else last
             if log is not None:
                 amap = self.system.amap
@@ -133,7 +153,7 @@ class Messages:
                            i, index == 0, (dma.stream_at, dma.free_at), log.path(route[0]))
         pe.scheduler.hold(first, me)
         proc.end[i] = last
-        return last
+        return t, last
 
     def _credit(self, proc: Proc, pe: Pe, i: int, dst: int, ring: Ring) -> Iterator[None]:
         """A credit of `ring` for send `i` of `pe` to PE `dst`: the earliest, waited for if
@@ -172,10 +192,10 @@ class Messages:
             if self.ties is not None:  # it goes on after this, whatever the order of PEs
                 ring.seen["chunks"] = (self.env.now, waiting.pid)
 
-    def _recv(self, proc: Proc, pe: Pe, comps: Composites, i: int,
-              t: int) -> Iterator[None]:
-        """Take receive `i`'s chunks from the ring (waits for them), each copied out of its
-        slot by PE_DMA; returns when the last copy is done.
+    def _recv(self, proc: Proc, pe: Pe, comps: Composites, i: int) -> Iterator[None]:
+        """RECV `i`: PE_CPU issues it, and once global time reaches the issue, it takes its
+        chunks from the ring (waits for them), each copied out of its slot by PE_DMA;
+        returns (issue, when the last copy is done).
 
         For the critical path the receive is a DMA operation: from the start of the
         copies that kept PE_DMA busy to its end, started by what the first of them
@@ -184,6 +204,11 @@ class Messages:
         waited for one long before the receive ended (a chunk of another sender, copied
         aside while the receive waited for its own).
         """
+        t = pe.cpu.issue(self.issue.recv)
+        if t >= self.env.peek():
+            proc.at = i
+            proc.wake_at(t)
+            yield
         stream = self.program.streams[pe.pid]
         me = pe.pid << PE_SHIFT | i
         src, nbytes = stream.arg[i], stream.size[i]
@@ -202,7 +227,9 @@ class Messages:
         row = dma.ledger[region]
 
         def copy(chunk: Chunk) -> int:
-            size = min(slot_bytes, chunk.nbytes - chunk.index * slot_bytes)
+            size = chunk.nbytes - chunk.index * slot_bytes
+            if size > slot_bytes:
+                size = slot_bytes
             ready = cpu.time if cpu.time > chunk.arrival else chunk.arrival
             busy_with = dma.last
             dma.region = region
@@ -225,9 +252,11 @@ class Messages:
 
         if comps.heap:  # tile operations issued before it go first on PE_DMA
             yield from self._advance(proc, pe, comps, cpu.time)
-        for _ in range(ring.chunks_for(nbytes)):
+        take = ring.take if self.ties is None else \
+            lambda sender, copy, who: self._take(ring, pe.pid, sender, copy, who)
+        for _ in range(max(1, -(-nbytes // slot_bytes))):  # `ipcq.chunks_for`
             credits = len(ring.credits)
-            taken = self._take(ring, pe.pid, sender, copy, me)
+            taken = take(sender, copy, me)
             while taken is None:
                 self._wake_senders(ring, credits)
                 ring.receiver_waiting = proc
@@ -238,8 +267,9 @@ class Messages:
                 proc.waiting = ""
                 cpu.wait_until(env.now)
                 credits = len(ring.credits)
-                taken = self._take(ring, pe.pid, sender, copy, me)
-            self._wake_senders(ring, credits)
+                taken = take(sender, copy, me)
+            if ring.sender_waiting:
+                self._wake_senders(ring, credits)
             if taken[1] > done:
                 done = taken[1]
         cpu.wait_until(done)
@@ -252,7 +282,8 @@ class Messages:
             log.append(pe.pid, CPU, log.code("recv"), t, t, done, nbytes, 0,
                        amap.pe_ipcq_slot_addr(*pe.coord, direction, 0),
                        tcm_at(tcm_base, stream.dst[i]), i)
-        return done
+        proc.end[i] = done
+        return t, done
 
     def _take(self, ring: Ring, pid: int, sender: int, copy, who: int):
         """`ring.take`, its uses of chunks and credits noted if ties are looked for."""

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from kernbench_cli.address.physaddr import PeCoord
 from kernbench_cli.config.schema import LinkConfig, Topology
 from kernbench_cli.hw.ipcq import OPPOSITE
+from kernbench_cli.hw.ratio import Ratio
 
 PS_PER_S = 10**12
 
@@ -73,9 +74,9 @@ class Calendar:
     need their bookings taken in global time order.
     """
 
-    __slots__ = ("activates", "bandwidth", "busy_ps", "bytes", "ends", "faw_ps", "flows",
-                 "latency_ps", "level", "name", "ops", "overdrawn", "page_bytes", "pages",
-                 "part", "shared", "starts", "user")
+    __slots__ = ("activates", "bandwidth", "busy_ps", "bytes", "ends", "faw_ps", "flow_peak",
+                 "flow_peak_at", "flow_short", "latency_ps", "level", "name", "ops", "overdrawn",
+                 "page_bytes", "pages", "part", "shared", "starts", "user")
 
     def __init__(self, level: str, name: str, bandwidth: int, latency_ps: int):
         self.level = level
@@ -95,7 +96,13 @@ class Calendar:
         self.user = -1
         self.shared = False
         self.overdrawn: tuple[int, int, int] | None = None  # (start, ps, bytes) too fast
-        self.flows: list = []  # fair-shared flows that crossed it (`hw.flows.Flow`), ended
+        # Fair-shared flows on it, as `hw.flows.FairShare` meters them: the highest their
+        # rates summed to (B/s, exact; 0 if never within 10^-9 of its bandwidth) and when,
+        # and the first flow whose rates did not carry its bytes by its end, (bytes, start,
+        # end, bytes x ps/s carried), if any
+        self.flow_peak: Ratio | int = 0
+        self.flow_peak_at = 0
+        self.flow_short: tuple[int, int, int, Ratio | int] | None = None
 
     def opening_ps(self, pages: int) -> int:
         """Least time to open `pages` DRAM pages: tFAW per `activates` pages (0 if not DRAM)."""
@@ -150,6 +157,11 @@ class Calendar:
         if end <= t:
             return
         starts, ends = self.starts, self.ends
+        if not ends or t > ends[-1]:  # after everything: the common case, kept lean
+            starts.append(t)
+            ends.append(end)
+            self.busy_ps += end - t
+            return
         i = bisect.bisect_left(ends, t)  # the first interval that ends at or after t
         j = bisect.bisect_right(starts, end)  # past the last that starts at or before end
         if i == j:
@@ -170,7 +182,9 @@ class Calendar:
         self.bytes += nbytes
         if self.overdrawn is not None:
             return
-        i = bisect.bisect_right(self.starts, t) - 1
+        starts = self.starts
+        # the interval that starts at or before t: the last, mostly (the booking just made)
+        i = len(starts) - 1 if starts and t >= starts[-1] else bisect.bisect_right(starts, t) - 1
         reserved = duration == 0 or (i >= 0 and self.ends[i] >= t + duration)
         if not reserved or nbytes * PS_PER_S > self.bandwidth * duration:
             self.overdrawn = (t, duration, nbytes)

@@ -39,6 +39,11 @@ def because(cause: int, ref: int) -> int:
     return cause << CAUSE_SHIFT | ref if ref >= 0 else cause << CAUSE_SHIFT | (1 << PE_SHIFT) - 1
 
 
+def by(cause: int) -> int:
+    """`cause` packed alone: ``by(cause) | ref`` is ``because(cause, ref)`` for a `ref` >= 0."""
+    return cause << CAUSE_SHIFT
+
+
 class TimingError(KernelError):
     """A stream the topology cannot time; `pid`, `index` (the command) and `time_ps` say where."""
 
@@ -65,6 +70,19 @@ class Stuck:
     index: int  # the command it waits in
     what: str
     time_ps: int
+
+
+class Wake(simpy.Event):
+    """An event triggered as it is made, for its maker to schedule at once: a walk's resume
+    (`Proc.wake_at`), a flow's end (`hw.flows`). It skips `simpy.Event`'s bookkeeping (its
+    environment, a pending value, `succeed`): no one yields it or waits for it but its
+    callback, run by `Environment.step` like any event's."""
+
+    _ok = True
+    _value = None
+
+    def __init__(self, callback) -> None:  # no Event.__init__: see the class docstring
+        self.callbacks = [callback]
 
 
 class Proc:
@@ -134,12 +152,8 @@ class Proc:
         """Resume at simulated time `t` (now if past), in PE-index order among equals
         (`callback`: what resumes it, if not `_resume`)."""
         env = self.env
-        event = simpy.Event(env)
-        event._ok = True
-        event._value = None
-        event.callbacks.append(callback or self.resume_cb)
         now = env.now
-        env.schedule(event, self.pid, t - now if t > now else 0)
+        env.schedule(Wake(callback or self.resume_cb), self.pid, t - now if t > now else 0)
 
     def wake_by(self, t: int) -> None:
         """Resume at `t` at the latest: a wait for the earliest of times learnt while it
@@ -161,14 +175,21 @@ class Proc:
 class Running:
     """A composite between dispatch and end: its tile operations and TCM tile buffers."""
 
-    __slots__ = ("depth", "dispatched", "end", "index", "issued", "ops", "private", "tcm_bytes")
+    __slots__ = ("depth", "dispatched", "end", "index", "issued", "ops", "private", "region",
+                 "sizes", "tcm_bytes", "width")
 
     def __init__(self, index: int, issued: int, dispatched: int, ops: Generator,
-                 tiling: GemmTiling, private: bool):
+                 tiling: GemmTiling, private: bool, width: int, region: int | None,
+                 sizes: list):
         self.index, self.issued, self.dispatched = index, issued, dispatched
         self.ops, self.private = ops, private
         self.tcm_bytes, self.depth = tiling.tcm_bytes, tiling.depth
         self.end = PENDING
+        self.width = width  # its operands' width in bytes (the wider)
+        self.region = region  # the region it counts in (None: the kernel names none)
+        # the largest tile of each streamed operand (bytes) and output tile (elements), as
+        # its tiles run (`Proc.tile_buffers`)
+        self.sizes = sizes
 
 
 class Composites:

@@ -149,9 +149,14 @@ class Routes:
                 path: Path, pages: int) -> Iterator[None]:
         """A load's or store's transfer (issued at `issued`) over a path other PEs use too:
         fair-shared (`_flow`), or circuit-style, booked once global time reaches its issue
-        (bookings on shared calendars in issue order); (start, end)."""
+        (bookings on shared calendars in issue order); a generator that returns (start,
+        end)."""
         if self.fair:
-            return (yield from self._flow(proc, dma, ready, nbytes, path, pages))
+            return self._flow(proc, dma, ready, nbytes, path, pages)
+        return self._circuit(proc, dma, issued, ready, nbytes, path, pages)
+
+    def _circuit(self, proc: Proc, dma: DmaEngine, issued: int, ready: int, nbytes: int,
+                 path: Path, pages: int) -> Iterator[None]:
         if issued >= self.env.peek():
             proc.wake_at(issued)
             yield

@@ -26,6 +26,7 @@ from kernbench_cli.hw.composite import (
     traffic,
 )
 from kernbench_cli.hw.engine import InOrderEngine
+from kernbench_cli.hw.network import Path
 from kernbench_cli.hw.oplog import Slice
 from kernbench_cli.hw.pe import Pe
 from kernbench_cli.hw.proc import (
@@ -120,7 +121,10 @@ class CompositeRuns:
         ops = tile_ops(ready, me, tiling, a, b, desc.n, desc.trans_b, out, desc.out_itemsize,
                        desc.out_row_stride, loads_from=dispatched)
         private = all(self._path(pid, addr, into)[1] for addr, into in self._operand_ends(desc))
-        running = Running(i, t, dispatched, ops, tiling, private)
+        sizes = proc.tile_buffers[i] = [{}, 0]
+        running = Running(i, t, dispatched, ops, tiling, private,
+                          max(desc.a_itemsize, desc.b_itemsize),
+                          self.leaves[pid][i] if self.leaves else None, sizes)
         used = stream.tcm[i] + comps.buffers(dispatched) + tiling.tcm_bytes
         if used > proc.tcm_peak[0]:
             proc.tcm_peak = (used, dispatched, i)
@@ -149,7 +153,7 @@ class CompositeRuns:
             if not running.private and not self.fair and issued >= peek():
                 proc.wake_at(issued)  # circuit: book shared calendars in issue order
                 yield
-            heapq.heappop(heap)
+            tiles.running = running
             proc.current = running.index
             done = []
             for op in tile_ops:
@@ -157,11 +161,15 @@ class CompositeRuns:
                 if kind == GEMM_TILE:
                     done.append(tiles.gemm(*op[1:]))
                 else:
-                    done.append((yield from tiles.move(kind == LOAD_TILE, *op[1:])))
+                    got = tiles.move(kind == LOAD_TILE, *op[1:])
+                    done.append(got if type(got) is tuple else (yield from got))
+            # The composite stays at the heap's head while its operations run (nothing else
+            # of this PE's runs meanwhile), then gives way to its next ones
             try:
                 issued, tile_ops = running.ops.send(done)
-                heappush(heap, (issued, seq, running, tile_ops))
+                heapq.heapreplace(heap, (issued, seq, running, tile_ops))
             except StopIteration as finished:
+                heapq.heappop(heap)
                 self._finish(proc, pe, comps, running, *finished.value)
                 if any_end:
                     return
@@ -216,73 +224,79 @@ class CompositeRuns:
 
 class Tiles:
     """How PE `pe`'s composites run tile operations; each is recorded in `proc.tiles` (its
-    reference: the PE's command count plus its position there)."""
+    reference: the PE's command count plus its position there). `running` is the
+    composite whose operations run."""
 
     def __init__(self, timing: Timing, proc: Proc, pe: Pe):
         self.timing, self.proc, self.pe = timing, proc, pe
         self.base = pe.pid << PE_SHIFT
-        self.args = timing.program.streams[pe.pid].arg
         log = timing.oplog
         self.codes = (tuple(log.code(k) for k in ("gemm_tile", "load_tile", "store_tile"))
                       if log is not None else (0, 0, 0))
+        self.running: Running | None = None
 
     def _record(self, engine: InOrderEngine, code: int, ready: int, after: int, start: int,
                 end: int) -> int:
         proc = self.proc
         me = self.base | (proc.n + len(proc.tiles))
         why = because(ENGINE, engine.last) if start > ready else because(PRODUCER, after)
-        proc.tiles.append((start, end, why, code, proc.current))
+        proc.tiles.append((start, end, why, code, self.running.index))
         engine.last = me
         return me
 
-    def _sizes(self) -> list:
-        """[largest tile per operand, largest output tile] of the composite running now."""
-        proc = self.proc
-        sizes = proc.tile_buffers.get(proc.current)
-        if sizes is None:
-            sizes = proc.tile_buffers[proc.current] = [{}, 0]
-        return sizes
-
     def gemm(self, ready: int, after: int, m: int, k: int, n: int) -> tuple[int, int, int]:
-        proc, gemm, log = self.proc, self.pe.gemm, self.timing.oplog
-        desc = self.timing.program.composites[self.args[proc.current]]
-        start, end = gemm.run(ready, m, k, n, max(desc.a_itemsize, desc.b_itemsize))
-        sizes = self._sizes()
-        sizes[1] = max(sizes[1], m * n)
+        gemm, log, running = self.pe.gemm, self.timing.oplog, self.running
+        start, end = gemm.run(ready, m, k, n, running.width)
+        sizes = running.sizes
+        if m * n > sizes[1]:
+            sizes[1] = m * n
         me = self._record(gemm, GEMM, ready, after, start, end)
         if log is not None:
             log.append(self.pe.pid, GEMM, self.codes[0], ready, start, end, 0, 2 * m * k * n,
-                       None, None, proc.current, shape=log.gemm_shape(m, k, n))
+                       None, None, running.index, shape=log.gemm_shape(m, k, n))
         return start, end, me
 
-    def move(self, inbound: bool, ready: int, after: int, *where) -> Iterator[None]:
+    def move(self, inbound: bool, ready: int, after: int, *where):
         """A tile load (`where`: operand, first row and column, rows, columns) or an output
-        tile's store (address, rows, row bytes, stride bytes); (start, end, reference)."""
+        tile's store (address, rows, row bytes, stride bytes): (start, end, reference), or,
+        where it is fair-shared with other PEs' transfers, a generator to run for them."""
         if inbound:
             op, r0, c0, rows, cols = where
             addr = op.addr + (r0 * op.row_stride + c0) * op.itemsize
             row_bytes, stride = cols * op.itemsize, op.row_stride * op.itemsize
-            largest = self._sizes()[0]
-            largest[id(op)] = max(largest.get(id(op), 0), rows * row_bytes)
+            largest = self.running.sizes[0]
+            if rows * row_bytes > largest.get(id(op), 0):
+                largest[id(op)] = rows * row_bytes
         else:
             addr, rows, row_bytes, stride = where
-        timing, proc, pe, dma = self.timing, self.proc, self.pe, self.pe.dma
-        route, private = timing._path(pe.pid, addr, inbound)
+        timing, dma = self.timing, self.pe.dma
+        route, private = timing._path(self.pe.pid, addr, inbound)
         nbytes = rows * row_bytes
         pages = strided_pages(route, addr, rows, row_bytes, stride)
-        if timing.leaves:  # the composite's region
-            dma.region = timing.leaves[pe.pid][proc.current]
+        region = self.running.region
+        if region is not None:  # the composite's region
+            dma.region = region
         if private or not timing.fair:
             start, end = dma.transfer(ready, nbytes, route, pages)
-        else:
-            start, end = yield from timing._flow(proc, dma, ready, nbytes, route, pages)
+            return self._moved(inbound, ready, after, start, end, addr, nbytes, route)
+        return self._shared(inbound, ready, after, addr, nbytes, route, pages)
+
+    def _shared(self, inbound: bool, ready: int, after: int, addr: int, nbytes: int,
+                route: Path, pages: int) -> Iterator[None]:
+        start, end = yield from self.timing._flow(self.proc, self.pe.dma, ready, nbytes, route,
+                                                  pages)
+        return self._moved(inbound, ready, after, start, end, addr, nbytes, route)
+
+    def _moved(self, inbound: bool, ready: int, after: int, start: int, end: int, addr: int,
+               nbytes: int, route: Path) -> tuple[int, int, int]:
+        proc, dma = self.proc, self.pe.dma
         me = self._record(dma, DMA, ready, after, start, end)
         if dma.waited_on is not None:
             proc.waits[me] = (dma.waited_on, dma.waited)
-        log = timing.oplog
+        log = self.timing.oplog
         if log is not None:
-            log.append(pe.pid, DMA, self.codes[1 if inbound else 2], ready, start, end, nbytes,
-                       0, addr if inbound else None, None if inbound else addr, proc.current,
-                       False, (dma.stream_at, dma.free_at), log.path(route[0]))
+            log.append(self.pe.pid, DMA, self.codes[1 if inbound else 2], ready, start, end,
+                       nbytes, 0, addr if inbound else None, None if inbound else addr,
+                       self.running.index, False, (dma.stream_at, dma.free_at),
+                       log.path(route[0]))
         return start, end, me
-

@@ -40,6 +40,7 @@ from kernbench_cli.hw.proc import (
     Proc,
     TimingError,
     because,
+    by,
 )
 from kernbench_cli.hw.routes import tcm_at, transfer_pages
 from kernbench_cli.stream import (
@@ -56,6 +57,10 @@ from kernbench_cli.stream import (
 
 if TYPE_CHECKING:
     from kernbench_cli.hw.timing import Timing
+
+#: `because(ISSUED, ref)` and `because(PRODUCER, ref)` as ``BY_… | ref`` for a known `ref`
+#: (>= 0), in the per-command steps
+BY_ISSUE, BY_PRODUCER = by(ISSUED), by(PRODUCER)
 
 
 class Walk:
@@ -104,12 +109,14 @@ class Walk:
         heap, advance = comps.heap, self.timing._advance
         pe, n, cpus, issued = self.pe, proc.n, self.cpus, self.issued
         transfer, math, dot = self._transfer_step(), self._math_step(), self._dot_step()
+        send, recv = self.timing._send, self.timing._recv
         last_end = tcm_peak = 0
         for i in range(n):
             op = ops[i]
             if log is not None:
                 self.marks.append(cpu.time)
-            if comps:  # composites hold tile buffers: tensors may have to wait for room
+            if comps.pending or comps.held:  # composites hold tile buffers (`comps` is true):
+                # tensors may have to wait for room
                 yield from self._room(i, tcm_peak)
                 tcm_peak = proc.tcm_peak[0]
             elif col_tcm[i] > tcm_peak:  # the TCM high water, tensors alone
@@ -144,9 +151,9 @@ class Walk:
             elif op == WAIT:
                 t, done = self._wait(i)
             elif op == SEND:
-                t, done = yield from self._send(i)
+                t, done = yield from send(proc, pe, comps, i)
             elif op == RECV:
-                t, done = yield from self._recv(i)
+                t, done = yield from recv(proc, pe, comps, i)
             elif op == CYCLES:
                 t = done = self._cycles(i)
             elif op == READ:
@@ -230,11 +237,9 @@ class Walk:
                 route, private = hit
                 why = None
                 if not load:
-                    why = because(SCHEDULER, sched.last) if ready > t else \
-                        because(ISSUED, base | i)
                     a = col_a[i]
                     if end[a] > ready:
-                        ready, why = end[a], because(PRODUCER, made.get(a, base | a))
+                        ready, why = end[a], BY_PRODUCER | made.get(a, base | a)
                 pages = transfer_pages(route, addr, rows[i], size[i], arg[i])
                 if heap or not private:
                     return waits(i, load, t, ready, why, addr, route, private, pages)
@@ -245,8 +250,7 @@ class Walk:
                 t, ready, why, addr, route, start, done = waited
             me = base | i
             whys[i] = (because(ENGINE, dma.last) if start > ready else why if why is not None
-                       else because(SCHEDULER, sched.last) if ready > t else  # a load's
-                       because(ISSUED, me))
+                       else because(SCHEDULER, sched.last) if ready > t else BY_ISSUE | me)
             dma.last = me
             if dma.waited_on is not None:
                 proc.waits[me] = (dma.waited_on, dma.waited)
@@ -276,12 +280,12 @@ class Walk:
 
         def step(i):
             t, ready = enqueue(cpu, cost)
-            why = because(SCHEDULER, sched.last) if ready > t else because(ISSUED, base | i)
+            queued, after = ready > t, -1  # what it waits for: the scheduler, a producer
             a, b = col_a[i], col_b[i]
             if a >= 0 and end[a] > ready:
-                ready, why = end[a], because(PRODUCER, made.get(a, base | a))
+                ready, after = end[a], a
             if b >= 0 and end[b] > ready:
-                ready, why = end[b], because(PRODUCER, made.get(b, base | b))
+                ready, after = end[b], b
             key = (arg[i], size[i])
             costs = math_ps.get(key)
             if costs is None:  # (issue time, pipeline latency, op class)
@@ -291,7 +295,9 @@ class Walk:
             start, done = vec.occupy(ready, costs[0])
             done += costs[1]
             me = base | i
-            whys[i] = because(ENGINE, vec.last) if start > ready else why
+            whys[i] = (because(ENGINE, vec.last) if start > ready else
+                       BY_PRODUCER | made.get(after, base | after) if after >= 0 else
+                       because(SCHEDULER, sched.last) if queued else BY_ISSUE | me)
             vec.last = me
             vec.elements += key[1]
             vec.by_class[costs[2]] += key[1]
@@ -373,30 +379,6 @@ class Walk:
             self.log.append(self.pid, CPU, self.codes["wait"], t, t, cpu.time, 0, 0, None,
                             None, i)
         return t, cpu.time
-
-    def _send(self, i: int) -> Iterator[None]:
-        """SEND `i`, its data ready once its producer ended (`Messages._send`); (issue, end)."""
-        t, ready = self.sched.enqueue(self.cpu, self.issue.send)
-        if t >= self.timing.env.peek():
-            self.proc.at = i
-            self.proc.wake_at(t)
-            yield
-        why = because(SCHEDULER, self.sched.last) if ready > t else because(ISSUED, self.base | i)
-        a = self.col_a[i]
-        if self.end[a] > ready:
-            ready, why = self.end[a], because(PRODUCER, self.made.get(a, self.base | a))
-        return t, (yield from self.timing._send(self.proc, self.pe, self.comps, i, t, ready,
-                                                why))
-
-    def _recv(self, i: int) -> Iterator[None]:
-        """RECV `i` (`Messages._recv`); (issue, end)."""
-        t = self.cpu.issue(self.issue.recv)
-        if t >= self.timing.env.peek():
-            self.proc.at = i
-            self.proc.wake_at(t)
-            yield
-        done = self.end[i] = yield from self.timing._recv(self.proc, self.pe, self.comps, i, t)
-        return t, done
 
     def _cycles(self, i: int) -> int:
         """CYCLES `i`: PE_CPU busy for that many cycles; its end."""

@@ -1,0 +1,164 @@
+"""The timing pass and the post-pass per command where nothing repeats, against the bare loop.
+
+The case is the llama3-8b decode step on `sip` (128 PEs, timing-only; no two PEs
+time alike, so dedup times every PE): `--layers 2` (129,459 commands) by
+default, `--layers 32` for the full step (1.9 million commands, several minutes).
+Per case, two measures:
+
+- CPU (`time.process_time`), in this process: one timing-only run (as `kernbench
+  run --timing-only` makes it) split at the timing pass (`Timing.run`, dedup on):
+  the functional pass, the timing pass and the post-pass (what a run does after
+  the timing pass: energy counts, the invariants, the critical path, regions);
+  then `--repeat` less one replays of its trace, each split the same way; the
+  least of each, and the bare SimPy + greenlet loop
+  (`sim_throughput.bare_loop_times`) on as many PEs and commands, in the same run.
+  Printed: seconds, us a command and the ratio to the bare loop (aims: timing pass
+  <= 4x, post-pass <= 1x).
+- instructions (`--instructions`, valgrind's cachegrind; independent of the
+  machine's load): the streams are recorded once, then each of the timing pass,
+  the replay (timing pass and post-pass) and the bare loop runs once and twice
+  in a fresh process under cachegrind; two runs less one is one run's, start-up
+  and reading the trace cancel out. Printed: instructions a command and the
+  ratio to the bare loop's. Slow: the timing pass runs some 50x slower under
+  cachegrind (`--layers 1`, 71,322 commands, takes about ten minutes).
+
+    python benchmarks/timing_pass.py [--layers N] [--repeat N] [--instructions]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from sim_throughput import bare_loop_times
+
+from kernbench_cli.address import load_address_map
+from kernbench_cli.hw.system import System
+from kernbench_cli.hw.timing import Timing
+from kernbench_cli.sim.kernels import load_kernel, parse_params
+from kernbench_cli.sim.run import replay_address_map, replay_trace, run_kernel
+from kernbench_cli.sim.trace_file import read_trace, write_trace
+
+
+def params(layers: int) -> list[str]:
+    return ["model=llama3-8b", "context=8192", f"layers={layers}"]
+
+
+def commands(program) -> int:
+    return sum(len(stream.op) for stream in program.streams)
+
+
+class Marks:
+    """CPU seconds where each timing pass began and ended (`Timing.run` wrapped)."""
+
+    def __init__(self) -> None:
+        self.began = self.ended = 0.0
+        run = Timing.run
+
+        def timed(timing: Timing) -> None:
+            self.began = time.process_time()
+            run(timing)
+            self.ended = time.process_time()
+
+        Timing.run = timed
+
+
+def cpu(layers: int, repeat: int) -> None:
+    marks = Marks()
+    amap = load_address_map("sip")
+    kernel = load_kernel("llama_decode")
+    began = time.process_time()
+    result = run_kernel(kernel, amap, parse_params(kernel, params(layers)), timing_only=True)
+    ended = time.process_time()
+    trace, program = result.trace, result.trace.program
+    functional = marks.began - began
+    timed, post = [marks.ended - marks.began], [ended - marks.ended]
+    n, pes = commands(program), len(program.streams)
+    del result
+    for _ in range(repeat - 1):  # replays: the same timing pass and post-pass
+        replay_trace(trace, amap, "the run")
+        ended = time.process_time()
+        timed.append(marks.ended - marks.began)
+        post.append(ended - marks.ended)
+    bare = min(bare_loop_times(pes, n // pes)[0] for _ in range(repeat)) / (n // pes * pes)
+    print(f"llama_decode llama3-8b, {layers} layers, on sip: {n:,} commands on {pes} PEs "
+          f"(CPU, least of {repeat})")
+    print(f"{'':<28} {'s':>8} {'us/command':>10} {'vs bare':>8}")
+    for name, seconds in (("bare SimPy + greenlet loop", bare * n),
+                          ("functional pass (once)", functional),
+                          ("timing pass", min(timed)), ("post-pass", min(post))):
+        print(f"{name:<28} {seconds:>8.2f} {seconds / n * 1e6:>10.2f} {seconds / n / bare:>7.2f}x")
+
+
+# ---------------------------------------------------------------- instructions
+
+def inner(what: str, path: str, times: int) -> None:
+    """Run `what` `times` times on the trace at `path` (under cachegrind)."""
+    trace = read_trace(Path(path))
+    amap = replay_address_map(trace, path)
+    program = trace.program
+    n, pes = commands(program), len(program.streams)
+    for _ in range(times):
+        if what == "bare":
+            bare_loop_times(pes, n // pes)
+        elif what == "timing":
+            Timing(System(amap), program, dedup=True).run()
+        else:
+            replay_trace(trace, amap, path)
+
+
+def instructions(what: str, path: Path, times: int) -> int:
+    """Instructions cachegrind counts in a fresh process running `what` `times` times."""
+    done = subprocess.run(
+        ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+         sys.executable, __file__, "--inner", what, str(path), str(times)],
+        capture_output=True, text=True, check=True)
+    return int(re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)[1].replace(",", ""))
+
+
+def counted(layers: int) -> None:
+    amap = load_address_map("sip")
+    kernel = load_kernel("llama_decode")
+    result = run_kernel(kernel, amap, parse_params(kernel, params(layers)), timing_only=True)
+    program = result.trace.program
+    n, pes = commands(program), len(program.streams)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "case.trace"
+        write_trace(path, result.trace)
+        del result
+        one = {what: instructions(what, path, 2) - instructions(what, path, 1)
+               for what in ("bare", "timing", "replay")}
+    bare = one["bare"] / (n // pes * pes)
+    print(f"llama_decode llama3-8b, {layers} layers, on sip: {n:,} commands on {pes} PEs "
+          "(cachegrind, two runs less one)")
+    print(f"{'':<28} {'instr/command':>13} {'vs bare':>8}")
+    for name, count in (("bare SimPy + greenlet loop", bare * n), ("timing pass", one["timing"]),
+                        ("post-pass", one["replay"] - one["timing"])):
+        print(f"{name:<28} {count / n:>13,.0f} {count / n / bare:>7.2f}x")
+
+
+def main() -> int:
+    if sys.argv[1:2] == ["--inner"]:
+        inner(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--instructions", action="store_true",
+                        help="count instructions with cachegrind (slow)")
+    args = parser.parse_args()
+    if args.instructions:
+        counted(args.layers)
+    else:
+        cpu(args.layers, args.repeat)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
