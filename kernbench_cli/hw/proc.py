@@ -70,7 +70,8 @@ class Stuck:
 class Proc:
     """One PE's walk over its stream, as SimPy event callbacks resume it."""
 
-    __slots__ = ("after", "at", "copies", "cpu", "credited", "current", "done", "due", "end",
+    __slots__ = ("after", "at", "copies", "cpu", "credited", "current", "dequant", "done", "due",
+                 "end",
                  "env", "error", "events", "gen", "issue", "last_end", "made", "n", "offers",
                  "pid", "planned", "resume_cb", "start", "tcm_peak", "tcm_wait", "tile_buffers",
                  "tile_worst", "tiles", "waiting", "waits", "why")
@@ -79,6 +80,8 @@ class Proc:
         self.env = env
         self.pid = pid
         self.planned = 0  # what its composites' plans move, by formula (invariants)
+        #: composite -> the elements its plan has PE_MATH dequantise, by formula (invariants)
+        self.dequant: dict[int, int] = {}
         self.gen: Iterator[None] | None = None
         self.done = False
         self.at = 0  # the command it waits in, while it waits

@@ -16,11 +16,15 @@ from collections.abc import Iterator
 from heapq import heappush
 from typing import TYPE_CHECKING
 
+from kernbench_cli.formats import gemm_datapath
+from kernbench_cli.formats import nbytes as bytes_of
 from kernbench_cli.hw.composite import (
     ACC_BYTES,
+    DEQUANT_TILE,
     GEMM_TILE,
     LOAD_TILE,
     Operand,
+    dequantised,
     plan_gemm,
     tile_ops,
     traffic,
@@ -39,6 +43,7 @@ from kernbench_cli.hw.proc import (
     SCHED,
     SCHEDULER,
     TCM,
+    VEC,
     Composites,
     Proc,
     Running,
@@ -82,8 +87,8 @@ class CompositeRuns:
         yield from self._advance(proc, pe, comps, dispatched)
         while True:
             free = self.tcm_bytes - stream.tcm[i] - comps.buffers(dispatched)
-            tiling = plan_gemm(desc.m, desc.k, desc.n, desc.a_itemsize, desc.b_itemsize,
-                               desc.out_itemsize, desc.a_tcm, desc.b_tcm, gemm.rows,
+            tiling = plan_gemm(desc.m, desc.k, desc.n, desc.a_format, desc.b_format,
+                               desc.out_format, desc.a_tcm, desc.b_tcm, gemm.rows,
                                gemm.cols, gemm.dataflow, free, self._plan_costs(pid, desc),
                                desc.a_row_stride, desc.b_row_stride, desc.trans_b)
             if tiling is not None:
@@ -109,15 +114,21 @@ class CompositeRuns:
                     ready, why = end[dep], because(PRODUCER, proc.made.get(dep, pid << PE_SHIFT
                                                                          | dep))
         proc.start[i], proc.why[i] = ready, why  # ready to run: where its tiles start from
-        a = Operand(desc.m, desc.k, desc.a_itemsize, desc.a_tcm, desc.a_addr, desc.a_row_stride)
+        array, a_dq, b_dq = gemm_datapath(desc.a_format, desc.b_format)
+        a = Operand(desc.m, desc.k, desc.a_format, desc.a_tcm, desc.a_addr, desc.a_row_stride,
+                    array if a_dq and not desc.a_tcm else 0)
         b_shape = (desc.n, desc.k) if desc.trans_b else (desc.k, desc.n)
-        b = Operand(*b_shape, desc.b_itemsize, desc.b_tcm, desc.b_addr, desc.b_row_stride)
+        b = Operand(*b_shape, desc.b_format, desc.b_tcm, desc.b_addr, desc.b_row_stride,
+                    array if b_dq and not desc.b_tcm else 0)
         out = desc.out_addr if desc.out_addr >= 0 else None
-        planned = traffic(tiling, a, b, desc.n, out is not None, desc.out_itemsize)
+        planned = traffic(tiling, a, b, desc.n, out is not None, desc.out_format)
         self.planned_bytes += planned
         proc.planned += planned
+        fixes = dequantised(tiling, a, b, desc.n)
+        if fixes:
+            proc.dequant[i] = fixes
         proc.current = i
-        ops = tile_ops(ready, me, tiling, a, b, desc.n, desc.trans_b, out, desc.out_itemsize,
+        ops = tile_ops(ready, me, tiling, a, b, desc.n, desc.trans_b, out, desc.out_format,
                        desc.out_row_stride, loads_from=dispatched)
         private = all(self._path(pid, addr, into)[1] for addr, into in self._operand_ends(desc))
         running = Running(i, t, dispatched, ops, tiling, private)
@@ -156,6 +167,8 @@ class CompositeRuns:
                 kind = op[0]
                 if kind == GEMM_TILE:
                     done.append(tiles.gemm(*op[1:]))
+                elif kind == DEQUANT_TILE:
+                    done.append(tiles.dequant(*op[1:]))
                 else:
                     done.append((yield from tiles.move(kind == LOAD_TILE, *op[1:])))
             try:
@@ -223,8 +236,9 @@ class Tiles:
         self.base = pe.pid << PE_SHIFT
         self.args = timing.program.streams[pe.pid].arg
         log = timing.oplog
-        self.codes = (tuple(log.code(k) for k in ("gemm_tile", "load_tile", "store_tile"))
-                      if log is not None else (0, 0, 0))
+        self.codes = (tuple(log.code(k) for k in ("gemm_tile", "load_tile", "store_tile",
+                                                  "dequant_tile"))
+                      if log is not None else (0, 0, 0, 0))
 
     def _record(self, engine: InOrderEngine, code: int, ready: int, after: int, start: int,
                 end: int) -> int:
@@ -246,7 +260,7 @@ class Tiles:
     def gemm(self, ready: int, after: int, m: int, k: int, n: int) -> tuple[int, int, int]:
         proc, gemm, log = self.proc, self.pe.gemm, self.timing.oplog
         desc = self.timing.program.composites[self.args[proc.current]]
-        start, end = gemm.run(ready, m, k, n, max(desc.a_itemsize, desc.b_itemsize))
+        start, end = gemm.run(ready, m, k, n, gemm_datapath(desc.a_format, desc.b_format)[0])
         sizes = self._sizes()
         sizes[1] = max(sizes[1], m * n)
         me = self._record(gemm, GEMM, ready, after, start, end)
@@ -255,15 +269,28 @@ class Tiles:
                        None, None, proc.current, shape=log.gemm_shape(m, k, n))
         return start, end, me
 
+    def dequant(self, ready: int, after: int, elements: int) -> tuple[int, int, int]:
+        """A tile's dequantisation on PE_MATH, once it landed; (start, end, reference)."""
+        proc, vec, log = self.proc, self.pe.math, self.timing.oplog
+        start, end = vec.run(ready, "dequant", elements)
+        vec.elements += elements
+        vec.by_class["dequant"] += elements
+        me = self._record(vec, VEC, ready, after, start, end)
+        if log is not None:
+            log.append(self.pe.pid, VEC, self.codes[3], ready, start, end, 0, elements, None,
+                       None, proc.current)
+        return start, end, me
+
     def move(self, inbound: bool, ready: int, after: int, *where) -> Iterator[None]:
         """A tile load (`where`: operand, first row and column, rows, columns) or an output
         tile's store (address, rows, row bytes, stride bytes); (start, end, reference)."""
         if inbound:
             op, r0, c0, rows, cols = where
-            addr = op.addr + (r0 * op.row_stride + c0) * op.itemsize
-            row_bytes, stride = cols * op.itemsize, op.row_stride * op.itemsize
-            largest = self._sizes()[0]
-            largest[id(op)] = max(largest.get(id(op), 0), rows * row_bytes)
+            addr = op.addr + bytes_of(op.code, r0 * op.row_stride + c0)
+            row_bytes, stride = bytes_of(op.code, cols), bytes_of(op.code, op.row_stride)
+            largest = self._sizes()[0]  # a dequantised tile has its wide copy beside it
+            wide = bytes_of(op.dequant, rows * cols) if op.dequant else 0
+            largest[id(op)] = max(largest.get(id(op), 0), rows * row_bytes + wide)
         else:
             addr, rows, row_bytes, stride = where
         timing, proc, pe, dma = self.timing, self.proc, self.pe, self.pe.dma
