@@ -177,19 +177,22 @@ KINDS: dict[str, tuple[Any, str]] = {
 }
 
 
-def key(kind: str, default: Any = REQUIRED, doc: str = "", source: str = "") -> Any:
-    """Declare one TOML key: `default` is written as in the TOML file."""
+def key(kind: str, default: Any = REQUIRED, doc: str = "", source: str = "",
+        late: bool = False) -> Any:
+    """Declare one TOML key: `default` is written as in the TOML file. A `late` key came after
+    configurations' digests were published (in docs, saved results): `loader.config_digest`
+    leaves it out while it holds its default, so those digests stay what they were."""
     parse = KINDS[kind][0]
-    meta = {"kind": kind, "default": default, "doc": doc, "source": source}
+    meta = {"kind": kind, "default": default, "doc": doc, "source": source, "late": late}
     if default is REQUIRED:
         return field(default=None, metadata=meta)
     value = parse(default)
     return field(default=value, metadata=meta)
 
 
-def section(cls: type, doc: str) -> Any:
-    """Declare a sub-table whose keys are the fields of `cls`."""
-    return field(default_factory=cls, metadata={"section": cls, "doc": doc})
+def section(cls: type, doc: str, late: bool = False) -> Any:
+    """Declare a sub-table whose keys are the fields of `cls` (`late`: as `key`'s)."""
+    return field(default_factory=cls, metadata={"section": cls, "doc": doc, "late": late})
 
 
 # ---------------------------------------------------------------------------
@@ -274,7 +277,7 @@ class GemmConfig(Frozen):
     macs_per_cell: GemmNarrow = section(
         GemmNarrow, "MACs per cell per cycle on narrow operands: each cell multiplies this "
         "many K elements at a time, so a GEMM takes the cycles of one with K divided by it "
-        "(rounded up). Narrow operands of one family only (docs/model.md).")
+        "(rounded up). Narrow operands of one family only (docs/model.md).", late=True)
 
 
 @config
@@ -293,7 +296,8 @@ class MathOpCycles(Frozen):
     cast: int = key("count", 1, "dtype conversion (quantising to a narrow format too).",
                     "One-cycle converter.")
     dequant: int = key("count", 1, "dequantising a narrow element (fp8, int8, int4, MX) to "
-                       "bf16 or f32, its scale applied.", "One-cycle converter, as cast.")
+                       "bf16 or f32, its scale applied.", "One-cycle converter, as cast.",
+                       late=True)
 
 
 @config
@@ -312,7 +316,8 @@ class MathLatency(Frozen):
     reduce: int = key("cycles", 8, "max and sum reductions.", "A 32-lane tree: 5 levels of "
                       "adders plus the final lane merge.")
     cast: int = key("cycles", 2, "dtype conversion.", "A 2-stage converter.")
-    dequant: int = key("cycles", 2, "dequantisation.", "A 2-stage converter, as cast.")
+    dequant: int = key("cycles", 2, "dequantisation.", "A 2-stage converter, as cast.",
+                       late=True)
 
 
 @config
@@ -477,7 +482,7 @@ class MathEnergy(Frozen):
                     "Estimate: an add-class converter 0.9 pJ, a 32-bit TCM read and write.")
     dequant: int = key("energy", "8.5pJ", "dequantising a narrow element.",
                        f"Estimate: {_HOROWITZ}: an f16 multiply by the scale 1.1 pJ, an 8-bit "
-                       "TCM read and a 16-bit TCM write at energy.tcm (7.4 pJ).")
+                       "TCM read and a 16-bit TCM write at energy.tcm (7.4 pJ).", late=True)
 
 
 @config
@@ -535,19 +540,19 @@ class EnergyConfig(Frozen):
         "energy", "0.91pJ", "Per MAC of a GEMM the array runs on its fp8 datapath "
         "(pe.gemm.macs_per_cell.fp8).",
         f"Estimate: {_HOROWITZ}: an 8-bit multiply 0.2 pJ, an f16 add 0.4 pJ, and each 8-bit "
-        "operand from TCM shared by 16 cells (0.31 pJ).")
+        "operand from TCM shared by 16 cells (0.31 pJ).", late=True)
     gemm_mac_int8: int = key(
         "energy", "0.61pJ", "Per MAC of a GEMM on the array's int8 datapath.",
         f"{_HOROWITZ}: 8-bit multiply 0.2 pJ, 32-bit add 0.1 pJ, plus 8-bit operands from "
-        "TCM shared by 16 cells (0.31 pJ).")
+        "TCM shared by 16 cells (0.31 pJ).", late=True)
     gemm_mac_fp4: int = key(
         "energy", "0.6pJ", "Per MAC of a GEMM on the array's fp4 datapath (mxfp4).",
         f"Estimate: {_HOROWITZ}: a 4-bit multiply a quarter of an 8-bit one (0.05 pJ), an "
-        "f16 add 0.4 pJ, 4-bit operands from TCM shared by 16 cells (0.16 pJ).")
+        "f16 add 0.4 pJ, 4-bit operands from TCM shared by 16 cells (0.16 pJ).", late=True)
     gemm_mac_int4: int = key(
         "energy", "0.31pJ", "Per MAC of a GEMM on the array's int4 datapath.",
         f"Estimate: {_HOROWITZ}: a 4-bit multiply 0.05 pJ, a 32-bit add 0.1 pJ, 4-bit operands "
-        "from TCM shared by 16 cells (0.16 pJ).")
+        "from TCM shared by 16 cells (0.16 pJ).", late=True)
     math: MathEnergy = section(MathEnergy, "PE_MATH, per element, by op class.")
     cpu_command: int = key(
         "energy", "100pJ", "Per command PE_CPU issues.",
