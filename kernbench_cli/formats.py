@@ -32,6 +32,7 @@ f32, else bf16 (the 16-bit datapath).
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 
@@ -85,6 +86,7 @@ def nbytes(code: int, count: int) -> int:
     return FORMATS[code].nbytes(count)
 
 
+@functools.lru_cache(maxsize=64)
 def gemm_datapath(a: int, b: int) -> tuple[int, bool, bool]:
     """(the format the array multiplies in, whether `a` and whether `b` are dequantised to
     it on PE_MATH first) for a GEMM of operands of stream formats `a` and `b`."""

@@ -131,6 +131,9 @@ class GemmOps(Core):
                 values.append(x.value)
                 continue
             stride = x.row_stride if x.row_stride != x.shape[1] else None
+            if x.dtype.__class__ is not Narrow:  # memory's own bytes, not a copy
+                values.append(self._memory.view(x.addr, x.shape, x.dtype, "tl.ref", stride))
+                continue
             value = self._memory.read_f32(x.addr, x.shape, x.dtype, "tl.ref", stride)
             values.append(rounded(value, wide) if dq else value)
         return values

@@ -159,7 +159,8 @@ class MathOps(Core):
     def _unary(self, fn: Callable, x: Tensor) -> Tensor:
         kind = _KIND_OF[fn]
         x = self._own(x, MATH_KINDS[kind][1])
-        return self._math(kind, x.cmd, NONE, x.shape, promote(x.dtype), x.numel, fn, x.value)
+        dt = x.dtype if x.dtype.__class__ is not Narrow else F32
+        return self._math(kind, x.cmd, NONE, x.shape, dt, x.numel, fn, x.value)
 
     def _binary(self, fn: Callable, x: Any, y: Any) -> Tensor:
         if x.__class__ is Tensor and x._tl is self:  # the common cases first, kept lean
@@ -171,11 +172,13 @@ class MathOps(Core):
                     return self._math(_KIND_OF[fn], x.cmd, y.cmd, shape, dt, math.prod(shape),
                                       fn, x.value, y.value)
             elif y.__class__ is float or y.__class__ is int:
-                return self._math(_KIND_OF[fn], x.cmd, NONE, x.shape, promote(x.dtype),
-                                  x.numel, fn, x.value, y)
+                dt = x.dtype if x.dtype.__class__ is not Narrow else F32
+                return self._math(_KIND_OF[fn], x.cmd, NONE, x.shape, dt, x.numel, fn,
+                                  x.value, y)
         elif y.__class__ is Tensor and y._tl is self and x.__class__ in (int, float):
-            return self._math(_KIND_OF[fn], y.cmd, NONE, y.shape, promote(y.dtype), y.numel,
-                              fn, x, y.value)
+            dt = y.dtype if y.dtype.__class__ is not Narrow else F32
+            return self._math(_KIND_OF[fn], y.cmd, NONE, y.shape, dt, y.numel, fn, x,
+                              y.value)
         return self._binary_slow(fn, x, y)
 
     def _binary_slow(self, fn: Callable, x: Any, y: Any) -> Tensor:
@@ -204,8 +207,9 @@ class MathOps(Core):
             raise KernelError(f"tl.{fn.__name__}: axis {axis} is out of range for shape "
                               f"{list(x.shape)}")
         shape = reduced_shape(x.shape, axis, keepdims)
-        return self._math(_KIND_OF[fn], x.cmd, NONE, shape, promote(x.dtype), x.numel,
-                          _reduction, fn, x.value, axis, keepdims)
+        dt = x.dtype if x.dtype.__class__ is not Narrow else F32
+        return self._math(_KIND_OF[fn], x.cmd, NONE, shape, dt, x.numel, _reduction, fn,
+                          x.value, axis, keepdims)
 
     def _cast(self, x: Tensor, name: str) -> Tensor:
         """`x` in dtype `name`: quantised to a narrow dtype (the `cast` class), dequantised
