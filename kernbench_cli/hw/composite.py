@@ -271,8 +271,11 @@ def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n
             ops.append((LOAD_TILE, ready, after, b, *coords))
         return ops
 
+    def landed(i: int, ready: int, after: int, done: list[tuple[int, int, int]]) -> None:
+        loaded[i] = max([(ready, after)] + [(end, ref) for _, end, ref in done])
+
     def fetch(i: int, ready: int, after: int, at: int):
-        """Tile i's loads issued at `at`, then the dequantisation of what needs it."""
+        """Tile i's loads issued at `at`, then the dequantisation of those that need it."""
         ops = loads(i, ready, after)
         done = yield at, ops
         fixes = [(DEQUANT_TILE, end, ref, op[6] * op[7])
@@ -280,13 +283,16 @@ def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n
         if fixes:
             done = [d for op, d in zip(ops, done, strict=True) if not op[3].dequant] + (
                 yield at, fixes)
-        loaded[i] = max([(ready, after)] + [(end, ref) for _, end, ref in done])
+        landed(i, ready, after, done)
 
+    fixed = a.dequant or b.dequant  # else the loads alone, inline (most composites)
     issued = start
     end = (t0, origin)
     for i in range(min(depth, count)):
-        if streams:
+        if streams and fixed:
             yield from fetch(i, start, origin, issued)
+        elif streams:
+            landed(i, start, origin, (yield issued, loads(i, start, origin)))
     for i in range(count):
         mi, rest = divmod(i, tn * tk)
         m0, n0, k0 = mi * mt, rest // tk * nt, rest % tk * kt
@@ -297,8 +303,10 @@ def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n
         end = max(end, (done, ref))
         if i + depth < count:
             issued = max(issued, done)
-            if streams:
+            if streams and fixed:
                 yield from fetch(i + depth, done, ref, issued)
+            elif streams:
+                landed(i + depth, done, ref, (yield issued, loads(i + depth, done, ref)))
             else:
                 loaded[i + depth] = (done, ref)
         if k0 + kt >= k and out_addr is not None:

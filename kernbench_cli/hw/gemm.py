@@ -82,7 +82,7 @@ class GemmEngine(InOrderEngine):
     """
 
     __slots__ = ("clock_hz", "cols", "config", "dataflow", "flops", "mac_passes", "macs",
-                 "rows")
+                 "rates", "rows")
 
     def __init__(self, config: GemmConfig, clock_hz: int):
         super().__init__()
@@ -92,9 +92,19 @@ class GemmEngine(InOrderEngine):
         self.flops = 0
         self.mac_passes = 0  # MACs x the array passes their width takes (energy)
         self.macs: dict[str, int] = {}  # MACs on each narrow datapath (energy)
+        #: format -> (passes, MACs per cell, narrow datapath or ""): the `array_rate`s asked
+        self.rates: dict[int, tuple[int, int, str]] = {}
+
+    def _rate(self, code: int) -> tuple[int, int, str]:
+        rate = self.rates.get(code)
+        if rate is None:
+            fmt = FORMATS[code]
+            rate = self.rates[code] = (*array_rate(self.config, code),
+                                       fmt.array if fmt.narrow else "")
+        return rate
 
     def duration_ps(self, m: int, k: int, n: int, code: int) -> int:
-        passes, per_cell = array_rate(self.config, code)
+        passes, per_cell, _ = self._rate(code)
         cycles = gemm_cycles(m, -(-k // per_cell), n, self.rows, self.cols, self.dataflow)
         return cycles_to_ps(cycles * passes, self.clock_hz)
 
@@ -108,5 +118,10 @@ class GemmEngine(InOrderEngine):
             self.mac_passes += amount
 
     def run(self, ready: int, m: int, k: int, n: int, code: int) -> tuple[int, int]:
-        self.count(2 * m * k * n, gemm_work(self.config, m, k, n, code))
+        passes, _, datapath = self._rate(code)
+        self.flops += 2 * m * k * n
+        if datapath:  # as `count` does with `gemm_work`
+            self.macs[datapath] = self.macs.get(datapath, 0) + m * k * n
+        else:
+            self.mac_passes += m * k * n * passes
         return self.occupy(ready, self.duration_ps(m, k, n, code))

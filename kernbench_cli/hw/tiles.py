@@ -124,9 +124,8 @@ class CompositeRuns:
         planned = traffic(tiling, a, b, desc.n, out is not None, desc.out_format)
         self.planned_bytes += planned
         proc.planned += planned
-        fixes = dequantised(tiling, a, b, desc.n)
-        if fixes:
-            proc.dequant[i] = fixes
+        if a.dequant or b.dequant:
+            proc.dequant[i] = dequantised(tiling, a, b, desc.n)
         proc.current = i
         ops = tile_ops(ready, me, tiling, a, b, desc.n, desc.trans_b, out, desc.out_format,
                        desc.out_row_stride, loads_from=dispatched)
