@@ -221,3 +221,16 @@ def test_a_message_carries_the_packed_bytes(tmp_path):
     assert result.verified
     assert [r[7] for r in result.raw.oplog if r[3] == "recv"] == [136]
 
+
+
+def test_a_reserved_narrow_weight_times_without_values(tmp_path):
+    """`host.reserve` takes a narrow weight's packed bytes (64 x 128 mxfp4: 4352 B) with no
+    array; a timing-only composite streams exactly those bytes."""
+    import kernbench_cli as kb
+
+    path = _kernel(tmp_path, "    return {'w': host.reserve('w', (64, 128), 'mxfp4', 0)}",
+                   "    x = tl.zeros((4, 128), 'bf16')\n"
+                   "    tl.wait(tl.composite(op='gemm', a=x, b=tl.ref(w, (64, 128), 'mxfp4'), "
+                   "trans_b=True, out_dtype='f32'))")
+    result = kb.run(path, test_topology("one"), timing_only=True, oplog=True)
+    assert sum(r[7] for r in result.raw.oplog if r[3] == "load_tile") == 64 * 128 * 17 // 32

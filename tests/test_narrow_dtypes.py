@@ -176,3 +176,12 @@ def test_the_gemm_datapath_of_each_pair():
     assert f.gemm_datapath(f.MXFP4, f.F32) == (f.F32, True, False)
     assert f.gemm_datapath(f.INT8, f.FP8) == (f.F16, True, True)
     assert f.gemm_datapath(f.F16, f.F32) == (f.F32, False, False)
+
+
+def test_itemsize_and_nbytes_for_pointer_arithmetic():
+    """fp8's elements are whole bytes; a scaled dtype's bytes come in whole blocks."""
+    from kernbench_cli.lang.tl import TL
+
+    assert (TL.itemsize("fp8"), TL.itemsize("fp8e5m2"), TL.itemsize("bf16")) == (1, 1, 2)
+    assert [TL.nbytes(name, 4096) for name in ("mxfp4", "mxfp8", "int4", "int8", "fp8")] == [
+        2176, 4224, 2304, 4352, 4096]
