@@ -30,7 +30,7 @@ def _records(result, kind: str) -> list[tuple]:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("op", ["store", "dot", "composite", "native"])
+@pytest.mark.parametrize("op", ["store", "dot", "composite", "composite_tcm", "native"])
 def test_values_against_a_reference_in_the_narrow_dtype(run, fmt, op):
     """tests/kernels/narrow.py: every output equals its numpy reference (a stored weight's
     bytes unchanged, quantised activations, GEMMs of the dequantised values)."""

@@ -170,7 +170,9 @@ class Ref:
 
 @dataclass
 class Handle:
-    """A composite in flight: `cmd` is its command; `out` its result if kept in TCM."""
+    """A composite in flight: `cmd` is its command; `out` its result if kept in TCM;
+    `held` the operands it made itself (a dequantised copy), in TCM while the handle lives."""
 
     cmd: int
     out: Tensor | None
+    held: tuple[Tensor | Ref, ...] = ()

@@ -7,7 +7,8 @@ Inputs: activations A (M x K, bf16) and a weight W (N x K, `fmt`, blocks along K
 - ``op=dot``: A @ W^T by `tl.dot`, W loaded into TCM (bf16 x `fmt`: W dequantised on
   PE_MATH first, to bf16);
 - ``op=composite``: the same by a composite streaming W from memory (`tl.ref`), its
-  tiles dequantised by the scheduler;
+  tiles dequantised by the scheduler; ``op=composite_tcm``: by a composite of W loaded
+  into TCM, dequantised on PE_MATH before it (the copy held while its handle lives);
 - ``op=native``: A quantised to `fmt` too, then `tl.dot` of two `fmt` operands (the
   array's narrow datapath, no dequantisation).
 """
@@ -37,9 +38,10 @@ def kernel(tl, a, w, copy, quant, out, fmt, op, M, K, N):
     if op == "store":
         tl.store(copy, tl.load(w, (N, K), fmt))
         tl.store(quant, x.to(fmt))
-    elif op == "composite":
-        tl.wait(tl.composite(op="gemm", a=x, b=tl.ref(w, (N, K), fmt), trans_b=True,
-                             out_ptr=out, out_dtype="f32"))
+    elif op.startswith("composite"):
+        rhs = tl.ref(w, (N, K), fmt) if op == "composite" else tl.load(w, (N, K), fmt)
+        tl.wait(tl.composite(op="gemm", a=x, b=rhs, trans_b=True, out_ptr=out,
+                             out_dtype="f32"))
     else:
         lhs = x.to(fmt) if op == "native" else x
         tl.store(out, tl.dot(lhs, tl.load(w, (N, K), fmt), trans_b=True))

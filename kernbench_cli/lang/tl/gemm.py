@@ -67,6 +67,7 @@ class GemmOps(Core):
                 self._own(x, "composite")
         m, k, n = gemm_shape("tl.composite", a.shape, b.shape, trans_b)
         out_dt = _out_dtype("tl.composite", out_dtype, a.dtype, b.dtype)
+        given = (a, b)
         a, b, _ = self._datapath("tl.composite", a, b)  # a narrow tensor dequantised here
         row_stride = n if out_stride is None else out_stride
         if out_ptr is not None:
@@ -97,7 +98,8 @@ class GemmOps(Core):
             NONE if out_ptr is None else out_ptr, row_stride))
         if out_ptr is not None and self._values:
             self._memory.write(out_ptr, value.astype(out_dt), "tl.composite", out_stride)
-        return Handle(i, out)
+        return Handle(i, out, tuple(x for x, was in zip((a, b), given, strict=True)
+                                    if x is not was))
 
     def _datapath(self, what: str, a: Tensor | Ref,
                   b: Tensor | Ref) -> tuple[Tensor | Ref, Tensor | Ref, int]:
