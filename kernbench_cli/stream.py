@@ -31,11 +31,12 @@ CYCLES      -            -         cycles       -                -            CP
 READ        tensor       -         -            -                -            CPU (waits)
 ========== ============ ========= ============ ================ ============ ==============
 
-A WAIT without a producer is `tl.fence`: it waits for every STORE before it
-to land. A LOAD's or STORE's span is the bytes from its first to one past its last in
-memory (more than its size when rows are strided). TCM addresses are offsets
-in the PE's TCM (the timing pass adds the base of
-the topology it times on). `gemm shape`, `math kind` and `composite` index
+A `gemm shape` is (m, k, n, the stream format the array multiplies in:
+`formats.gemm_datapath`). A WAIT without a producer is `tl.fence`: it waits
+for every STORE before it to land. A LOAD's or STORE's span is the bytes from
+its first to one past its last in memory (more than its size when rows are
+strided). TCM addresses are offsets in the PE's TCM (the timing pass adds the
+base of the topology it times on). `gemm shape`, `math kind` and `composite` index
 the run's tables in `Program`. A COMPOSITE's operands are TCM tensors (a
 producer, `src` a TCM offset) or memory (`tl.ref`: no producer, `src` an
 address); its `dst` is the output address, or the TCM offset of a result
@@ -56,6 +57,8 @@ LOAD, STORE, DOT, MATH, COMPOSITE, WAIT, SEND, RECV, CYCLES, READ = range(10)
 KINDS = ("load", "store", "dot", "math", "composite", "wait", "send", "recv", "cycles", "read")
 NONE = -1
 
+#: The op classes of PE_MATH (`[pe.math.op_cycles]`), in the order of its config keys.
+MATH_CLASSES = ("add", "mul", "div", "cmp", "exp", "log", "sqrt", "reduce", "cast", "dequant")
 #: PE_MATH commands: (op class of `[pe.math.op_cycles]`, name in the op log); a MATH
 #: command's `arg` indexes this table (a program carries it, so traces say what they mean).
 #: New kinds are appended, so older traces keep their meaning.
@@ -64,7 +67,7 @@ MATH_KINDS: tuple[tuple[str, str], ...] = (
     ("mul", "multiply"), ("div", "divide"), ("cmp", "maximum"), ("cmp", "minimum"),
     ("exp", "exp"), ("log", "log"), ("sqrt", "sqrt"), ("reduce", "max"), ("reduce", "sum"),
     ("cast", "cast"), ("sqrt", "rsqrt"), ("div", "reciprocal"), ("add", "abs"),
-    ("exp", "tanh"), ("cmp", "where"), ("exp", "erf"))
+    ("exp", "tanh"), ("cmp", "where"), ("exp", "erf"), ("dequant", "dequantize"))
 
 #: (column, array typecode): the layout of a stream and of a trace file.
 COLUMNS = (("op", "B"), ("a", "i"), ("b", "i"), ("size", "q"), ("arg", "q"), ("src", "q"),
@@ -94,18 +97,20 @@ class Stream:
 class Composite(NamedTuple):
     """What the timing pass needs to tile one `tl.composite` GEMM.
 
-    `a_addr`/`b_addr` and their row strides locate operands in memory (unused
-    for an operand already in TCM: `a_tcm`/`b_tcm`). `out_addr` is NONE when the
-    result stays in TCM. The scheduler plans the tiles at dispatch, into the
+    The operands' and the output's formats are stream format codes
+    (`kernbench_cli.formats`: a 16-bit float is 2, f32 4, its element size).
+    `a_addr`/`b_addr` and their row strides (in elements) locate operands in memory
+    (unused for an operand already in TCM: `a_tcm`/`b_tcm`). `out_addr` is NONE when
+    the result stays in TCM. The scheduler plans the tiles at dispatch, into the
     TCM free then (the timing pass knows it), so the plan holds on any topology.
     """
 
     m: int
     k: int
     n: int
-    a_itemsize: int
-    b_itemsize: int
-    out_itemsize: int
+    a_format: int
+    b_format: int
+    out_format: int
     a_tcm: bool
     b_tcm: bool
     a_addr: int
@@ -146,7 +151,7 @@ class Program:
     """
 
     streams: list[Stream]
-    gemm_shapes: list[tuple[int, int, int]] = field(default_factory=list)
+    gemm_shapes: list[tuple[int, int, int, int]] = field(default_factory=list)
     math_kinds: list[tuple[str, str]] = field(default_factory=lambda: list(MATH_KINDS))
     composites: list[Composite] = field(default_factory=list)
     tcm_peak: list[int] = field(default_factory=list)

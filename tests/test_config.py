@@ -187,7 +187,8 @@ def test_config_objects_are_immutable_values(write_topology):
     changed = replace(a.pe.gemm, rows=8)
     assert (changed.rows, a.pe.gemm.rows) == (8, 16)
     assert repr(changed) == ("GemmConfig(rows=8, cols=16, dataflow='os', "
-                             "passes=GemmPasses(f16=1, f32=3))")
+                             "passes=GemmPasses(f16=1, f32=3), macs_per_cell=GemmNarrow("
+                             "fp8=2, int8=2, fp4=4, int4=4))")
 
 
 @pytest.mark.parametrize("name", ["default", "sip", "rack"])

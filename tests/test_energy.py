@@ -144,7 +144,7 @@ def test_the_invariant_catches_a_mac_the_engines_did_not_do(monkeypatch, tmp_pat
     kernel = _kernel(tmp_path, "    return {'a': host.replicate('a', np.zeros((16, 16), "
                      "'float16'))}", "    x = tl.load(tl.shard(a['a']), (16, 16), 'f16')\n"
                      "    tl.dot(x, x)")
-    monkeypatch.setattr(energy, "asked_mac_passes", lambda system, timing: 16**3 + 1)
+    monkeypatch.setattr(energy, "asked_gemm_work", lambda system, timing: (16**3 + 1, {}))
     with pytest.raises(KernbenchError, match=r"\(energy\): the engines did 4,096 MAC passes"):
         _run(kernel)
 

@@ -20,7 +20,7 @@ import numbers
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import fields, is_dataclass, replace
+from dataclasses import MISSING, fields, is_dataclass, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -405,12 +405,16 @@ def _cost_path(topology_file: Path, costs: str) -> Path | None:
 
 def config_digest(config: Any) -> str:
     """8 hex digits of a hash of a configuration's resolved values (not its name, description,
-    file or cost-table path): equal digests, equal configurations."""
+    file or cost-table path): equal digests, equal configurations. A `late` key (one added
+    after digests were published) counts only where it differs from its default, so a
+    configuration that leaves it alone keeps the digest it had."""
     def values(obj: Any) -> Any:
         if is_dataclass(obj):
             return tuple((f.name, values(getattr(obj, f.name))) for f in fields(obj)
                          if not f.metadata.get("internal")
-                         and f.name not in ("name", "description", "costs"))
+                         and f.name not in ("name", "description", "costs")
+                         and not (f.metadata.get("late") and getattr(obj, f.name) == (
+                             f.default_factory() if f.default is MISSING else f.default)))
         return obj
     return hashlib.sha256(repr(values(config)).encode()).hexdigest()[:8]
 

@@ -177,19 +177,22 @@ KINDS: dict[str, tuple[Any, str]] = {
 }
 
 
-def key(kind: str, default: Any = REQUIRED, doc: str = "", source: str = "") -> Any:
-    """Declare one TOML key: `default` is written as in the TOML file."""
+def key(kind: str, default: Any = REQUIRED, doc: str = "", source: str = "",
+        late: bool = False) -> Any:
+    """Declare one TOML key: `default` is written as in the TOML file. A `late` key came after
+    configurations' digests were published (in docs, saved results): `loader.config_digest`
+    leaves it out while it holds its default, so those digests stay what they were."""
     parse = KINDS[kind][0]
-    meta = {"kind": kind, "default": default, "doc": doc, "source": source}
+    meta = {"kind": kind, "default": default, "doc": doc, "source": source, "late": late}
     if default is REQUIRED:
         return field(default=None, metadata=meta)
     value = parse(default)
     return field(default=value, metadata=meta)
 
 
-def section(cls: type, doc: str) -> Any:
-    """Declare a sub-table whose keys are the fields of `cls`."""
-    return field(default_factory=cls, metadata={"section": cls, "doc": doc})
+def section(cls: type, doc: str, late: bool = False) -> Any:
+    """Declare a sub-table whose keys are the fields of `cls` (`late`: as `key`'s)."""
+    return field(default_factory=cls, metadata={"section": cls, "doc": doc, "late": late})
 
 
 # ---------------------------------------------------------------------------
@@ -245,6 +248,23 @@ class GemmPasses(Frozen):
 
 
 @config
+class GemmNarrow(Frozen):
+    """MACs one array cell does per cycle on narrow operands, by the array's datapath."""
+
+    fp8: int = key("count", 2, "fp8, fp8e5m2 and mxfp8 operands (mxfp8 x mxfp4 too).",
+                   "NVIDIA H100 SXM datasheet: FP8 at twice BF16's tensor rate (3,958 against "
+                   "1,979 TFLOPS, with sparsity).")
+    int8: int = key("count", 2, "int8 operands (int8 x int4 too).",
+                    "NVIDIA H100 SXM datasheet: INT8 at twice BF16's tensor rate (3,958 TOPS "
+                    "against 1,979 TFLOPS, with sparsity).")
+    fp4: int = key("count", 4, "mxfp4 operands.",
+                   "NVIDIA DGX B200: FP4 at twice FP8's rate (144 against 72 PFLOPS), so four "
+                   "times BF16's.")
+    int4: int = key("count", 4, "int4 operands.",
+                    "NVIDIA A100 datasheet: INT4 1,248 TOPS against BF16 312 TFLOPS (dense).")
+
+
+@config
 class GemmConfig(Frozen):
     rows: int = key("count", 16, "Systolic array rows (R).",
                     "A 16x16 bf16 array: 256 MAC/cycle, 0.5 TFLOP/s per PE at 1 GHz.")
@@ -254,6 +274,10 @@ class GemmConfig(Frozen):
         "inputs, i.e. A (is). Sets the GEMM cycle count (equal to SCALE-Sim 3.0.0's + 1).",
         "Output stationary, as the TPU-style arrays SCALE-Sim models by default.")
     passes: GemmPasses = section(GemmPasses, "Array passes per GEMM, by operand width.")
+    macs_per_cell: GemmNarrow = section(
+        GemmNarrow, "MACs per cell per cycle on narrow operands: each cell multiplies this "
+        "many K elements at a time, so a GEMM takes the cycles of one with K divided by it "
+        "(rounded up). Narrow operands of one family only (docs/model.md).", late=True)
 
 
 @config
@@ -269,7 +293,11 @@ class MathOpCycles(Frozen):
     sqrt: int = key("count", 4, "sqrt, rsqrt.", "Special-function unit.")
     reduce: int = key("count", 1, "max and sum reductions, per input element.",
                       "A reduction tree consumes one element per lane per cycle.")
-    cast: int = key("count", 1, "dtype conversion.", "One-cycle converter.")
+    cast: int = key("count", 1, "dtype conversion (quantising to a narrow format too).",
+                    "One-cycle converter.")
+    dequant: int = key("count", 1, "dequantising a narrow element (fp8, int8, int4, MX) to "
+                       "bf16 or f32, its scale applied.", "One-cycle converter, as cast.",
+                       late=True)
 
 
 @config
@@ -288,6 +316,8 @@ class MathLatency(Frozen):
     reduce: int = key("cycles", 8, "max and sum reductions.", "A 32-lane tree: 5 levels of "
                       "adders plus the final lane merge.")
     cast: int = key("cycles", 2, "dtype conversion.", "A 2-stage converter.")
+    dequant: int = key("cycles", 2, "dequantisation.", "A 2-stage converter, as cast.",
+                       late=True)
 
 
 @config
@@ -450,6 +480,9 @@ class MathEnergy(Frozen):
                       f"{_HOROWITZ}: an f32 add 0.9 pJ and one 32-bit TCM read (9.9 pJ).")
     cast: int = key("energy", "20.7pJ", "dtype conversion.",
                     "Estimate: an add-class converter 0.9 pJ, a 32-bit TCM read and write.")
+    dequant: int = key("energy", "8.5pJ", "dequantising a narrow element.",
+                       f"Estimate: {_HOROWITZ}: an f16 multiply by the scale 1.1 pJ, an 8-bit "
+                       "TCM read and a 16-bit TCM write at energy.tcm (7.4 pJ).", late=True)
 
 
 @config
@@ -498,10 +531,28 @@ class EnergyConfig(Frozen):
         "energy", "30pJ", "Per bit over a rack's link to the system network.",
         "Estimate: a 400 Gb/s optical port draws about 12 W: 12 W / 400 Gb/s = 30 pJ/bit.")
     gemm_mac: int = key(
-        "energy", "2.1pJ", "Per MAC of one array pass (an f32 GEMM runs pe.gemm.passes.f32 "
-        "passes, and pays for each), operand delivery from TCM included.",
+        "energy", "2.1pJ", "Per MAC of one array pass on the 16-bit datapath (an f32 GEMM runs "
+        "pe.gemm.passes.f32 passes, and pays for each), operand delivery from TCM included; "
+        "narrow datapaths: the gemm_mac_* keys.",
         _HOROWITZ + ": f16 multiply 1.1 pJ + add 0.4 pJ, plus each 16-bit operand read "
         "from TCM (0.31 pJ/bit) shared by the 16 cells of a row or column: ~0.6 pJ.")
+    gemm_mac_fp8: int = key(
+        "energy", "0.91pJ", "Per MAC of a GEMM the array runs on its fp8 datapath "
+        "(pe.gemm.macs_per_cell.fp8).",
+        f"Estimate: {_HOROWITZ}: an 8-bit multiply 0.2 pJ, an f16 add 0.4 pJ, and each 8-bit "
+        "operand from TCM shared by 16 cells (0.31 pJ).", late=True)
+    gemm_mac_int8: int = key(
+        "energy", "0.61pJ", "Per MAC of a GEMM on the array's int8 datapath.",
+        f"{_HOROWITZ}: 8-bit multiply 0.2 pJ, 32-bit add 0.1 pJ, plus 8-bit operands from "
+        "TCM shared by 16 cells (0.31 pJ).", late=True)
+    gemm_mac_fp4: int = key(
+        "energy", "0.6pJ", "Per MAC of a GEMM on the array's fp4 datapath (mxfp4).",
+        f"Estimate: {_HOROWITZ}: a 4-bit multiply a quarter of an 8-bit one (0.05 pJ), an "
+        "f16 add 0.4 pJ, 4-bit operands from TCM shared by 16 cells (0.16 pJ).", late=True)
+    gemm_mac_int4: int = key(
+        "energy", "0.31pJ", "Per MAC of a GEMM on the array's int4 datapath.",
+        f"Estimate: {_HOROWITZ}: a 4-bit multiply 0.05 pJ, a 32-bit add 0.1 pJ, 4-bit operands "
+        "from TCM shared by 16 cells (0.16 pJ).", late=True)
     math: MathEnergy = section(MathEnergy, "PE_MATH, per element, by op class.")
     cpu_command: int = key(
         "energy", "100pJ", "Per command PE_CPU issues.",

@@ -85,7 +85,7 @@ def stream_keys(program, slice_base: list[int], slice_bytes: int, page: int) -> 
     streams up to relocation (the comparison is exact, not a hash's)."""
     descs = program.composites
     reloc_ok = slice_bytes > 0 and (not page or all(b % page == 0 for b in slice_base))
-    comp_rest = _numbered([(d.m, d.k, d.n, d.a_itemsize, d.b_itemsize, d.out_itemsize,
+    comp_rest = _numbered([(d.m, d.k, d.n, d.a_format, d.b_format, d.out_format,
                             d.a_tcm, d.b_tcm, d.a_row_stride, d.b_row_stride, d.trans_b,
                             d.out_row_stride, d.out_addr >= 0) for d in descs])
     comp_addr = np.array([(d.a_addr, d.b_addr, d.out_addr) for d in descs] or

@@ -22,6 +22,14 @@ last, each with its latency). D runs from 2 to 8: as deep as the
 bandwidth-delay product asks and the TCM allows. Ties go to larger tiles,
 then to shallower prefetch.
 
+Operands are stream formats (`kernbench_cli.formats`): a tile's bytes are
+its format's, and a tile of a scaled format holds whole blocks (its columns
+a multiple of 32, or the whole row). A narrow operand the array cannot take
+(`formats.gemm_datapath`: a narrow weight against bf16 activations) is
+dequantised on PE_MATH as each of its tiles lands, into a copy in the array's
+format (bf16, or f32 against an f32 operand) beside it in the tile buffer; the
+GEMM tile waits for that.
+
 `tile_ops` runs the plan: tiles in m, n, k order; the first D tiles' loads
 are issued at dispatch (before an operand already in TCM is ready: only the
 GEMMs wait for it), the loads of tile i + D when tile i's GEMM frees its
@@ -38,6 +46,7 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from kernbench_cli.formats import FORMATS, gemm_datapath, nbytes
 from kernbench_cli.hw.gemm import gemm_cycles
 from kernbench_cli.hw.network import pages_opened
 
@@ -45,14 +54,17 @@ ACC_BYTES = 4  # f32 accumulators
 
 
 class Operand(NamedTuple):
-    """A GEMM operand: in TCM already (`resident`) or `rows` x `cols` at `addr`."""
+    """A GEMM operand of stream format `code`: in TCM already (`resident`) or `rows` x
+    `cols` at `addr`; `dequant` the format PE_MATH dequantises each of its tiles to (0:
+    none)."""
 
     rows: int
     cols: int
-    itemsize: int
+    code: int
     resident: bool
     addr: int = 0
     row_stride: int = 0  # elements between rows in memory
+    dequant: int = 0
 
 
 class PlanCosts(NamedTuple):
@@ -65,6 +77,8 @@ class PlanCosts(NamedTuple):
     page_cycles: float = 0.0  # to open one page (tFAW / activates)
     passes: int = 1  # array passes per fold, by operand width
     overlap: bool = False  # a transfer's setup runs under the streaming of the one before
+    per_cell: int = 1  # MACs per cell per cycle (a narrow datapath): K elements at a time
+    dequant_cycles: float = 0.0  # PE_MATH cycles per element dequantised (cycles / lanes)
 
 
 def _move_cycles(costs: PlanCosts, rows: int, row_bytes: int, stride_bytes: int) -> float:
@@ -86,67 +100,83 @@ class GemmTiling:
     depth: int = 2  # tile buffers per streamed operand: loads run depth - 1 tiles ahead
 
 
-def _sizes(total: int, unit: int) -> list[int]:
-    """Candidate tile sizes: `unit` x powers of two, and `total` itself."""
+def _sizes(total: int, unit: int, block: int = 1) -> list[int]:
+    """Candidate tile sizes: `unit` x powers of two, and `total` itself; only multiples of
+    `block` but `total` (a tile of a scaled format's rows holds whole blocks)."""
     sizes, size = {total}, unit
     while size < total:
-        sizes.add(size)
+        if size % block == 0:
+            sizes.add(size)
         size *= 2
     return sorted(sizes, reverse=True)
 
 
-def _k_sizes(k: int) -> list[int]:
-    """K itself, then halvings down to 16 (a shorter K step would be mostly fill and drain)."""
+def _k_sizes(k: int, block: int = 1) -> list[int]:
+    """K itself, then halvings down to 16 (a shorter K step would be mostly fill and drain);
+    only multiples of `block` but K itself."""
     sizes, size = [k], k
     while size > 16:
         size = -(-size // 2)
-        sizes.append(size)
+        if size % block == 0:
+            sizes.append(size)
     return sizes
 
 
 @functools.lru_cache(maxsize=1024)
-def plan_gemm(m: int, k: int, n: int, a_bytes: int, b_bytes: int, out_bytes: int,
+def plan_gemm(m: int, k: int, n: int, a_code: int, b_code: int, out_code: int,
               a_resident: bool, b_resident: bool, rows: int, cols: int, dataflow: str,
               tcm_free: int, costs: PlanCosts, a_stride: int = 0, b_stride: int = 0,
               trans_b: bool = False) -> GemmTiling | None:
-    """The best tiling that fits `tcm_free` bytes, or None when none does. Operand rows lie
+    """The best tiling that fits `tcm_free` bytes, or None when none does. Operands and
+    output are of stream formats `a_code`, `b_code`, `out_code`; operand rows lie
     `a_stride` / `b_stride` elements apart in memory (0: packed)."""
     best, best_key = None, None
     setup, lat = costs.setup_cycles, costs.latency_cycles
-    a_row = (a_stride or k) * a_bytes
-    b_row = (b_stride or (k if trans_b else n)) * b_bytes
+    fa, fb, fo = FORMATS[a_code], FORMATS[b_code], FORMATS[out_code]
+    array, a_dq, b_dq = gemm_datapath(a_code, b_code)
+    a_dq, b_dq = a_dq and not a_resident, b_dq and not b_resident
+    wide = FORMATS[array]  # a dequantised copy's format
+    a_row = fa.nbytes(a_stride or k)
+    b_row = fb.nbytes(b_stride or (k if trans_b else n))
     streamed = (not a_resident) + (not b_resident)
+    k_block = max(fa.block, fb.block if trans_b else 1)
 
     def transfer(stream: float) -> float:  # one transfer's share of PE_DMA's time
         return max(setup, stream) if costs.overlap else setup + stream
 
-    for kt in _k_sizes(k):
+    for kt in _k_sizes(k, k_block):
         for mt in _sizes(m, rows):
-            for nt in _sizes(n, cols):
-                tile = 0 if a_resident else mt * kt * a_bytes
-                tile += 0 if b_resident else kt * nt * b_bytes
+            for nt in _sizes(n, cols, 1 if trans_b else fb.block):
+                a_tile, b_tile = mt * kt, kt * nt  # elements
+                tile = 0 if a_resident else fa.nbytes(a_tile) + a_dq * wide.nbytes(a_tile)
+                tile += 0 if b_resident else fb.nbytes(b_tile) + b_dq * wide.nbytes(b_tile)
                 tm, tn, tk = -(-m // mt), -(-n // nt), -(-k // kt)
                 count = tm * tn * tk
-                per_tile = gemm_cycles(mt, kt, nt, rows, cols, dataflow) * costs.passes
+                per_tile = gemm_cycles(mt, -(-kt // costs.per_cell), nt, rows, cols,
+                                       dataflow) * costs.passes
                 cycles = count * per_tile
                 a_count = 0 if a_resident else (tm if tk == 1 else count)
                 b_count = 0 if b_resident else count
-                load_a = 0.0 if a_resident else _move_cycles(costs, mt, kt * a_bytes, a_row)
+                load_a = 0.0 if a_resident else _move_cycles(costs, mt, fa.nbytes(kt), a_row)
                 load_b = 0.0 if b_resident else (
-                    _move_cycles(costs, nt, kt * b_bytes, b_row) if trans_b else
-                    _move_cycles(costs, kt, nt * b_bytes, b_row))
-                store = _move_cycles(costs, mt, nt * out_bytes, n * out_bytes)
+                    _move_cycles(costs, nt, fb.nbytes(kt), b_row) if trans_b else
+                    _move_cycles(costs, kt, fb.nbytes(nt), b_row))
+                store = _move_cycles(costs, mt, fo.nbytes(nt), fo.nbytes(n))
                 dma = (a_count * transfer(load_a) + b_count * transfer(load_b)
                        + tm * tn * transfer(store))
+                # PE_MATH dequantises each tile of a narrow operand as it lands
+                fix_a, fix_b = (a_dq * a_tile * costs.dequant_cycles,
+                                b_dq * b_tile * costs.dequant_cycles)
+                math = a_count * fix_a + b_count * fix_b
                 # a tile's loads, from issue to landing, on average over the tiles; when one
                 # A tile serves a row of tiles, the row's first tile also waits for it
                 rows_of_a = a_count == tm < count
-                landing = ((b_count * (setup + load_b) + (0 if rows_of_a else a_count * (
-                    setup + load_a))) / count + (lat if b_count or not rows_of_a else 0.0)
-                           ) if streamed else 0.0
-                row_landing = landing + setup + load_a + (0.0 if b_count else lat)
+                landing = ((b_count * (setup + load_b + fix_b) + (0 if rows_of_a else a_count * (
+                    setup + load_a + fix_a))) / count
+                           + (lat if b_count or not rows_of_a else 0.0)) if streamed else 0.0
+                row_landing = landing + setup + load_a + fix_a + (0.0 if b_count else lat)
                 first = ((setup if costs.overlap else streamed * setup) + load_a + load_b
-                         + lat) if streamed else 0.0
+                         + fix_a + fix_b + lat) if streamed else 0.0
                 exposed = first + setup + store + lat
                 for depth in range(2, 9 if streamed else 3):
                     need = 2 * mt * nt * ACC_BYTES + depth * tile
@@ -158,7 +188,7 @@ def plan_gemm(m: int, k: int, n: int, a_bytes: int, b_bytes: int, out_bytes: int
                     ahead = count * (landing + per_tile) / depth if streamed else 0.0
                     stall = (tm - 1) * max(0.0, row_landing - (depth - 1) * per_tile) \
                         if rows_of_a else 0.0
-                    estimate = max(cycles + stall, dma, ahead) + exposed
+                    estimate = max(cycles + stall, dma, ahead, math) + exposed
                     key = (estimate, -mt * nt, -kt, depth)
                     if best_key is None or key < best_key:
                         best = GemmTiling(mt, kt, nt, need, estimate, depth)
@@ -168,35 +198,52 @@ def plan_gemm(m: int, k: int, n: int, a_bytes: int, b_bytes: int, out_bytes: int
 
 #: A tile operation `tile_ops` asks the PE for, and its arguments after (ready, after): the
 #: time it may start and the operation that made it ready (for the critical path).
-LOAD_TILE, GEMM_TILE, STORE_TILE = range(3)
+LOAD_TILE, GEMM_TILE, STORE_TILE, DEQUANT_TILE = range(4)
 #: LOAD_TILE: (operand, first row, first column, rows, columns) of a tile of the operand;
-#: GEMM_TILE: (m, k, n); STORE_TILE: (address, rows, row bytes, stride bytes) of an output tile.
+#: GEMM_TILE: (m, k, n); STORE_TILE: (address, rows, row bytes, stride bytes) of an output
+#: tile; DEQUANT_TILE: (elements) of a tile just loaded, on PE_MATH.
 TileOp = tuple
 
 
-def traffic(tiling: GemmTiling, a: Operand, b: Operand, n: int, out: bool,
-            out_itemsize: int) -> int:
-    """Bytes the plan moves, by formula: operands read (A once per m-tile when one k-tile
-    holds K, else once per tile; B once per tile) and the output written once. The
-    invariant check compares it with what the DMA moved (`tile_ops` does the moving)."""
+def _loaded(tiling: GemmTiling, a: Operand, b: Operand, n: int) -> tuple[int, int]:
+    """(A's, B's) elements the plan loads: A once per m-tile when one k-tile holds K, else
+    once per tile; B once per tile (0 for an operand in TCM)."""
     m, k = a.rows, a.cols
     tm, tn = -(-m // tiling.mt), -(-n // tiling.nt)
-    a_bytes = 0 if a.resident else m * k * a.itemsize * (1 if tiling.kt >= k else tn)
-    b_bytes = 0 if b.resident else k * n * b.itemsize * tm
-    return a_bytes + b_bytes + (m * n * out_itemsize if out else 0)
+    return (0 if a.resident else m * k * (1 if tiling.kt >= k else tn),
+            0 if b.resident else k * n * tm)
+
+
+def traffic(tiling: GemmTiling, a: Operand, b: Operand, n: int, out: bool,
+            out_code: int) -> int:
+    """Bytes the plan moves, by formula: operands read (`_loaded`) and the output written
+    once. The invariant check compares it with what the DMA moved (`tile_ops` does the
+    moving)."""
+    a_loaded, b_loaded = _loaded(tiling, a, b, n)
+    return (nbytes(a.code, a_loaded) + nbytes(b.code, b_loaded)
+            + (nbytes(out_code, a.rows * n) if out else 0))
+
+
+def dequantised(tiling: GemmTiling, a: Operand, b: Operand, n: int) -> int:
+    """Elements PE_MATH dequantises, by formula: every one loaded of an operand it
+    dequantises (`_loaded`). The invariants compare it with what PE_MATH did."""
+    a_loaded, b_loaded = _loaded(tiling, a, b, n)
+    return bool(a.dequant) * a_loaded + bool(b.dequant) * b_loaded
 
 
 def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n: int,
-             trans_b: bool, out_addr: int | None, out_itemsize: int, out_row_stride: int,
+             trans_b: bool, out_addr: int | None, out_code: int, out_row_stride: int,
              loads_from: int | None = None,
              ) -> Generator[tuple[int, list[TileOp]], list[tuple[int, int, int]], tuple[int, int]]:
     """A composite ready at `t0` (`origin` refers to it), a few tile operations at a time;
     its first streamed tiles may load from `loads_from` (default `t0`), before the operand
     already in TCM is ready.
 
-    The operations are a tile's operand loads (issued together), its GEMM, and
-    the store of an output tile. It yields (the time the scheduler issues them
-    to their engine, never earlier than the ones before; the operations) and
+    The operations are a tile's operand loads (issued together), the
+    dequantisation of those that need it (issued with them, each starting when
+    its load lands), its GEMM, and the store of an output tile. It yields (the
+    time the scheduler issues them to their engine, never earlier than the ones
+    before; the operations) and
     is sent back each one's (start, end, reference), so that the PE can
     interleave the tiles with its other commands in issue order and take the
     time it must to know when a transfer ends. Returns when the last tile is
@@ -237,10 +284,24 @@ def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n
                 last = (end, ref)
         loaded[i] = last
 
+    def fetch(i: int, ready: int, after: int, at: int):
+        """Tile i's loads issued at `at`, then the dequantisation of those that need it."""
+        ops = loads(i, ready, after)
+        done = yield at, ops
+        fixes = [(DEQUANT_TILE, end, ref, op[6] * op[7])
+                 for op, (_, end, ref) in zip(ops, done, strict=True) if op[3].dequant]
+        if fixes:
+            done = [d for op, d in zip(ops, done, strict=True) if not op[3].dequant] + (
+                yield at, fixes)
+        landed(i, ready, after, done)
+
+    fixed = a.dequant or b.dequant  # else the loads alone, inline (most composites)
     issued = start
     end = (t0, origin)
     for i in range(min(depth, count)):
-        if streams:
+        if streams and fixed:
+            yield from fetch(i, start, origin, issued)
+        elif streams:
             landed(i, start, origin, (yield issued, loads(i, start, origin)))
     for i in range(count):
         mi, rest = divmod(i, tn * tk)
@@ -256,15 +317,17 @@ def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n
         if i + depth < count:
             if done > issued:
                 issued = done
-            if streams:
+            if streams and fixed:
+                yield from fetch(i + depth, done, ref, issued)
+            elif streams:
                 landed(i + depth, done, ref, (yield issued, loads(i + depth, done, ref)))
             else:
                 loaded[i + depth] = (done, ref)
         if k0 + kt >= k and out_addr is not None:
-            addr = out_addr + (m0 * out_row_stride + n0) * out_itemsize
+            addr = out_addr + nbytes(out_code, m0 * out_row_stride + n0)
             issued = max(issued, done)
             (_, stored, sref), = yield issued, [(STORE_TILE, done, ref, addr, min(mt, m - m0),
-                                                min(nt, n - n0) * out_itemsize,
-                                                out_row_stride * out_itemsize)]
+                                                nbytes(out_code, min(nt, n - n0)),
+                                                nbytes(out_code, out_row_stride))]
             end = max(end, (stored, sref))
     return end

@@ -250,8 +250,8 @@ def tie_faults(timing, classes) -> set[int]:
 
 
 _ENGINES = ("cpu", "scheduler", "dma", "gemm", "math")
-_PROC_VALUES = ("done", "at", "n", "last_end", "tcm_peak", "tile_worst", "planned", "end",
-                "start", "issue")
+_PROC_VALUES = ("done", "at", "n", "last_end", "tcm_peak", "tile_worst", "planned", "dequant",
+                "end", "start", "issue")
 
 
 def expand(timing, classes) -> None:

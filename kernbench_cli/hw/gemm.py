@@ -1,8 +1,18 @@
-"""PE_GEMM: a rows x cols systolic array, output-, weight- or input-stationary."""
+"""PE_GEMM: a rows x cols systolic array, output-, weight- or input-stationary.
+
+Its rate follows the format it multiplies in (`formats.gemm_datapath`): the
+16-bit datapath one MAC per cell per cycle, f32 `pe.gemm.passes.f32` passes
+of it, and a narrow datapath `pe.gemm.macs_per_cell.<datapath>` MACs per cell
+per cycle, K elements at a time: the cycles of a GEMM with K divided by that
+(rounded up).
+"""
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from kernbench_cli.config.schema import GemmConfig
+from kernbench_cli.formats import F32, FORMATS
 from kernbench_cli.hw.engine import InOrderEngine, cycles_to_ps
 
 DATAFLOWS = ("os", "ws", "is")
@@ -36,21 +46,43 @@ def gemm_cycles(m: int, k: int, n: int, rows: int, cols: int, dataflow: str = "o
     raise ValueError(f"unknown dataflow {dataflow!r} (known: {', '.join(DATAFLOWS)})")
 
 
-def gemm_passes(config: GemmConfig, width: int) -> int:
-    """Times the array runs a GEMM's folds for operands `width` bytes wide (the wider of
-    the two): `pe.gemm.passes.f32` for 4-byte operands, `.f16` for narrower ones."""
-    return config.passes.f32 if width >= 4 else config.passes.f16
+def array_rate(config: GemmConfig, code: int) -> tuple[int, int]:
+    """(passes, MACs per cell per cycle) of the array multiplying in stream format `code`:
+    `pe.gemm.passes.f32` passes for f32, `.f16` for 16-bit floats; one pass of
+    `pe.gemm.macs_per_cell.<datapath>` MACs per cell for a narrow format."""
+    fmt = FORMATS[code]
+    if fmt.narrow:
+        return 1, getattr(config.macs_per_cell, fmt.array)
+    return (config.passes.f32 if code == F32 else config.passes.f16), 1
+
+
+def gemm_work(config: GemmConfig, m: int, k: int, n: int, code: int) -> tuple[str, int]:
+    """What one GEMM counts for energy: ("", MACs x array passes) on the 16-bit datapath,
+    or (the narrow datapath, MACs)."""
+    fmt = FORMATS[code]
+    if fmt.narrow:
+        return fmt.array, m * k * n
+    return "", m * k * n * array_rate(config, code)[0]
+
+
+def peak_macs(config: GemmConfig, mac_passes: int, macs: dict[str, int]) -> Fraction:
+    """The array's work in cell-cycles at its peak: MAC passes on the 16-bit datapath, and
+    each narrow datapath's MACs over the MACs a cell does per cycle on it."""
+    return mac_passes + sum((Fraction(n, getattr(config.macs_per_cell, array))
+                             for array, n in macs.items()), Fraction(0))
 
 
 class GemmEngine(InOrderEngine):
     """In-order GEMM engine; one `run` per dot or per composite tile. `flops` counts 2·m·k·n.
 
-    A GEMM takes `gemm_cycles` times the passes its operand width needs
-    (`gemm_passes`): an f32 GEMM on a bf16 array runs every fold several times.
+    A GEMM takes `gemm_cycles`, with K over the MACs per cell of its datapath, times its
+    passes (`array_rate`): an f32 GEMM on a bf16 array runs every fold several times, an
+    fp8 one streams K two elements at a time. `mac_passes` counts MACs x passes on the
+    16-bit datapath, `macs` the MACs of each narrow one (energy).
     """
 
     __slots__ = ("clock_hz", "cols", "config", "costs", "dataflow", "flops", "mac_passes",
-                 "rows")
+                 "macs", "rates", "rows")
 
     def __init__(self, config: GemmConfig, clock_hz: int):
         super().__init__()
@@ -59,23 +91,43 @@ class GemmEngine(InOrderEngine):
         self.config = config
         self.flops = 0
         self.mac_passes = 0  # MACs x the array passes their width takes (energy)
-        # (m, k, n, width) -> (duration, MAC passes): a composite's tiles repeat a few shapes
-        self.costs: dict[tuple[int, int, int, int], tuple[int, int]] = {}
+        self.macs: dict[str, int] = {}  # MACs on each narrow datapath (energy)
+        #: format -> (passes, MACs per cell, narrow datapath or ""): the `array_rate`s asked
+        self.rates: dict[int, tuple[int, int, str]] = {}
+        # (m, k, n, format) -> duration: a composite's tiles repeat a few shapes
+        self.costs: dict[tuple[int, int, int, int], int] = {}
 
-    def duration_ps(self, m: int, k: int, n: int, width: int) -> int:
-        cycles = gemm_cycles(m, k, n, self.rows, self.cols, self.dataflow)
-        return cycles_to_ps(cycles * gemm_passes(self.config, width), self.clock_hz)
+    def _rate(self, code: int) -> tuple[int, int, str]:
+        rate = self.rates.get(code)
+        if rate is None:
+            fmt = FORMATS[code]
+            rate = self.rates[code] = (*array_rate(self.config, code),
+                                       fmt.array if fmt.narrow else "")
+        return rate
 
-    def mac_passes_of(self, m: int, k: int, n: int, width: int) -> int:
-        """MACs times array passes of one GEMM: what its energy is counted by."""
-        return m * k * n * gemm_passes(self.config, width)
+    def duration_ps(self, m: int, k: int, n: int, code: int) -> int:
+        passes, per_cell, _ = self._rate(code)
+        cycles = gemm_cycles(m, -(-k // per_cell), n, self.rows, self.cols, self.dataflow)
+        return cycles_to_ps(cycles * passes, self.clock_hz)
 
-    def run(self, ready: int, m: int, k: int, n: int, width: int) -> tuple[int, int]:
-        key = (m, k, n, width)
-        costs = self.costs.get(key)
-        if costs is None:
-            costs = self.costs[key] = (self.duration_ps(m, k, n, width),
-                                       self.mac_passes_of(m, k, n, width))
+    def count(self, flops: int, work: tuple[str, int]) -> None:
+        """Count a GEMM of `flops` and its `gemm_work`."""
+        self.flops += flops
+        datapath, amount = work
+        if datapath:
+            self.macs[datapath] = self.macs.get(datapath, 0) + amount
+        else:
+            self.mac_passes += amount
+
+    def run(self, ready: int, m: int, k: int, n: int, code: int) -> tuple[int, int]:
+        passes, _, datapath = self._rate(code)
         self.flops += 2 * m * k * n
-        self.mac_passes += costs[1]
-        return self.occupy(ready, costs[0])
+        if datapath:  # as `count` does with `gemm_work`
+            self.macs[datapath] = self.macs.get(datapath, 0) + m * k * n
+        else:
+            self.mac_passes += m * k * n * passes
+        key = (m, k, n, code)
+        duration = self.costs.get(key)
+        if duration is None:
+            duration = self.costs[key] = self.duration_ps(m, k, n, code)
+        return self.occupy(ready, duration)

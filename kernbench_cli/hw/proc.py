@@ -88,7 +88,8 @@ class Wake(simpy.Event):
 class Proc:
     """One PE's walk over its stream, as SimPy event callbacks resume it."""
 
-    __slots__ = ("after", "at", "copies", "cpu", "credited", "current", "done", "due", "end",
+    __slots__ = ("after", "at", "copies", "cpu", "credited", "current", "dequant", "done", "due",
+                 "end",
                  "env", "error", "events", "gen", "issue", "last_end", "made", "n", "offers",
                  "pid", "planned", "resume_cb", "start", "tcm_peak", "tcm_wait", "tile_buffers",
                  "tile_worst", "tiles", "waiting", "waits", "why")
@@ -97,6 +98,8 @@ class Proc:
         self.env = env
         self.pid = pid
         self.planned = 0  # what its composites' plans move, by formula (invariants)
+        #: composite -> the elements its plan has PE_MATH dequantise, by formula (invariants)
+        self.dequant: dict[int, int] = {}
         self.gen: Iterator[None] | None = None
         self.done = False
         self.at = 0  # the command it waits in, while it waits
@@ -185,7 +188,7 @@ class Running:
         self.ops, self.private = ops, private
         self.tcm_bytes, self.depth = tiling.tcm_bytes, tiling.depth
         self.end = PENDING
-        self.width = width  # its operands' width in bytes (the wider)
+        self.width = width  # its GEMM array's format code (`gemm_datapath`)
         self.region = region  # the region it counts in (None: the kernel names none)
         # the largest tile of each streamed operand (bytes) and output tile (elements), as
         # its tiles run (`Proc.tile_buffers`)

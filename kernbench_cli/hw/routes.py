@@ -14,9 +14,10 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from kernbench_cli.formats import gemm_datapath
 from kernbench_cli.hw.composite import PlanCosts
 from kernbench_cli.hw.dma import DmaEngine
-from kernbench_cli.hw.gemm import gemm_passes
+from kernbench_cli.hw.gemm import array_rate
 from kernbench_cli.hw.ipcq import Ring
 from kernbench_cli.hw.network import Path, pages_opened
 from kernbench_cli.hw.proc import Proc
@@ -58,11 +59,14 @@ class Routes:
         rate = min((c.bandwidth for c in resources), default=self.system.pes[pid].dma.
                    local_bandwidth)
         hbm = resources[0] if resources and resources[0].page_bytes else None
-        width = max(desc.a_itemsize, desc.b_itemsize)
+        passes, per_cell = array_rate(topo.pe.gemm,
+                                      gemm_datapath(desc.a_format, desc.b_format)[0])
+        math = topo.pe.math
         return PlanCosts(rate / clock, topo.pe.dma.setup * clock / 10**12,
                          latency * clock / 10**12, hbm.page_bytes if hbm else 0,
                          hbm.opening_ps(1) * clock / 10**12 if hbm else 0.0,
-                         gemm_passes(topo.pe.gemm, width), topo.pe.dma.setup_overlap)
+                         passes, topo.pe.dma.setup_overlap, per_cell,
+                         math.op_cycles.dequant / math.lanes)
 
     def _pair(self, src: int, dst: int, sending: bool = True) -> tuple[str, Ring, Path, int,
                                                                        bool]:

@@ -16,11 +16,15 @@ from collections.abc import Iterator
 from heapq import heappush
 from typing import TYPE_CHECKING
 
+from kernbench_cli.formats import gemm_datapath
+from kernbench_cli.formats import nbytes as bytes_of
 from kernbench_cli.hw.composite import (
     ACC_BYTES,
+    DEQUANT_TILE,
     GEMM_TILE,
     LOAD_TILE,
     Operand,
+    dequantised,
     plan_gemm,
     tile_ops,
     traffic,
@@ -40,6 +44,7 @@ from kernbench_cli.hw.proc import (
     SCHED,
     SCHEDULER,
     TCM,
+    VEC,
     Composites,
     Proc,
     Running,
@@ -83,8 +88,8 @@ class CompositeRuns:
         yield from self._advance(proc, pe, comps, dispatched)
         while True:
             free = self.tcm_bytes - stream.tcm[i] - comps.buffers(dispatched)
-            tiling = plan_gemm(desc.m, desc.k, desc.n, desc.a_itemsize, desc.b_itemsize,
-                               desc.out_itemsize, desc.a_tcm, desc.b_tcm, gemm.rows,
+            tiling = plan_gemm(desc.m, desc.k, desc.n, desc.a_format, desc.b_format,
+                               desc.out_format, desc.a_tcm, desc.b_tcm, gemm.rows,
                                gemm.cols, gemm.dataflow, free, self._plan_costs(pid, desc),
                                desc.a_row_stride, desc.b_row_stride, desc.trans_b)
             if tiling is not None:
@@ -110,20 +115,25 @@ class CompositeRuns:
                     ready, why = end[dep], because(PRODUCER, proc.made.get(dep, pid << PE_SHIFT
                                                                          | dep))
         proc.start[i], proc.why[i] = ready, why  # ready to run: where its tiles start from
-        a = Operand(desc.m, desc.k, desc.a_itemsize, desc.a_tcm, desc.a_addr, desc.a_row_stride)
+        array, a_dq, b_dq = gemm_datapath(desc.a_format, desc.b_format)
+        a = Operand(desc.m, desc.k, desc.a_format, desc.a_tcm, desc.a_addr, desc.a_row_stride,
+                    array if a_dq and not desc.a_tcm else 0)
         b_shape = (desc.n, desc.k) if desc.trans_b else (desc.k, desc.n)
-        b = Operand(*b_shape, desc.b_itemsize, desc.b_tcm, desc.b_addr, desc.b_row_stride)
+        b = Operand(*b_shape, desc.b_format, desc.b_tcm, desc.b_addr, desc.b_row_stride,
+                    array if b_dq and not desc.b_tcm else 0)
         out = desc.out_addr if desc.out_addr >= 0 else None
-        planned = traffic(tiling, a, b, desc.n, out is not None, desc.out_itemsize)
+        planned = traffic(tiling, a, b, desc.n, out is not None, desc.out_format)
         self.planned_bytes += planned
         proc.planned += planned
+        if a.dequant or b.dequant:
+            proc.dequant[i] = dequantised(tiling, a, b, desc.n)
         proc.current = i
-        ops = tile_ops(ready, me, tiling, a, b, desc.n, desc.trans_b, out, desc.out_itemsize,
+        ops = tile_ops(ready, me, tiling, a, b, desc.n, desc.trans_b, out, desc.out_format,
                        desc.out_row_stride, loads_from=dispatched)
         private = all(self._path(pid, addr, into)[1] for addr, into in self._operand_ends(desc))
         sizes = proc.tile_buffers[i] = [{}, 0]
         running = Running(i, t, dispatched, ops, tiling, private,
-                          max(desc.a_itemsize, desc.b_itemsize),
+                          array,
                           self.leaves[pid][i] if self.leaves else None, sizes)
         used = stream.tcm[i] + comps.buffers(dispatched) + tiling.tcm_bytes
         if used > proc.tcm_peak[0]:
@@ -160,6 +170,8 @@ class CompositeRuns:
                 kind = op[0]
                 if kind == GEMM_TILE:
                     done.append(tiles.gemm(*op[1:]))
+                elif kind == DEQUANT_TILE:
+                    done.append(tiles.dequant(*op[1:]))
                 else:
                     got = tiles.move(kind == LOAD_TILE, *op[1:])
                     done.append(got if type(got) is tuple else (yield from got))
@@ -231,8 +243,9 @@ class Tiles:
         self.timing, self.proc, self.pe = timing, proc, pe
         self.base = pe.pid << PE_SHIFT
         log = timing.oplog
-        self.codes = (tuple(log.code(k) for k in ("gemm_tile", "load_tile", "store_tile"))
-                      if log is not None else (0, 0, 0))
+        self.codes = (tuple(log.code(k) for k in ("gemm_tile", "load_tile", "store_tile",
+                                                  "dequant_tile"))
+                      if log is not None else (0, 0, 0, 0))
         self.running: Running | None = None
 
     def _record(self, engine: InOrderEngine, code: int, ready: int, after: int, start: int,
@@ -256,17 +269,30 @@ class Tiles:
                        None, None, running.index, shape=log.gemm_shape(m, k, n))
         return start, end, me
 
+    def dequant(self, ready: int, after: int, elements: int) -> tuple[int, int, int]:
+        """A tile's dequantisation on PE_MATH, once it landed; (start, end, reference)."""
+        vec, log = self.pe.math, self.timing.oplog
+        start, end = vec.run(ready, "dequant", elements)
+        vec.elements += elements
+        vec.by_class["dequant"] += elements
+        me = self._record(vec, VEC, ready, after, start, end)
+        if log is not None:
+            log.append(self.pe.pid, VEC, self.codes[3], ready, start, end, 0, elements, None,
+                       None, self.running.index)
+        return start, end, me
+
     def move(self, inbound: bool, ready: int, after: int, *where):
         """A tile load (`where`: operand, first row and column, rows, columns) or an output
         tile's store (address, rows, row bytes, stride bytes): (start, end, reference), or,
         where it is fair-shared with other PEs' transfers, a generator to run for them."""
         if inbound:
             op, r0, c0, rows, cols = where
-            addr = op.addr + (r0 * op.row_stride + c0) * op.itemsize
-            row_bytes, stride = cols * op.itemsize, op.row_stride * op.itemsize
-            largest = self.running.sizes[0]
-            if rows * row_bytes > largest.get(id(op), 0):
-                largest[id(op)] = rows * row_bytes
+            addr = op.addr + bytes_of(op.code, r0 * op.row_stride + c0)
+            row_bytes, stride = bytes_of(op.code, cols), bytes_of(op.code, op.row_stride)
+            largest = self.running.sizes[0]  # a dequantised tile has its wide copy beside it
+            wide = bytes_of(op.dequant, rows * cols) if op.dequant else 0
+            if rows * row_bytes + wide > largest.get(id(op), 0):
+                largest[id(op)] = rows * row_bytes + wide
         else:
             addr, rows, row_bytes, stride = where
         timing, dma = self.timing, self.pe.dma

@@ -21,6 +21,7 @@ from heapq import heappush
 from typing import TYPE_CHECKING
 
 from kernbench_cli.hw.engine import cycles_to_ps
+from kernbench_cli.hw.gemm import gemm_work
 from kernbench_cli.hw.network import Path
 from kernbench_cli.hw.pe import Pe
 from kernbench_cli.hw.proc import (
@@ -89,7 +90,8 @@ class Walk:
         self.shift = timing._region_shift
         self.inbound: dict[int, tuple[Path, bool]] = {}  # this PE's routes, by address region
         self.outbound: dict[int, tuple[Path, bool]] = {}
-        self.gemm_ps: dict[int, tuple[int, int]] = {}  # gemm shape -> (duration, MAC passes)
+        #: gemm shape -> (duration, its `gemm_work`)
+        self.gemm_ps: dict[int, tuple[int, tuple[str, int]]] = {}
         self.comps = Composites()
         self.made = proc.made  # composite -> its last tile operation (what its result waits for)
         self.base = pid << PE_SHIFT  # this PE's op references: base | command index
@@ -345,15 +347,14 @@ class Walk:
                 t, ready, why = waited
             shape = arg[i]
             costs = gemm_ps.get(shape)
-            if costs is None:  # (duration on this PE's array, MACs x array passes)
+            if costs is None:  # (duration on this PE's array, what it counts for energy)
                 costs = gemm_ps[shape] = (gemm.duration_ps(*shapes[shape]),
-                                          gemm.mac_passes_of(*shapes[shape]))
+                                          gemm_work(gemm.config, *shapes[shape]))
             start, done = gemm.occupy(ready, costs[0])
             me = base | i
             whys[i] = because(ENGINE, gemm.last) if start > ready else why
             gemm.last = me
-            gemm.flops += size[i]  # a DOT's size is its flops, 2·m·k·n
-            gemm.mac_passes += costs[1]
+            gemm.count(size[i], costs[1])  # a DOT's size is its flops, 2·m·k·n
             heappush(held, (start, me))
             starts[i], end[i] = start, done
             if log is not None:

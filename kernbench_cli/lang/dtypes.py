@@ -1,9 +1,13 @@
-"""Kernel dtypes: f16, bf16 (ml_dtypes) and f32, and their tolerances: the default per
-dtype, and the rule a tolerance a kernel declares (its ``TOLERANCE``) must meet.
+"""Kernel dtypes: f16, bf16 (ml_dtypes) and f32, the narrow ones (`lang.narrow`: fp8,
+fp8e5m2, int8, int4, mxfp8, mxfp4), and their tolerances: the default per dtype, and the
+rule a tolerance a kernel declares (its ``TOLERANCE``) must meet.
+
+A plain dtype is a numpy dtype; a narrow one a `Narrow` (no numpy dtype says "int4 with a
+scale per 32 elements"). `nbytes`, `rounded` and `as_dtype` take either.
 
 Arithmetic runs in float32 and rounds to the result dtype (numpy's native
 float16 matmul is ~180x slower than float32, and bf16 has no native
-arithmetic at all).
+arithmetic at all); arithmetic on narrow tensors gives f32.
 """
 
 from __future__ import annotations
@@ -14,12 +18,15 @@ import ml_dtypes
 import numpy as np
 
 from kernbench_cli.errors import KernelError, clip
+from kernbench_cli.lang.narrow import NARROW, Narrow, from_bytes, to_bytes
+from kernbench_cli.lang.narrow import rounded as narrow_rounded
 
-DTYPES: dict[str, np.dtype] = {
+PLAIN: dict[str, np.dtype] = {
     "f16": np.dtype(np.float16),
     "bf16": np.dtype(ml_dtypes.bfloat16),
     "f32": np.dtype(np.float32),
 }
+DTYPES: dict[str, np.dtype | Narrow] = {**PLAIN, **NARROW}
 NAMES = {dt: name for name, dt in DTYPES.items()}
 
 #: Verification tolerance per output dtype: |out - ref| <= atol + rtol * |ref|.
@@ -53,10 +60,13 @@ def tolerance_problem(value: object, dt: str | None = None) -> str | None:
     return None
 
 
-def dtype(name: object) -> np.dtype:
-    """The numpy dtype of a kernel dtype name (or of a numpy dtype kernbench knows)."""
+def dtype(name: object) -> np.dtype | Narrow:
+    """The dtype of a kernel dtype name (or of a numpy dtype kernbench knows): a numpy
+    dtype, or a `Narrow`."""
     if isinstance(name, str) and name in DTYPES:
         return DTYPES[name]
+    if isinstance(name, Narrow):
+        return name
     try:
         dt = np.dtype(name)  # type: ignore[call-overload]
     except TypeError:
@@ -66,22 +76,52 @@ def dtype(name: object) -> np.dtype:
     return dt
 
 
-def promote(*dtypes: np.dtype) -> np.dtype:
-    """Result dtype of an operation: the common one, else f32."""
+def promote(*dtypes: np.dtype | Narrow) -> np.dtype:
+    """Result dtype of an operation: the common one, else f32 (f32 for narrow dtypes)."""
     first = dtypes[0]
-    return first if all(d == first for d in dtypes) else DTYPES["f32"]
+    return first if first.__class__ is not Narrow and all(d == first for d in dtypes) \
+        else F32
 
 
 F32 = DTYPES["f32"]
 
 
-def as_dtype(value: np.ndarray, dt: np.dtype) -> np.ndarray:
-    """A tensor's float32 value in dtype `dt` (no copy for f32)."""
-    return value.astype(dt, copy=False)
+def is_narrow(dt: np.dtype | Narrow) -> bool:
+    return dt.__class__ is Narrow
 
 
-def rounded(value: np.ndarray, dt: np.dtype) -> np.ndarray:
+def nbytes(dt: np.dtype | Narrow, count: int) -> int:
+    """Bytes of `count` elements of `dt` (a narrow dtype's packed elements and scales)."""
+    return dt.nbytes(count) if dt.__class__ is Narrow else count * dt.itemsize
+
+
+def code_of(dt: np.dtype | Narrow) -> int:
+    """The stream format of `dt` (`kernbench_cli.formats`): a plain dtype's is its size."""
+    return dt.code if dt.__class__ is Narrow else dt.itemsize
+
+
+def as_dtype(value: np.ndarray, dt: np.dtype | Narrow) -> np.ndarray:
+    """A tensor's float32 value in dtype `dt` (no copy for f32; float32 values for a
+    narrow dtype, which numpy has no type for)."""
+    return value if dt.__class__ is Narrow else value.astype(dt, copy=False)
+
+
+def reinterpret(value: np.ndarray, was: np.dtype | Narrow, dt: np.dtype | Narrow,
+                shape: tuple[int, ...]) -> np.ndarray:
+    """The float32 value of `shape` of `dt` that the bytes of float32 `value` of dtype `was`
+    hold (a message received as another dtype than it was sent)."""
+    raw = to_bytes(value, was) if was.__class__ is Narrow else \
+        np.ascontiguousarray(value.astype(was, copy=False))
+    raw = raw.reshape(-1).view(np.uint8)
+    if dt.__class__ is Narrow:
+        return from_bytes(raw, dt, shape)
+    return raw.view(dt).reshape(shape).astype(F32)
+
+
+def rounded(value: np.ndarray, dt: np.dtype | Narrow) -> np.ndarray:
     """`value` rounded to dtype `dt`, kept as float32 (a tensor's value)."""
     if dt == F32:
         return value.astype(F32, copy=False)
+    if dt.__class__ is Narrow:
+        return narrow_rounded(value, dt)
     return value.astype(dt).astype(F32)

@@ -19,6 +19,9 @@ first write or a read across two runs. The host's array is never written.
 The same holds for a value placed in every PE's slice (`add_copies`): one
 read-only block (the input's runs, or one copy) serves every slice until
 that slice is written.
+
+A narrow dtype's values (`lang.narrow`) are read from and written as its
+bytes: packed elements and their blocks' scales (`read_f32`, `write_value`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import math
 import numpy as np
 
 from kernbench_cli.errors import AddressError
+from kernbench_cli.lang.narrow import Narrow, from_bytes, to_bytes
 
 SLAB_BYTES = 64 << 20  # the arrays blocks are cut from; a larger block is one of its own
 _ALIGN = 64  # where a block starts in its slab
@@ -221,11 +225,26 @@ class Memory:
         value = self.view(addr, shape, dtype, what, row_stride)
         return np.zeros(shape, dtype) if value is None else value.copy()
 
-    def read_f32(self, addr: int, shape: tuple[int, ...], dtype: np.dtype, what: str = "read",
-                 row_stride: int | None = None) -> np.ndarray:
-        """The array at `addr` converted to float32 (one copy, as a load into TCM makes)."""
+    def read_f32(self, addr: int, shape: tuple[int, ...], dtype: np.dtype | Narrow,
+                 what: str = "read", row_stride: int | None = None) -> np.ndarray:
+        """The array at `addr` converted to float32 (one copy, as a load into TCM makes); a
+        narrow dtype's values decoded from its bytes."""
+        if dtype.__class__ is Narrow:
+            raw_shape, raw_dtype, raw_stride = _raw(shape, dtype, row_stride)
+            raw = self.view(addr, raw_shape, raw_dtype, what, raw_stride)
+            return np.zeros(shape, np.float32) if raw is None else from_bytes(raw, dtype, shape)
         value = self.view(addr, shape, dtype, what, row_stride)
         return np.zeros(shape, np.float32) if value is None else value.astype(np.float32)
+
+    def write_value(self, addr: int, value: np.ndarray, dtype: np.dtype | Narrow,
+                    what: str = "write", row_stride: int | None = None) -> None:
+        """Store float32 `value` at `addr` as `dtype` (rows `row_stride` elements apart): cast,
+        or a narrow dtype quantised to its bytes."""
+        if dtype.__class__ is not Narrow:
+            self.write(addr, value.astype(dtype, copy=False), what, row_stride)
+            return
+        shape, _, stride = _raw(value.shape, dtype, row_stride)
+        self.write(addr, to_bytes(value, dtype).reshape(shape), what, stride)
 
     def write(self, addr: int, value: np.ndarray, what: str = "write",
               row_stride: int | None = None) -> None:
@@ -233,6 +252,15 @@ class Memory:
         target = self.view(addr, value.shape, value.dtype, what, row_stride, own=True)
         if target is not None:
             target[...] = value
+
+
+def _raw(shape: tuple[int, ...], dt: Narrow,
+         stride: int | None) -> tuple[tuple[int, ...], np.dtype, int | None]:
+    """(shape, dtype, row stride) of the bytes of `shape` of narrow `dt` in memory: a
+    strided block's rows, or all its bytes in a row."""
+    if stride is None:
+        return (dt.nbytes(math.prod(shape)),), np.dtype(np.uint8), None
+    return (shape[0], dt.nbytes(shape[1])), np.dtype(np.uint8), dt.nbytes(stride)
 
 
 def _span(shape: tuple[int, ...], count: int, row_stride: int | None) -> int:

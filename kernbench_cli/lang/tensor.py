@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from kernbench_cli.lang.dtypes import NAMES
+from kernbench_cli.lang.dtypes import NAMES, Narrow
 
 if TYPE_CHECKING:
     from kernbench_cli.address.allocator import FreeListPool
@@ -57,9 +57,9 @@ class Tensor:
 
     __slots__ = ("_base", "_tl", "cmd", "dtype", "nbytes", "shape", "tcm", "value")
 
-    def __init__(self, tl: Maker, shape: tuple[int, ...], dtype: np.dtype, value: np.ndarray | None,
-                 cmd: int, tcm: int | None, base: Tensor | None = None,
-                 nbytes: int | None = None):
+    def __init__(self, tl: Maker, shape: tuple[int, ...], dtype: np.dtype | Narrow,
+                 value: np.ndarray | None, cmd: int, tcm: int | None,
+                 base: Tensor | None = None, nbytes: int | None = None):
         self._tl = tl
         self.shape = shape
         self.dtype = dtype
@@ -67,7 +67,10 @@ class Tensor:
         self.cmd = cmd
         self.tcm = tcm  # TCM offset, None for a view
         self._base = base
-        self.nbytes = math.prod(shape) * dtype.itemsize if nbytes is None else nbytes
+        if nbytes is None:
+            nbytes = math.prod(shape) * dtype.itemsize if dtype.__class__ is not Narrow else \
+                dtype.nbytes(math.prod(shape))
+        self.nbytes = nbytes
 
     def __del__(self) -> None:
         try:
@@ -155,17 +158,21 @@ class Ref:
 
     addr: int
     shape: tuple[int, int]
-    dtype: np.dtype
+    dtype: np.dtype | Narrow
     row_stride: int
 
     @property
     def nbytes(self) -> int:
-        return self.shape[0] * self.shape[1] * self.dtype.itemsize
+        count = self.shape[0] * self.shape[1]
+        return count * self.dtype.itemsize if self.dtype.__class__ is not Narrow else \
+            self.dtype.nbytes(count)
 
 
 @dataclass
 class Handle:
-    """A composite in flight: `cmd` is its command; `out` its result if kept in TCM."""
+    """A composite in flight: `cmd` is its command; `out` its result if kept in TCM;
+    `held` the operands it made itself (a dequantised copy), in TCM while the handle lives."""
 
     cmd: int
     out: Tensor | None
+    held: tuple[Tensor | Ref, ...] = ()

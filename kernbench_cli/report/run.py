@@ -109,16 +109,18 @@ def what_if_text(result: RunResult) -> str:
 
 
 def gemm_efficiency(result: RunResult) -> float:
-    """Fraction of the peak MAC throughput of every PE over the run."""
+    """Fraction of the peak MAC throughput of every PE over the run (a narrow datapath's
+    MACs counted at its MACs per cell: `RunResult.array_flops`)."""
     peak = result.peak_flops_per_ps * result.latency_ps * result.num_pes
-    return result.flops / peak if peak else 0.0
+    return result.array_flops / peak if peak else 0.0
 
 
 def gemm_array_utilization(result: RunResult) -> float:
-    """SCALE-Sim's utilisation: MACs / (rows x cols x the GEMM engines' busy cycles)."""
+    """SCALE-Sim's utilisation: MACs / (rows x cols x the GEMM engines' busy cycles), a
+    narrow datapath's MACs counted at its MACs per cell."""
     busy_cycles = sum(result.engines["gemm"].busy_ps) * result.clock_hz / 10**12
     macs_per_cycle = result.peak_flops_per_ps * 10**12 / result.clock_hz / 2
-    return result.flops / 2 / (macs_per_cycle * busy_cycles) if busy_cycles else 0.0
+    return result.array_flops / 2 / (macs_per_cycle * busy_cycles) if busy_cycles else 0.0
 
 
 def hbm_bandwidth(result: RunResult) -> tuple[float, float]:

@@ -150,7 +150,7 @@ class _Walk:
         if index < proc.n:
             return KINDS[self.streams[pid].op[index]]
         engine = proc.tiles[index - proc.n][3]
-        return {GEMM: "gemm_tile", DMA: "transfer_tile"}.get(engine, "tile")
+        return {GEMM: "gemm_tile", DMA: "transfer_tile", VEC: "dequant_tile"}.get(engine, "tile")
 
     def add(self, pid: int, command: int, kind: str, engine: str, cause: str, start: int,
             end: int, resource: str = "") -> None:

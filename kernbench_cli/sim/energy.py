@@ -14,7 +14,9 @@ cpu           commands PE_CPU issued                                      cpu_co
 scheduler     commands PE_SCHEDULER queued                                scheduler_command
 dma           bits PE_DMA wrote into or read out of TCM                   tcm
 gemm          MACs x array passes (an f32 GEMM: pe.gemm.passes.f32)       gemm_mac
-math          elements, by op class                                       math.<class>
+              on the 16-bit datapath; MACs on each narrow one             gemm_mac_<datapath>
+math          elements, by op class (a composite's dequantised tiles:     math.<class>
+              dequant)
 ipcq          bits through ring slots                                     ipcq
 hbm           bits read or written; bits of every DRAM page opened        hbm_cell + hbm_column
                                                                           + hbm_bank_group
@@ -44,11 +46,22 @@ import numpy as np
 
 from kernbench_cli.config.schema import EnergyConfig
 from kernbench_cli.config.units import format_energy_aj, format_time_ps
-from kernbench_cli.hw.gemm import gemm_passes
+from kernbench_cli.formats import gemm_datapath
+from kernbench_cli.hw.gemm import gemm_work
 from kernbench_cli.hw.network import LEDGER
 from kernbench_cli.hw.system import System
 from kernbench_cli.hw.timing import Timing
-from kernbench_cli.stream import COMPOSITE, DOT, LOAD, MATH, NONE, READ, SEND, STORE
+from kernbench_cli.stream import (
+    COMPOSITE,
+    DOT,
+    LOAD,
+    MATH,
+    MATH_CLASSES,
+    NONE,
+    READ,
+    SEND,
+    STORE,
+)
 
 #: The commands PE_SCHEDULER queues (the others PE_CPU does itself).
 QUEUED = (LOAD, STORE, MATH, DOT, SEND, COMPOSITE)
@@ -57,7 +70,7 @@ QUEUED = (LOAD, STORE, MATH, DOT, SEND, COMPOSITE)
 LINKS = ("noc", "ucie", "sip_link", "rack_link")
 #: The parts of a run's energy, in report order (the engine table's rows, then static).
 PARTS = ("cpu", "scheduler", "dma", "gemm", "math", "ipcq", "hbm", "sram", *LINKS)
-MATH_CLASSES = ("add", "mul", "div", "cmp", "exp", "log", "sqrt", "reduce", "cast")
+NARROW = ("fp8", "int8", "fp4", "int4")  # the array's narrow datapaths (gemm_mac_<name>)
 
 
 @dataclass(frozen=True)
@@ -67,7 +80,8 @@ class Counts:
     commands: int
     queued: int
     dma_bytes: int
-    mac_passes: int
+    mac_passes: int  # on the 16-bit datapath
+    macs: dict[str, int]  # on each narrow datapath
     elements: dict[str, int]  # by MATH op class
     ipcq_bytes: int
     hbm_bytes: int
@@ -109,11 +123,12 @@ def count(system: System, timing: Timing) -> Counts:
         return sum(c.bytes for c in calendars if c.level == level)
 
     topo = system.topology
+    mac_passes, macs = asked_gemm_work(system, timing)
     return Counts(
         commands=sum(pe.cpu.ops for pe in pes),
         queued=sum(pe.scheduler.ops for pe in pes),
         dma_bytes=sum(pe.dma.bytes for pe in pes),
-        mac_passes=asked_mac_passes(system, timing),
+        mac_passes=mac_passes, macs=macs,
         elements=asked_elements(timing),
         ipcq_bytes=sum(r.bytes for pe in pes for r in pe.rings.values()),
         hbm_bytes=moved("hbm"),
@@ -127,36 +142,39 @@ def count(system: System, timing: Timing) -> Counts:
 def by_region(system: System, timing: Timing) -> list[Counts]:
     """Per region (index 0: outside every named one), the dynamic actions of its
     commands (`pes`, `cubes` and `latency_ps` are 0: static energy is the run's)."""
-    program, gemm = timing.program, system.topology.pe.gemm
+    program = timing.program
     regions = len(program.regions)
     op, arg, size = _columns(timing)
     leaf = _leaves(timing, len(op))
     commands = np.bincount(leaf[op != READ], minlength=regions)
     queued = np.bincount(leaf[np.isin(op, QUEUED)], minlength=regions)
-    passes = np.zeros(regions, dtype=object)  # exact Python integers: MACs run past 2^53
-    for kind, table in (
-            (DOT, [m * k * n * gemm_passes(gemm, width)
-                   for m, k, n, width in program.gemm_shapes]),
-            (COMPOSITE, [c.m * c.k * c.n * gemm_passes(gemm, max(c.a_itemsize, c.b_itemsize))
-                         for c in program.composites])):
+    work = [dict.fromkeys(("", *NARROW), 0) for _ in range(regions)]  # exact integers
+    for kind, table in _gemm_tables(system, timing):
         picked = (op == kind) & (arg != NONE)
         if picked.any():
             pairs = np.unique(np.stack([leaf[picked], arg[picked]]), axis=1, return_counts=True)
             for (r, j), n in zip(pairs[0].T.tolist(), pairs[1].tolist(), strict=True):
-                passes[r] += table[j] * n
+                datapath, amount = table[j]
+                work[r][datapath] += amount * n
     kinds = program.math_kinds
     is_math = op == MATH
     elements = np.zeros((regions, len(kinds)), dtype=np.int64)
     np.add.at(elements, (leaf[is_math], arg[is_math]), size[is_math])
+    fixes = [0] * regions  # composites' dequantised tiles, in the composite's region
+    for pid, proc in enumerate(timing.procs):
+        for i, n in proc.dequant.items():
+            fixes[timing.leaves[pid][i] if timing.leaves and timing.leaves[pid] else 0] += n
     out = []
     for r in range(regions):
         by_class = dict.fromkeys(MATH_CLASSES, 0)
         for (op_class, _), n in zip(kinds, elements[r].tolist(), strict=True):
             by_class[op_class] += n
+        by_class["dequant"] += fixes[r]
         row = dict(zip(LEDGER, timing.ledger[r], strict=True))
         out.append(Counts(
             commands=int(commands[r]), queued=int(queued[r]), dma_bytes=row["dma"],
-            mac_passes=int(passes[r]), elements=by_class, ipcq_bytes=row["ipcq"],
+            mac_passes=work[r][""], macs={k: work[r][k] for k in NARROW if work[r][k]},
+            elements=by_class, ipcq_bytes=row["ipcq"],
             hbm_bytes=row["hbm"], hbm_pages=row["pages"],
             page_bytes=system.topology.hbm.page_size, sram_bytes=row["sram"],
             link_bytes={level: row[level] for level in LINKS}, pes=0, cubes=0, latency_ps=0))
@@ -174,25 +192,33 @@ def _leaves(timing: Timing, total: int) -> np.ndarray:
         or [np.zeros(0, dtype=np.uint32)]).astype(np.int64)
 
 
-def asked_mac_passes(system: System, timing: Timing) -> int:
-    """MACs times array passes over every DOT and composite the streams hold."""
+def _gemm_tables(system: System, timing: Timing) -> list[tuple[int, list[tuple[str, int]]]]:
+    """(DOT, its gemm shapes' `gemm_work`), (COMPOSITE, its composites')."""
     program, gemm = timing.program, system.topology.pe.gemm
+    return [(DOT, [gemm_work(gemm, *shape) for shape in program.gemm_shapes]),
+            (COMPOSITE, [gemm_work(gemm, c.m, c.k, c.n, gemm_datapath(c.a_format,
+                                                                      c.b_format)[0])
+                         for c in program.composites])]
+
+
+def asked_gemm_work(system: System, timing: Timing) -> tuple[int, dict[str, int]]:
+    """(MACs times array passes on the 16-bit datapath, MACs on each narrow one) over every
+    DOT and composite the streams hold."""
     op, arg, _ = _columns(timing)
-    total = 0
-    for kind, table in (
-            (DOT, [m * k * n * gemm_passes(gemm, width)
-                   for m, k, n, width in program.gemm_shapes]),
-            (COMPOSITE, [c.m * c.k * c.n * gemm_passes(gemm, max(c.a_itemsize, c.b_itemsize))
-                         for c in program.composites])):
+    work = dict.fromkeys(("", *NARROW), 0)
+    for kind, table in _gemm_tables(system, timing):
         picked = arg[(op == kind) & (arg != NONE)]
         if picked.size:  # how often each table entry ran, then exact Python integers
             uses = np.bincount(picked, minlength=len(table))
-            total += sum(table[j] * int(uses[j]) for j in np.flatnonzero(uses))
-    return total
+            for j in np.flatnonzero(uses):
+                datapath, amount = table[j]
+                work[datapath] += amount * int(uses[j])
+    return work.pop(""), {k: n for k, n in work.items() if n}
 
 
 def asked_elements(timing: Timing) -> dict[str, int]:
-    """MATH elements over every stream, by op class."""
+    """MATH elements over every stream, by op class, and the elements the composites'
+    plans dequantise (`dequant`)."""
     kinds = timing.program.math_kinds
     op, arg, size = _columns(timing)
     math = op == MATH
@@ -201,6 +227,7 @@ def asked_elements(timing: Timing) -> dict[str, int]:
     out = dict.fromkeys(MATH_CLASSES, 0)
     for (op_class, _), n in zip(kinds, by_kind, strict=True):
         out[op_class] += int(n)
+    out["dequant"] += sum(sum(proc.dequant.values()) for proc in timing.procs)
     return out
 
 
@@ -219,7 +246,8 @@ def account(counts: Counts, table: EnergyConfig) -> Energy:
         "cpu": counts.commands * table.cpu_command,
         "scheduler": counts.queued * table.scheduler_command,
         "dma": 8 * counts.dma_bytes * table.tcm,
-        "gemm": counts.mac_passes * table.gemm_mac,
+        "gemm": counts.mac_passes * table.gemm_mac + sum(
+            n * getattr(table, f"gemm_mac_{datapath}") for datapath, n in counts.macs.items()),
         "math": sum(n * getattr(table.math, c) for c, n in counts.elements.items()),
         "ipcq": 8 * counts.ipcq_bytes * table.ipcq,
         "hbm": 8 * (counts.hbm_bytes * hbm_bit
@@ -252,14 +280,19 @@ def basis(part: str, energy: Energy) -> str:
         "cpu": (c.commands, "commands", t.cpu_command),
         "scheduler": (c.queued, "commands", t.scheduler_command),
         "dma": (c.dma_bytes, "B into or out of TCM", t.tcm),
-        "gemm": (c.mac_passes, "MAC passes", t.gemm_mac),
+        "gemm": (c.mac_passes, "MAC passes", t.gemm_mac),  # and narrow MACs, below
         "ipcq": (c.ipcq_bytes, "B through ring slots", t.ipcq),
         "sram": (c.sram_bytes, "B", t.sram),
         **{level: (c.link_bytes[level], "link-bytes (B x links crossed)", getattr(t, level))
            for level in LINKS}}
     n, what, entry = counted[part]
     per = "/bit" if "B" in what else ""
-    return f"{n:,} {what} x {e(entry)}{per}"
+    shown = f"{n:,} {what} x {e(entry)}{per}"
+    if part == "gemm" and c.macs:
+        narrow = "; ".join(f"{n:,} {datapath} MACs x {e(getattr(t, f'gemm_mac_{datapath}'))}"
+                           for datapath, n in c.macs.items())
+        return f"{shown}; {narrow}" if c.mac_passes else narrow
+    return shown
 
 
 def _watts(microwatts: int) -> str:

@@ -7,6 +7,11 @@ Inputs are drawn from a generator seeded by ``--seed``, so a run is
 reproducible. With ``timing_only`` no value is drawn or stored: arrays are
 zero-sized stand-ins of the right shape and dtype.
 
+A narrow dtype (`lang.narrow`: fp8, int8, int4, mxfp8, mxfp4) is drawn as
+float32 values each exact in it (`random`), and placed as its bytes when a
+placement says so (``dtype=``: `place`, `replicate`, `scatter`,
+`place_sram`); `read` and `read_shard` give its values back as float32.
+
 Setup is linear in placements: HBM is bump-allocated per slice, a symmetric
 allocation (`replicate`, `scatter`, `empty`) is one offset for every slice,
 memory records each placement as (address, bytes, name) in the order made,
@@ -35,8 +40,9 @@ from kernbench_cli.address.physaddr import PeCoord
 from kernbench_cli.config.units import describe_size
 from kernbench_cli.errors import AddressError, ParamError, clip
 from kernbench_cli.hw.system import System
-from kernbench_cli.lang.dtypes import NAMES, dtype
+from kernbench_cli.lang.dtypes import NAMES, Narrow, dtype, nbytes, rounded
 from kernbench_cli.lang.memory import Memory
+from kernbench_cli.lang.narrow import to_bytes
 
 _DRAW = 1 << 22  # random numbers drawn at a time
 
@@ -128,33 +134,40 @@ class Host:
 
     def random(self, name: str, shape: tuple[int, ...], dtype_name: str,
                scale: float = 1.0) -> np.ndarray:
-        """An input named `name`: normal(0, scale), rounded to the dtype; kept for --save."""
+        """An input named `name`: normal(0, scale), rounded to the dtype; kept for --save.
+        A narrow dtype's is float32, each value exact in it (place it with ``dtype=``)."""
         dt = dtype(dtype_name)
         shape = _shape(name, shape)
-        nbytes = math.prod(shape) * dt.itemsize
+        size = _nbytes(name, shape, dt)
         capacity = self.num_pes * self.topology.hbm.slice_size
-        if nbytes > capacity:  # checked before the host draws (or tries to hold) a byte
+        if size > capacity:  # checked before the host draws (or tries to hold) a byte
             raise ParamError(f"input {name!r} {clip(list(shape))} {NAMES[dt]} is "
-                             f"{describe_size(nbytes)}, more than the "
+                             f"{describe_size(size)}, more than the "
                              f"{describe_size(capacity)} of HBM in the system")
-        self.drawn_bytes += nbytes
+        self.drawn_bytes += size
+        held = np.dtype(np.float32) if dt.__class__ is Narrow else dt
         if self.timing_only:
-            value = np.broadcast_to(np.zeros((), dt), shape)
+            value = np.broadcast_to(np.zeros((), held), shape)
         else:  # drawn in pieces (the same numbers as one draw) to bound float32 scratch
-            value = np.empty(shape, dt)
+            value = np.empty(shape, held)
             flat = value.reshape(-1)
             for start in range(0, flat.size, _DRAW):
                 part = self.rng.standard_normal(min(_DRAW, flat.size - start), np.float32)
                 part *= np.float32(scale)
                 flat[start:start + part.size] = part
+            if dt.__class__ is Narrow:
+                value = rounded(value, dt)
         self.inputs[name] = value
         return value
 
     # ---------------------------------------------------------------- placement
 
-    def place(self, name: str, array: np.ndarray, pid: int, align: int = DEFAULT_ALIGN) -> int:
+    def place(self, name: str, array: np.ndarray, pid: int, align: int = DEFAULT_ALIGN, *,
+              dtype: str | None = None) -> int:
         """Copy `array` into PE `pid`'s HBM slice, at an address aligned to `align` (a
-        power of two: e.g. a DRAM page); returns its address."""
+        power of two: e.g. a DRAM page), as `dtype` if given (a narrow one: its bytes);
+        returns its address."""
+        array = self._as(name, array, dtype)
         addr = self._slice_alloc(pid, array.nbytes, name, align)
         self._add(addr, array, name)
         return addr
@@ -165,17 +178,19 @@ class Host:
         holding zeros: what `place` does with an array of zeros, without making one (a
         timing-only run's weights need no values). Returns its address."""
         dt = dtype_name if isinstance(dtype_name, np.dtype) else dtype(dtype_name)
-        nbytes = math.prod(shape) * dt.itemsize
-        addr = self._slice_alloc(pid, nbytes, name, align)
-        self.memory.add(addr, nbytes, name)
+        size = _nbytes(name, shape, dt)
+        addr = self._slice_alloc(pid, size, name, align)
+        self.memory.add(addr, size, name)
         self.placements += 1
-        self.placed_bytes += nbytes
+        self.placed_bytes += size
         return addr
 
-    def place_sram(self, name: str, array: np.ndarray, cube: int = 0) -> int:
-        """Copy `array` into the shared SRAM of cube `cube` (counted over the grid, like PE
-        indexes: cubes of a SIP fastest); returns its address. Any PE of that cube can
-        load it, over the NoC to the SRAM's port."""
+    def place_sram(self, name: str, array: np.ndarray, cube: int = 0, *,
+                   dtype: str | None = None) -> int:
+        """Copy `array` (as `dtype` if given) into the shared SRAM of cube `cube` (counted
+        over the grid, like PE indexes: cubes of a SIP fastest); returns its address. Any PE
+        of that cube can load it, over the NoC to the SRAM's port."""
+        array = self._as(name, array, dtype)
         s = self.topology.system
         if not 0 <= cube < self.topology.num_cubes:
             raise ParamError(f"{name}: cube {cube} does not exist "
@@ -188,12 +203,16 @@ class Host:
         self._add(addr, array, name)
         return addr
 
-    def replicate(self, name: str, array: np.ndarray) -> Sharded:
-        """A copy of `array` in every PE's slice, at one offset."""
-        return self._symmetric(name, array.shape, array.dtype, array)
+    def replicate(self, name: str, array: np.ndarray, *, dtype: str | None = None) -> Sharded:
+        """A copy of `array` (as `dtype` if given) in every PE's slice, at one offset."""
+        array, dt = self._dtype(array, dtype)
+        return self._symmetric(name, array.shape, dt, array)
 
-    def scatter(self, name: str, array: np.ndarray, axis: int) -> Sharded:
-        """Split `array` evenly along `axis`; PE k's slice holds part k."""
+    def scatter(self, name: str, array: np.ndarray, axis: int, *,
+                dtype: str | None = None) -> Sharded:
+        """Split `array` evenly along `axis` (as `dtype` if given); PE k's slice holds part
+        k."""
+        array, dt = self._dtype(array, dtype)
         size = array.shape[axis]
         if size % self.num_pes:
             raise ParamError(f"{name}: {size} along axis {axis} does not divide over the "
@@ -207,7 +226,7 @@ class Host:
             index[axis] = slice(pid * part, (pid + 1) * part)
             return array[tuple(index)]
 
-        return self._symmetric(name, shape, array.dtype, piece)
+        return self._symmetric(name, shape, dt, piece)
 
     def empty(self, name: str, shape: tuple[int, ...], dtype_name: str) -> Sharded:
         """Zeroed space of `shape` in every PE's slice (outputs)."""
@@ -220,33 +239,66 @@ class Host:
                               axis=axis)
 
     def read_shard(self, sharded: Sharded, pid: int) -> np.ndarray:
+        """PE `pid`'s part of `sharded` (a narrow dtype's values as float32)."""
         addr = self.system.amap.pe_hbm_addr(*self.grid[pid], sharded.offset)
-        return self.memory.read(addr, sharded.shape, dtype(sharded.dtype),
-                                f"reading {sharded.name}")
+        return self._read(addr, sharded.shape, dtype(sharded.dtype), f"reading {sharded.name}")
 
     def read(self, addr: int, shape: tuple[int, ...], dtype_name: str) -> np.ndarray:
-        return self.memory.read(addr, shape, dtype(dtype_name), "host read")
+        """`shape` of `dtype_name` at `addr` (a narrow dtype's values as float32)."""
+        return self._read(addr, shape, dtype(dtype_name), "host read")
+
+    def _read(self, addr: int, shape: tuple[int, ...], dt: np.dtype | Narrow,
+              what: str) -> np.ndarray:
+        if dt.__class__ is Narrow:
+            return self.memory.read_f32(addr, shape, dt, what)
+        return self.memory.read(addr, shape, dt, what)
 
     # ---------------------------------------------------------------- internals
 
-    def _symmetric(self, name: str, shape: tuple[int, ...], dt: np.dtype, piece: Any) -> Sharded:
+    def _symmetric(self, name: str, shape: tuple[int, ...], dt: np.dtype | Narrow,
+                   piece: Any) -> Sharded:
         """`shape` of `dt` at one offset in every PE's slice, holding `piece(pid)` (None:
-        zeros; an array: the same value in every slice)."""
-        nbytes = math.prod(shape) * dt.itemsize
+        zeros; an array: the same value in every slice; a narrow dtype's: its bytes)."""
+        size = _nbytes(name, shape, dt)
+        if dt.__class__ is Narrow and piece is not None and not self.timing_only:
+            piece = to_bytes(piece, dt) if isinstance(piece, np.ndarray) else (
+                lambda pid, part=piece: to_bytes(part(pid), dt))
         try:
-            offset = self._hbm.alloc_symmetric(nbytes, name)
+            offset = self._hbm.alloc_symmetric(size, name)
         except AddressError as exc:
             raise ParamError(f"inputs overflow an HBM slice: {exc}") from None
         addrs = [base + offset for base in self._hbm.bases]
         if self.timing_only or piece is None or isinstance(piece, np.ndarray):
             source = None if self.timing_only else piece
-            self.memory.add_copies(addrs, nbytes, name, source, share=self._is_input(source))
+            self.memory.add_copies(addrs, size, name, source, share=self._is_input(source))
         else:
             share = self._is_input(piece(0))
             for pid, addr in enumerate(addrs):
-                self.memory.add(addr, nbytes, name, piece(pid), share=share)
-        self._count(len(addrs), nbytes)
-        return Sharded(name, offset, tuple(shape), NAMES[dt], nbytes)
+                self.memory.add(addr, size, name, piece(pid), share=share)
+        self._count(len(addrs), size)
+        return Sharded(name, offset, tuple(shape), NAMES[dt], size)
+
+    @staticmethod
+    def _dtype(array: np.ndarray, name: str | None) -> tuple[np.ndarray, np.dtype | Narrow]:
+        """(`array` as its values are placed, the dtype it is placed as): `name`'s (a plain
+        one cast to; a narrow one's bytes made where it is placed), or its own."""
+        if name is None:
+            return array, array.dtype
+        dt = dtype(name)
+        return (array, dt) if dt.__class__ is Narrow else (array.astype(dt, copy=False), dt)
+
+    def _as(self, name: str, array: np.ndarray, dtype_name: str | None) -> np.ndarray:
+        """`array` as placed as `dtype_name`: cast to a plain dtype, a narrow dtype's bytes
+        (a stand-in of their size in a timing-only run), or itself (None)."""
+        if dtype_name is None:
+            return array
+        dt = dtype(dtype_name)
+        if dt.__class__ is not Narrow:
+            return array.astype(dt, copy=False)
+        size = _nbytes(name, array.shape, dt)
+        if self.timing_only:
+            return np.broadcast_to(np.zeros((), np.uint8), (size,))
+        return to_bytes(array, dt)
 
     def _add(self, addr: int, array: np.ndarray, name: str) -> None:
         """Memory at `addr` holding `array`'s values: read in place if it is (part of) an
@@ -288,3 +340,12 @@ def _shape(name: str, shape: Any) -> tuple[int, ...]:
     if any(n < 0 for n in out):
         raise ParamError(f"input {name!r}: shape {clip(list(out))} has a negative size")
     return out
+
+
+def _nbytes(name: str, shape: tuple[int, ...], dt: np.dtype | Narrow) -> int:
+    """Bytes of `shape` of `dt`; a ParamError naming `name` for a scaled dtype whose rows are
+    not whole blocks."""
+    if dt.__class__ is Narrow and shape and shape[-1] % dt.block:
+        raise ParamError(f"input {name!r} {list(shape)} {dt.name}: rows of {shape[-1]} are not "
+                         f"whole blocks of {dt.block} elements")
+    return nbytes(dt, math.prod(shape))

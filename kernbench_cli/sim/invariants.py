@@ -30,11 +30,13 @@ that drops or invents work shows.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from kernbench_cli.errors import KernbenchError
+from kernbench_cli.hw.gemm import peak_macs
 from kernbench_cli.hw.network import PS_PER_S
 from kernbench_cli.hw.pe import ENGINES
 from kernbench_cli.hw.ratio import ratio
@@ -78,6 +80,7 @@ def check(system: System, timing: Timing, counts: Counts,
             c = program.composites[arg]
             flops += 2 * c.m * c.k * c.n
     moved += timing.planned_bytes
+    elements += sum(sum(proc.dequant.values()) for proc in timing.procs)  # composites' tiles
     done_flops = sum(pe.gemm.flops for pe in pes)
     done_elements = sum(pe.math.elements for pe in pes)
     done_bytes = sum(pe.dma.bytes for pe in pes)
@@ -124,7 +127,9 @@ def _bounds(system: System, timing: Timing) -> Invariant:
     peak_flops = 2 * gemm.rows * gemm.cols * system.topology.pe.clock  # per second
     worst, what = 0, "nothing"
     for pe in system.pes:
-        need = -(-pe.gemm.flops * PS_PER_S // peak_flops)
+        narrow = sum(pe.gemm.macs.values())  # at their datapaths' MACs per cell
+        work = pe.gemm.flops - 2 * narrow + 2 * peak_macs(gemm, 0, pe.gemm.macs)
+        need = math.ceil(work * PS_PER_S / peak_flops)
         if need > worst:
             worst, what = need, f"PE ({pe.coord})'s GEMM array ({pe.gemm.flops:,} flops)"
     for cal in system.network.calendars():
@@ -220,11 +225,15 @@ def _energy(system: System, counts: Counts, regions: list[Counts] | None) -> Inv
                + table.hbm_tsv, "sram": table.sram, **{k: getattr(table, k) for k in LINKS}}
     again = dict.fromkeys(PARTS, 0)
     by_class: dict[str, int] = {}
+    macs_by: dict[str, int] = {}
     for pe in pes:
         again["cpu"] += pe.cpu.ops * table.cpu_command
         again["scheduler"] += pe.scheduler.ops * table.scheduler_command
         again["dma"] += 8 * pe.dma.bytes * table.tcm
-        again["gemm"] += pe.gemm.mac_passes * table.gemm_mac
+        again["gemm"] += pe.gemm.mac_passes * table.gemm_mac + sum(
+            n * getattr(table, f"gemm_mac_{datapath}") for datapath, n in pe.gemm.macs.items())
+        for datapath, n in pe.gemm.macs.items():
+            macs_by[datapath] = macs_by.get(datapath, 0) + n
         for op_class, n in pe.math.by_class.items():
             again["math"] += n * getattr(table.math, op_class)
             by_class[op_class] = by_class.get(op_class, 0) + n
@@ -234,10 +243,11 @@ def _energy(system: System, counts: Counts, regions: list[Counts] | None) -> Inv
         again[cal.level] += 8 * cal.bytes * per_bit[cal.level]
         again[cal.level] += 8 * cal.pages * page * table.hbm_activate if cal.pages else 0
     macs = sum(pe.gemm.mac_passes for pe in pes)
-    if macs != counts.mac_passes or by_class != counts.elements:
-        return Invariant("energy", False, f"the engines did {macs:,} MAC passes and MATH "
-                                          f"elements {by_class}; the streams asked for "
-                                          f"{counts.mac_passes:,} and {counts.elements}")
+    if macs != counts.mac_passes or by_class != counts.elements or macs_by != counts.macs:
+        return Invariant("energy", False, f"the engines did {macs:,} MAC passes, narrow MACs "
+                                          f"{macs_by} and MATH elements {by_class}; the "
+                                          f"streams asked for {counts.mac_passes:,}, "
+                                          f"{counts.macs} and {counts.elements}")
     static = (len(pes) * table.pe_static + system.topology.num_cubes * table.cube_static) \
         * counts.latency_ps
     for part in PARTS:

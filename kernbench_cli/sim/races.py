@@ -33,6 +33,7 @@ import numpy as np
 
 from kernbench_cli.address.physaddr import AddressMap
 from kernbench_cli.config.units import format_time_ps
+from kernbench_cli.formats import nbytes
 from kernbench_cli.hw.timing import Timing
 from kernbench_cli.stream import COMPOSITE, LOAD, NONE, RECV, SEND, STORE, WAIT
 
@@ -149,12 +150,12 @@ def _spans(program, stream) -> tuple[np.ndarray, ...]:
             continue
         c = program.composites[stream.arg[i]]
         b_rows, b_cols = (c.n, c.k) if c.trans_b else (c.k, c.n)
-        for addr, nrows, cols, stride, itemsize, resident, write in (
-                (c.a_addr, c.m, c.k, c.a_row_stride, c.a_itemsize, c.a_tcm, False),
-                (c.b_addr, b_rows, b_cols, c.b_row_stride, c.b_itemsize, c.b_tcm, False),
-                (c.out_addr, c.m, c.n, c.out_row_stride, c.out_itemsize, c.out_addr < 0, True)):
+        for addr, nrows, cols, stride, code, resident, write in (
+                (c.a_addr, c.m, c.k, c.a_row_stride, c.a_format, c.a_tcm, False),
+                (c.b_addr, b_rows, b_cols, c.b_row_stride, c.b_format, c.b_tcm, False),
+                (c.out_addr, c.m, c.n, c.out_row_stride, c.out_format, c.out_addr < 0, True)):
             if not resident:
-                rows.append((i, write, addr, addr + ((nrows - 1) * stride + cols) * itemsize))
+                rows.append((i, write, addr, addr + nbytes(code, (nrows - 1) * stride + cols)))
     if rows:
         cmds, writes, los, his = zip(*rows, strict=True)
         parts.append((np.array(cmds), np.array(writes), np.array(los), np.array(his)))

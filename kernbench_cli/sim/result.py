@@ -75,6 +75,9 @@ class RunResult:
     peak_flops_per_ps: float = 0.0
     clock_hz: int = 1
     flops: int = 0
+    #: the flops at the 16-bit datapath's rate: a narrow datapath's MACs over the MACs a cell
+    #: does on it per cycle (what the utilisations count against the array's peak)
+    array_flops: float = 0.0
     hbm_bytes: int = 0
     hbm_peak_bytes_per_ps: float = 0.0
     bounds: dict[str, tuple[int, str]] = field(default_factory=dict)  # name: (ps, how)

@@ -5,7 +5,8 @@ For each class the bound is that of its busiest unit (a PE's GEMM array or
 vector unit, an HBM slice, a SRAM port, a link), since every unit works in
 parallel with the others but no faster than its peak:
 
-- ``gemm``: a PE's MACs x array passes / (rows x cols) cycles;
+- ``gemm``: a PE's MACs x array passes / (rows x cols) cycles, a narrow
+  datapath's MACs counted over the MACs a cell does on it per cycle;
 - ``math``: a PE's elements x the op class's cycles / lanes;
 - ``hbm``: a slice's bytes at its stream rate (the pin rate less refresh),
   or its DRAM pages at 4 activates per tFAW, whichever is longer;
@@ -21,9 +22,12 @@ are what the run did move.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
+from math import ceil as math_ceil
 
 from kernbench_cli.config.units import format_bandwidth, format_time_ps
 from kernbench_cli.hw.engine import cycles_to_ps
+from kernbench_cli.hw.gemm import peak_macs
 from kernbench_cli.hw.network import transfer_ps
 from kernbench_cli.hw.system import System
 from kernbench_cli.hw.timing import Timing
@@ -45,12 +49,17 @@ def roofline(system: System, timing: Timing) -> list[Roof]:
     topo, pes = system.topology, system.pes
     clock, gemm, math = topo.pe.clock, topo.pe.gemm, topo.pe.math
     roofs: list[Roof] = []
-    busiest = max(pes, key=lambda pe: (pe.gemm.mac_passes, -pe.pid), default=None)
-    if busiest is not None and busiest.gemm.mac_passes:
-        cycles = -(-busiest.gemm.mac_passes // (gemm.rows * gemm.cols))
+    def work(pe) -> Fraction:
+        return peak_macs(gemm, pe.gemm.mac_passes, pe.gemm.macs)
+
+    busiest = max(pes, key=lambda pe: (work(pe), -pe.pid), default=None)
+    if busiest is not None and work(busiest):
+        cycles = math_ceil(work(busiest) / (gemm.rows * gemm.cols))
+        narrow = "".join(f" + {n:,} {datapath} MACs / {getattr(gemm.macs_per_cell, datapath)}"
+                         for datapath, n in busiest.gemm.macs.items())
         roofs.append(Roof("gemm", cycles_to_ps(cycles, clock), f"PE ({busiest.coord})",
-                          f"{busiest.gemm.mac_passes:,} MAC passes / {gemm.rows}x{gemm.cols} "
-                          "MACs a cycle"))
+                          f"{busiest.gemm.mac_passes:,} MAC passes{narrow} / "
+                          f"{gemm.rows}x{gemm.cols} MACs a cycle"))
     op_cycles = topo.pe.math.op_cycles
 
     def math_cycles(pe) -> int:

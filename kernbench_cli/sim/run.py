@@ -32,6 +32,7 @@ from kernbench_cli.errors import (
     KernbenchError,
     KernelError,
 )
+from kernbench_cli.hw.gemm import peak_macs
 from kernbench_cli.hw.ipcq import chunks_for
 from kernbench_cli.hw.pe import ENGINES
 from kernbench_cli.hw.system import System
@@ -501,6 +502,8 @@ def _collect(kernel_name: str, system: System, timing: Timing, params: dict[str,
         peak_flops_per_ps=2 * gemm.rows * gemm.cols * topo.pe.clock / 10**12,
         clock_hz=topo.pe.clock,
         flops=sum(pe.gemm.flops for pe in pes), hbm_bytes=hbm_bytes,
+        array_flops=float(sum(pe.gemm.flops - 2 * sum(pe.gemm.macs.values())
+                              + 2 * peak_macs(gemm, 0, pe.gemm.macs) for pe in pes)),
         hbm_peak_bytes_per_ps=topo.hbm.bandwidth * len(pes) / 10**12,
         events=timing.events, tcm_high_water=high_water, tcm_bytes=topo.pe.tcm.size,
     )

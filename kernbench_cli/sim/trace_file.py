@@ -42,6 +42,7 @@ import numpy as np
 
 from kernbench_cli.errors import KernbenchError, clip
 from kernbench_cli.fileio import atomic_write, read_input
+from kernbench_cli.formats import FORMATS
 from kernbench_cli.sim.trace_streams import pack, unpack
 from kernbench_cli.stream import (
     COLUMNS,
@@ -50,6 +51,7 @@ from kernbench_cli.stream import (
     KINDS,
     LOAD,
     MATH,
+    MATH_CLASSES,
     READ,
     RECV,
     SEND,
@@ -67,8 +69,6 @@ FORMAT = "kernbench-trace"
 VERSION = 6
 READS = (4, 5, 6)  # versions this kernbench reads (a version 4 trace has no fence)
 MAGIC = FORMAT.encode() + b"\n"
-#: PE_MATH op classes a trace may name (the `[pe.math.op_cycles]` keys).
-MATH_CLASSES = ("add", "mul", "div", "cmp", "exp", "log", "sqrt", "reduce", "cast")
 
 
 #: Bytes of a (compressed) trace file worth reading.
@@ -295,13 +295,18 @@ def check_program(program: Program, memory: list[tuple[int, int, str]]) -> None:
              "a wait on something that is not a composite")
     comps = np.array(program.composites, dtype=np.int64).reshape(-1, len(Composite._fields))
     col = {name: comps[:, j] for j, name in enumerate(Composite._fields)}
-    positive = ("m", "k", "n", "a_itemsize", "b_itemsize", "out_itemsize")
+    positive = ("m", "k", "n", "a_format", "b_format", "out_format")
     counts = ("a_row_stride", "b_row_stride", "out_row_stride")
     if comps.size and not (all((col[f] > 0).all() for f in positive)
                            and all((col[f] >= 0).all() for f in counts)):
         raise ValueError("a composite has a size that is not positive")
     if program.gemm_shapes and min(min(shape) for shape in program.gemm_shapes) <= 0:
         raise ValueError("a gemm shape is not positive")
+    codes = [*(shape[3] for shape in program.gemm_shapes),
+             *(int(code) for f in ("a_format", "b_format", "out_format")
+               for code in col.get(f, ()))]
+    if any(code not in FORMATS for code in codes):
+        raise ValueError("a gemm shape or composite names a format that does not exist")
     used = (op == COMPOSITE) & (arg >= 0)
     ends = [(src[op == LOAD], pid[op == LOAD]), (dst[op == STORE], pid[op == STORE])]
     for addr, in_tcm in (("a_addr", col.get("a_tcm")), ("b_addr", col.get("b_tcm")),

@@ -50,6 +50,7 @@ class TL(Grid, MemoryOps, GemmOps, MathOps, Messages, Ordering, Regions):
     """The `tl` object of one PE. See docs/kernels.md for the full list of calls."""
 
     f16, bf16, f32 = "f16", "bf16", "f32"
+    fp8, fp8e5m2, int8, int4, mxfp8, mxfp4 = "fp8", "fp8e5m2", "int8", "int4", "mxfp8", "mxfp4"
 
 
 def functional_pass(launch: Launch, kernel: Callable[[TL], None],

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from kernbench_cli.errors import KernelError, clip
-from kernbench_cli.lang.dtypes import DTYPES, NAMES, dtype
+from kernbench_cli.lang.dtypes import DTYPES, NAMES, Narrow, dtype, nbytes
 from kernbench_cli.stream import NONE
 
 
@@ -43,18 +43,30 @@ def shape_of(shape: Any) -> tuple[int, ...]:
     return out
 
 
-def dtype_of(name: Any) -> np.dtype:
-    """The numpy dtype of a kernel dtype name ("f16", …)."""
+def dtype_of(name: Any) -> np.dtype | Narrow:
+    """The dtype of a kernel dtype name ("f16", "mxfp4", …)."""
     return DTYPES.get(name) or dtype(name)
 
 
-def nbytes_of(shape: tuple[int, ...], dt: np.dtype) -> int:
-    return math.prod(shape) * dt.itemsize
+def nbytes_of(shape: tuple[int, ...], dt: np.dtype | Narrow) -> int:
+    return math.prod(shape) * dt.itemsize if dt.__class__ is not Narrow else \
+        dt.nbytes(math.prod(shape))
 
 
-def aligned(ptr: int, dt: np.dtype, what: str) -> None:
+def blocks(what: str, shape: tuple[int, ...], dt: np.dtype | Narrow) -> None:
+    """A tensor of a scaled dtype holds whole blocks: its rows (last axis) are a multiple
+    of the block (fp8's elements are whole bytes: any shape)."""
+    if dt.__class__ is Narrow and shape[-1] % dt.block:
+        raise KernelError(f"{what}: {dt.name} stores blocks of {dt.block} elements along the "
+                          f"last axis, and shape {list(shape)} has rows of {shape[-1]} "
+                          f"(not a multiple of {dt.block})")
+
+
+def aligned(ptr: int, dt: np.dtype | Narrow, what: str) -> None:
     """A memory address must be a multiple of its dtype's size (the DMA moves whole
-    elements)."""
+    elements; a narrow dtype's elements and blocks are whole bytes)."""
+    if dt.__class__ is Narrow:
+        return
     if isinstance(ptr, (int, np.integer)) and ptr % dt.itemsize:
         raise KernelError(f"{what}: address {ptr:#x} is not aligned for {NAMES[dt]}: it "
                           f"needs a multiple of {dt.itemsize} B ({ptr % dt.itemsize} B past one)")
@@ -66,7 +78,7 @@ def block_rows(shape: tuple[int, ...], stride: int | None) -> int:
     return shape[0] if stride is not None and len(shape) == 2 and shape[0] else 1
 
 
-def span_bytes(shape: tuple[int, ...], dt: np.dtype, stride: int | None) -> int:
+def span_bytes(shape: tuple[int, ...], dt: np.dtype | Narrow, stride: int | None) -> int:
     """The bytes of memory from the first element of `shape` (rows `stride` apart) to the
     last."""
     if stride is None:
@@ -75,7 +87,10 @@ def span_bytes(shape: tuple[int, ...], dt: np.dtype, stride: int | None) -> int:
         raise KernelError(f"a row stride needs a 2D shape, got {list(shape)}")
     if stride < shape[1]:
         raise KernelError(f"row stride {stride} is less than the row length {shape[1]}")
-    return ((shape[0] - 1) * stride + shape[1]) * dt.itemsize
+    if dt.__class__ is Narrow and stride % dt.block:
+        raise KernelError(f"row stride {stride} is not a multiple of {dt.name}'s block of "
+                          f"{dt.block} elements")
+    return nbytes(dt, (shape[0] - 1) * stride + shape[1])
 
 
 def gemm_shape(what: str, a: tuple[int, ...], b: tuple[int, ...],

@@ -12,13 +12,11 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
-import numpy as np
-
 from kernbench_cli.address.physaddr import PeCoord
 from kernbench_cli.errors import KernelError
-from kernbench_cli.lang.dtypes import F32, as_dtype
+from kernbench_cli.lang.dtypes import reinterpret
 from kernbench_cli.lang.tensor import Tensor
-from kernbench_cli.lang.tl.checks import dtype_of, nbytes_of, offset, shape_of
+from kernbench_cli.lang.tl.checks import blocks, dtype_of, nbytes_of, offset, shape_of
 from kernbench_cli.lang.tl.core import Core
 from kernbench_cli.stream import NONE, RECV, SEND
 
@@ -47,6 +45,7 @@ class Messages(Core):
     def recv(self, frm: str | int, shape: Sequence[int], dtype: str) -> Tensor:
         """Take the next message from a neighbour ("E", …) or PE `frm`; waits for it."""
         shape_t, dt = shape_of(shape), dtype_of(dtype)
+        blocks("tl.recv", shape_t, dt)
         launch = self._launch
         peer = self._peer(frm, "tl.recv")
         src = launch.system.pid_of[peer]
@@ -63,8 +62,8 @@ class Messages(Core):
             raise KernelError(f"tl.recv expects {nbytes} B from PE ({peer}) but its message "
                               f"is {sent} B")
         if value is not None:
-            value = value.reshape(shape_t) if sent_dt == dt else np.ascontiguousarray(
-                as_dtype(value, sent_dt)).view(dt).reshape(shape_t).astype(F32)
+            value = value.reshape(shape_t) if sent_dt == dt else reinterpret(value, sent_dt,
+                                                                             dt, shape_t)
         return self._result(i, shape_t, dt, value, "tl.recv")
 
     def ring_capacity(self) -> tuple[int, int]:

@@ -3,7 +3,11 @@
 One call is one PE_MATH command over its elements (`MATH_KINDS` names the
 op class the unit times it by), except `tl.where` of two tensors: two passes,
 as a command names two producers. Values are computed in float32 and rounded
-to the result dtype; mixed dtypes give f32 (`promote`).
+to the result dtype; mixed dtypes give f32 (`promote`), and so does
+arithmetic on narrow tensors (the unit reads them as they are; a narrow
+result is asked for with `.to`, `tl.full` or `tl.zeros`). A cast to a narrow
+dtype quantises (the `cast` class); one from a narrow dtype dequantises (the
+`dequant` class).
 """
 
 from __future__ import annotations
@@ -15,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from kernbench_cli.errors import KernelError
-from kernbench_cli.lang.dtypes import F32, promote, rounded
+from kernbench_cli.lang.dtypes import F32, Narrow, promote, rounded
 from kernbench_cli.lang.tensor import Tensor
-from kernbench_cli.lang.tl.checks import broadcast, dtype_of, reduced_shape, shape_of
+from kernbench_cli.lang.tl.checks import blocks, broadcast, dtype_of, reduced_shape, shape_of
 from kernbench_cli.lang.tl.core import Core
 from kernbench_cli.stream import MATH, MATH_KINDS, NONE
 
@@ -53,7 +57,8 @@ _KIND_OF = {fn: [name for _, name in MATH_KINDS].index(name) for fn, name in (
     (np.minimum, "minimum"), (np.exp, "exp"), (np.log, "log"), (np.sqrt, "sqrt"),
     (np.max, "max"), (np.sum, "sum"), (_rsqrt, "rsqrt"), (np.reciprocal, "reciprocal"),
     (np.absolute, "abs"), (np.tanh, "tanh"), (_select, "where"), (erf, "erf"))}
-_FILL, _CAST = (MATH_KINDS.index(kind) for kind in (("add", "fill"), ("cast", "cast")))
+_FILL, _CAST, _DEQUANT = (MATH_KINDS.index(kind) for kind in (
+    ("add", "fill"), ("cast", "cast"), ("dequant", "dequantize")))
 _MATH_CALLS = tuple(f"tl.{name}" for _, name in MATH_KINDS)  # how TCM errors name them
 _SCALARS_OR_TENSORS = (Tensor, int, float)
 
@@ -141,7 +146,12 @@ class MathOps(Core):
         """PE_MATH command `kind` (`MATH_KINDS`) over `count` elements; its value is
         ``fn(*args)`` rounded to `dt`. (Called from the kernel through two frames at least:
         `tl.full` and this.)"""
-        nbytes = math.prod(shape) * dt.itemsize
+        if dt.__class__ is Narrow:
+            blocks({_CAST: "Tensor.to", _FILL: "tl.full"}.get(kind, _MATH_CALLS[kind]), shape,
+                   dt)
+            nbytes = dt.nbytes(math.prod(shape))
+        else:
+            nbytes = math.prod(shape) * dt.itemsize
         i, tcm = self._make(MATH, a, b, count, kind, NONE, nbytes, _MATH_CALLS[kind], 3)
         value = rounded(fn(*args), dt) if self._values else None
         return Tensor(self, shape, dt, value, i, tcm, None, nbytes)
@@ -149,21 +159,25 @@ class MathOps(Core):
     def _unary(self, fn: Callable, x: Tensor) -> Tensor:
         kind = _KIND_OF[fn]
         x = self._own(x, MATH_KINDS[kind][1])
-        return self._math(kind, x.cmd, NONE, x.shape, x.dtype, x.numel, fn, x.value)
+        dt = x.dtype if x.dtype.__class__ is not Narrow else F32
+        return self._math(kind, x.cmd, NONE, x.shape, dt, x.numel, fn, x.value)
 
     def _binary(self, fn: Callable, x: Any, y: Any) -> Tensor:
         if x.__class__ is Tensor and x._tl is self:  # the common cases first, kept lean
             if y.__class__ is Tensor and y._tl is self:
                 shape = x.shape if x.shape == y.shape else broadcast(x.shape, y.shape)
                 if shape is not None:
-                    return self._math(_KIND_OF[fn], x.cmd, y.cmd, shape,
-                                      x.dtype if x.dtype == y.dtype else F32, math.prod(shape),
+                    dt = x.dtype if x.dtype == y.dtype and x.dtype.__class__ is not Narrow \
+                        else F32
+                    return self._math(_KIND_OF[fn], x.cmd, y.cmd, shape, dt, math.prod(shape),
                                       fn, x.value, y.value)
             elif y.__class__ is float or y.__class__ is int:
-                return self._math(_KIND_OF[fn], x.cmd, NONE, x.shape, x.dtype, x.numel, fn,
+                dt = x.dtype if x.dtype.__class__ is not Narrow else F32
+                return self._math(_KIND_OF[fn], x.cmd, NONE, x.shape, dt, x.numel, fn,
                                   x.value, y)
         elif y.__class__ is Tensor and y._tl is self and x.__class__ in (int, float):
-            return self._math(_KIND_OF[fn], y.cmd, NONE, y.shape, y.dtype, y.numel, fn, x,
+            dt = y.dtype if y.dtype.__class__ is not Narrow else F32
+            return self._math(_KIND_OF[fn], y.cmd, NONE, y.shape, dt, y.numel, fn, x,
                               y.value)
         return self._binary_slow(fn, x, y)
 
@@ -193,10 +207,15 @@ class MathOps(Core):
             raise KernelError(f"tl.{fn.__name__}: axis {axis} is out of range for shape "
                               f"{list(x.shape)}")
         shape = reduced_shape(x.shape, axis, keepdims)
-        return self._math(_KIND_OF[fn], x.cmd, NONE, shape, x.dtype, x.numel, _reduction, fn,
+        dt = x.dtype if x.dtype.__class__ is not Narrow else F32
+        return self._math(_KIND_OF[fn], x.cmd, NONE, shape, dt, x.numel, _reduction, fn,
                           x.value, axis, keepdims)
 
     def _cast(self, x: Tensor, name: str) -> Tensor:
+        """`x` in dtype `name`: quantised to a narrow dtype (the `cast` class), dequantised
+        from one to a plain dtype (`dequant`), or converted."""
         x = self._own(x, "Tensor.to")
-        return self._math(_CAST, x.cmd, NONE, x.shape, dtype_of(name), x.numel, _identity,
-                          x.value)
+        dt = dtype_of(name)
+        kind = _DEQUANT if x.dtype.__class__ is Narrow and dt.__class__ is not Narrow \
+            else _CAST
+        return self._math(kind, x.cmd, NONE, x.shape, dt, x.numel, _identity, x.value)
