@@ -81,7 +81,6 @@ from kernbench_cli.lang.collectives.groups import (
     ring_order,
     start,
 )
-from kernbench_cli.lang.tl.core import library_call
 
 __all__ = ["ALGOS", "OPS", "Grid", "all_gather", "all_reduce", "broadcast", "layout", "part",
            "ranks", "reduce", "reduce_scatter"]
@@ -116,6 +115,8 @@ def _run(g: Group, call: str) -> None:
     """all_reduce, reduce_scatter or all_gather with `g.algo`."""
     if g.n == 1:
         return
+    from kernbench_cli.lang.tl.core import library_call  # here: `bounds()` need not load tl
+
     with library_call(g.tl):
         _run_algo(g, call)
 
@@ -157,6 +158,8 @@ def _rooted(g: Group, root: int, reduce: bool) -> None:
     """broadcast (from `root`) or reduce (to it) with `g.algo`."""
     if g.n == 1:
         return
+    from kernbench_cli.lang.tl.core import library_call
+
     with library_call(g.tl):
         if g.algo == "tree":
             (tree_reduce if reduce else tree_bcast)(g, root)
