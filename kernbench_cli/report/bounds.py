@@ -67,3 +67,67 @@ def lower_bound_text(data: dict[str, Any]) -> str:
     return (f"{format_time_ps(data['lower_bound_ps'])}, the {data['lower_bound']} bound: a "
             "lower bound on the latency (analytic, from the kernel's bounds(); nothing was "
             "simulated)")
+
+
+def sweep_table(rows: list[dict[str, Any]], width: int | None = None) -> Table:
+    """A bounds-only sweep's rows (`explore.sweep.bounds_row`): per point the axes that
+    vary, the lower bound and which bound it is, then every bound any point states; given
+    the terminal's `width`, bound columns are left out until the table fits (the caption
+    names them)."""
+    from kernbench_cli.report.fit import drop_to_fit, dropped_caption
+
+    names = sorted({n for r in rows for n in (r.get("bounds") or {}).get("bounds_ps", {})})
+    table, dropped = drop_to_fit(lambda out: _bounds_table(rows, [n for n in names
+                                                                  if n not in out]),
+                                 names, width)
+    if dropped:
+        table.caption = dropped_caption(dropped, width)
+    return table
+
+
+def _bounds_table(rows: list[dict[str, Any]], names: list[str]) -> Table:
+    from kernbench_cli.config.units import format_time_short
+
+    keys = list(rows[0]["axes"]) if rows else []
+    varying = [k for k in keys if len({r["axes"].get(k) for r in rows}) > 1] or keys
+    fixed = " ".join(f"{k}={rows[0]['axes'][k]}" for k in keys if k not in varying)
+    table = Table(title=f"Bounds: {len(rows)} points, analytic (nothing simulated)"
+                  + (f"; {fixed}" if fixed else ""), title_style="bold")
+    table.add_column("#", justify="right", no_wrap=True)
+    for name in varying:
+        head, _, last = name.rpartition(".")
+        table.add_column(f"{head}.\n{last}" if head else name)
+    table.add_column("lower\nbound", justify="right", no_wrap=True)
+    table.add_column("by", no_wrap=True)
+    for name in names:
+        table.add_column(name, justify="right", no_wrap=True)
+    for row in rows:
+        found = row.get("bounds")
+        cells = ([f"error: {row['error']}"] + [""] * (len(names) + 1) if found is None else
+                 ["-", "none"] + [""] * len(names) if found["lower_bound"] is None else
+                 [format_time_short(found["lower_bound_ps"]), found["lower_bound"],
+                  *(format_time_short(found["bounds_ps"][n]) if n in found["bounds_ps"]
+                    else "-" for n in names)])
+        table.add_row(str(row["point"]), *(str(row["axes"].get(k, "")) for k in varying),
+                      *cells)
+    return table
+
+
+def sweep_csv(rows: list[dict[str, Any]], axes: list[str]) -> tuple[list[str], list[list]]:
+    """A bounds-only sweep's rows as CSV: (header, rows): the point, its axes, the lower
+    bound (its name and ps), each bound in ps (``bounds_ps.NAME``), the error."""
+    names = sorted({n for r in rows for n in (r.get("bounds") or {}).get("bounds_ps", {})})
+    header = ["point", *axes, "lower_bound", "lower_bound_ps",
+              *(f"bounds_ps.{n}" for n in names), "error"]
+    out = []
+    for row in rows:
+        found = row.get("bounds") or {}
+        ps = found.get("bounds_ps", {})
+        out.append([row["point"], *(row["axes"].get(k, "") for k in axes),
+                    found.get("lower_bound") or "", _blank(found.get("lower_bound_ps")),
+                    *(_blank(ps.get(n)) for n in names), row["error"] or ""])
+    return header, out
+
+
+def _blank(value: Any) -> Any:
+    return "" if value is None else value

@@ -1,7 +1,8 @@
 """A sweep's points as a Rich table: the axes that vary, then what each point gave: the
-latency and its change against the first point, then a column per metric the kernel states
-(`report.metrics`: a decode step's time per token, tokens/s, energy per token, …), then the
-energy, power, bound and verdict."""
+latency and its change against the first point that has one, then a column per metric the
+kernel states (`report.metrics`: a decode step's time per token, tokens/s, energy per token,
+…), then the energy, power, bound and verdict (a pruned point's: its lower bound over the
+limit)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ from typing import Any
 from rich.table import Table
 
 from kernbench_cli.config.units import format_energy_aj, format_time_ps
+from kernbench_cli.config.units import format_time_short as short
 from kernbench_cli.report import metrics
 from kernbench_cli.report.fit import drop_to_fit, dropped_caption
 
 
 def _verdict(row: dict[str, Any]) -> str:
+    if row.get("pruned"):
+        return (f"pruned: bound {short(row['bounds']['lower_bound_ps'])} > "
+                f"{short(row['pruned']['limit_ps'])}")
     if row["result"] is None:
         return f"error: {row['error']}"
     return row["error"] or {True: "PASS", False: "FAIL", None: "timing only"}[
@@ -28,8 +33,8 @@ OPTIONAL = ("GEMM\nMAC", "power", "energy")
 
 
 def sweep_table(rows: list[dict[str, Any]], width: int | None = None) -> Table:
-    """One row per point, in the order given; latency with its change against the first,
-    then the kernel's metrics (every one any point states, by name).
+    """One row per point, in the order given; latency with its change against the first
+    point that has one, then the kernel's metrics (every one any point states, by name).
 
     Numbers never wrap; axis values and the result text do when the terminal
     is tight. A result all points share ("timing only") goes in the title.
@@ -67,7 +72,7 @@ def _table(rows: list[dict[str, Any]], heads: dict[str, str], dropped: list[str]
     for name in shown:
         table.add_column(name, justify="left" if name in ("bound\nby", "result") else "right",
                          no_wrap=name != "result", max_width=36 if name == "result" else None)
-    first = next((r["result"]["latency_ps"] for r in rows[:1] if r["result"]), None)
+    first = next((r["result"]["latency_ps"] for r in rows if r["result"]), None)
     for row, verdict in zip(rows, verdicts, strict=True):
         cells = _cells(row["result"], first)
         cells.update((h, metrics.cell(n, metrics.value(row["result"], n)))
