@@ -328,7 +328,7 @@ def prune_limit(text: str) -> tuple[Fraction | None, int | None]:
     else:
         try:
             return None, parse_time_ps(given)
-        except KernbenchError:
+        except ValueError:  # config.units.UnitError
             pass
     raise ParamError(f"--prune-above {text!r}: expected a latency (50us) or a factor of the "
                      "best point's lower bound, at least 1 (x1.5)")
