@@ -274,9 +274,11 @@ def test_a_sweep_prunes_the_points_whose_bound_is_above_the_limit(cli, tmp_path)
     out = tmp_path / "pruned.jsonl"
     args = ("sweep", "gqa_attention", "--timing-only", "--set", "pe.gemm.cols=8,16,32",
             "--jobs", "1", "--out", str(out))
-    code, _, err = cli(*args, "--prune-above", "6us")
+    code, table, err = cli(*args, "--prune-above", "6us")
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert code == 0, err
+    assert "Sweep: 3 points, 1 pruned (lower bound above 6us)" in table
+    assert ">=10.213us" in table and "│ pruned " in table  # never a latency it did not have
     assert [bool(r.get("pruned")) for r in rows] == [True, False, False]
     assert rows[0]["result"] is None and rows[0]["error"] is None
     assert rows[0]["pruned"] == {"limit_ps": 6_000_000}

@@ -53,6 +53,11 @@ class Bounds:
         names = {f.name for f in fields(cls)} - {"_json"}
         return cls(**{k: frozen(v) for k, v in data.items() if k in names}, _json=text)
 
+    def __repr__(self) -> str:
+        return (f"Bounds(kernel={self.kernel!r}, topology={self.topology!r}, "
+                f"overrides={self.overrides!r}, lower_bound={self.lower_bound!r}, "
+                f"lower_bound_ps={self.lower_bound_ps})")
+
     def to_dict(self) -> dict[str, Any]:
         """The `run --bounds-only --json` object (a fresh copy)."""
         return json.loads(self._json)

@@ -263,15 +263,16 @@ def summary(result: RunResult) -> Table:
         ("simulated", f"{result.commands:,} commands in {result.wall_s:.2f} s wall "
                       f"({rate:,.0f} commands/s)"),
     ]
+    at = next(i for i, (key, _) in enumerate(rows) if key == "latency") + 1
     for name, (ps, how) in sorted(result.bounds.items()):
         ratio = result.latency_ps / ps if ps else float("inf")
-        rows.insert(3, (f"{name} bound", f"{format_time_ps(ps)} = {how}; the latency is "
-                                          f"{ratio:.2f}x that"))
+        rows.insert(at, (f"{name} bound", f"{format_time_ps(ps)} = {how}; the latency is "
+                                           f"{ratio:.2f}x that"))
     lower = lower_bound_text(result)
     if lower:
-        rows.insert(3, ("lower bound", lower))
+        rows.insert(at, ("lower bound", lower))
     if result.metrics:
-        rows.insert(3, ("metrics", "; ".join(
+        rows.insert(at, ("metrics", "; ".join(
             f"{name} {kernel_metrics.cell(name, value)} {how}".rstrip()
             for name, (value, how) in result.metrics.items())))
     for key, value in rows:

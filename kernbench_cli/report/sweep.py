@@ -11,15 +11,13 @@ from typing import Any
 from rich.table import Table
 
 from kernbench_cli.config.units import format_energy_aj, format_time_ps
-from kernbench_cli.config.units import format_time_short as short
 from kernbench_cli.report import metrics
 from kernbench_cli.report.fit import drop_to_fit, dropped_caption
 
 
 def _verdict(row: dict[str, Any]) -> str:
     if row.get("pruned"):
-        return (f"pruned: bound {short(row['bounds']['lower_bound_ps'])} > "
-                f"{short(row['pruned']['limit_ps'])}")
+        return "pruned"
     if row["result"] is None:
         return f"error: {row['error']}"
     return row["error"] or {True: "PASS", False: "FAIL", None: "timing only"}[
@@ -60,7 +58,7 @@ def _table(rows: list[dict[str, Any]], heads: dict[str, str], dropped: list[str]
     common = verdicts[0] if verdicts and len(set(verdicts)) == 1 else None
     fixed = " ".join(f"{k}={rows[0]['axes'][k]}" for k in keys if k not in varying)
     table = Table(title=f"Sweep: {len(rows)} points" + (f", {common}" if common else "")
-                  + (f"; {fixed}" if fixed else ""), title_style="bold")
+                  + _pruned_title(rows) + (f"; {fixed}" if fixed else ""), title_style="bold")
     table.add_column("#", justify="right", no_wrap=True)
     for name in varying:  # "pe.gemm.rows" headed "pe.gemm." over "rows"
         head, _, last = name.rpartition(".")
@@ -75,12 +73,23 @@ def _table(rows: list[dict[str, Any]], heads: dict[str, str], dropped: list[str]
     first = next((r["result"]["latency_ps"] for r in rows if r["result"]), None)
     for row, verdict in zip(rows, verdicts, strict=True):
         cells = _cells(row["result"], first)
+        if row.get("pruned"):  # never run: its latency is at least its lower bound
+            cells["latency"] = f">={format_time_ps(row['bounds']['lower_bound_ps'])}"
         cells.update((h, metrics.cell(n, metrics.value(row["result"], n)))
                      for n, h in kept.items())
         cells["result"] = verdict
         table.add_row(str(row["point"]), *(str(row["axes"].get(k, "")) for k in varying),
                       *(cells[name] for name in shown))
     return table
+
+
+def _pruned_title(rows: list[dict[str, Any]]) -> str:
+    """The title's word on the points `--prune-above` left out: how many, and the limit."""
+    pruned = [row for row in rows if row.get("pruned")]
+    if not pruned:
+        return ""
+    return (f", {len(pruned)} pruned (lower bound above "
+            f"{format_time_ps(pruned[0]['pruned']['limit_ps'])})")
 
 
 def _cells(result: dict[str, Any] | None, first: int | None) -> dict[str, str]:
