@@ -130,6 +130,9 @@ def test_no_collective_runs_below_its_bounds(collective, algo):
     ("sharded_gemm", "default", {"mode": "primitive"}, {}),
     ("sharded_gemm", "default", {"M": 1, "K": 2048}, {"pe.gemm.cols": 8}),
     ("sharded_gemm", "sip", {"dtype": "f32", "M": 16}, {}),
+    ("sharded_gemm", "default", {}, {"pe.tcm.size": "80KiB"}),  # the plan tiles K: more folds
+    ("sharded_gemm", "default", {}, {"pe.gemm.dataflow": "ws"}),
+    ("gqa_attention", "default", {}, {"pe.gemm.dataflow": "is", "pe.gemm.rows": 8}),
     ("gqa_attention", "default", {"batch": 2, "dtype": "f32", "seq_len": 2048}, {}),
     ("gqa_attention", "sip", {"model": "llama3-8b", "seq_len": 4096}, {}),
     ("gqa_attention", "default", {}, {"pe.dma.setup_overlap": False, "noc.latency": "50ns"}),
