@@ -111,12 +111,18 @@ def all_gather(tl, ptr: int, count: int, dtype: str, group: Sequence[int] | None
     return g.mine()
 
 
+def library_call(tl):
+    """`lang.tl.core.library_call`, imported on first use: a kernel's `bounds()` may import
+    this module without loading the `tl` language (and ml_dtypes, half a second)."""
+    from kernbench_cli.lang.tl.core import library_call as pinned
+
+    return pinned(tl)
+
+
 def _run(g: Group, call: str) -> None:
     """all_reduce, reduce_scatter or all_gather with `g.algo`."""
     if g.n == 1:
         return
-    from kernbench_cli.lang.tl.core import library_call  # here: `bounds()` need not load tl
-
     with library_call(g.tl):
         _run_algo(g, call)
 
@@ -158,8 +164,6 @@ def _rooted(g: Group, root: int, reduce: bool) -> None:
     """broadcast (from `root`) or reduce (to it) with `g.algo`."""
     if g.n == 1:
         return
-    from kernbench_cli.lang.tl.core import library_call
-
     with library_call(g.tl):
         if g.algo == "tree":
             (tree_reduce if reduce else tree_bcast)(g, root)
