@@ -9,10 +9,10 @@ The package is also the Python API (docs/api.md), under the CLI::
                     set={"pe.gemm.rows": 8}, timing_only=True)
     result.latency_ps, result.engines["gemm"].utilization, result.to_dict()  # = run --json
 
-`run`, `replay`, `sweep`, `load_sweep`, `compare`, `sensitivity`, `load_kernel`, `load_topology`,
-`load_trace` and the result types are looked up here on first use (module `__getattr__`),
-so ``import kernbench_cli`` loads nothing heavy: `kernbench decode` starts as fast as
-before.
+`run`, `replay`, `bounds`, `sweep`, `load_sweep`, `compare`, `sensitivity`, `load_kernel`,
+`load_topology`, `load_trace` and the result types are looked up here on first use (module
+`__getattr__`), so ``import kernbench_cli`` loads nothing heavy: `kernbench decode` starts
+as fast as before.
 """
 
 __version__ = "0.2.0"
@@ -21,6 +21,8 @@ __version__ = "0.2.0"
 _LAZY = {
     "run": "kernbench_cli.api.runs",
     "replay": "kernbench_cli.api.runs",
+    "bounds": "kernbench_cli.api.bounds",
+    "Bounds": "kernbench_cli.api.bounds",
     "load_kernel": "kernbench_cli.api.runs",
     "load_topology": "kernbench_cli.api.runs",
     "load_trace": "kernbench_cli.api.runs",

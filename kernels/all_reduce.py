@@ -21,7 +21,6 @@ import numpy as np
 from kernbench_cli.config.units import describe_size
 from kernbench_cli.lang import alpha_beta
 from kernbench_cli.lang import collectives as coll
-from kernbench_cli.lang.dtypes import dtype
 
 PARAMS = {
     "collective": "all_reduce",
@@ -83,6 +82,7 @@ def _check(host, p):
 
 
 def setup(host, p):
+    from kernbench_cli.lang.dtypes import dtype  # here: bounds() need not load ml_dtypes
     count = _check(host, p)
     groups = _groups(host, p)
     shape = (host.num_pes, count)
@@ -179,3 +179,113 @@ def metrics(topology, p, run):
                                                f"{model * 1e6:.3f} us)"),
         "busbw_over_alpha_beta": (busbw / model_busbw if model_busbw else 0.0, ""),
     }
+
+
+def bounds(topology, p):
+    """Lower bounds on the latency, in ps, from what each PE must move whatever the
+    algorithm (every element of its input that another PE needs leaves it at least once;
+    every element of its result that holds another PE's data comes in at least once), or
+    for `ring`, what the ring moves (reduce-scatter: every part but its own out, every part
+    but its left neighbour's in; all-gather: every part but its right neighbour's out,
+    every part but its own in):
+
+    - `memory`: the PE's buffer bytes read and written through its HBM slice at the slice's
+      stream rate;
+    - `collective`, alpha-beta on the PE's one in-order DMA engine: its first transfer's
+      setup (every transfer's, if setup does not overlap), then the HBM bytes at the stream
+      rate, the bytes it sends at the fastest link level it can send over (its ring hop's
+      slowest level for `ring`: noc within a cube, ucie between cubes, sip_link between
+      SIPs, rack_link between racks), and the bytes it receives copied out of its IPCQ ring
+      at the NoC rate.
+
+    The PE with the largest of each is named."""
+    from kernbench_cli.config.units import format_bandwidth, format_time_ps
+    from kernbench_cli.lang import bounds as lb
+
+    class _Host:  # what _check and _groups read
+        num_pes = topology.num_pes
+
+    _Host.topology = topology
+    count = _check(_Host, p)
+    groups = _groups(_Host, p)
+    if len(groups[0]) < 2:
+        return {}  # a group of one moves nothing
+    item = p["bytes"] // count
+    grid = coll.Grid(topology)
+    copy, stream = lb.copy_bandwidth(topology), lb.stream_bandwidth(topology)
+    dma = topology.pe.dma
+    memory, collective = (0, 1, 0), (0, 1, 0, 0, 0, 0)  # (ps, -pid, bytes…)
+    for group in groups:
+        ranks = coll.ranks(grid, group)
+        own = {pid: n * item for pid, (_, n) in coll.layout(grid, count, group,
+                                                              p["algo"]).items()}
+        fastest = _fastest(topology, ranks)
+        for r, pid in enumerate(ranks):
+            hbm, sent, got = _moved(p, ranks, r, own, p["bytes"])
+            rate = fastest
+            if p["algo"] == "ring":  # each send to the next rank (a reduce's: the one before)
+                rate = _level_bandwidth(topology, pid, ranks[(r + (
+                    -1 if p["collective"] == "reduce" else 1)) % len(ranks)])
+            slot = topology.pe.ipcq.slot_size  # a message goes in chunks of a slot at most
+            transfers = 1 if dma.setup_overlap else max(1, -(-sent // slot) + -(-got // slot))
+            ps = (transfers * dma.setup + lb.link_ps(hbm, stream) + lb.link_ps(sent, rate)
+                  + lb.link_ps(got, copy))
+            memory = max(memory, (lb.link_ps(hbm, stream), -pid, hbm))
+            collective = max(collective, (ps, -pid, hbm, sent, got, rate))
+    _, pid, hbm, sent, got, rate = collective
+    how = f"{p['algo']} {p['collective']}" if p["algo"] == "ring" else \
+        f"{p['collective']} by any algorithm"
+    return {
+        "memory": (memory[0], f"PE {-memory[1]}'s buffer read and written, {memory[2]:,} B, "
+                              f"at {lb.stream_how(topology)}"),
+        "collective": (collective[0], f"alpha-beta on PE {-pid}'s DMA ({how}): "
+                                      f"{format_time_ps(dma.setup)} setup"
+                                      f"{'' if dma.setup_overlap else ' a transfer'} + "
+                                      f"{hbm:,} B at the HBM stream rate + {sent:,} B sent "
+                                      f"at {format_bandwidth(rate)} + {got:,} B received at "
+                                      f"{format_bandwidth(copy)}"),
+    }
+
+
+def _moved(p, ranks, r, own, nbytes):
+    """(HBM bytes, bytes sent, bytes received) rank `r` of `ranks` moves at least."""
+    n, call, pid = len(ranks), p["collective"], ranks[r]
+    mine, left, right = own[pid], own[ranks[r - 1]], own[ranks[(r + 1) % n]]
+    root = ranks[p["root"]] == pid
+    ring = p["algo"] == "ring"
+    if call == "all_reduce":
+        return 2 * nbytes, *((2 * nbytes - mine - right, 2 * nbytes - left - mine) if ring
+                             else (nbytes, nbytes))
+    if call == "reduce_scatter":
+        return nbytes + mine, nbytes - mine, (nbytes - left if ring else mine)
+    if call == "all_gather":
+        return nbytes, (nbytes - right if ring else mine), nbytes - mine
+    if call == "broadcast":
+        return nbytes, (nbytes if root else 0), (0 if root else nbytes)
+    return (2 * nbytes, 0, nbytes) if root else (nbytes, nbytes, 0)  # reduce
+
+
+def _level_bandwidth(topology, a, b):
+    """The bandwidth of the slowest link level a route from PE `a` to PE `b` must cross:
+    noc within a cube, ucie between cubes of a SIP, sip_link between SIPs of a rack,
+    rack_link between racks (a route may cross slower ones too)."""
+    s = topology.system
+    per_sip = s.cubes_per_sip * s.pes_per_cube
+    per_rack = s.sips_per_rack * per_sip
+    for size, link in ((s.pes_per_cube, topology.noc), (per_sip, topology.ucie),
+                       (per_rack, topology.sip_link)):
+        if a // size == b // size:
+            return link.bandwidth
+    return topology.rack_link.bandwidth
+
+
+def _fastest(topology, ranks):
+    """The bandwidth of the fastest link level any two of `ranks` must cross between them
+    (`_level_bandwidth`): an upper bound on the rate of any message within the group."""
+    s = topology.system
+    per_sip = s.cubes_per_sip * s.pes_per_cube
+    cubes, sips = {r // s.pes_per_cube for r in ranks}, {r // per_sip for r in ranks}
+    racks = {r // (s.sips_per_rack * per_sip) for r in ranks}
+    levels = [(len(cubes) < len(ranks), topology.noc), (len(sips) < len(cubes), topology.ucie),
+              (len(racks) < len(sips), topology.sip_link), (len(racks) > 1, topology.rack_link)]
+    return max(link.bandwidth for present, link in levels if present)

@@ -227,9 +227,86 @@ def outputs(host, args, p):
 
 
 def bounds(topology, p):
-    """Lower bounds on the latency, in ps: reading the KV cache once at full HBM bandwidth."""
-    kv_bytes = 2 * p["batch"] * p["heads_kv"] * p["seq_len"] * p["head_dim"] * (
-        4 if p["dtype"] == "f32" else 2)
-    pes = topology.num_pes
-    ps = -(-kv_bytes * 10**12 // (pes * topology.hbm.bandwidth))
-    return {"memory": (ps, f"KV cache {kv_bytes} B / ({pes} PEs x HBM bandwidth)")}
+    """Lower bounds on the latency, in ps (every PE holds an equal shard of the KV cache):
+
+    - `memory`: PE 0's loads (each query group once, its K and V shard) and its store of
+      the output, through its HBM slice at the slice's stream rate;
+    - `gemm`: a PE's Q.K^T and P.V GEMMs, each (batch, KV head)'s shard untiled, on its
+      array (chunks only add folds);
+    - `merge`: a chain no run is shorter than: a PE's partials are done once its loads
+      have streamed and arrived (HBM latency) and its GEMMs have run (one in-order engine
+      each); then each hop of the log-sum-exp tree from that PE to PE 0 (the last part's o
+      sent at the route's slowest link, the route's latency, its last chunk copied out of
+      the ring), then PE 0's last store and its HBM latency. The PE is the one furthest
+      from PE 0.
+    """
+    from types import SimpleNamespace
+
+    from kernbench_cli.config.units import format_time_ps
+    from kernbench_cli.lang import bounds as lb
+
+    g, shard, _ = _check(SimpleNamespace(num_pes=topology.num_pes, topology=topology), p)
+    b, hkv, d = p["batch"], p["heads_kv"], p["head_dim"]
+    item, parts = 4 if p["dtype"] == "f32" else 2, b * hkv
+    loads = parts * g * d * item + 2 * parts * shard * d * item  # Q groups, K and V shards
+    store = g * d * item  # a part's output
+    cycles = parts * (lb.gemm_cycles_of(topology, g, d, shard, item)
+                      + lb.gemm_cycles_of(topology, g, shard, d, item))
+    hops, leaf, tree_ps = _merge_chain(topology, g * d * 4)
+    gemm_ps = lb.gemm_ps(topology, cycles)
+    ready = max(lb.hbm_ps(topology, loads) + topology.hbm.latency, gemm_ps)
+    chain = ready + tree_ps + lb.hbm_ps(topology, store) + topology.hbm.latency
+    pe0 = loads + parts * store
+    return {
+        "memory": (lb.hbm_ps(topology, pe0), f"PE 0's query groups, KV shard and output, "
+                                             f"{pe0:,} B, at {lb.stream_how(topology)}"),
+        "gemm": (gemm_ps,
+                 f"a PE's {parts} x 2 GEMMs of its {shard}-position shard: {cycles:,} cycles "
+                 f"on a {lb.gemm_how(topology, item)}"),
+        "merge": (chain, f"PE {leaf}'s partials, done after its loads and their HBM latency "
+                         f"or its GEMMs ({format_time_ps(ready)}), then {hops} tree hops to "
+                         f"PE 0 ({format_time_ps(tree_ps)}: each the last part's o at its "
+                         "route's slowest link, the route's latency, its last chunk copied "
+                         "out), then PE 0's last store and its HBM latency"),
+    }
+
+
+def _merge_chain(topology, o_bytes):
+    """(hops, leaf PE, ps) of the longest path to PE 0 in the merge tree (`_tree`'s levels:
+    the PEs of a cube, the cubes of a SIP, the SIPs): each hop the last message (`o_bytes`)
+    streamed at its route's slowest link, the route's latency, and the copy of its last
+    chunk out of the receiver's ring at the NoC rate."""
+    from kernbench_cli.address.physaddr import PeCoord
+    from kernbench_cli.hw.network import Network
+    from kernbench_cli.lang import bounds as lb
+
+    s = topology.system
+    pes, cubes, sips = s.pes_per_cube, s.cubes_per_sip, s.racks * s.sips_per_rack
+    network, slot = Network(topology), topology.pe.ipcq.slot_size
+    last_chunk = o_bytes - (-(-o_bytes // slot) - 1) * slot
+    copy = lb.link_ps(last_chunk, lb.copy_bandwidth(topology))
+
+    def coord(pid):
+        sip, rest = divmod(pid, cubes * pes)
+        return PeCoord(sip // s.sips_per_rack, sip % s.sips_per_rack, *divmod(rest, pes))
+
+    def hop(src, dst):
+        route = network.route(coord(src), coord(dst))
+        bandwidth = min((c.bandwidth for c in route.resources), default=lb.copy_bandwidth(
+            topology))
+        return lb.link_ps(o_bytes, bandwidth) + route.latency_ps + copy
+
+    def longest(size, pid_of):  # (hops, index, ps) of the costliest path to index 0
+        best = (0, 0, 0)
+        for i in range(1, size):
+            at, n, ps = i, 0, 0
+            while at:
+                up = at - (at & -at)
+                n, ps, at = n + 1, ps + hop(pid_of(at), pid_of(up)), up
+            best = max(best, (n, i, ps), key=lambda x: (x[2], -x[1]))
+        return best
+
+    h3, sip, ps3 = longest(sips, lambda i: i * cubes * pes)
+    h2, cube, ps2 = longest(cubes, lambda i: (sip * cubes + i) * pes)
+    h1, pe, ps1 = longest(pes, lambda i: (sip * cubes + cube) * pes + i)
+    return h1 + h2 + h3, (sip * cubes + cube) * pes + pe, ps1 + ps2 + ps3

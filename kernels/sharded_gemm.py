@@ -98,3 +98,50 @@ def reference(host, p):
 
 def outputs(host, args, p):
     return {"out": host.gather(args["out"], axis=1)}
+
+
+def bounds(topology, p):
+    """Lower bounds on the latency, in ps, of any PE (each computes its n = N / PEs columns of
+    C, all alike): `memory`, the bytes its loads and stores move through its HBM slice at
+    the slice's stream rate (composite: A, its B columns and its C columns once each; the
+    tile plan may read more; primitive: A once per column tile, B once per row tile, as
+    its loads do); `gemm`, its GEMM's folds on the PE's array (primitive: the folds of
+    every tile's dot)."""
+    from kernbench_cli.lang import bounds as lb
+
+    m, k, n = p["M"], p["K"], _columns(p, topology.num_pes)
+    item = 4 if p["dtype"] == "f32" else 2
+    if p["mode"] == "primitive":
+        tm, tn, tk = p["tile_m"], p["tile_n"], p["tile_k"]
+        a, b = m * k * (n // tn), k * n * (m // tm)
+        tiles = (m // tm) * (n // tn) * (k // tk)
+        cycles = tiles * lb.gemm_cycles_of(topology, tm, tk, tn, item)
+        gemms = f"{tiles:,} dots of [{tm}x{tk}] @ [{tk}x{tn}]"
+        loads = f"A {n // tn}x and B {m // tm}x"
+    else:
+        a, b, cycles = m * k, k * n, lb.gemm_cycles_of(topology, m, k, n, item)
+        gemms, loads = f"[{m}x{k}] @ [{k}x{n}]", "A, B columns and C columns once each"
+    nbytes = (a + b + m * n) * item
+    return {
+        "memory": (lb.hbm_ps(topology, nbytes),
+                   f"a PE's {loads}, {nbytes:,} B, at {lb.stream_how(topology)}"),
+        "gemm": (lb.gemm_ps(topology, cycles),
+                 f"a PE's {gemms}: {cycles:,} cycles on a {lb.gemm_how(topology, item)}"),
+    }
+
+
+def _columns(p, pes):
+    """N / PEs, once the parameters are what setup takes (ValueError as it raises)."""
+    for name in ("M", "K", "N", "tile_m", "tile_n", "tile_k"):
+        if p[name] <= 0:
+            raise ValueError(f"{name} must be positive, got {p[name]}")
+    if p["N"] % pes:
+        raise ValueError(f"N = {p['N']} does not divide over the {pes} PEs of the grid "
+                         f"({p['N']} % {pes} = {p['N'] % pes})")
+    n = p["N"] // pes
+    if p["mode"] == "primitive":
+        for dim, size, tile in (("M", p["M"], "tile_m"), ("K", p["K"], "tile_k"),
+                                ("N / PEs", n, "tile_n")):
+            if size % p[tile]:
+                raise ValueError(f"{dim} = {size} is not a multiple of {tile} = {p[tile]}")
+    return n

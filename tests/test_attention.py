@@ -99,20 +99,25 @@ def test_one_slot_rings_make_senders_wait(run):
     ("batch=2", "seq_len=2048", "dtype=f32"),
 ])
 def test_latency_is_never_below_the_memory_bound(run, params):
+    """The memory bound is PE 0's bytes (query groups, KV shard, output) at the HBM slice's
+    stream rate (102.4 GB/s less refresh on `default`)."""
     result = run("gqa_attention", "default", params, timing_only=True)
     bound_ps, how = result.bounds["memory"]
     p = result.params
-    kv = 2 * p["batch"] * p["heads_kv"] * p["seq_len"] * p["head_dim"] * (
-        4 if p["dtype"] == "f32" else 2)
-    assert bound_ps == math.ceil(kv * 10**12 / (16 * 102_400_000_000))
-    assert how.startswith(f"KV cache {kv} B")
+    item = 4 if p["dtype"] == "f32" else 2
+    parts, g = p["batch"] * p["heads_kv"], p["heads_q"] // p["heads_kv"]
+    pe0 = (2 * parts * (p["seq_len"] // 16) * p["head_dim"] + 2 * parts * g * p["head_dim"]) \
+        * item
+    stream = 102_400_000_000 * (3_900_000 - 260_000) // 3_900_000  # tREFI 3.9us, tRFC 260ns
+    assert bound_ps == math.ceil(pe0 * 10**12 / stream)
+    assert how.startswith(f"PE 0's query groups, KV shard and output, {pe0:,} B")
     assert result.latency_ps >= bound_ps
 
 
 def test_report_shows_the_bound_and_hbm_bandwidth(cli):
     code, out, _ = cli("run", "gqa_attention", *sum((("-p", x) for x in SMALL), ()))
     assert code == 0
-    assert "memory bound" in out and "KV cache 262144 B / (16 PEs x HBM bandwidth)" in out
+    assert "memory bound" in out and "PE 0's query groups, KV shard and output, 17,408 B," in out
     assert "GB/s of 1638.4 GB/s peak" in out
     assert "│ ipcq" in out and "│ noc" in out and "│ ucie" in out
 

@@ -99,8 +99,8 @@ def test_the_kernels_metrics_are_columns_of_the_table(swept):
     assert result.columns() == (
         "point", "hbm.bandwidth", "extra", "hbm.bandwidth:number", "extra:number", "latency_ps",
         "latency_ns", "bound", "verified", "gemm_mac_utilization", "hbm_gbps", "error",
-        "replayed", "metrics.energy_per_item_uj", "metrics.extra", "metrics.items_per_s",
-        "metrics.time_per_item_ps")
+        "replayed", "lower_bound_ps", "bound_gap", "pruned", "metrics.energy_per_item_uj",
+        "metrics.extra", "metrics.items_per_s", "metrics.time_per_item_ps")
     table = result.table()
     assert [r["metrics.time_per_item_ps"] for r in table] == [lat / 4 for lat in LATENCY_PS]
     assert [r["metrics.items_per_s"] for r in table] == [4e12 / lat for lat in LATENCY_PS]
@@ -115,7 +115,8 @@ def test_a_csv_results_file_gets_a_column_per_metric_and_resumes_them(tmp_path):
     first = kb.sweep(METERED, topology=ONE, set=SETS, params=PARAMS, zip=True, jobs=2, out=out)
     lines = out.read_text().splitlines()
     assert lines[0] == ("point,hbm.bandwidth,extra,latency_ps,bound,verified,"
-                        "gemm_mac_utilization,hbm_gbps,energy_pj,error,sweep,"
+                        "gemm_mac_utilization,hbm_gbps,energy_pj,lower_bound_ps,bound_gap,"
+                        "pruned,error,sweep,"
                         "metrics.energy_per_item_uj,metrics.extra,metrics.items_per_s,"
                         "metrics.time_per_item_ps")
     assert lines[1].split(",")[-4:] == ["0.213314925", "", repr(4e12 / LATENCY_PS[0]),

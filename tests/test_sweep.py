@@ -106,7 +106,8 @@ def test_a_csv_results_file(cli, tmp_path):
     assert code == 0
     lines = out.read_text().splitlines()
     assert lines[0] == ("point,hbm.bandwidth,costs.issue.load,latency_ps,bound,verified,"
-                        "gemm_mac_utilization,hbm_gbps,energy_pj,error,sweep")
+                        "gemm_mac_utilization,hbm_gbps,energy_pj,lower_bound_ps,bound_gap,"
+                        "pruned,error,sweep")
     assert lines[1].startswith("0,102.4GB/s,4ns,542858,gemm,True,")
     assert len(lines) == 5
     code, text, err = cli("sweep", LOAD_DOT, *AXES, "--out", str(out), "--resume", "--json")

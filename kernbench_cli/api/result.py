@@ -160,6 +160,11 @@ class Result:
     hbm_peak_gbps: float
     bounds_ps: Mapping[str, int]
     metrics: Mapping[str, float]
+    #: the largest of `bounds_ps` (its name, ps) and the latency over it (None: the kernel
+    #: states no bound, or, for the gap, a bound of 0 ps)
+    lower_bound: str | None = None
+    lower_bound_ps: int | None = None
+    bound_gap: float | None = None
     energy_pj: Energy | None = None
     average_power_w: float | None = None
     critical_path: CriticalPath | None = None

@@ -105,14 +105,21 @@ def _compiled(topology: str | Path | Topology | None, costs: str | Path | None,
     """The compiled address map of a topology given by name or path, or already loaded."""
     from kernbench_cli.address.physaddr import AddressMap
 
+    return AddressMap.compile(loaded_topology(topology, costs, sets))
+
+
+def loaded_topology(topology: str | Path | Topology | None, costs: str | Path | None,
+                    sets: Sets) -> Topology:
+    """A topology given by name or path, loaded, or one already loaded (then `costs` and
+    `sets` are refused: they go to `load_topology`)."""
     args.one_of(topology, "topology", (str, os.PathLike, Topology, type(None)),
                 "a topology name, a TOML path or a kb.load_topology Topology")
     if isinstance(topology, Topology):
         if costs is not None or sets:
             raise KernbenchError("costs= and set= go to load_topology (or give the topology by "
                                  "name or path): this topology is loaded already")
-        return AddressMap.compile(topology)
-    return AddressMap.compile(load_topology(topology, costs=costs, set=sets))
+        return topology
+    return load_topology(topology, costs=costs, set=sets)
 
 
 def _result(raw, amap: AddressMap, per_pe: bool, shown: str, check: bool) -> Result:

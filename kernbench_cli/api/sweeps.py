@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kernbench_cli.api import arguments as args
+from kernbench_cli.api.bounds import Bounds
 from kernbench_cli.api.result import Result
 from kernbench_cli.errors import KernbenchError, ParamError, SweepError
 
@@ -36,14 +37,19 @@ class SweepPoint:
     """One point: its index, every axis key's value there (typed), and its run's `Result`,
     or the `error` that stopped it. A point that failed verification has both. `result` is
     None too for a point resumed from a ``.csv`` results file (it keeps only the summary
-    columns, which `SweepResult.table()` still shows); `replayed` says the point was a
-    replay of one recording (a cost-only sweep)."""
+    columns, which `SweepResult.table()` still shows), for every point of a bounds-only
+    sweep and for a pruned one; `replayed` says the point was a replay of one recording (a
+    cost-only sweep)."""
 
     index: int
     axes: Mapping[str, Any]
     result: Result | None
     error: str | None
     replayed: bool = False
+    #: the kernel's analytic bounds there (`kb.bounds`): at every point of a bounds-only
+    #: sweep, and at a `pruned` one (never run: its lower bound was above the limit)
+    bounds: Bounds | None = None
+    pruned: bool = False
     #: each axis value as a number in the stored unit of its kind (a bandwidth in B/s, a
     #: time in ps, a size in B, a frequency in Hz, an energy in aJ, a power in uW; a factor
     #: ``x0.5`` as 0.5), None where it is not a number (`explore.sweep.axis_number`)
@@ -57,7 +63,7 @@ class SweepPoint:
 #: The columns of `SweepResult.table()` after the point, its axes and their numbers, and
 #: before the kernel's metrics.
 TABLE_COLUMNS = ("latency_ps", "latency_ns", "bound", "verified", "gemm_mac_utilization",
-                 "hbm_gbps", "error", "replayed")
+                 "hbm_gbps", "error", "replayed", "lower_bound_ps", "bound_gap", "pruned")
 #: The suffix of an axis's number column in `SweepResult.table()` (``hbm.bandwidth:number``).
 NUMBER = ":number"
 
@@ -90,7 +96,9 @@ class SweepResult:
                 row["point"],
                 MappingProxyType({k: read_set_value(v) for k, v in row["axes"].items()}),
                 Result.from_dict(row["result"]) if whole else None, row["error"],
-                bool(row.get("replayed", False)), MappingProxyType(row["axis_numbers"]),
+                bool(row.get("replayed", False)),
+                Bounds.from_dict(row["bounds"]) if row.get("bounds") else None,
+                bool(row.get("pruned")), MappingProxyType(row["axis_numbers"]),
                 MappingProxyType(row["axis_units"])))
         return cls(kernel, tuple(axes), tuple(points), text)
 
@@ -126,8 +134,10 @@ class SweepResult:
         """One record per point: ``point``, each axis (typed), each axis's number
         (``KEY:number``, see `SweepPoint.numbers`), then `TABLE_COLUMNS`: latency, the
         engine bounding it (None: latency-bound), verified, GEMM MAC utilisation, HBM GB/s,
-        the error and whether it was replayed; then ``metrics.NAME`` for each of the
-        kernel's `metrics` (None at a point without it)."""
+        the error, whether it was replayed, the largest bound the kernel states
+        (``lower_bound_ps``, a run's or a bounds-only or pruned point's), the latency over
+        it (``bound_gap``) and whether the point was pruned; then ``metrics.NAME`` for each
+        of the kernel's `metrics` (None at a point without it)."""
         from kernbench_cli.report.metrics import PREFIX, value
 
         metrics, out = self.metrics, []
@@ -143,6 +153,9 @@ class SweepResult:
                         "gemm_mac_utilization": result.get("gemm_mac_utilization"),
                         "hbm_gbps": result.get("hbm_gbps"), "error": point.error,
                         "replayed": point.replayed,
+                        "lower_bound_ps": result.get("lower_bound_ps", (
+                            point.bounds.lower_bound_ps if point.bounds else None)),
+                        "bound_gap": result.get("bound_gap"), "pruned": point.pruned,
                         **{PREFIX + name: value(result, name) for name in metrics}})
         return out
 
@@ -267,7 +280,8 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
           timing_only: bool = False, jobs: int | None = None, replay: str | Path | None = None,
           record_once: bool = True, out: str | Path | None = None, resume: bool = False,
           dask: str | None = None, on_start: Callable[[int], None] | None = None,
-          on_row: Callable[[dict[str, Any]], None] | None = None) -> SweepResult:
+          on_row: Callable[[dict[str, Any]], None] | None = None, bounds_only: bool = False,
+          prune_above: str | None = None) -> SweepResult:
     """Run `kernel` at every point of the axes: `kernbench sweep` (see the module docstring
     for the axes). The points are every combination, the first axis slowest, or with
     `zip` the axes' values side by side; each group of `pair` (axis keys, such as
@@ -281,25 +295,39 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
     only); a timing-only sweep of cost-table keys alone records once and replays each point
     unless not `record_once`. `on_start` hears how many points are left to run, `on_row`
     each finished row (as `kernbench sweep --json` prints it).
+
+    `bounds_only` runs nothing: each point is the kernel's analytic bounds there
+    (`SweepPoint.bounds`, as `kb.bounds` gives them). `prune_above` (a latency,
+    ``"50us"``, or a factor of the smallest lower bound of any point, ``"x1.5"``) runs
+    only the points whose lower bound is at most that: the others are `pruned` points,
+    with their bounds and no result (their latency is above the limit for certain).
     """
     _check_arguments(kernel, topology, costs, replay, out, dask, pair, seed,
                      on_start=on_start, on_row=on_row)
-    args.flags(zip=zip, timing_only=timing_only, record_once=record_once, resume=resume)
+    args.flags(zip=zip, timing_only=timing_only, record_once=record_once, resume=resume,
+               bounds_only=bounds_only)
+    args.one_of(prune_above, "prune_above", (str, type(None)),
+                "a latency such as '50us' or a factor such as 'x1.5' (or None)")
     out = Path(out) if out is not None else None
     check_options(kernel, topology, costs, replay, out, resume, jobs, dask)
-    from kernbench_cli.explore.sweep import Results, Spec, numbered
+    from kernbench_cli.explore.sweep import Results, Spec, numbered, prune_limit
 
     todo = sweep_points(set, params, zip, pair)
     spec = Spec(str(kernel), str(topology) if topology is not None else None,
                 str(costs) if costs is not None else None, seed, timing_only,
                 str(replay) if replay is not None else None)
     axis_keys = list(todo[0].axes) if todo else []
+    limit = prune_limit(prune_above) if prune_above is not None else None
+    module = _bounded(kernel, replay, bounds_only, limit is not None, out, resume)
+    if bounds_only:
+        return _bounds_only(spec, module, todo, axis_keys, on_start, on_row)
     results = Results(out, axis_keys, _identity(spec) if out is not None else "")
     if resume:
         results.load()
     rows = {p.index: numbered({**results.done[p.key], "point": p.index})
             for p in todo if p.key in results.done}
-    left = [p for p in todo if p.index not in rows]
+    skip = _pruned(spec, module, todo, limit, rows)
+    left = [p for p in todo if p.index not in rows and p.index not in skip]
     if replay is not None and any(p.params != todo[0].params for p in todo):
         raise KernbenchError("--replay: -p cannot vary (the recording fixed the kernel's "
                              "parameters)")
@@ -311,8 +339,19 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
         if on_row is not None:
             on_row(row)
 
+    queue = sorted(skip)  # pruned rows, each given out in its place among the run ones
+
+    def in_order(row: dict[str, Any]) -> None:
+        while queue and queue[0] < row["point"]:
+            finished(skip[queue.pop(0)])
+        finished(row)
+
     try:
-        _run_points(spec, todo, left, record_once, jobs, dask, on_start, finished)
+        _run_points(spec, todo, left, record_once, jobs, dask,
+                    (lambda n: on_start(n + len(skip))) if on_start is not None else None,
+                    in_order)
+        while queue:
+            finished(skip[queue.pop(0)])
     finally:
         results.close()
     return SweepResult.from_rows(Path(str(kernel)).stem, axis_keys,
@@ -338,6 +377,56 @@ def _check_arguments(kernel: Any, topology: Any, costs: Any, replay: Any, out: A
         raise ParamError(f"seed={seed!r}: needs an integer of at least 0")
     for name, value in callbacks.items():
         args.callback(value, name)
+
+
+def _bounded(kernel: str | Path, replay: str | Path | None, bounds_only: bool, prune: bool,
+             out: Path | None, resume: bool):
+    """The kernel module when the sweep needs its bounds (`bounds_only`, `prune`), checked to
+    declare them (ParamError) and the options to go with them; else None."""
+    if not (bounds_only or prune):
+        return None
+    option = "--bounds-only" if bounds_only else "--prune-above"
+    if replay is not None:
+        raise KernbenchError(f"{option} reads the kernel's bounds() at each point; --replay "
+                             "times a recording instead (give one of them)")
+    if bounds_only and (out is not None or resume):
+        raise KernbenchError("--bounds-only runs nothing to keep: it cannot go with --out or "
+                             "--resume (--format csv or --json prints its rows)")
+    from kernbench_cli.sim.bounds import declares
+    from kernbench_cli.sim.kernels import load_kernel
+
+    module = load_kernel(str(kernel))
+    if not declares(module):
+        raise ParamError(f"{module.name} declares no bounds(): {option} needs the lower bound "
+                         "it states at each point")
+    return module
+
+
+def _bounds_only(spec, module, todo: list, axis_keys: list[str],
+                 on_start: Callable[[int], None] | None,
+                 on_row: Callable[[dict[str, Any]], None] | None) -> SweepResult:
+    """A bounds-only sweep: each point's bounds, in this process (they take milliseconds)."""
+    from kernbench_cli.explore.sweep import bounds_row, numbered
+
+    if on_start is not None:
+        on_start(len(todo))
+    rows = []
+    for point in todo:
+        rows.append(numbered(bounds_row(spec, point, module)))
+        if on_row is not None:
+            on_row(rows[-1])
+    return SweepResult.from_rows(Path(str(spec.kernel)).stem, axis_keys, rows)
+
+
+def _pruned(spec, module, todo: list, limit, done: dict) -> dict[int, dict[str, Any]]:
+    """The rows of the points `limit` prunes (`explore.sweep.pruned`), by point; a point
+    already done (resumed) keeps its result."""
+    if limit is None:
+        return {}
+    from kernbench_cli.explore.sweep import bounds_row, pruned
+
+    found = pruned([bounds_row(spec, point, module) for point in todo], limit)
+    return {index: row for index, row in found.items() if index not in done}
 
 
 def _run_points(spec, todo: list, left: list, record_once: bool, jobs: int | None,

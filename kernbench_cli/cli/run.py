@@ -80,10 +80,20 @@ def run(
                               "better, and rank what each saves.")] = False,
     progress: ProgressOpt = False,
     dedup: DedupOpt = DEDUP_DEFAULT,
+    bounds_only: BoundsOnlyOpt = False,
 ) -> None:
     """Run KERNEL on every PE of the topology, verify it, and report the time."""
     from kernbench_cli.api import runs as api
 
+    if bounds_only:
+        refuse_with_bounds_only({
+            "--save": save is not None, "--record": record is not None,
+            "--chrome-trace": chrome_trace is not None, "--trace-pes": trace_pes is not None,
+            "--trace-window": trace_window is not None, "--oplog": oplog is not None,
+            "--critical-path": critical_path is not None, "--races": races,
+            "--sensitivity": sensitive, "--per-pe": per_pe})
+        show_bounds(kernel, topology, costs, sets, param, as_json)
+        return
     if save is not None and timing_only:
         raise KernbenchError("--save needs values: it cannot go with --timing-only")
     api.check_kernel_timeout(kernel_timeout)
@@ -109,6 +119,35 @@ def run(
     _write_outputs(chrome_trace, keep, oplog, critical_path, result)
     show(result, as_json, per_pe, sensitive)
     result.check()
+
+
+BoundsOnlyOpt = Annotated[bool, typer.Option(
+    "--bounds-only",
+    help="Print the kernel's analytic lower bounds (its bounds()) and the largest, with "
+         "nothing set up or simulated; options that ask for a run's output are refused.")]
+
+
+def refuse_with_bounds_only(given: dict[str, bool]) -> None:
+    """KernbenchError naming the first option of `given` (option: whether it was given) that
+    asks for what only a run produces."""
+    for option, asked in given.items():
+        if asked:
+            raise KernbenchError(f"--bounds-only simulates nothing: {option} asks for a run's "
+                                 "output (drop one of them)")
+
+
+def show_bounds(kernel: str, topology: str | None, costs: Path | None,
+                sets: list[str] | None, param: list[str] | None, as_json: bool) -> None:
+    """`run --bounds-only`: the kernel's bounds (`kb.bounds`) as a summary, or its JSON."""
+    from kernbench_cli.api.bounds import bounds
+
+    found = bounds(kernel, topology, params=param or (), set=sets or (), costs=costs)
+    if as_json:
+        typer.echo(json.dumps(found.to_dict(), sort_keys=True, indent=2))
+        return
+    from kernbench_cli.report.bounds import summary
+
+    echo_rich(summary(found.to_dict()))
 
 
 def replay(

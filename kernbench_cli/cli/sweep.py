@@ -57,6 +57,14 @@ YOpt = Annotated[str, typer.Option(
     "--y", metavar="METRIC",
     help="The plot's metric: latency, gemm_mac_utilization, hbm_gbps, energy, power, "
          "perf_per_watt, or one the kernel states (tpot_ps, …).")]
+BoundsOnlyOpt = Annotated[bool, typer.Option(
+    "--bounds-only", help="Run nothing: each point's analytic lower bounds (the kernel's "
+                          "bounds()), in well under a second a point.")]
+PruneOpt = Annotated[str | None, typer.Option(
+    "--prune-above", metavar="LATENCY|xFACTOR",
+    help="Run only the points whose lower bound (the kernel's bounds()) is at most this "
+         "latency (50us) or this factor of the smallest point's (x1.5); the others are rows "
+         "marked pruned, with their bound.")]
 DaskOpt = Annotated[str | None, typer.Option(
     "--dask", metavar="ADDRESS", envvar="DASK_SCHEDULER_ADDRESS",
     help="Run the points on this Dask scheduler (tcp://HOST:8786; needs kernbench[dask]).")]
@@ -70,13 +78,17 @@ def sweep(
     out: OutOpt = None, resume: ResumeOpt = False, replay: ReplayOpt = None,
     no_replay: NoReplayOpt = False, plot: PlotOpt = None, x: XOpt = None,
     y: YOpt = "latency", dask: DaskOpt = None, fmt: FormatOpt = None,
-    as_json: JsonOpt = False,
+    as_json: JsonOpt = False, bounds_only: BoundsOnlyOpt = False, prune_above: PruneOpt = None,
 ) -> None:
     """Run KERNEL at every point of the axes; a table of the points, as given."""
     from kernbench_cli.api import sweeps as api
 
     fmt = chosen_format(fmt, as_json)
     api.check_options(kernel, topology, costs, replay, out, resume, jobs, dask, plot=plot)
+    if bounds_only:
+        _bounds_only(kernel, topology, costs, sets, param, zipped, pair, plot, prune_above,
+                     out, resume, fmt)
+        return
     if plot is not None:
         from kernbench_cli.report.plot import check
         from kernbench_cli.sim.kernels import load_kernel
@@ -90,13 +102,52 @@ def sweep(
                            zip=zipped, pair=pair or (), seed=seed, timing_only=timing_only,
                            jobs=jobs, replay=replay, record_once=not no_replay, out=out,
                            resume=resume, dask=dask, on_start=progress.start,
-                           on_row=progress.advance)
+                           on_row=progress.advance, prune_above=prune_above)
     finally:
         progress.stop()
     ordered = result.to_dicts()
     _print(ordered, list(result.axes), fmt)
     if plot is not None and any(row["result"] is not None for row in ordered):
         result.plot(plot, x, y, option="--plot")
+    result.check()
+
+
+def _bounds_only(kernel: str, topology: str | None, costs: Path | None,
+                 sets: list[str] | None, param: list[str] | None, zipped: bool,
+                 pair: list[str] | None, plot: Path | None, prune_above: str | None,
+                 out: Path | None, resume: bool, fmt: Format) -> None:
+    """`sweep --bounds-only`: each point's bounds (`kb.sweep(bounds_only=True)`), printed
+    in `fmt`; exit 1 if a point's bounds() failed."""
+    from kernbench_cli.api import sweeps as api
+    from kernbench_cli.errors import KernbenchError
+
+    for option, given in (("--plot", plot), ("--prune-above", prune_above)):
+        if given is not None:
+            raise KernbenchError(f"--bounds-only runs nothing: {option} needs runs (drop one "
+                                 "of them)")
+    result = api.sweep(kernel, topology, params=param or [], set=sets or [], costs=costs,
+                       zip=zipped, pair=pair or (), out=out, resume=resume, bounds_only=True)
+    rows = result.to_dicts()
+    if fmt is Format.json:
+        import json
+
+        typer.echo(json.dumps(rows, sort_keys=True, indent=2))
+    elif fmt is Format.csv:
+        from kernbench_cli.report.bounds import sweep_csv
+        from kernbench_cli.report.formats import csv_text
+
+        typer.echo(csv_text(*sweep_csv(rows, list(result.axes))), nl=False)
+    else:
+        from rich.console import Console
+
+        from kernbench_cli.report.bounds import sweep_table
+
+        if fmt is Format.md:
+            from kernbench_cli.report.formats import markdown
+
+            typer.echo(markdown(sweep_table(rows)), nl=False)
+        else:
+            echo_rich(sweep_table(rows, Console().width))
     result.check()
 
 
@@ -155,7 +206,8 @@ class _progress:
             return
         axes = " ".join(f"{k}={v}" for k, v in row["axes"].items())
         what = f"error: {row['error']}" if row["error"] else \
-            f"latency {row['result']['latency_ns']:g} ns"
+            f"pruned: lower bound {row['bounds']['lower_bound_ps'] / 1000:g} ns" \
+            if row.get("pruned") else f"latency {row['result']['latency_ns']:g} ns"
         typer.echo(f"point {self.done}/{self.total} ({axes}): {what}", err=True)
 
     def stop(self) -> None:

@@ -31,6 +31,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -288,6 +289,68 @@ def _replay_point(spec: Spec, point: Point, row: dict[str, Any]) -> dict[str, An
     return {**row, "error": None, "result": to_json(result), "replayed": True}
 
 
+# ---------------------------------------------------------------------- analytic bounds
+
+def bounds_row(spec: Spec, point: Point, module=None) -> dict[str, Any]:
+    """The row of `point` in a bounds-only sweep: its `bounds` (the `run --bounds-only
+    --json` object of the kernel's `bounds()` there), or the error; no `result` (nothing
+    ran). `module`: the kernel, loaded once for every point."""
+    from kernbench_cli.address import load_address_map
+    from kernbench_cli.report.bounds import to_json
+    from kernbench_cli.sim.bounds import stated
+    from kernbench_cli.sim.kernels import load_kernel, parse_params
+
+    row: dict[str, Any] = {"point": point.index, "axes": point.axes, "result": None}
+    try:
+        module = module or load_kernel(spec.kernel)
+        topo = load_address_map(spec.topology, Path(spec.costs) if spec.costs else None,
+                                point.sets).topology
+        params = parse_params(module, list(point.params), topo.num_pes)
+        found = stated(module, topo, params)
+    except KernbenchError as exc:
+        return {**row, "error": " / ".join(exc.lines())}
+    return {**row, "error": None, "bounds": to_json(module.name, topo, params, found)}
+
+
+def prune_limit(text: str) -> tuple[Fraction | None, int | None]:
+    """`--prune-above`'s LIMIT: (factor, None) for ``x1.5`` (times the best point's lower
+    bound, at least 1), or (None, ps) for a latency (``50us``). ParamError otherwise."""
+    from kernbench_cli.config.units import parse_time_ps
+
+    given = text.strip() if isinstance(text, str) else ""
+    if given.startswith("x"):
+        try:
+            factor = Fraction(given[1:])
+        except (ValueError, ZeroDivisionError):
+            factor = None
+        if factor is not None and factor >= 1:
+            return factor, None
+    else:
+        try:
+            return None, parse_time_ps(given)
+        except ValueError:  # config.units.UnitError
+            pass
+    raise ParamError(f"--prune-above {text!r}: expected a latency (50us) or a factor of the "
+                     "best point's lower bound, at least 1 (x1.5)")
+
+
+def pruned(rows: list[dict[str, Any]], limit: tuple[Fraction | None, int | None]
+           ) -> dict[int, dict[str, Any]]:
+    """Of `rows` (`bounds_row`s), those whose lower bound is above `limit` (`prune_limit`;
+    a factor is of the smallest lower bound of any row), by point, each marked ``pruned``
+    with the limit in ps. A row without a lower bound (an error, no bound stated) is
+    never pruned: its point runs."""
+    lower = {row["point"]: row["bounds"]["lower_bound_ps"] for row in rows
+             if row.get("bounds") and row["bounds"]["lower_bound_ps"] is not None}
+    factor, limit_ps = limit
+    if factor is not None:
+        if not lower:
+            return {}
+        limit_ps = math.floor(factor * min(lower.values()))  # lb > f x best, lb an int
+    return {row["point"]: {**row, "pruned": {"limit_ps": limit_ps}} for row in rows
+            if lower.get(row["point"], -1) > limit_ps}
+
+
 #: `--set` prefixes a replay re-times (or, for energy, re-counts) without a new recording.
 REPLAYABLE = ("costs.", "energy.")
 
@@ -319,7 +382,7 @@ def record(spec: Spec, point: Point, path: Path) -> None:
 # ---------------------------------------------------------------------- results files
 
 CSV_RESULT = ("latency_ps", "bound", "verified", "gemm_mac_utilization", "hbm_gbps",
-              "energy_pj")
+              "energy_pj", "lower_bound_ps", "bound_gap", "pruned")
 
 
 def csv_header(axis_keys: list[str], metric_keys: Sequence[str] = ()) -> list[str]:
@@ -338,12 +401,18 @@ def csv_row(row: dict[str, Any], axis_keys: list[str],
 
     result = row["result"] or {}
     values = [row["point"], *(row["axes"].get(k, "") for k in axis_keys)]
+    lower = result.get("lower_bound_ps", (row.get("bounds") or {}).get("lower_bound_ps"))
     values += [result.get("latency_ps", ""), (result.get("bound") or {}).get("engine") or "",
                result.get("verified", ""), result.get("gemm_mac_utilization", ""),
                result.get("hbm_gbps", ""), (result.get("energy_pj") or {}).get("total", ""),
-               row["error"] or "", row.get("sweep", "")]
+               "" if lower is None else lower, _blank(result.get("bound_gap")),
+               True if row.get("pruned") else "", row["error"] or "", row.get("sweep", "")]
     values += ["" if (v := value(result, name)) is None else v for name in metric_keys]
     return values
+
+
+def _blank(value: Any) -> Any:
+    return "" if value is None else value
 
 
 def _csv_result(rec: dict[str, str], metric_keys: Sequence[str]) -> dict[str, Any] | None:
@@ -358,6 +427,8 @@ def _csv_result(rec: dict[str, str], metric_keys: Sequence[str]) -> dict[str, An
             "gemm_mac_utilization": float(rec["gemm_mac_utilization"]),
             "hbm_gbps": float(rec["hbm_gbps"]),
             **({"energy_pj": {"total": float(rec["energy_pj"])}} if rec["energy_pj"] else {}),
+            **({"lower_bound_ps": int(rec["lower_bound_ps"])} if rec["lower_bound_ps"] else {}),
+            **({"bound_gap": float(rec["bound_gap"])} if rec["bound_gap"] else {}),
             **({"metrics": metrics} if metrics else {})}
 
 
@@ -367,7 +438,8 @@ def _csv_kept(row: dict[str, Any]) -> dict[str, Any]:
     result = row["result"]
     if result is not None:
         result = {k: result.get(k) for k in ("latency_ps", "verified", "gemm_mac_utilization",
-                                             "hbm_gbps", "metrics")}
+                                             "hbm_gbps", "lower_bound_ps", "bound_gap",
+                                             "metrics")}
         result["bound"] = {"engine": (row["result"].get("bound") or {}).get("engine")}
         if row["result"].get("energy_pj"):
             result["energy_pj"] = {"total": row["result"]["energy_pj"].get("total")}
@@ -461,9 +533,9 @@ class Results:
 
     def load(self) -> None:
         """The rows already in the file, for --resume: a file of another sweep (or not of one)
-        is refused untouched; a torn last line and the rows of failed points are dropped (the
-        points run again) and the file rewritten (whole, atomically) without them. Rows are
-        then appended to it."""
+        is refused untouched; a torn last line and the rows of failed and pruned points are
+        dropped (the points run, or are pruned, again) and the file rewritten (whole,
+        atomically) without them. Rows are then appended to it."""
         if self.path is None or not self.path.is_file():
             return
         try:
@@ -488,7 +560,7 @@ class Results:
                     rows.append({"point": int(rec["point"]), "axes": axes,
                                  "error": rec["error"] or None,
                                  "result": _csv_result(rec, self.metric_keys),
-                                 "sweep": rec["sweep"]})
+                                 "sweep": rec["sweep"], "pruned": rec["pruned"] == "True"})
             else:
                 rows = [parse_json(line, f"{self.path}:{n}")
                         for n, line in enumerate(text.splitlines(), 1)]
@@ -502,7 +574,7 @@ class Results:
             raise KernbenchError(f"{self.path}: its rows are results of another sweep (another "
                                  "kernel, topology, cost table, --timing-only, seed or "
                                  "recording); --resume needs the file this sweep wrote")
-        kept = [row for row in rows if row["error"] is None]
+        kept = [row for row in rows if row["error"] is None and not row.get("pruned")]
         for row in kept:
             self.done[json.dumps(row["axes"], sort_keys=True)] = row
         if self.csv:

@@ -18,6 +18,7 @@ from kernbench_cli.config.units import format_energy_aj, format_size, format_tim
 from kernbench_cli.config.units import format_time_short as short
 from kernbench_cli.report import metrics as kernel_metrics
 from kernbench_cli.report.regions import region_table, regions_json
+from kernbench_cli.sim.bounds import largest
 from kernbench_cli.sim.energy import basis
 from kernbench_cli.sim.result import EngineStats, RunResult
 
@@ -214,6 +215,27 @@ def roofline_text(result: RunResult) -> str:
             f"it; the tightest is {tight.unit}: {tight.how}")
 
 
+def bound_gap(result: RunResult) -> tuple[str, int, float | None] | None:
+    """(name, ps, latency / ps) of the largest bound the kernel states (the gap None for a
+    bound of 0 ps), or None if it states none."""
+    found = largest(result.bounds)
+    if found is None:
+        return None
+    name, ps = found
+    return name, ps, (result.latency_ps / ps if ps else None)
+
+
+def lower_bound_text(result: RunResult) -> str:
+    """The summary's "lower bound" row: the largest bound and the latency over it."""
+    gap = bound_gap(result)
+    if gap is None:
+        return ""
+    name, ps, ratio = gap
+    over = f"; the latency is {ratio:.2f}x that" if ratio is not None else ""
+    return (f"{format_time_ps(ps)}, the {name} bound: the largest the kernel states "
+            f"(analytic){over}")
+
+
 def summary(result: RunResult) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
@@ -243,12 +265,16 @@ def summary(result: RunResult) -> Table:
         ("simulated", f"{result.commands:,} commands in {result.wall_s:.2f} s wall "
                       f"({rate:,.0f} commands/s)"),
     ]
+    at = next(i for i, (key, _) in enumerate(rows) if key == "latency") + 1
     for name, (ps, how) in sorted(result.bounds.items()):
         ratio = result.latency_ps / ps if ps else float("inf")
-        rows.insert(3, (f"{name} bound", f"{format_time_ps(ps)} = {how}; the latency is "
-                                          f"{ratio:.2f}x that"))
+        rows.insert(at, (f"{name} bound", f"{format_time_ps(ps)} = {how}; the latency is "
+                                           f"{ratio:.2f}x that"))
+    lower = lower_bound_text(result)
+    if lower:
+        rows.insert(at, ("lower bound", lower))
     if result.metrics:
-        rows.insert(3, ("metrics", "; ".join(
+        rows.insert(at, ("metrics", "; ".join(
             f"{name} {kernel_metrics.cell(name, value)} {how}".rstrip()
             for name, (value, how) in result.metrics.items())))
     for key, value in rows:
@@ -386,6 +412,7 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
         "hbm_gbps": round(achieved, 6),
         "hbm_peak_gbps": round(peak, 6),
         "bounds_ps": {name: ps for name, (ps, _) in sorted(result.bounds.items())},
+        **_gap_json(result),
         "metrics": {name: value for name, (value, _) in result.metrics.items()},
         "roofline": [{"resource": r.name, "ps": r.ps, "unit": r.unit, "how": r.how,
                       "latency_over_bound": round(result.latency_ps / r.ps, 6) if r.ps
@@ -393,6 +420,15 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
     }
     _optional_json(result, out, per_pe)
     return out
+
+
+def _gap_json(result: RunResult) -> dict[str, Any]:
+    """`lower_bound` (the name of the largest bound the kernel states), `lower_bound_ps`,
+    `bound_gap` (the latency over it): null when it states none."""
+    gap = bound_gap(result)
+    name, ps, ratio = gap if gap is not None else (None, None, None)
+    return {"lower_bound": name, "lower_bound_ps": ps,
+            "bound_gap": round(ratio, 6) if ratio is not None else None}
 
 
 def _energy_json(result: RunResult) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """A sweep's points as a Rich table: the axes that vary, then what each point gave: the
-latency and its change against the first point, then a column per metric the kernel states
-(`report.metrics`: a decode step's time per token, tokens/s, energy per token, …), then the
-energy, power, bound and verdict."""
+latency and its change against the first point that has one, then a column per metric the
+kernel states (`report.metrics`: a decode step's time per token, tokens/s, energy per token,
+…), then the energy, power, bound and verdict (a pruned point's: its lower bound over the
+limit)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from kernbench_cli.report.fit import drop_to_fit, dropped_caption
 
 
 def _verdict(row: dict[str, Any]) -> str:
+    if row.get("pruned"):
+        return "pruned"
     if row["result"] is None:
         return f"error: {row['error']}"
     return row["error"] or {True: "PASS", False: "FAIL", None: "timing only"}[
@@ -28,8 +31,8 @@ OPTIONAL = ("GEMM\nMAC", "power", "energy")
 
 
 def sweep_table(rows: list[dict[str, Any]], width: int | None = None) -> Table:
-    """One row per point, in the order given; latency with its change against the first,
-    then the kernel's metrics (every one any point states, by name).
+    """One row per point, in the order given; latency with its change against the first
+    point that has one, then the kernel's metrics (every one any point states, by name).
 
     Numbers never wrap; axis values and the result text do when the terminal
     is tight. A result all points share ("timing only") goes in the title.
@@ -55,7 +58,7 @@ def _table(rows: list[dict[str, Any]], heads: dict[str, str], dropped: list[str]
     common = verdicts[0] if verdicts and len(set(verdicts)) == 1 else None
     fixed = " ".join(f"{k}={rows[0]['axes'][k]}" for k in keys if k not in varying)
     table = Table(title=f"Sweep: {len(rows)} points" + (f", {common}" if common else "")
-                  + (f"; {fixed}" if fixed else ""), title_style="bold")
+                  + _pruned_title(rows) + (f"; {fixed}" if fixed else ""), title_style="bold")
     table.add_column("#", justify="right", no_wrap=True)
     for name in varying:  # "pe.gemm.rows" headed "pe.gemm." over "rows"
         head, _, last = name.rpartition(".")
@@ -67,15 +70,26 @@ def _table(rows: list[dict[str, Any]], heads: dict[str, str], dropped: list[str]
     for name in shown:
         table.add_column(name, justify="left" if name in ("bound\nby", "result") else "right",
                          no_wrap=name != "result", max_width=36 if name == "result" else None)
-    first = next((r["result"]["latency_ps"] for r in rows[:1] if r["result"]), None)
+    first = next((r["result"]["latency_ps"] for r in rows if r["result"]), None)
     for row, verdict in zip(rows, verdicts, strict=True):
         cells = _cells(row["result"], first)
+        if row.get("pruned"):  # never run: its latency is at least its lower bound
+            cells["latency"] = f">={format_time_ps(row['bounds']['lower_bound_ps'])}"
         cells.update((h, metrics.cell(n, metrics.value(row["result"], n)))
                      for n, h in kept.items())
         cells["result"] = verdict
         table.add_row(str(row["point"]), *(str(row["axes"].get(k, "")) for k in varying),
                       *(cells[name] for name in shown))
     return table
+
+
+def _pruned_title(rows: list[dict[str, Any]]) -> str:
+    """The title's word on the points `--prune-above` left out: how many, and the limit."""
+    pruned = [row for row in rows if row.get("pruned")]
+    if not pruned:
+        return ""
+    return (f", {len(pruned)} pruned (lower bound above "
+            f"{format_time_ps(pruned[0]['pruned']['limit_ps'])})")
 
 
 def _cells(result: dict[str, Any] | None, first: int | None) -> dict[str, str]:

@@ -1,5 +1,5 @@
-"""A kernel module's own functions, called and checked: setup, kernel, outputs, reference,
-bounds and metrics.
+"""A kernel module's own functions, called and checked: setup, kernel, outputs, reference
+and metrics (bounds: `sim.bounds`).
 
 What a hook returns is checked before the run uses it, and what it raises
 becomes a one-line `KernelError` naming the kernel file, the line and the hook
@@ -23,16 +23,6 @@ from kernbench_cli.lang.tl import kernel_line
 from kernbench_cli.sim.host import Host
 from kernbench_cli.sim.kernels import KernelModule
 from kernbench_cli.sim.result import Check
-
-
-def checked_bounds(kernel: KernelModule, bounds: Any) -> dict[str, tuple[int, str]]:
-    if not isinstance(bounds, dict) or not all(
-            isinstance(k, str) and isinstance(v, tuple) and len(v) == 2
-            and isinstance(v[0], int) and v[0] >= 0 and isinstance(v[1], str)
-            for k, v in bounds.items()):
-        raise KernelError(f"{kernel.shown}: bounds() must return a dict of name: "
-                          "(picoseconds, how), not " + clip(bounds))
-    return bounds
 
 
 def checked_metrics(kernel: KernelModule, metrics: Any) -> dict[str, tuple[float, str]]:

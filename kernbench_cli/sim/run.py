@@ -42,6 +42,7 @@ from kernbench_cli.lang.confine import Interrupted, confined, printing_to_stderr
 from kernbench_cli.lang.memory import Memory
 from kernbench_cli.lang.tl import Launch, functional_pass, kernel_line
 from kernbench_cli.lang.watchdog import DEFAULT_KERNEL_TIMEOUT, KernelTimeout, watchdog
+from kernbench_cli.sim import bounds as stated_bounds
 from kernbench_cli.sim import energy, hooks, invariants
 from kernbench_cli.sim.critical import critical_path
 from kernbench_cli.sim.host import Host
@@ -217,10 +218,12 @@ def _trace(kernel: KernelModule, system: System, params: dict[str, Any], seed: i
 
 
 def _stated(kernel: KernelModule, topology, params: dict[str, Any], result: RunResult) -> None:
-    """What the kernel itself states of its run: `bounds()` and `metrics()`, checked."""
+    """What the kernel itself states of its run: `bounds()` (the latency checked to be at
+    least each) and `metrics()`, checked."""
     if hasattr(kernel.module, "bounds"):
-        result.bounds = hooks.checked_bounds(kernel, hooks.call(kernel, "bounds", topology,
-                                                                params))
+        result.bounds = stated_bounds.checked(kernel, hooks.call(kernel, "bounds", topology,
+                                                                 params))
+        stated_bounds.check_latency(kernel.shown, result.latency_ps, result.bounds)
     if hasattr(kernel.module, "metrics"):
         result.metrics = hooks.checked_metrics(kernel, hooks.call(
             kernel, "metrics", topology, params, _timed(result)))
@@ -356,11 +359,23 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
     invariants.enforce(model_checks)
     result = _collect(f"{trace.kernel} (replay)", system, timing, trace.params, trace.seed,
                       True, [])
-    result.bounds = _shipped(trace, "bounds", topo, dict(trace.params))
+    if _same_grid(trace, topo):  # bounds of another grid say nothing of these streams
+        result.bounds = _shipped(trace, "bounds", topo, dict(trace.params))
+        stated_bounds.check_latency(result.kernel, result.latency_ps, result.bounds)
     _analyse(result, system, timing, counts, model_checks, races, by_region)
     result.metrics = _shipped(trace, "metrics", topo, dict(trace.params), _timed(result))
     result.wall_s = time.perf_counter() - wall
     return result
+
+
+def _same_grid(trace: Trace, topology) -> bool:
+    """Whether `topology` is the one `trace` was recorded on, but for keys other than
+    ``system.`` ones (its PEs, cubes and meshes): where a kernel's bounds hold for the
+    recorded streams."""
+    def grid(sets) -> list[str]:
+        return [item for item in sets if item.strip().startswith("system.")]
+
+    return topology.name == trace.topology and grid(topology.overrides) == grid(trace.sets)
 
 
 def _timed(result: RunResult) -> Timed:

@@ -81,7 +81,6 @@ from kernbench_cli.lang.collectives.groups import (
     ring_order,
     start,
 )
-from kernbench_cli.lang.tl.core import library_call
 
 __all__ = ["ALGOS", "OPS", "Grid", "all_gather", "all_reduce", "broadcast", "layout", "part",
            "ranks", "reduce", "reduce_scatter"]
@@ -110,6 +109,14 @@ def all_gather(tl, ptr: int, count: int, dtype: str, group: Sequence[int] | None
     g = start(tl, "all_gather", ptr, count, dtype, group, algo, "sum")
     _run(g, "all_gather")
     return g.mine()
+
+
+def library_call(tl):
+    """`lang.tl.core.library_call`, imported on first use: a kernel's `bounds()` may import
+    this module without loading the `tl` language (and ml_dtypes, half a second)."""
+    from kernbench_cli.lang.tl.core import library_call as pinned
+
+    return pinned(tl)
 
 
 def _run(g: Group, call: str) -> None:

@@ -1,0 +1,82 @@
+"""`kb.bounds`: a kernel's analytic lower bounds on a topology, with nothing simulated
+(`kernbench run --bounds-only`): a frozen `Bounds`, the `--json` object with typed fields.
+
+It loads the topology and the kernel, reads the parameters as `kb.run` does, and calls the
+kernel's `bounds(topology, p)`: no setup, no values, no run, so it answers in well under a
+second where the run may take minutes. A kernel without `bounds()` is a `ParamError`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kernbench_cli.api.result import frozen
+from kernbench_cli.config.schema import Topology
+
+if TYPE_CHECKING:
+    from kernbench_cli.api.runs import Params, Sets
+    from kernbench_cli.sim.kernels import KernelModule
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The bounds a kernel states for one point, as `run --bounds-only --json` prints them:
+    `bounds_ps` (name: ps) and `bounds_how` (name: how), and the largest of them,
+    `lower_bound` (its name) and `lower_bound_ps`: a latency no run of these parameters on
+    this topology can beat. None of them is a prediction of the latency; `analytic` says
+    so."""
+
+    kernel: str
+    params: Mapping[str, Any]
+    topology: str
+    costs: str
+    topology_digest: str
+    costs_digest: str
+    overrides: tuple[str, ...]
+    pes: int
+    bounds_ps: Mapping[str, int]
+    bounds_how: Mapping[str, str]
+    lower_bound: str | None
+    lower_bound_ps: int | None
+    analytic: bool = True
+    _json: str = field(default="{}", repr=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Bounds:
+        """The bounds a `run --bounds-only --json` object (or a sweep row's) describes."""
+        text = json.dumps(data)
+        data = json.loads(text)
+        names = {f.name for f in fields(cls)} - {"_json"}
+        return cls(**{k: frozen(v) for k, v in data.items() if k in names}, _json=text)
+
+    def __repr__(self) -> str:
+        return (f"Bounds(kernel={self.kernel!r}, topology={self.topology!r}, "
+                f"overrides={self.overrides!r}, lower_bound={self.lower_bound!r}, "
+                f"lower_bound_ps={self.lower_bound_ps})")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `run --bounds-only --json` object (a fresh copy)."""
+        return json.loads(self._json)
+
+
+def bounds(kernel: str | Path | KernelModule, topology: str | Path | Topology | None = None,
+           *, params: Params = None, set: Sets = None,  # `set`, as the CLI says it
+           costs: str | Path | None = None) -> Bounds:
+    """The analytic lower bounds `kernel` states on `topology` for `params`: `kernbench run
+    KERNEL --bounds-only`. Arguments as `kb.run` takes them; nothing is set up or run.
+    ``to_dict()`` is what ``run --bounds-only --json`` prints. A kernel that declares no
+    `bounds()`, or whose `bounds()` rejects the parameters, raises `ParamError`."""
+    from kernbench_cli.api.runs import load_kernel, loaded_topology
+    from kernbench_cli.report.bounds import to_json
+    from kernbench_cli.sim import bounds as stated
+    from kernbench_cli.sim.kernels import KernelModule, param_items, parse_params
+
+    module = kernel if isinstance(kernel, KernelModule) else load_kernel(kernel)
+    topo = loaded_topology(topology, costs, set)
+    values = parse_params(module, param_items(params), topo.num_pes)
+    found = stated.stated(module, topo, values)
+    return Bounds.from_dict(to_json(module.name, topo, values, found))
