@@ -62,3 +62,13 @@ def test_one_version_in_pyproject_the_package_and_the_changelog():
                          re.MULTILINE)
     assert released, "CHANGELOG.md has no released version"
     assert kernbench_cli.__version__ == project == released.group(1)
+
+
+def test_version(cli):
+    import tomllib
+
+    from kernbench_cli import __version__
+
+    assert cli("--version") == (0, f"kernbench {__version__}\n", "")
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    assert project["project"]["version"] == __version__  # one version, said twice

@@ -184,3 +184,17 @@ def test_a_run_counts_its_setup_as_it_goes():
                    watch=watching.Watch(on_begin=began))
     made, expected, allocations = info.value.args
     assert made == expected == allocations > 0
+
+
+def test_progress_names_the_pass_and_how_far_it_got():
+    from types import SimpleNamespace
+
+    from kernbench_cli.sim.watch import Watch
+
+    watch = Watch()
+    assert watch.text() == "setting up"
+    watch.begin("functional pass", SimpleNamespace(commands=12_345))
+    assert watch.text().startswith("functional pass: 12,345 commands, ")
+    procs = [SimpleNamespace(done=True), SimpleNamespace(done=False)]
+    watch.begin("timing pass", SimpleNamespace(procs=procs, env=SimpleNamespace(now=2_500_000)))
+    assert watch.text().startswith("timing pass: t=2.5us simulated, 1 of 2 PEs done, ")

@@ -190,49 +190,6 @@ def test_an_endless_kernel_stops_at_the_command_limit(cli):
                    "the limit)\n")
 
 
-def test_chrome_trace_has_a_slice_per_engine_record(cli, run, tmp_path):
-    path = tmp_path / "trace.json"
-    code, _, _ = cli("run", "sharded_gemm", *SMALL, "--chrome-trace", str(path))
-    assert code == 0
-    data = json.loads(path.read_text())
-    result = run("sharded_gemm", "default", ("M=32", "K=128", "N=512"))
-    processes = {e["pid"]: e["args"]["name"] for e in data["traceEvents"]
-                 if e["name"] == "process_name"}
-    events = [e for e in data["traceEvents"] if e["ph"] == "X" and e["pid"] < result.num_pes
-              and e["cat"] in ("dma", "gemm", "math")]  # an engine slice per engine record
-    assert len(events) == sum(1 for r in result.oplog if r[2] in ("dma", "gemm", "math"))
-    assert sum(1 for e in data["traceEvents"] if e["ph"] == "b" and e["name"] == "composite") \
-        == sum(1 for r in result.oplog if r[3] == "composite")
-    assert sorted(set(processes.values()) - {f"PE {p} ({label})" for p, label in
-                                              enumerate(result.pe_labels)}) == [
-        "shared resources"]
-    assert processes[0] == "PE 0 (rack=0 sip=0 cube=0 pe=0)"
-    first = min(events, key=lambda e: (e["ts"], e["pid"]))
-    assert first["name"] == "load" and first["cat"] == "dma"
-    assert first["args"]["src"].startswith("HBM rack=0 sip=0 cube=0 pe=0 ")
-    assert first["args"]["dst"] == "TCM rack=0 sip=0 cube=0 pe=0 offset=0x0"
-    assert data["otherData"]["latency_ps"] == result.latency_ps
-    again = tmp_path / "again.json"
-    cli("run", "sharded_gemm", *SMALL, "--chrome-trace", str(again))
-    assert again.read_bytes() == path.read_bytes()
-
-
-def test_kernels_lists_the_shipped_kernels(cli):
-    code, out, _ = cli("kernels")
-    assert code == 0
-    assert "gqa_attention" in out and "sharded_gemm" in out
-
-
-def test_kernels_name_shows_parameters_choices_and_presets(cli):
-    code, out, _ = cli("kernels", "gqa_attention")
-    assert code == 0
-    assert "stores the output [batch, heads_q, D]" in out  # docstrings are not Rich markup
-    assert "│ seq_len   │ 4096    │ tokens    │ KV-cache length, split over the PEs;" in out
-    assert "│ dtype     │ f16     │ str       │ element type" in out
-    assert "-p model=llama3-8b sets heads_q=32, heads_kv=8, head_dim=128" in out
-    assert cli("kernels", "nope")[0] == 2
-
-
 @pytest.mark.parametrize(("kernel", "params"), [
     ("sharded_gemm", ("N=1152",)),
     ("sharded_gemm", ("N=1152", "mode=primitive")),
@@ -265,16 +222,6 @@ def test_oplog_file_has_every_command_with_decoded_addresses(cli, run, tmp_path)
     assert first["dst_text"] == "TCM rack=0 sip=0 cube=0 pe=0 offset=0x0"
     store = next(r for r in records if r["kind"] == "store")
     assert store["src_text"].startswith("TCM") and store["dst_text"].startswith("HBM")
-
-
-def test_version(cli):
-    import tomllib
-
-    from kernbench_cli import __version__
-
-    assert cli("--version") == (0, f"kernbench {__version__}\n", "")
-    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
-    assert project["project"]["version"] == __version__  # one version, said twice
 
 
 def test_piped_output_has_no_trailing_padding(cli):

@@ -13,11 +13,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import shutil
-import signal
-import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,8 +20,8 @@ import pytest
 
 from kernbench_cli.sim.trace_file import MAGIC
 from tests.conftest import ROOT, TESTS
+from tests.hostile.cases import BASE, ONE
 
-ONE = str(TESTS / "topologies" / "one.toml")
 HUGE = "9" * 100_000
 HEX_HUGE = "0x" + "f" * 100_000
 
@@ -131,18 +126,6 @@ for args, code in (
 
 # ------------------------------------------------------------ kernel files
 
-BASE = '''
-PARAMS = {"n": 8}
-def setup(host, p):
-    return {"x": host.replicate("x", host.random("x", (p["n"],), "f32")), "n": p["n"]}
-def kernel(tl, x, n):
-    t = tl.load(tl.shard(x), (n,), "f32")
-    tl.store(tl.shard(x), t)
-def reference(host, p):
-    return {}
-def outputs(host, args, p):
-    return {}
-'''
 KERNELS = {  # name: (source, exit code, what the error says)
     "syntax": ("def kernel(tl:\n", 2, "loading the kernel failed: SyntaxError"),
     "import": ("import no_such_module_anywhere\n" + BASE, 2, "ModuleNotFoundError"),
@@ -419,171 +402,3 @@ def test_the_corpus_is_large_and_covers_every_class():
     prefixes = {c.id.split("-")[0] for c in CASES}
     assert prefixes == {"toml", "set", "topology", "costs", "run", "replay", "kernel",
                         "decode", "encode", "cli", "trace", "results"}
-
-
-# ------------------------------------------------------------ signals, pipes and hangs:
-# the installed CLI in a subprocess
-
-
-def _kernbench() -> list[str]:
-    exe = shutil.which("kernbench", path=str(Path(sys.executable).parent))
-    return [exe] if exe else [sys.executable, "-m", "kernbench_cli"]
-
-
-def _spawn(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(_kernbench() + args, cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
-#: About 5 s on the CI machine: 3 s of simulation, then 55 MB of outputs written.
-SLOW = ["run", "gqa_attention", "-t", "sip", "-p", "model=llama3-8b", "-p", "seq_len=32768",
-        "--record", "r.trace", "--oplog", "o.jsonl", "--chrome-trace", "c.json",
-        "--critical-path", "p.jsonl"]
-
-
-@pytest.mark.slow  # seconds each, signals against wall-clock delays: CI's slow part
-@pytest.mark.parametrize(("sig", "delay"), [
-    (signal.SIGINT, 0.6), (signal.SIGINT, 1.5), (signal.SIGINT, 3.0), (signal.SIGINT, 3.8),
-    (signal.SIGINT, 4.4), (signal.SIGINT, 5.0), (signal.SIGTERM, 2.0), (signal.SIGTERM, 4.2)])
-def test_an_interrupt_exits_130_and_leaves_no_temporary_file(tmp_path, sig, delay):
-    """Whenever it lands (start-up, functional pass, timing pass, writing the outputs), an
-    interrupt ends the run with `interrupted`, exit 130, no traceback, no .tmp file; each
-    output is either absent or whole."""
-    proc = _spawn(SLOW, tmp_path)
-    time.sleep(delay)
-    proc.send_signal(sig)
-    _out, err = proc.communicate(timeout=120)
-    if proc.returncode == 0:  # finished before the signal: nothing to interrupt
-        assert err == "" and delay >= 3
-    else:
-        assert (proc.returncode, err.strip().splitlines()[-1:]) == (130, ["interrupted"]), err
-    assert "Traceback" not in err
-    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
-    for name in ("o.jsonl", "p.jsonl"):
-        if (tmp_path / name).exists():
-            for line in (tmp_path / name).read_text().splitlines():
-                json.loads(line)
-    if (tmp_path / "c.json").exists():
-        json.loads((tmp_path / "c.json").read_text())
-
-
-@pytest.mark.slow  # seconds each, signals against wall-clock delays: CI's slow part
-def test_sigkill_leaves_the_old_output_or_the_new_and_stale_temporaries_are_ignored(
-        tmp_path, cli):
-    """SIGKILL cannot be cleaned up after: the old file stays until the new one is whole
-    (then replaces it), and a stale `.NAME.XXXX.tmp` is never read as an output."""
-    old = tmp_path / "r.trace"
-    assert cli("run", str(TESTS / "kernels" / "tiny_ops.py"), "-t", ONE, "--record",
-               str(old))[0] == 0
-    before = old.read_bytes()
-    for delay in (0.5, 3.5, 4.5):
-        proc = _spawn(SLOW, tmp_path)
-        time.sleep(delay)
-        proc.kill()
-        proc.communicate(timeout=120)
-        now = old.read_bytes()
-        assert now == before or gzip.decompress(now).startswith(MAGIC)
-        code, _, err = cli("replay", str(old))
-        assert (code, err) == (0, "")
-        before = now
-    stale = tmp_path / ".r.trace.abcd1234.tmp"
-    stale.write_bytes(b"half a trace")
-    assert cli("replay", str(old))[0] == 0
-    goldens = tmp_path / "goldens"
-    goldens.mkdir()
-    shutil.copy(ROOT / "goldens" / "softmax.default.json", goldens)
-    (goldens / ".softmax.default.json.abcd.tmp").write_text("{")
-    code, out, _ = cli("golden", "check", "--only", "softmax.default", "--dir", str(goldens))
-    assert (code, out) == (0, "1 golden case matches\n")
-
-
-@pytest.mark.parametrize("loop", [
-    "while True:\n        pass",
-    "while float(t[0]) < 1e9:\n        pass",
-])
-def test_a_kernel_looping_in_python_is_stopped_with_its_line(tmp_path, loop):
-    kernel = tmp_path / "spin.py"
-    kernel.write_text(BASE.replace("    tl.store(tl.shard(x), t)", f"    {loop}"))
-    proc = _spawn(["run", str(kernel), "-t", ONE, "--kernel-timeout", "1"], tmp_path)
-    _out, err = proc.communicate(timeout=60)
-    line = next(i for i, text in enumerate(kernel.read_text().splitlines(), 1)
-                if "while" in text)
-    assert proc.returncode == 1, err
-    assert err.startswith(f"error: {kernel}:"), err
-    assert "issued no command for 1 s of wall-clock time: an endless loop in the kernel's " \
-           "Python? (--kernel-timeout changes the limit)" in err
-    assert int(err.split(":")[2]) in (line, line + 1)
-
-
-def test_a_closed_pipe_ends_quietly(tmp_path):
-    proc = subprocess.run(" ".join(_kernbench()) + " run sharded_gemm | head -1", shell=True,
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert proc.stdout.startswith("kernel ")
-    assert proc.stderr == ""
-
-
-@pytest.mark.parametrize("bug", [ZeroDivisionError("a bug"), FileNotFoundError(2, "a bug")])
-def test_an_internal_error_is_one_line_exit_70_with_the_traceback_in_a_file(cli, monkeypatch,
-                                                                            bug):
-    """Any exception that is not a user's (an OSError too, unless it is stdout's) is a bug."""
-    from kernbench_cli.sim import run as sim_run
-
-    def broken(*args, **kwargs):
-        raise bug
-
-    monkeypatch.setattr(sim_run, "run_kernel", broken)
-    code, out, err = cli("run", "sharded_gemm")
-    kind = type(bug).__name__
-    assert (code, out) == (70, "")
-    assert err.startswith(f"internal error: {kind}: {bug} (please report, with the "
-                          "traceback in ")
-    report = Path(err.rsplit(" ", 1)[1].rstrip(")\n"))
-    assert f"{kind}: {bug}" in report.read_text()
-    report.unlink()
-
-
-def test_no_numpy_warning_reaches_the_terminal(tmp_path):
-    """NaN and overflow in a kernel's values are the verification's business; numpy's
-    RuntimeWarnings stay quiet (the installed CLI, so Python's own warning output shows)."""
-    kernel = tmp_path / "nan.py"
-    kernel.write_text(BASE.replace(
-        "    tl.store(tl.shard(x), t)",
-        "    u = tl.log(t - 10.0) + tl.sqrt(t - 10.0) + tl.reciprocal(t * 0.0) "
-        "+ tl.exp(t * 1e6)\n    tl.store(tl.shard(x), u.to('f16').to('f32'))"))
-    proc = _spawn(["run", str(kernel), "-t", ONE], tmp_path)
-    out, err = proc.communicate(timeout=60)
-    assert (proc.returncode, err) == (0, "")
-    assert "latency" in out
-
-
-@pytest.mark.slow  # seconds each, signals against wall-clock delays: CI's slow part
-def test_ctrl_c_stops_a_sweep_and_its_workers(tmp_path):
-    """Ctrl-C reaches the whole process group: the workers leave it to the sweep, which stops
-    them at once and exits 130; the results file keeps the points that finished (none yet:
-    no file)."""
-    proc = subprocess.Popen(
-        [*_kernbench(), "sweep", "gqa_attention", "-t", "sip", "-p", "model=llama3-8b",
-         "-p", "seq_len=65536,131072,262144,524288", "--timing-only", "--out", "s.jsonl",
-         "-j", "2"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)
-    time.sleep(1.5)
-    os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert "Traceback" not in err
-    assert (proc.returncode, err.splitlines()[-1]) == (130, "interrupted"), err
-    out = tmp_path / "s.jsonl"  # made at the first finished point
-    rows = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
-    assert len(rows) < 4 and all(row["result"] for row in rows)
-    assert not list(tmp_path.glob(".*.tmp"))
-
-
-def test_running_out_of_memory_is_a_one_line_error(cli, monkeypatch):
-    from kernbench_cli.sim import run as sim_run
-
-    def too_big(*args, **kwargs):
-        raise MemoryError
-
-    monkeypatch.setattr(sim_run, "run_kernel", too_big)
-    assert cli("run", "sharded_gemm") == (1, "", "error: this machine ran out of memory (a "
-                                          "smaller problem, or --timing-only, which keeps no "
-                                          "values)\n")

@@ -12,52 +12,21 @@ slow part takes about 2 min): `.ci/run` runs it after the suite.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
-import os
-import re
-import shlex
-import shutil
-import signal
 import subprocess
-import sys
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from kernbench_cli.sim.trace_file import MAGIC
 from tests.conftest import ROOT, TESTS
+from tests.hostile.cases import ONE, Case, _kernbench, kernel_source, run_case
 
 pytestmark = pytest.mark.slow
 
-ONE = str(TESTS / "topologies" / "one.toml")
 PAIR = str(TESTS / "topologies" / "pair.toml")
 BIG = 2**62 - 1
-
-KERNEL_HEAD = "import os, threading, time\nPARAMS = {}\n\ndef setup(host, p):\n    return {}\n\n"
-KERNEL_TAIL = ("\n\ndef reference(host, p):\n    return {}\n\n"
-               "def outputs(host, args, p):\n    return {}\n")
-
-
-def kernel_source(body: str) -> str:
-    """A kernel module whose `kernel(tl)` is `body` (line 7 is the body's first line)."""
-    return KERNEL_HEAD + "def kernel(tl):\n" + body + KERNEL_TAIL
-
-
-@dataclass(frozen=True)
-class Case:
-    id: str
-    command: str  # a bash command line; K is the installed kernbench
-    code: int
-    says: str = ""  # a regular expression stderr must match (re.search)
-    files: dict[str, str | bytes] = field(default_factory=dict)  # given, must stay as they are
-    writes: tuple[str, ...] = ()  # files the case may create or change
-    then: Callable[[Path, str], None] | None = None  # a further check: (folder, stdout)
-    timeout: float = 60
-    root: bool = False  # needs root (mknod, writing /dev)
 
 
 CASES: list[Case] = []
@@ -272,10 +241,6 @@ case("terminal-escapes-in-a-trace", "K replay esc.trace", 2,
 
 # ------------------------------------------------------------------------------ running
 
-def _kernbench() -> str:
-    exe = shutil.which("kernbench", path=str(Path(sys.executable).parent))
-    return shlex.quote(exe) if exe else f"{shlex.quote(sys.executable)} -m kernbench_cli"
-
 
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory) -> dict[str, bytes]:
@@ -300,49 +265,6 @@ def traces(tmp_path_factory) -> dict[str, bytes]:
     return {"bomb.trace": b"".join(parts) + bomb.flush(), "esc.trace": escaped}
 
 
-def _digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
-
-
 @pytest.mark.parametrize("c", CASES, ids=[c.id for c in CASES])
 def test_hostile_cli(tmp_path, c: Case, traces):
     run_case(tmp_path, c, traces)
-
-
-def run_case(tmp_path: Path, c: Case, made: dict[str, bytes] | None = None) -> None:
-    """Run case `c` in `tmp_path` and check it: its exit code and stderr, within its time
-    limit, no traceback or internal error, the files it was given unchanged (but those it
-    `writes`), no temporary file left. A file given as ``b""`` is taken from `made`. In the
-    command, ``K`` is the installed kernbench, ``PY`` this Python, ``ONE`` the one-PE
-    topology."""
-    if c.root and os.geteuid() != 0:
-        pytest.skip("needs root (mknod)")
-    for name, content in c.files.items():
-        data = (made or {}).get(name, content) if content == b"" else content
-        (tmp_path / name).write_bytes(data if isinstance(data, bytes) else data.encode())
-    before = _digest(tmp_path)
-    command = c.command.replace("K ", _kernbench() + " ").replace("ONE", ONE).replace(
-        "PY ", shlex.quote(sys.executable) + " ")
-    start = time.monotonic()
-    proc = subprocess.Popen(["bash", "-c", command], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=c.timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"{c.id}: still running after {c.timeout} s")
-    assert proc.returncode == c.code, (command, err[-2000:])
-    assert "Traceback" not in err and "internal error" not in err, err[-2000:]
-    assert re.search(c.says, err), (c.says, err[-2000:])
-    after = _digest(tmp_path)
-    changed = {n for n in set(before) | set(after) if before.get(n) != after.get(n)}
-    allowed = {n for n in changed if any(n == w or n.startswith(w + "/") for w in c.writes)}
-    assert changed <= allowed | (set(after) - set(before) - {n for n in after if
-                                                              n.endswith(".tmp")}), changed
-    assert not [n for n in after if n.endswith(".tmp")], after
-    assert all(before[n] == after.get(n) for n in before if n not in allowed), changed
-    if c.then is not None:
-        c.then(tmp_path, out)
-    assert time.monotonic() - start < c.timeout

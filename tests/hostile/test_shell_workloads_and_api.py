@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_shell_commands import ONE, Case, _kernbench, kernel_source, run_case
+from tests.hostile.cases import ONE, Case, _kernbench, kernel_source, run_case
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ import pytest
 
 import kernbench_cli as kb
 from tests.conftest import TESTS
-from tests.hostile.test_inputs import _spawn
+from tests.hostile.test_signals_and_pipes import _spawn
 
 ONE = str(TESTS / "topologies" / "one.toml")
 TINY = str(TESTS / "kernels" / "tiny_ops.py")

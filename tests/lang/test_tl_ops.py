@@ -30,28 +30,3 @@ def test_a_wrong_result_fails_verification(run, tmp_path):
     (check,) = result.checks
     assert not check.passed
     assert result.verified is False
-
-
-@pytest.mark.parametrize(("op", "passes"), [
-    ("rsqrt", [("maximum", "cmp"), ("rsqrt", "sqrt")]),
-    ("reciprocal", [("maximum", "cmp"), ("reciprocal", "div")]),
-    ("abs", [("subtract", "add"), ("abs", "add")]),
-    ("tanh", [("multiply", "mul"), ("subtract", "add"), ("tanh", "exp")]),
-    ("where", [("subtract", "add"), ("maximum", "cmp"), ("where", "cmp"), ("where", "cmp")]),
-    ("where_scalar", [("subtract", "add"), ("maximum", "cmp"), ("where", "cmp")]),
-])
-def test_new_math_ops_cost_their_op_class(run, op, passes):
-    """Each PE_MATH command holds the unit ceil(elements / lanes) x op_cycles[class] cycles at
-    1 GHz (default cost table: 32 lanes; add, mul, cmp 1 cycle; div, exp, sqrt 4), and its
-    result is ready latency[class] cycles later; a `where` of two tensors is two passes of the
-    comparator."""
-    from kernbench_cli.config.schema import MathLatency, MathOpCycles
-
-    cycles, latency = MathOpCycles(), MathLatency()
-    result = run("ops", params=(f"op={op}", "dtype=f32"))
-    maths = [r for r in result.oplog if r[2] == "math"]
-    assert [r[3] for r in maths] == [name for name, _ in passes]
-    elements = 24 * 40
-    for record, (_, cls) in zip(maths, passes, strict=True):
-        assert record[6] - record[5] == (-(-elements // 32) * getattr(cycles, cls)
-                                         + getattr(latency, cls)) * 1000

@@ -46,3 +46,12 @@ def test_golden_records_match_across_processes():
                            env=dict(os.environ, PYTHONHASHSEED=seed)).stdout
             for seed in ("0", "777")}
     assert len(outs) == 1
+
+
+def test_same_input_same_op_log_and_latency(run):
+    """Two runs of the primitive GEMM in one process: the same latency and op log."""
+    params = ("M=32", "K=128", "N=512", "mode=primitive")
+    a = run("sharded_gemm", "default", params)
+    b = run("sharded_gemm", "default", params)
+    assert a.latency_ps == b.latency_ps
+    assert a.oplog == b.oplog

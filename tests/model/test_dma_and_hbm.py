@@ -77,3 +77,17 @@ def test_a_setup_overlaps_the_transfer_before(run, cli):
     assert json.loads(out)["latency_ps"] == 4_000 + 2 * (setup + stream) + hbm
     busy = result.engines["dma"].busy_ps[0]
     assert busy == setup + 2 * stream  # the second setup hid under the first transfer
+
+
+def test_a_load_after_a_long_composite_starts_within_a_tile(run):
+    """The DMA serves the composite's tiles and the kernel's commands in issue order: a load
+    issued while the tiles stream waits at most for one tile's operands in progress (0.1
+    booked the whole tile stream at issue, and the load waited for all of it)."""
+    result = run("late_load", "default")
+    records = [r for r in result.oplog if r[1] == 0]
+    (load,) = [r for r in records if r[3] == "load"]
+    tiles = [r for r in records if r[3] == "load_tile"]
+    one_tile = 2 * max(r[6] - r[5] for r in tiles)  # an A tile and a B tile
+    composite = next(r for r in records if r[3] == "composite")
+    assert composite[5] < load[4] and composite[6] - load[4] > 10 * one_tile  # mid-stream
+    assert load[5] - load[4] <= one_tile

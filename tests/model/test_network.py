@@ -208,3 +208,20 @@ def test_dma_busy_time_is_transfer_time_and_waiting_is_its_own_figure(amap):
 def test_transfers_on_disjoint_resources_do_not_interact(amap):
     first, second = _dma_pair(amap, _pe(0), _pe(0), _pe(5), _pe(5))
     assert first == second
+
+
+def test_the_cube_sram_is_a_shared_resource(run):
+    """The host places a table in cube 0's SRAM; its 8 PEs load 32 KiB of it each, at once,
+    through the SRAM's port (PE 0's router). Six of them (PEs 1-3 and 5-7: X first on the
+    4x2 mesh) leave the port over the NoC link pe0->pe1 and share its 64 GB/s: the port is
+    busy until that link has carried 6 x 32 KiB (3,072 ns); PE 4's and PE 0's own loads end
+    inside that time. Circuit-style, the port is held one load at a time: 7 x 512 ns at the
+    NoC's rate and PE 0's at the port's 256 GB/s."""
+    result = run("sram_share", "default")
+    assert result.verified, result.checks
+    sram = result.engines["sram"]
+    assert (sram.instances, sram.ops) == (1, (8,))
+    assert sram.busy_ps == (6 * 512_000,)
+    circuit = run("sram_share", "default", sets=("network.sharing=circuit",))
+    assert circuit.engines["sram"].busy_ps == (7 * 512_000 + 128_000,)
+    assert result.latency_ps >= sram.busy_ps[0]

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernbench_cli.address import load_address_map
-from kernbench_cli.sim.run import replay_trace
-from kernbench_cli.sim.trace_file import read_trace, write_trace
 from tests.conftest import test_topology
 
 KERNELS_DIR = Path(__file__).parents[1] / "kernels"
@@ -62,34 +59,3 @@ def test_private_bookings_take_no_simulation_events(run):
     assert plain.latency_ps == logged.latency_ps
     classed = run("sharded_gemm", "default", params, oplog=False, dedup=True)
     assert classed.events < 16 and classed.latency_ps == plain.latency_ps
-
-
-def test_a_replay_that_cannot_plan_a_composite_says_where(cli, tmp_path):
-    """On a TCM just large enough for the kernel's tensors, no tile buffer fits."""
-    from tests.replay.test_replay import _default_with_tcm
-
-    trace = tmp_path / "t.trace"
-    cli("run", "sharded_gemm", "-p", "N=512", "-p", "K=64", "--record", str(trace))
-    tight = _default_with_tcm(tmp_path, "8KiB")  # A, 64 x 64 f16, fills it
-    code, _, err = cli("replay", str(trace), "-t", str(tight))
-    assert code == 1
-    assert err == (f"error: replay of {trace}: PE (rack=0 sip=0 cube=0 pe=0) at t=44ns: "
-                   "tl.composite: no tile plan for a 64x64x32 GEMM fits the 0 B of free TCM\n")
-
-
-def test_replay_reads_only_the_trace(tmp_path):
-    """A trace replays with the kernel file gone (no kernel code in a replay)."""
-    kernel = tmp_path / "k.py"
-    kernel.write_text((KERNELS_DIR / "ping_pong.py").read_text())
-    from kernbench_cli.sim.kernels import load_kernel, parse_params
-    from kernbench_cli.sim.run import run_kernel
-
-    module = load_kernel(str(kernel))
-    amap = load_address_map(test_topology("pair"))
-    result = run_kernel(module, amap, parse_params(module, []), oplog=True)
-    path = tmp_path / "t.trace"
-    write_trace(path, result.trace)
-    kernel.unlink()
-    replayed = replay_trace(read_trace(path), amap, "t", oplog=True)
-    assert replayed.oplog == result.oplog
-

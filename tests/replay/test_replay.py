@@ -320,3 +320,31 @@ def test_what_a_trace_gave_is_said_to_come_from_it(cli, tmp_path, run):
     assert (code, err) == (2, f"error: {path}: the run's topology '/etc/passwd': its file "
                               "/gone/pair.toml is not there, and no shipped topology has "
                               "that name; give --topology\n")
+
+
+def test_a_replay_that_cannot_plan_a_composite_says_where(cli, tmp_path):
+    """On a TCM just large enough for the kernel's tensors, no tile buffer fits."""
+    trace = tmp_path / "t.trace"
+    cli("run", "sharded_gemm", "-p", "N=512", "-p", "K=64", "--record", str(trace))
+    tight = _default_with_tcm(tmp_path, "8KiB")  # A, 64 x 64 f16, fills it
+    code, _, err = cli("replay", str(trace), "-t", str(tight))
+    assert code == 1
+    assert err == (f"error: replay of {trace}: PE (rack=0 sip=0 cube=0 pe=0) at t=44ns: "
+                   "tl.composite: no tile plan for a 64x64x32 GEMM fits the 0 B of free TCM\n")
+
+
+def test_replay_reads_only_the_trace(tmp_path):
+    """A trace replays with the kernel file gone (no kernel code in a replay)."""
+    kernel = tmp_path / "k.py"
+    kernel.write_text((TESTS / "kernels" / "ping_pong.py").read_text())
+    from kernbench_cli.sim.kernels import load_kernel, parse_params
+    from kernbench_cli.sim.run import run_kernel
+
+    module = load_kernel(str(kernel))
+    amap = load_address_map(test_topology("pair"))
+    result = run_kernel(module, amap, parse_params(module, []), oplog=True)
+    path = tmp_path / "t.trace"
+    write_trace(path, result.trace)
+    kernel.unlink()
+    replayed = replay_trace(read_trace(path), amap, "t", oplog=True)
+    assert replayed.oplog == result.oplog

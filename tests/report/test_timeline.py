@@ -351,3 +351,31 @@ def test_gemm_slices_carry_their_shape(run):
     composites = result.trace.program.composites
     whole = sum(c.m * c.k * c.n for c in composites) // len(composites)
     assert set(per_pe.values()) == {whole}
+
+
+def test_chrome_trace_has_a_slice_per_engine_record(cli, run, tmp_path):
+    small = ("-p", "M=32", "-p", "K=128", "-p", "N=512")
+    path = tmp_path / "trace.json"
+    code, _, _ = cli("run", "sharded_gemm", *small, "--chrome-trace", str(path))
+    assert code == 0
+    data = json.loads(path.read_text())
+    result = run("sharded_gemm", "default", ("M=32", "K=128", "N=512"))
+    processes = {e["pid"]: e["args"]["name"] for e in data["traceEvents"]
+                 if e["name"] == "process_name"}
+    events = [e for e in data["traceEvents"] if e["ph"] == "X" and e["pid"] < result.num_pes
+              and e["cat"] in ("dma", "gemm", "math")]  # an engine slice per engine record
+    assert len(events) == sum(1 for r in result.oplog if r[2] in ("dma", "gemm", "math"))
+    assert sum(1 for e in data["traceEvents"] if e["ph"] == "b" and e["name"] == "composite") \
+        == sum(1 for r in result.oplog if r[3] == "composite")
+    assert sorted(set(processes.values()) - {f"PE {p} ({label})" for p, label in
+                                              enumerate(result.pe_labels)}) == [
+        "shared resources"]
+    assert processes[0] == "PE 0 (rack=0 sip=0 cube=0 pe=0)"
+    first = min(events, key=lambda e: (e["ts"], e["pid"]))
+    assert first["name"] == "load" and first["cat"] == "dma"
+    assert first["args"]["src"].startswith("HBM rack=0 sip=0 cube=0 pe=0 ")
+    assert first["args"]["dst"] == "TCM rack=0 sip=0 cube=0 pe=0 offset=0x0"
+    assert data["otherData"]["latency_ps"] == result.latency_ps
+    again = tmp_path / "again.json"
+    cli("run", "sharded_gemm", *small, "--chrome-trace", str(again))
+    assert again.read_bytes() == path.read_bytes()
