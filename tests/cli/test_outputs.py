@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -109,34 +110,26 @@ def test_resume_never_changes_a_file_it_refuses(cli, tmp_path):
 
 # ---------------------------------------------------------------- stdout that cannot take it
 
-def _kernbench(args: list[str], stdout) -> tuple[int, str]:
-    import subprocess
-    import sys
-
-    proc = subprocess.run([sys.executable, "-m", "kernbench_cli", *args], stdout=stdout,
-                          stderr=subprocess.PIPE, text=True, timeout=120)
-    return proc.returncode, proc.stderr
-
-
 @pytest.mark.parametrize("args", [["decode", "0x0"], ["--version"], ["--help"],
                                   ["run", str(KERNEL), "--timing-only"]])
-def test_a_closed_stdout_is_exit_141_and_quiet(args):
+def test_a_closed_stdout_is_exit_141_and_quiet(kernbench, args):
     read, write = os.pipe()
     os.close(read)  # the reader is gone before kernbench writes a byte
     try:
-        code, err = _kernbench(args, write)
+        proc = kernbench.run(*args, stdout=write, stderr=subprocess.PIPE)
     finally:
         os.close(write)
-    assert (code, err) == (141, "")
+    assert (proc.returncode, proc.stderr) == (141, "")
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 @pytest.mark.parametrize("args", [["decode", "0x0"], ["--version"],
                                   ["run", str(KERNEL), "--timing-only"]])
-def test_a_full_stdout_is_a_one_line_error(args):
+def test_a_full_stdout_is_a_one_line_error(kernbench, args):
     with open("/dev/full", "w") as full:
-        code, err = _kernbench(args, full)
-    assert (code, err) == (1, "error: cannot write to stdout: No space left on device\n")
+        proc = kernbench.run(*args, stdout=full, stderr=subprocess.PIPE)
+    assert (proc.returncode, proc.stderr) == (
+        1, "error: cannot write to stdout: No space left on device\n")
 
 
 def test_library_calls_are_not_held_to_one_command(cli, run, tmp_path):
@@ -152,26 +145,17 @@ def test_library_calls_are_not_held_to_one_command(cli, run, tmp_path):
 
 # ---------------------------------------------------------------- closed streams, odd names
 
-def _closed_stderr(args: list[str], cwd: Path) -> tuple[int, str]:
-    """The CLI started with its stderr descriptor closed (`2>&-`): (exit code, stdout)."""
-    import subprocess
-    import sys
-
-    proc = subprocess.run([sys.executable, "-m", "kernbench_cli", *args], cwd=cwd,
-                          stdout=subprocess.PIPE, text=True, timeout=120,
-                          preexec_fn=lambda: os.close(2))
-    return proc.returncode, proc.stdout
-
-
 @pytest.mark.parametrize(("args", "code"), [
     (["run", str(KERNEL), "--timing-only", "--progress"], 0),
     (["sweep", str(KERNEL), "--timing-only", "--no-replay", "-j", "2", "--set",
       "pe.gemm.rows=4,8", "--format", "csv"], 0),
     (["run", str(KERNEL), "--set", "hbm.bandwidth=fast"], 2)])
-def test_a_closed_stderr_changes_nothing_but_what_is_seen(tmp_path, args, code):
+def test_a_closed_stderr_changes_nothing_but_what_is_seen(tmp_path, kernbench, args, code):
     """Progress, a sweep's workers and error lines with stderr closed: the exit code and
     stdout are as ever (stderr is /dev/null), and no output file took descriptor 2."""
-    got, out = _closed_stderr(args, tmp_path)
+    proc = kernbench.run(*args, cwd=tmp_path, stdout=subprocess.PIPE,
+                         preexec_fn=lambda: os.close(2))  # started as with `2>&-`
+    got, out = proc.returncode, proc.stdout
     assert got == code
     assert ("latency" in out or "point," in out) if code == 0 else out == ""
     assert list(tmp_path.iterdir()) == []

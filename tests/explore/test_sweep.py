@@ -410,19 +410,17 @@ def test_dask_without_the_extra_says_how_to_install_it(cli, monkeypatch):
         2, "", "error: --dask needs Dask: pip install 'kernbench[dask]'\n")
 
 
-def test_a_sweep_killed_mid_way_leaves_a_valid_file_that_resumes(tmp_path):
+def test_a_sweep_killed_mid_way_leaves_a_valid_file_that_resumes(tmp_path, kernbench):
     """A real sweep process SIGKILLed once its first rows are written: every line of the file
     is a whole row, and --resume runs the rest only."""
     import subprocess
-    import sys
     import time
 
     out = tmp_path / "r.jsonl"
-    args = [sys.executable, "-m", "kernbench_cli", "sweep", "gqa_attention", "-p",
-            "seq_len=4096,8192,16384,32768,65536", "--timing-only", "--jobs", "1", "--out",
-            str(out)]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    args = ["sweep", "gqa_attention", "-p", "seq_len=4096,8192,16384,32768,65536",
+            "--timing-only", "--jobs", "1", "--out", str(out)]
+    proc = kernbench.start(*args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
         if out.is_file() and out.read_text().count("\n") >= 2:
@@ -433,7 +431,7 @@ def test_a_sweep_killed_mid_way_leaves_a_valid_file_that_resumes(tmp_path):
     lines = out.read_text().splitlines()
     finished = [json.loads(line)["point"] for line in lines if line.endswith("}")]
     assert 2 <= len(finished) < 5 and finished == list(range(len(finished)))
-    done = subprocess.run([*args, "--resume"], capture_output=True, text=True, check=True)
+    done = kernbench.run(*args, "--resume", check=True)
     assert done.stderr.count("point ") == 5 - len(finished)  # only the missing points ran
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["point"] for r in rows] == [0, 1, 2, 3, 4]
@@ -485,17 +483,14 @@ def test_resume_runs_failed_points_again(cli, tmp_path):
     assert [r["point"] for r in again] == [0, 1] and again[1]["error"] is None
 
 
-def test_a_sigkilled_sweep_leaves_no_worker_holding_its_pipes():
+def test_a_sigkilled_sweep_leaves_no_worker_holding_its_pipes(kernbench):
     """After SIGKILL of the sweep, its workers end within a second, though their points
     have seconds to go: a reader of the sweep's output (`| tee log`) sees it end."""
-    import subprocess
-    import sys
     import time
 
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kernbench_cli", "sweep", "gqa_attention", "-t", "sip", "-p",
-         "model=llama3-8b", "-p", "seq_len=131072,262144", "--timing-only", "-j", "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = kernbench.start(
+        "sweep", "gqa_attention", "-t", "sip", "-p", "model=llama3-8b", "-p",
+        "seq_len=131072,262144", "--timing-only", "-j", "2", start_new_session=True)
     time.sleep(3)  # the workers are timing their points by now
     proc.kill()
     start = time.monotonic()

@@ -8,7 +8,6 @@ import hashlib
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TESTS
+from tests.conftest import TESTS, InstalledCli
 
 #: The one-PE topology of tests/topologies.
 ONE = str(TESTS / "topologies" / "one.toml")
@@ -47,29 +46,25 @@ class Case:
     root: bool = False  # needs root (mknod, writing /dev)
 
 
-def _kernbench() -> str:
-    exe = shutil.which("kernbench", path=str(Path(sys.executable).parent))
-    return shlex.quote(exe) if exe else f"{shlex.quote(sys.executable)} -m kernbench_cli"
-
-
 def _digest(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
 
 
-def run_case(tmp_path: Path, c: Case, made: dict[str, bytes] | None = None) -> None:
+def run_case(tmp_path: Path, c: Case, kernbench: InstalledCli,
+             made: dict[str, bytes] | None = None) -> None:
     """Run case `c` in `tmp_path` and check it: its exit code and stderr, within its time
     limit, no traceback or internal error, the files it was given unchanged (but those it
     `writes`), no temporary file left. A file given as ``b""`` is taken from `made`. In the
-    command, ``K`` is the installed kernbench, ``PY`` this Python, ``ONE`` the one-PE
-    topology."""
+    command, ``K`` is `kernbench` (the installed CLI), ``PY`` this Python, ``ONE`` the
+    one-PE topology."""
     if c.root and os.geteuid() != 0:
         pytest.skip("needs root (mknod)")
     for name, content in c.files.items():
         data = (made or {}).get(name, content) if content == b"" else content
         (tmp_path / name).write_bytes(data if isinstance(data, bytes) else data.encode())
     before = _digest(tmp_path)
-    command = c.command.replace("K ", _kernbench() + " ").replace("ONE", ONE).replace(
+    command = c.command.replace("K ", kernbench.shell + " ").replace("ONE", ONE).replace(
         "PY ", shlex.quote(sys.executable) + " ")
     start = time.monotonic()
     proc = subprocess.Popen(["bash", "-c", command], cwd=tmp_path, stdout=subprocess.PIPE,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pytest
 
 from kernbench_cli.sim.trace_file import MAGIC
 from tests.conftest import ROOT, TESTS
-from tests.hostile.cases import ONE, Case, _kernbench, kernel_source, run_case
+from tests.hostile.cases import ONE, Case, kernel_source, run_case
 
 pytestmark = pytest.mark.slow
 
@@ -243,14 +242,14 @@ case("terminal-escapes-in-a-trace", "K replay esc.trace", 2,
 
 
 @pytest.fixture(scope="module")
-def traces(tmp_path_factory) -> dict[str, bytes]:
+def traces(tmp_path_factory, kernbench) -> dict[str, bytes]:
     """The hostile traces, made from a real recording: a gzip bomb (a good trace followed
     by 256 MiB of zeros, 256 KiB compressed) and one whose kernel name holds an escape."""
     import zlib
 
     folder = tmp_path_factory.mktemp("traces")
-    subprocess.run(f"{_kernbench()} run softmax -t {ONE} --timing-only --record t.trace",
-                   shell=True, cwd=folder, check=True, capture_output=True)
+    kernbench.run("run", "softmax", "-t", ONE, "--timing-only", "--record", "t.trace",
+                  cwd=folder, check=True)
     data = gzip.decompress((folder / "t.trace").read_bytes())
     bomb = zlib.compressobj(6, zlib.DEFLATED, 31)
     parts = [bomb.compress(data)]
@@ -266,5 +265,5 @@ def traces(tmp_path_factory) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("c", CASES, ids=[c.id for c in CASES])
-def test_hostile_cli(tmp_path, c: Case, traces):
-    run_case(tmp_path, c, traces)
+def test_hostile_cli(tmp_path, c: Case, kernbench, traces):
+    run_case(tmp_path, c, kernbench, traces)

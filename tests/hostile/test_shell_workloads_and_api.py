@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hostile.cases import ONE, Case, _kernbench, kernel_source, run_case
+from tests.hostile.cases import ONE, Case, kernel_source, run_case
 
 pytestmark = pytest.mark.slow
 
@@ -241,17 +241,16 @@ case("api-run-from-threads-leaves-the-process-as-it-was", "PY threads.py", 0, r"
 
 
 @pytest.fixture(scope="module")
-def made(tmp_path_factory) -> dict[str, bytes]:
+def made(tmp_path_factory, kernbench) -> dict[str, bytes]:
     """Files the API cases read, made once: a trace whose kernel name is a million
     characters long."""
     import gzip
-    import subprocess
 
     from kernbench_cli.sim.trace_file import MAGIC
 
     folder = tmp_path_factory.mktemp("made")
-    subprocess.run(f"{_kernbench()} run softmax -t {ONE} --timing-only --record t.trace",
-                   shell=True, cwd=folder, check=True, capture_output=True)
+    kernbench.run("run", "softmax", "-t", ONE, "--timing-only", "--record", "t.trace",
+                  cwd=folder, check=True)
     data = gzip.decompress((folder / "t.trace").read_bytes())
     size = int.from_bytes(data[len(MAGIC):len(MAGIC) + 8], "little")
     head = json.loads(data[len(MAGIC) + 8:len(MAGIC) + 8 + size])
@@ -262,8 +261,8 @@ def made(tmp_path_factory) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("c", CASES, ids=[c.id for c in CASES])
-def test_corpus(tmp_path, c: Case, made):
-    run_case(tmp_path, c, made)
+def test_corpus(tmp_path, c: Case, kernbench, made):
+    run_case(tmp_path, c, kernbench, made)
 
 
 def test_the_corpus_covers_every_class():

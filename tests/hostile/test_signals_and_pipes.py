@@ -12,26 +12,13 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from kernbench_cli.sim.trace_file import MAGIC
-from tests.conftest import ROOT, TESTS
+from tests.conftest import HANG_GUARD_S, ROOT, TESTS
 from tests.hostile.cases import BASE, ONE
-
-
-def _kernbench() -> list[str]:
-    exe = shutil.which("kernbench", path=str(Path(sys.executable).parent))
-    return [exe] if exe else [sys.executable, "-m", "kernbench_cli"]
-
-
-def _spawn(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(_kernbench() + args, cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
 
 #: About 5 s on the CI machine: 3 s of simulation, then 55 MB of outputs written.
 SLOW = ["run", "gqa_attention", "-t", "sip", "-p", "model=llama3-8b", "-p", "seq_len=32768",
@@ -43,11 +30,11 @@ SLOW = ["run", "gqa_attention", "-t", "sip", "-p", "model=llama3-8b", "-p", "seq
 @pytest.mark.parametrize(("sig", "delay"), [
     (signal.SIGINT, 0.6), (signal.SIGINT, 1.5), (signal.SIGINT, 3.0), (signal.SIGINT, 3.8),
     (signal.SIGINT, 4.4), (signal.SIGINT, 5.0), (signal.SIGTERM, 2.0), (signal.SIGTERM, 4.2)])
-def test_an_interrupt_exits_130_and_leaves_no_temporary_file(tmp_path, sig, delay):
+def test_an_interrupt_exits_130_and_leaves_no_temporary_file(tmp_path, kernbench, sig, delay):
     """Whenever it lands (start-up, functional pass, timing pass, writing the outputs), an
     interrupt ends the run with `interrupted`, exit 130, no traceback, no .tmp file; each
     output is either absent or whole."""
-    proc = _spawn(SLOW, tmp_path)
+    proc = kernbench.start(*SLOW, cwd=tmp_path)
     time.sleep(delay)
     proc.send_signal(sig)
     _out, err = proc.communicate(timeout=120)
@@ -67,7 +54,7 @@ def test_an_interrupt_exits_130_and_leaves_no_temporary_file(tmp_path, sig, dela
 
 @pytest.mark.slow  # seconds each, signals against wall-clock delays: CI's slow part
 def test_sigkill_leaves_the_old_output_or_the_new_and_stale_temporaries_are_ignored(
-        tmp_path, cli):
+        tmp_path, cli, kernbench):
     """SIGKILL cannot be cleaned up after: the old file stays until the new one is whole
     (then replaces it), and a stale `.NAME.XXXX.tmp` is never read as an output."""
     old = tmp_path / "r.trace"
@@ -75,7 +62,7 @@ def test_sigkill_leaves_the_old_output_or_the_new_and_stale_temporaries_are_igno
                str(old))[0] == 0
     before = old.read_bytes()
     for delay in (0.5, 3.5, 4.5):
-        proc = _spawn(SLOW, tmp_path)
+        proc = kernbench.start(*SLOW, cwd=tmp_path)
         time.sleep(delay)
         proc.kill()
         proc.communicate(timeout=120)
@@ -99,11 +86,11 @@ def test_sigkill_leaves_the_old_output_or_the_new_and_stale_temporaries_are_igno
     "while True:\n        pass",
     "while float(t[0]) < 1e9:\n        pass",
 ])
-def test_a_kernel_looping_in_python_is_stopped_with_its_line(tmp_path, loop):
+def test_a_kernel_looping_in_python_is_stopped_with_its_line(tmp_path, kernbench, loop):
     kernel = tmp_path / "spin.py"
     kernel.write_text(BASE.replace("    tl.store(tl.shard(x), t)", f"    {loop}"))
-    proc = _spawn(["run", str(kernel), "-t", ONE, "--kernel-timeout", "1"], tmp_path)
-    _out, err = proc.communicate(timeout=60)
+    proc = kernbench.run("run", str(kernel), "-t", ONE, "--kernel-timeout", "1", cwd=tmp_path)
+    err = proc.stderr
     line = next(i for i, text in enumerate(kernel.read_text().splitlines(), 1)
                 if "while" in text)
     assert proc.returncode == 1, err
@@ -113,14 +100,14 @@ def test_a_kernel_looping_in_python_is_stopped_with_its_line(tmp_path, loop):
     assert int(err.split(":")[2]) in (line, line + 1)
 
 
-def test_a_closed_pipe_ends_quietly(tmp_path):
-    proc = subprocess.run(" ".join(_kernbench()) + " run sharded_gemm | head -1", shell=True,
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+def test_a_closed_pipe_ends_quietly(tmp_path, kernbench):
+    proc = subprocess.run(kernbench.shell + " run sharded_gemm | head -1", shell=True,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.stdout.startswith("kernel ")
     assert proc.stderr == ""
 
 
-def test_no_numpy_warning_reaches_the_terminal(tmp_path):
+def test_no_numpy_warning_reaches_the_terminal(tmp_path, kernbench):
     """NaN and overflow in a kernel's values are the verification's business; numpy's
     RuntimeWarnings stay quiet (the installed CLI, so Python's own warning output shows)."""
     kernel = tmp_path / "nan.py"
@@ -128,22 +115,20 @@ def test_no_numpy_warning_reaches_the_terminal(tmp_path):
         "    tl.store(tl.shard(x), t)",
         "    u = tl.log(t - 10.0) + tl.sqrt(t - 10.0) + tl.reciprocal(t * 0.0) "
         "+ tl.exp(t * 1e6)\n    tl.store(tl.shard(x), u.to('f16').to('f32'))"))
-    proc = _spawn(["run", str(kernel), "-t", ONE], tmp_path)
-    out, err = proc.communicate(timeout=60)
-    assert (proc.returncode, err) == (0, "")
-    assert "latency" in out
+    proc = kernbench.run("run", str(kernel), "-t", ONE, cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert "latency" in proc.stdout
 
 
 @pytest.mark.slow  # seconds each, signals against wall-clock delays: CI's slow part
-def test_ctrl_c_stops_a_sweep_and_its_workers(tmp_path):
+def test_ctrl_c_stops_a_sweep_and_its_workers(tmp_path, kernbench):
     """Ctrl-C reaches the whole process group: the workers leave it to the sweep, which stops
     them at once and exits 130; the results file keeps the points that finished (none yet:
     no file)."""
-    proc = subprocess.Popen(
-        [*_kernbench(), "sweep", "gqa_attention", "-t", "sip", "-p", "model=llama3-8b",
-         "-p", "seq_len=65536,131072,262144,524288", "--timing-only", "--out", "s.jsonl",
-         "-j", "2"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)
+    proc = kernbench.start(
+        "sweep", "gqa_attention", "-t", "sip", "-p", "model=llama3-8b",
+        "-p", "seq_len=65536,131072,262144,524288", "--timing-only", "--out", "s.jsonl",
+        "-j", "2", cwd=tmp_path, start_new_session=True)
     time.sleep(1.5)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=120)

@@ -12,7 +12,6 @@ import pytest
 
 import kernbench_cli as kb
 from tests.conftest import TESTS
-from tests.hostile.test_signals_and_pipes import _spawn
 
 ONE = str(TESTS / "topologies" / "one.toml")
 TINY = str(TESTS / "kernels" / "tiny_ops.py")
@@ -92,7 +91,8 @@ def test_only_the_running_threads_prints_go_to_stderr(tmp_path, capsys, monkeypa
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork here")
 @pytest.mark.parametrize("where", ["kernel", "setup"])
-def test_a_kernel_that_forks_is_an_error_and_the_report_is_not_printed(tmp_path, where):
+def test_a_kernel_that_forks_is_an_error_and_the_report_is_not_printed(tmp_path, kernbench,
+                                                                      where):
     """`os.fork()` in kernel code is refused before any child exists: one error line with
     the kernel's line, exit 1, no report (the installed CLI: a fork would fork pytest)."""
     body = "    os.fork()\n"
@@ -103,8 +103,8 @@ def test_a_kernel_that_forks_is_an_error_and_the_report_is_not_printed(tmp_path,
         "def kernel(tl):\n" + (body if where == "kernel" else "    pass\n")
         + "\ndef reference(host, p):\n    return {}\n\n"
         "def outputs(host, args, p):\n    return {}\n")
-    proc = _spawn(["run", str(kernel), "-t", ONE], tmp_path)
-    out, err = proc.communicate(timeout=120)
+    proc = kernbench.run("run", str(kernel), "-t", ONE, cwd=tmp_path)
+    out, err = proc.stdout, proc.stderr
     assert proc.returncode == 1, err
     assert out == ""
     assert len(err.splitlines()) == 1, err

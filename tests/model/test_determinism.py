@@ -15,16 +15,14 @@ ARGS = {
 }
 
 
-def _kernbench(args: list[str], hash_seed: str) -> bytes:
-    env = dict(os.environ, PYTHONHASHSEED=hash_seed)
-    return subprocess.run([sys.executable, "-m", "kernbench_cli", *args], env=env,
-                          capture_output=True, check=True).stdout
-
-
 @pytest.mark.parametrize("case", sorted(ARGS))
-def test_json_is_byte_identical_across_processes_and_hash_seeds(case):
-    first = _kernbench(ARGS[case], "1")
-    assert first == _kernbench(ARGS[case], "12345")
+def test_json_is_byte_identical_across_processes_and_hash_seeds(kernbench, case):
+    def output(hash_seed: str) -> bytes:
+        env = dict(os.environ, PYTHONHASHSEED=hash_seed)
+        return kernbench.run(*ARGS[case], env=env, text=False, check=True).stdout
+
+    first = output("1")
+    assert first == output("12345")
     assert b'"latency_ps"' in first
 
 

@@ -65,19 +65,14 @@ def test_replay_under_other_costs_equals_a_run_with_them(run, costs):
     assert replayed.oplog == direct.oplog
 
 
-def _kernbench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kernbench_cli", *args], capture_output=True,
-                          text=True, check=False)
-
-
-def test_a_trace_replays_exactly_in_another_process(tmp_path):
+def test_a_trace_replays_exactly_in_another_process(tmp_path, kernbench):
     """Written by one process, replayed by another: the same numbers and op log."""
     trace, ran_log, replay_log = (tmp_path / n for n in ("t.trace", "run.jsonl", "re.jsonl"))
     args = ("-p", "seq_len=2048", "-p", "chunk=128")
-    ran = _kernbench("run", "gqa_attention", *args, "--record", str(trace), "--json",
-                     "--oplog", str(ran_log))
+    ran = kernbench.run("run", "gqa_attention", *args, "--record", str(trace), "--json",
+                        "--oplog", str(ran_log))
     assert ran.returncode == 0, ran.stderr
-    replayed = _kernbench("replay", str(trace), "--json", "--oplog", str(replay_log))
+    replayed = kernbench.run("replay", str(trace), "--json", "--oplog", str(replay_log))
     assert replayed.returncode == 0, replayed.stderr
     a, b = json.loads(ran.stdout), json.loads(replayed.stdout)
     assert b["kernel"] == "gqa_attention (replay)"
@@ -224,11 +219,11 @@ def test_a_damaged_trace_is_an_error_not_a_crash(cli, tmp_path, run, edit, messa
     assert (code, err) == (2, f"error: {path}: damaged trace: {message}\n")
 
 
-def test_replaying_needs_no_kernel_file(tmp_path):
+def test_replaying_needs_no_kernel_file(tmp_path, kernbench):
     """The trace is the whole program: a replay never imports the kernel."""
     trace = tmp_path / "t.trace"
-    ran = _kernbench("run", str(TESTS / "kernels" / "ping_pong.py"), "-t",
-                     test_topology("pair"), "--record", str(trace))
+    ran = kernbench.run("run", str(TESTS / "kernels" / "ping_pong.py"), "-t",
+                        test_topology("pair"), "--record", str(trace))
     assert ran.returncode == 0, ran.stderr
     probe = ("import sys, runpy; sys.argv = ['kernbench', 'replay', sys.argv[1], '--json'];"
              "import kernbench_cli.cli.app as app\n"
