@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -410,29 +411,56 @@ def test_dask_without_the_extra_says_how_to_install_it(cli, monkeypatch):
         2, "", "error: --dask needs Dask: pip install 'kernbench[dask]'\n")
 
 
-def test_a_sweep_killed_mid_way_leaves_a_valid_file_that_resumes(tmp_path, kernbench):
-    """A real sweep process SIGKILLed once its first rows are written: every line of the file
-    is a whole row, and --resume runs the rest only."""
-    import subprocess
+HELD = str(TESTS / "kernels" / "held.py")
+
+
+def _holding(tmp_path: Path, *steps: int) -> dict[str, str]:
+    """The environment of a sweep of held.py whose points `steps` hold until released."""
+    folder = tmp_path / "hold"
+    folder.mkdir()
+    for step in steps:
+        (folder / f"hold.{step}").touch()
+    return dict(os.environ, KERNBENCH_TEST_HOLD=str(folder))
+
+
+def _wait_until(ready, proc, what: str) -> None:
+    """Poll `ready()` while the sweep `proc` runs; the limit only guards against a hang."""
     import time
 
-    out = tmp_path / "r.jsonl"
-    args = ["sweep", "gqa_attention", "-p", "seq_len=4096,8192,16384,32768,65536",
-            "--timing-only", "--jobs", "1", "--out", str(out)]
-    proc = kernbench.start(*args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           start_new_session=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        if out.is_file() and out.read_text().count("\n") >= 2:
-            break
+    from tests.conftest import HANG_GUARD_S
+
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not ready():
+        assert proc.poll() is None, f"the sweep ended before {what}"
+        assert time.monotonic() < deadline, f"still waiting for {what} after {HANG_GUARD_S} s"
         time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its workers
-    proc.wait()
+
+
+def test_a_sweep_killed_mid_way_leaves_a_valid_file_that_resumes(tmp_path, kernbench):
+    """A real sweep process SIGKILLed (with its workers) while its third point runs, the
+    first two rows written: every line of the file is a whole row, and --resume runs the
+    other three points only."""
+    import subprocess
+
+    out = tmp_path / "r.jsonl"
+    env = _holding(tmp_path, 2)
+    args = ["sweep", HELD, "-t", test_topology("one"), "-p", "step=0,1,2,3,4", "--timing-only",
+            "--jobs", "1", "--out", str(out)]
+    proc = kernbench.start(*args, env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        started = Path(env["KERNBENCH_TEST_HOLD"]) / "started.2"
+        _wait_until(lambda: started.exists() and out.is_file()
+                    and out.read_text().count("\n") == 2, proc, "point 2 and two rows")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its workers
+        proc.wait()
     lines = out.read_text().splitlines()
-    finished = [json.loads(line)["point"] for line in lines if line.endswith("}")]
-    assert 2 <= len(finished) < 5 and finished == list(range(len(finished)))
-    done = kernbench.run(*args, "--resume", check=True)
-    assert done.stderr.count("point ") == 5 - len(finished)  # only the missing points ran
+    assert [json.loads(line)["point"] for line in lines] == [0, 1]  # each a whole row
+    (Path(env["KERNBENCH_TEST_HOLD"]) / "hold.2").unlink()
+    done = kernbench.run(*args, "--resume", env=env, check=True)
+    assert done.stderr.count("point ") == 3  # only the missing points ran
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["point"] for r in rows] == [0, 1, 2, 3, 4]
 
@@ -483,18 +511,26 @@ def test_resume_runs_failed_points_again(cli, tmp_path):
     assert [r["point"] for r in again] == [0, 1] and again[1]["error"] is None
 
 
-def test_a_sigkilled_sweep_leaves_no_worker_holding_its_pipes(kernbench):
-    """After SIGKILL of the sweep, its workers end within a second, though their points
-    have seconds to go: a reader of the sweep's output (`| tee log`) sees it end."""
-    import time
+def test_a_sigkilled_sweep_leaves_no_worker_holding_its_pipes(tmp_path, kernbench):
+    """SIGKILL of the sweep while both workers run points that would never end (held.py,
+    held): the workers end, so a reader of the sweep's output (`| tee log`) sees it end.
+    Waiting for that end is the check; its time limit only guards against a hang."""
+    import subprocess
 
-    proc = kernbench.start(
-        "sweep", "gqa_attention", "-t", "sip", "-p", "model=llama3-8b", "-p",
-        "seq_len=131072,262144", "--timing-only", "-j", "2", start_new_session=True)
-    time.sleep(3)  # the workers are timing their points by now
-    proc.kill()
-    start = time.monotonic()
-    proc.stdout.read()
-    proc.stderr.read()  # EOF: every process that held the pipes is gone
-    assert time.monotonic() - start < 2.0
-    proc.wait()
+    from tests.conftest import HANG_GUARD_S
+
+    env = _holding(tmp_path, 0, 1)
+    proc = kernbench.start("sweep", HELD, "-t", test_topology("one"), "-p", "step=0,1",
+                           "--timing-only", "-j", "2", env=env, start_new_session=True)
+    try:
+        started = [Path(env["KERNBENCH_TEST_HOLD"]) / f"started.{i}" for i in (0, 1)]
+        _wait_until(lambda: all(s.exists() for s in started), proc, "both points to start")
+        proc.kill()  # the sweep alone: its workers must see it gone and end
+        try:
+            proc.communicate(timeout=HANG_GUARD_S)  # EOF: every holder of the pipes is gone
+        except subprocess.TimeoutExpired:
+            pytest.fail("a worker still holds the pipes of the killed sweep")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the sweep's session
+        proc.wait()
