@@ -115,7 +115,7 @@ def test_replay_is_replay_json(cli, tmp_path):
     ran = kb.run("softmax", params={"rows": 64}, timing_only=True)
     in_memory = kb.replay(ran, set={"hbm.bandwidth": "204.8GB/s"})  # no file needed
     assert in_memory.to_dict() == expected
-    assert kb.replay(ran).latency_ps == ran.latency_ps  # ADR-0064: a replay is the run's time
+    assert kb.replay(ran).latency_ps == ran.latency_ps  # a replay gives the run's time
     with pytest.raises(errors.KernbenchError, match="holds no recording"):
         kb.replay(in_memory)
 

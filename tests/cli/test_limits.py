@@ -1,5 +1,5 @@
 """Values the configuration accepts (below 2^62 of their unit) whose times the model cannot
-hold: a one-line error and exit 2, never an internal error (issue 21, class 6)."""
+hold: a one-line error and exit 2, never an internal error."""
 
 from __future__ import annotations
 

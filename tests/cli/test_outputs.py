@@ -1,5 +1,5 @@
 """Outputs never replace anything but a regular file they may overwrite, and never an
-input of the same command (issue 21's first class of hostile cases)."""
+input of the same command; a closed or full stdout or stderr is handled."""
 
 from __future__ import annotations
 

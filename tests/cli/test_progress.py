@@ -1,4 +1,4 @@
-"""Big runs that are not blind (issue 19, part 7): the estimate before the timing pass, and
+"""Big runs that are not blind: the estimate before the timing pass, and
 `--progress` lines when stderr is not a terminal (as under the test runner)."""
 
 from __future__ import annotations

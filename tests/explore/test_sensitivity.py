@@ -1,4 +1,4 @@
-"""Sensitivity by replay (issue 19, item 2): each key made 2x better, re-timed from the
+"""Sensitivity by replay: each key made 2x better, re-timed from the
 run's recording, must give exactly what a full run under that `--set` gives."""
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""A hostile corpus: bad files, numbers, addresses, arguments, kernels, traces and signals.
+"""Hostile input through the CLI in this process: bad files, numbers, addresses, arguments,
+kernels, traces and results files.
 
-Every case is generated, runs the CLI (in-process, or the installed `kernbench` in a
-subprocess where signals, pipes or hangs are involved) and must end with its documented
-exit code (docs/running.md, "Exit codes and errors"): 0 ok, 1 a kernel or run that went
-wrong, 2 bad input, 3 an address this topology lacks (`decode`), 130 interrupted. Never a
-traceback or an `internal error` (exit 70), never a hang, every stderr line an `error: …`
-of sane length, and no temporary file left behind.
+Every case is generated and must end with its documented exit code (docs/running.md,
+"Exit codes and errors"): 0 ok, 1 a kernel or run that went wrong, 2 bad input, 3 an
+address this topology lacks (`decode`). Never a traceback or an `internal error` (exit
+70), every stderr line an `error: …` of sane length, and no temporary file left behind.
+Signals, pipes and hangs, which need a process of their own, are test_signals_and_pipes.py.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
-"""The second hostile corpus (issue 21): everything around `run`, through the installed CLI.
-
-One case per class of the issue, each a shell command line run in a fresh folder with the
+"""Hostile conditions around `run`, through the installed CLI: one case or more per class
+(the section titles), each a shell command line run in a fresh folder with the
 installed `kernbench` (`K`), so that devices, FIFOs, pipes, file-size limits, signals and
 killed parents are real. Each case states its exit code and what stderr says; every case
 must also end within its time limit, print no traceback and no internal error, leave every
 file it was given as it was (unless the case says which one it writes), and leave no
-temporary file behind. Marked `slow` (about a minute; with test_inputs.py's signal tests, the
-slow part takes about 2 min): `.ci/run` runs it after the suite.
+temporary file behind. Marked `slow` (about a minute; with test_signals_and_pipes.py's signal
+tests, the slow part takes about 2 min): `.ci/run` runs it after the suite.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ def _kept(name: str, text: str) -> Callable[[Path, str], None]:
     return check
 
 
-# ---------------------------------------------------- 1. outputs over non-regular files
+# ---------------------------------------------------- outputs over non-regular files
 
 case("save-to-a-char-device", "mknod dev c 1 3 && K run softmax -t ONE --save dev; "
      "r=$?; stat -c %F dev >&2; exit $r", 2,
@@ -61,7 +60,7 @@ case("two-outputs-to-one-file", "K run softmax -t ONE --save o.json --oplog o.js
 case("an-output-name-near-the-limit", f"K run softmax -t ONE --timing-only --record "
      f"{'n' * 250}", 0, writes=("n" * 250,))
 
-# --------------------------------------------------------- 2. resume another sweep's rows
+# --------------------------------------------------------- resume another sweep's rows
 
 SWEEP = "K sweep softmax -t ONE --timing-only --jobs 1 --set pe.gemm.rows=4,8"
 case("resume-another-kernels-rows", f"{SWEEP} --out r.jsonl >/dev/null 2>&1 && "
@@ -78,7 +77,7 @@ case("resume-reruns-a-failed-point", f"{SWEEP} --out r.jsonl >/dev/null 2>&1 && 
      f"{SWEEP} --out r.jsonl --resume", 0, r"point 1/1 \(pe\.gemm\.rows=8\): latency",
      writes=("r.jsonl",))
 
-# --------------------------------------------------------- 3. state between sweep points
+# --------------------------------------------------------- state between sweep points
 
 case("no-state-leaks-between-points", f"K sweep {TESTS / 'kernels' / 'leaky.py'} -t ONE "
      "--timing-only --no-replay --jobs 1 -p n=1,2,3 --json", 0,
@@ -90,7 +89,7 @@ def _same_latency(out: str) -> None:
     assert len(rows) == 3 and len({r["result"]["latency_ps"] for r in rows}) == 1
 
 
-# --------------------------------------------------------------- 4. replay keeps --set
+# --------------------------------------------------------------- replay keeps --set
 
 case("replay-keeps-the-recorded-set", "K run softmax -t ONE --timing-only --set "
      "pe.math.lanes=4 --record t.trace --json > a.json && K replay t.trace --json > b.json "
@@ -98,7 +97,7 @@ case("replay-keeps-the-recorded-set", "K run softmax -t ONE --timing-only --set 
      " assert a['latency_ps'] == b['latency_ps'], (a['latency_ps'], b['latency_ps'])\"", 0,
      writes=("t.trace", "a.json", "b.json"))
 
-# ------------------------------------------------------ 5. failed commands destroy nothing
+# ------------------------------------------------------ failed commands destroy nothing
 
 case("failed-cost-only-sweep-keeps-old-results", "K sweep ./k.py -t ONE --timing-only "
      "--set costs.issue.math=1ns,2ns --out r.jsonl", 1, r"^error: \./k\.py:8: ",
@@ -115,14 +114,14 @@ case("golden-regen-keeps-other-json", "mkdir g && echo '{\"mine\": 1}' > g/notes
      then=lambda f, out: _has(f / "g" / "notes.json", '{"mine": 1}\n'), writes=("g",),
      timeout=120)
 
-# ------------------------------------------------------------------ 6. huge accepted numbers
+# ------------------------------------------------------------------ huge accepted numbers
 
 case("a-huge-latency-is-a-clean-error", f"K run softmax --timing-only --set "
      f"hbm.latency={BIG}ps", 2, r"the simulated time passed 2\^63 ps")
 case("huge-gemm-rows", f"K run sharded_gemm --timing-only --set pe.gemm.rows={BIG}", 2,
      r"too large for the model")
 
-# ------------------------------------------------------------------------- 7. sweep --out
+# ------------------------------------------------------------------------- sweep --out
 
 case("sweep-out-to-a-fifo", f"mkfifo f.jsonl && {SWEEP} --out f.jsonl", 2,
      r"^error: --out f\.jsonl: is not a regular file", timeout=30)
@@ -150,7 +149,7 @@ def _has(path: Path, text: str) -> None:
     assert path.read_text() == text
 
 
-# ---------------------------------------------------------- 8. orphans; 10. signals in a run
+# ---------------------------------------------------------- orphans; signals in a run
 
 MANY = ",".join(str(n) for n in range(64, 64 + 40))
 case("sweep-killed-leaves-no-orphans", "(bash -c 'echo $$ > pid; exec K sweep softmax -t ONE "
@@ -162,7 +161,7 @@ case("ctrl-c-in-a-run", "set -m; K run gqa_attention -t sip -p model=llama3-8b -
 case("sigterm-in-a-run", "set -m; K run gqa_attention -t sip -p model=llama3-8b -p "
      "seq_len=32768 & sleep 2; kill -TERM $!; wait $!", 130, r"^interrupted\n\[1\]")
 
-# ------------------------------------------------------------------- 9. closed, full stdout
+# ------------------------------------------------------------------- closed, full stdout
 
 case("decode-to-a-closed-stdout", "K decode 0x0 >&-", 141)
 case("run-to-a-full-stdout", "K run softmax -t ONE --timing-only > /dev/full", 1,
@@ -172,7 +171,7 @@ case("version-to-a-closed-stdout", "K --version >&-", 141)
 case("sweep-table-to-a-reader-gone", SWEEP + " 2>/dev/null | true; exit ${PIPESTATUS[0]}",
      141)
 
-# ------------------------------------------------------------------- 10. kernels, options
+# ------------------------------------------------------------------- kernels, options
 
 for name, body, says in [
     ("a-thread", "    threading.Thread(target=time.sleep, args=(600,)).start()",
@@ -210,7 +209,7 @@ case("nan-outputs-verify", "K run ./k.py -t ONE", 0, r"^$", files={"k.py": (
     "    tl.store(tl.shard(x), t)\n\ndef reference(host, p):\n    return {'x': WANT}\n\n"
     "def outputs(host, args, p):\n    return {'x': host.read_shard(args['x'], 0)}\n")})
 
-# ------------------------------------------------------- 11. compare, golden, replay inputs
+# ------------------------------------------------------- compare, golden, replay inputs
 
 case("compare-nan", "K run softmax -t ONE --timing-only --json > a.json && sed "
      "'s/\"latency_ps\": [0-9]*/\"latency_ps\": NaN/' a.json > b.json && K compare a.json "

@@ -1,7 +1,7 @@
-"""The project's hostile corpus for the workload inputs, the Python API and the hangs
-(issue 32's classes, one or more cases each), through the installed CLI and the API.
+"""Hostile workload inputs, Python API calls and would-be hangs, one or more cases per class
+(the section titles), through the installed CLI and the API.
 
-Each case is a shell command line run in a fresh folder (`test_hostile_cli.run_case`):
+Each case is a shell command line run in a fresh folder (`cases.run_case`):
 it must end with its exit code within its time limit, say what its pattern says on
 stderr, print no traceback and no internal error, leave every file it was given as it
 was and no temporary file behind. The API cases run a script with the installed package
@@ -92,7 +92,7 @@ case("sweep-of-a-billion-points-under-a-memory-limit", "ulimit -v 1500000; K swe
      f"--set pe.math.lanes={THOUSAND}", 2, r"^error: the axes make 1,000,000,000 points "
      r"\(1,000 x 1,000 x 1,000\); a sweep runs at most 100,000", timeout=20)
 
-# ------------------------------------------------------- internal errors: now exit 2 or 0
+# ------------------------------ odd inputs, closed streams: exit 2, or 0 where they run
 
 case("set-factor-of-5000-digits", "K run softmax -t ONE --timing-only --set "
      f"pe.gemm.rows=x{'9' * 5000}", 2, r"a factor of 5,000 characters; a factor is a plain "
@@ -266,7 +266,7 @@ def test_corpus(tmp_path, c: Case, kernbench, made):
 
 
 def test_the_corpus_covers_every_class():
-    """One case or more per class of issue 32 (see the section titles above)."""
+    """One case or more per class of hostile input (the section titles above)."""
     ids = " ".join(c.id for c in CASES)
     for word in ("collective", "kernel-name", "factor", "progress", "all-reduce-bytes",
                  "host-random", "api-", "recorded-set", "topology-file", "outside",

@@ -1,4 +1,4 @@
-"""Kernels that misuse Python: each is a clear kernel error or harmless (issue 21, class 10)."""
+"""Kernels that misuse Python: each is a clear kernel error or harmless."""
 
 from __future__ import annotations
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 
-def test_each_adr0022_axis_on_a_topology_where_they_differ(run):
-    """program_id / num_programs per axis: PE in cube, cube in SIP, SIP (4, 3 and 2 here)."""
+def test_each_axis_counts_its_own_programs(run):
+    """On a topology where the three axes differ (4 PEs a cube, 3 cubes a SIP, 2 SIPs),
+    every PE writes its program ids and counts, and they verify."""
     result = run("axes", "axes")
     assert result.verified, result.checks
     assert result.num_pes == 24

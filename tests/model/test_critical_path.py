@@ -1,4 +1,6 @@
-"""Insight: the critical path, what-if bounds, timelines, races, TCM high water."""
+"""The critical path: a chain of steps from t=0 to the latency, each naming its PE, engine,
+kernel line and cause, through messages and credits back to where the time went; its
+totals by engine and cause, the what-if bounds, and the JSON and file that carry it."""
 
 from __future__ import annotations
 
@@ -46,8 +48,8 @@ def test_a_credit_freed_by_a_copy_set_aside_leads_back_to_that_copy(run):
     chunks aside (the first: 20 ns setup + 256 B at the NoC's 64 GB/s), then waits for
     its own message until long after. The first copy's credit is back at PE 2 12 ns later
     (UCIe and a NoC hop); PE 2 then computes 5000 cycles. The path runs back through the
-    credit to that copy, not to the end of the receive it belongs to (once it led to
-    nothing, and the rest of the run was 'unexplained')."""
+    credit to that copy, not to the end of the receive it belongs to (which would leave
+    the rest of the run unexplained)."""
     result = run("stashed_credit", "two_sips", sets=("pe.ipcq.slots=2",))
     path = result.critical_path
     assert [(s.pid, s.kind, s.start_ps, s.end_ps) for s in path.steps] == [

@@ -1,5 +1,6 @@
-"""The second round of fidelity: PE_DMA's window and setup overlap, HBM refresh and page
-openings, each against a formula from the statement of the model in docs/model.md."""
+"""PE_DMA and HBM: the DMA window and setup overlap, HBM refresh and page openings, each
+against a formula from the statement of the model in docs/model.md, and the order in which
+PE_DMA serves a composite's tiles and the kernel's own commands."""
 
 from __future__ import annotations
 
@@ -81,8 +82,9 @@ def test_a_setup_overlaps_the_transfer_before(run, cli):
 
 def test_a_load_after_a_long_composite_starts_within_a_tile(run):
     """The DMA serves the composite's tiles and the kernel's commands in issue order: a load
-    issued while the tiles stream waits at most for one tile's operands in progress (0.1
-    booked the whole tile stream at issue, and the load waited for all of it)."""
+    issued while the tiles stream waits at most for one tile's operands in progress, not
+    for the whole tile stream (as it would were the stream booked at the composite's
+    issue)."""
     result = run("late_load", "default")
     records = [r for r in result.oplog if r[1] == 0]
     (load,) = [r for r in records if r[3] == "load"]

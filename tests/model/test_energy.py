@@ -1,4 +1,4 @@
-"""Energy (issue 20): each part of a run's energy against a hand computation from the
+"""Energy: each part of a run's energy against a hand computation from the
 `[energy]` table's defaults, the static part against the latency, and the energy invariant
 against counts that are off by one."""
 

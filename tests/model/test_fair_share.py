@@ -234,7 +234,7 @@ def test_a_resource_timed_off_its_configuration_is_caught(run, monkeypatch):
         "gives 95,573,333,333 B/s")
 
 
-# ---------------------------------------------------------------- holes the review found
+# ------------------------------------------------- what the checks catch, and odd orders
 
 def test_a_shared_slice_is_taken_in_order_of_issue_time_not_of_pe_index(run):
     """PE 3 loads from PE 0's slice at once; PE 1 (walked first, lower index) 10 cycles

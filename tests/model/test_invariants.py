@@ -1,5 +1,7 @@
-"""Model fidelity: physical invariants, composites sharing the machine, ADR-0022's axes,
-ADR-0064 requirement 3 at the shipped costs."""
+"""The model's physical invariants: every run lists them and passes them, and each one
+catches the kind of model bug it is there for (the test puts the bug in: a composite that
+drops tiles, a link held too briefly, a plan that reserves too little TCM, a ring's busy
+time counted per slot)."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ def test_every_run_lists_its_invariants(cli):
 
 
 def test_a_composite_that_drops_tiles_is_caught(run, monkeypatch):
-    """The review's mutation: half of each composite's output columns never computed."""
+    """Half of each composite's output columns never computed: the GEMM work check fails."""
 
     def half(t0, origin, tiling, a, b, n, *rest, **options):
         return tile_ops(t0, origin, tiling, a, b, n // 2, *rest, **options)
@@ -40,8 +42,9 @@ def test_a_composite_that_drops_tiles_is_caught(run, monkeypatch):
 
 
 def test_a_link_held_shorter_than_its_bytes_flow_is_caught(run, monkeypatch):
-    """0.1's fluid approximation (each resource held for bytes / its own bandwidth), put
-    back: PE 1 loading from PE 0's slice leaves the faster link reserved too briefly."""
+    """A fluid approximation (each resource held for bytes / its own bandwidth): PE 1
+    loading from PE 0's slice leaves the faster link reserved too briefly, and the
+    bandwidth check fails."""
     from kernbench_cli.hw import dma
 
     def fluid(resources, duration, t):

@@ -57,9 +57,10 @@ def test_a_waiting_sender_resumes_at_the_credit_back_soonest(run, sharing):
     first slot next, and that credit is back at PE 2 after UCIe and a NoC hop (12 ns),
     sooner. PE 2 resumes then: its second send starts at that copy's end + 12 ns, and PE 0's
     last receive ends 60 ns later (20 ns setup + 256 B at the NoC's 64 GB/s in 4 ns + 12 ns
-    of latency, then PE 0's copy: 20 ns setup + 4 ns). (PE 2 used to sleep until the far
-    credit's time and take the sooner credit in the past: fair sharing then started a flow
-    before one it had solved, circuit mode held PE 2's CPU and PE 0's receive 1 us late.)"""
+    of latency, then PE 0's copy: 20 ns setup + 4 ns). A sender that slept until the far
+    credit's time and took the sooner credit in the past would start a flow before one
+    fair sharing had solved, and in circuit mode hold PE 2's CPU and PE 0's receive 1 us
+    late."""
     result = run("late_credit", "two_sips", sets=("pe.ipcq.slots=2",
                                                   f"network.sharing={sharing}"))
     far_copy, first_copy, last_copy = (r for r in result.oplog

@@ -1,4 +1,5 @@
-"""ADR-0064's test requirements: per-op-kind issue costs on PE_CPU."""
+"""Issue costs on PE_CPU, per kind of command: what PE_CPU is busy for, what a transfer's
+time leaves out, and when issuing, not the engines, bounds a kernel."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def _kinds(result, pid=0):
 
 @pytest.mark.parametrize("costs", [None, COSTS / "odd.toml"])
 def test_composite_is_charged_once_and_primitives_per_op(run, costs):
-    """Requirement 1: CPU busy is the sum of the issue costs of the commands issued."""
+    """PE_CPU's busy time is the sum of the issue costs of the commands it issued: a
+    composite is charged once, primitives one by one."""
     comp = run("sharded_gemm", "default", (*GEMM, "mode=composite"), costs=costs)
     prim = run("sharded_gemm", "default", (*GEMM, "mode=primitive"), costs=costs)
     table = _cost_table(costs)
@@ -48,7 +50,7 @@ def _cost_table(path):
 
 
 def test_dma_time_does_not_include_issue_cost(run, amap):
-    """Requirement 2: a transfer streams bytes / bandwidth and lands a latency later, whatever
+    """A transfer streams bytes / bandwidth and lands a latency later, whatever
     the costs; its setup comes before (overlapping the transfer before it)."""
     timings = []
     for costs in (None, COSTS / "odd.toml", COSTS / "slow_issue.toml"):
@@ -70,7 +72,8 @@ def test_dma_time_does_not_include_issue_cost(run, amap):
 
 
 def test_primitive_issue_leaves_gemm_idle_while_composite_keeps_it_busy(run):
-    """Requirement 3: with dear primitives, small-tile primitive GEMM is CPU-bound."""
+    """With dear primitives, a small-tile primitive GEMM is bound by PE_CPU issuing, while
+    the composite keeps PE_GEMM busy."""
     params = ("M=64", "K=128", "N=256", "tile_k=16")  # one PE: all 256 columns
     prim = run("sharded_gemm", "one", (*params, "mode=primitive"),
                costs=COSTS / "slow_issue.toml")
@@ -94,7 +97,8 @@ def test_primitive_issue_leaves_gemm_idle_while_composite_keeps_it_busy(run):
 
 
 def test_a_kernel_of_tiny_primitives_is_cpu_bound_at_the_shipped_costs(run):
-    """ADR-0064 requirement 3, with topologies/costs/default.toml (4 ns a command)."""
+    """At the shipped costs (topologies/costs/default.toml: 4 ns a command), a kernel of
+    tiny primitives is bound by PE_CPU issuing them."""
     from kernbench_cli.report.run import bound, busiest
 
     result = run("tiny_ops", "one", timing_only=True)

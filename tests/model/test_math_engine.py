@@ -39,7 +39,7 @@ def test_a_chain_of_dependent_math_waits_for_each_result(run, amap):
     ("where", [("subtract", "add"), ("maximum", "cmp"), ("where", "cmp"), ("where", "cmp")]),
     ("where_scalar", [("subtract", "add"), ("maximum", "cmp"), ("where", "cmp")]),
 ])
-def test_new_math_ops_cost_their_op_class(run, op, passes):
+def test_each_math_op_costs_its_op_class(run, op, passes):
     """Each PE_MATH command holds the unit ceil(elements / lanes) x op_cycles[class] cycles at
     1 GHz (default cost table: 32 lanes; add, mul, cmp 1 cycle; div, exp, sqrt 4), and its
     result is ready latency[class] cycles later; a `where` of two tensors is two passes of the

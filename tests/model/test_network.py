@@ -158,10 +158,10 @@ def test_two_readers_of_one_hbm_slice_take_twice_as_long(amap):
 def test_no_resource_carries_more_than_its_bandwidth(amap):
     """A fast resource behind a slow one is held as long as the bytes flow through it.
 
-    0.1 held each resource for bytes / its own bandwidth (a fluid approximation):
-    PE 0's 102.4 GB/s slice was free again after 640 ns while 64 KiB still flowed out of it
-    over the 64 GB/s NoC for 1024 ns, and a second reader could start then: 102.4 + 64 GB/s
-    out of a 102.4 GB/s slice for 384 ns.
+    Held for bytes / its own bandwidth instead (a fluid approximation), PE 0's 102.4 GB/s
+    slice would be free again after 640 ns while 64 KiB still flowed out of it over the
+    64 GB/s NoC for 1024 ns, and a second reader could start then: 102.4 + 64 GB/s out of a
+    102.4 GB/s slice for 384 ns.
     """
     system = System(amap)
     net = system.network

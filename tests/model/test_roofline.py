@@ -1,4 +1,4 @@
-"""Roofline bounds for every run (issue 19, item 4): each resource class's work at its peak,
+"""Roofline bounds for every run: each resource class's work at its peak,
 against a formula, and never above the latency."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import json
 def test_tile_buffers_take_tcm_while_the_composite_runs(run):
     """Tensors and a composite's tile buffers share the TCM: the 1 MiB load issued while the
     composite runs waits until its buffers are free, and the TCM never holds more than it
-    has (0.1 ignored the buffers: 2,158,656 B of a 2 MiB TCM in use)."""
+    has (were the buffers left out, 2,158,656 B of the 2 MiB TCM would be in use)."""
     result = run("tcm_pressure", "default")
     records = [r for r in result.oplog if r[1] == 0]
     composite = next(r for r in records if r[3] == "composite")

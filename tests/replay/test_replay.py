@@ -37,7 +37,8 @@ def _same_accounting(a, b) -> None:
 
 @pytest.mark.parametrize(("kernel", "topology", "params"), CASES)
 def test_replay_gives_the_runs_accounting_exactly(run, kernel, topology, params):
-    """ADR-0064 test 5: the run and the replay of its trace charge the same costs."""
+    """The run and the replay of its trace charge the same costs: latency, commands,
+    stalls and every engine's busy time and ops."""
     original = run(kernel, topology, params)
     replayed = replay_trace(original.trace, load_address_map(test_topology(topology)), "t",
                             oplog=True)
@@ -49,7 +50,7 @@ def test_replay_gives_the_runs_accounting_exactly(run, kernel, topology, params)
 @pytest.mark.parametrize(("kernel", "topology", "params"), CASES)
 def test_the_op_log_order_does_not_move_any_time(run, kernel, topology, params):
     """A PE synchronises only at shared calendars unless an op log is asked for (then at
-    every DMA, as 0.1 did): the times are the same either way."""
+    every DMA): the times are the same either way."""
     _same_accounting(run(kernel, topology, params, oplog=True),
                      run(kernel, topology, params, oplog=False))
 
@@ -329,7 +330,7 @@ def test_a_replay_that_cannot_plan_a_composite_says_where(cli, tmp_path):
                    "tl.composite: no tile plan for a 64x64x32 GEMM fits the 0 B of free TCM\n")
 
 
-def test_replay_reads_only_the_trace(tmp_path):
+def test_a_trace_replays_with_its_kernel_file_gone(tmp_path):
     """A trace replays with the kernel file gone (no kernel code in a replay)."""
     kernel = tmp_path / "k.py"
     kernel.write_text((TESTS / "kernels" / "ping_pong.py").read_text())

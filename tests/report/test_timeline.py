@@ -197,7 +197,7 @@ def test_the_checker_catches_what_perfetto_misdraws():
     assert problems({"traceEvents": nested}) == []
 
 
-# ------------------------------------------------- what a big run's timeline keeps (issue 19)
+# --------------------------------------------------------- what a big run's timeline keeps
 
 def _drawn(trace):
     """{(track, name, start ns, end ns, pe)} of the X slices; pe: the PE a slice is of (its

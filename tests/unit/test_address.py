@@ -58,8 +58,9 @@ def test_design_doc_example_decodes_to_cube_3_hbm_offset_0x1234(amaps):
     assert d.text == "HBM rack=0 sip=0 cube=3 pe=0 offset=0x1234 (cube offset 0x1234)"
 
 
-def test_tcm_keeps_its_pre_adr31_encoding_and_unit_type(amap):
-    """ADR-0031 D4: same bits as ADR-0001's pe_tcm_addr, still unit_type PE."""
+def test_a_tcm_address_is_unit_type_pe_with_the_pe_and_offset_below(amap):
+    """A TCM address holds the cube, unit type PE, the PE and the offset, in the fields of
+    ADR-0001's pe_tcm_addr (kept by ADR-0031), and decodes back to them."""
     addr = amap.pe_tcm_addr(0, 0, 1, 5, 0x40)
     assert addr == (1 << 38) | (UnitType.PE << 34) | (5 << 30) | 0x40
     d = amap.decode(addr)

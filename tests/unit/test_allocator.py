@@ -1,3 +1,7 @@
+"""The allocators (`address.allocator`): pools that align and bump, clear errors when full
+or asked wrongly, each PE's pools in its own ranges, first fit in the TCM, and the slice
+allocator laid out as a pool per slice."""
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -24,7 +24,7 @@ BAD = Path(__file__).parents[1] / "bad_configs"
 def test_shipped_topologies_load_and_compile(name, pes, cubes):
     topo = load_topology(shipped(name))
     assert (topo.name, topo.num_pes, topo.num_cubes) == (name, pes, cubes)
-    assert topo.cost_table.issue.composite == 40_000  # ps, ADR-0064 Q1
+    assert topo.cost_table.issue.composite == 40_000  # ps: the shipped cost of issuing a composite
     assert topo.cost_table.issue.load == 4_000
     assert topo.cost_table.scheduler.plan == 0
     AddressMap.compile(topo)

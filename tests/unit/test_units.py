@@ -1,3 +1,6 @@
+"""Unit strings (`config.units`): sizes, times, frequencies and bandwidths parsed to exact
+integers, errors that say what was expected, and formatting that parses back."""
+
 import pytest
 
 from kernbench_cli.config import units

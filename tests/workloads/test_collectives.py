@@ -219,7 +219,7 @@ def test_the_run_reports_nccl_tests_bandwidths(run):
 ])
 def test_misuse_is_a_kernel_error_at_the_calling_line(cli, case, line, message):
     """Each bad argument fails at the call, at once (a count far beyond the buffer too: it
-    used to be cut into pieces until the watchdog stopped the kernel)."""
+    not cut into pieces until the watchdog stops the kernel)."""
     code, _, err = cli("run", "tests/kernels/coll_misuse.py", "-p", f"case={case}")
     assert code == 1
     pe = "pe=2" if case == "outside" else "pe=0"
