@@ -169,7 +169,7 @@ def test_a_composite_replayed_with_other_tcm_plans_as_a_run_there(run, tmp_path)
 
 def _trace_bytes(header: dict, columns: bytes = b"") -> bytes:
     head = json.dumps(header).encode()
-    return gzip.compress(MAGIC + len(head).to_bytes(8, "little") + head + columns)
+    return gzip.compress(MAGIC + len(head).to_bytes(8, "little") + head + columns, mtime=0)
 
 
 def _damaged(tmp_path, run, edit) -> Path:
@@ -186,8 +186,9 @@ def _damaged(tmp_path, run, edit) -> Path:
 
 @pytest.mark.parametrize(("content", "message"), [
     (b"plain text", "not a kernbench trace (Not a gzipped file (b'pl'))"),
-    (gzip.compress(b'{"format": "other"}'), "not a kernbench trace (no format 'kernbench-trace')"),
-    (gzip.compress(b'{"format": "kernbench-trace", "version": 1}'),
+    (gzip.compress(b'{"format": "other"}', mtime=0),
+     "not a kernbench trace (no format 'kernbench-trace')"),
+    (gzip.compress(b'{"format": "kernbench-trace", "version": 1}', mtime=0),
      "trace version 1 is not one this kernbench reads (4, 5, 6); record the run again"),
     (_trace_bytes({"format": "kernbench-trace", "version": 9}),
      "trace version 9 is not one this kernbench reads (4, 5, 6); record the run again"),
