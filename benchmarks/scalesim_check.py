@@ -11,7 +11,7 @@ compute cycles ("Total Cycles" minus "Stall Cycles") from COMPUTE_REPORT.csv,
 and prints them beside kernbench's `gemm_cycles` minus one: SCALE-Sim reports
 the index of the last cycle, kernbench the number of cycles. The function is
 copied below, so this script imports nothing of kernbench's and runs in
-SCALE-Sim's venv. tests/test_gemm.py keeps the table this printed.
+SCALE-Sim's venv. tests/model/test_gemm.py keeps the table this printed.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ def paused() -> Iterator[None]:
     """No collection inside; one collection of the young generation on the way out.
 
     For the timing pass, kernbench's own code, which makes no cyclic garbage
-    (``tests/test_collector.py`` checks it on a rack-shaped run): nothing the
+    (``tests/unit/test_garbage_collector.py`` checks it on a rack-shaped run): nothing the
     collector could find accumulates while it waits. With the collector off,
     every object the pass made is still in the young generation at the end,
     so the one young collection after it finds any cycle the pass left,

@@ -1,7 +1,13 @@
-"""Shared fixtures: shipped topologies compiled once, and a CLI runner."""
+"""Shared fixtures of every test directory: shipped topologies compiled once, the CLI in
+this process (`cli`) and the installed CLI in a subprocess (`kernbench`), a topology
+writer and a kernel runner; `TESTS` and `ROOT` name the test data and the repository."""
 
 from __future__ import annotations
 
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,6 +48,49 @@ def cli():
         return result.exit_code, result.stdout, result.stderr
 
     return run
+
+
+#: Seconds a subprocess may take before a test fails: a guard against a hang, never the
+#: thing a test checks (it holds under any load).
+HANG_GUARD_S = 300
+
+
+class InstalledCli:
+    """The installed `kernbench` in a subprocess (the console script beside this Python, else
+    ``python -m kernbench_cli``): for what only a real process shows (signals, pipes, closed
+    streams, a fresh interpreter). `run` waits for the end, `start` returns the process."""
+
+    def __init__(self) -> None:
+        exe = shutil.which("kernbench", path=str(Path(sys.executable).parent))
+        self.argv = [exe] if exe else [sys.executable, "-m", "kernbench_cli"]
+
+    @property
+    def shell(self) -> str:
+        """The command as a shell word, for `bash -c` lines."""
+        return shlex.join(self.argv)
+
+    def run(self, *args: str, timeout: float = HANG_GUARD_S,
+            **kwargs) -> subprocess.CompletedProcess:
+        """`kernbench ARGS…` to its end: stdout and stderr captured as text unless
+        `kwargs` (`subprocess.run`'s) say otherwise."""
+        if "stdout" not in kwargs and "stderr" not in kwargs:
+            kwargs["capture_output"] = True
+        kwargs.setdefault("text", True)
+        return subprocess.run([*self.argv, *args], timeout=timeout, **kwargs)
+
+    def start(self, *args: str, **kwargs) -> subprocess.Popen:
+        """`kernbench ARGS…` started: stdout and stderr are text pipes unless `kwargs`
+        (`subprocess.Popen`'s) say otherwise."""
+        kwargs.setdefault("stdout", subprocess.PIPE)
+        kwargs.setdefault("stderr", subprocess.PIPE)
+        kwargs.setdefault("text", True)
+        return subprocess.Popen([*self.argv, *args], **kwargs)
+
+
+@pytest.fixture(scope="session")
+def kernbench() -> InstalledCli:
+    """The installed CLI in a subprocess (see `InstalledCli`)."""
+    return InstalledCli()
 
 
 SYSTEM = """

@@ -34,7 +34,7 @@ def gemm_cycles(m: int, k: int, n: int, rows: int, cols: int, dataflow: str = "o
 
     This is the number of cycles; SCALE-Sim 3.0.0 reports one less (the index
     of the last cycle) for every shape tried, stall-free
-    (benchmarks/scalesim_check.py runs it; tests/test_gemm.py keeps its table).
+    (benchmarks/scalesim_check.py runs it; tests/model/test_gemm.py keeps its table).
     The tile planner of composites and the engine use this one function.
     """
     if dataflow == "os":

@@ -1,0 +1,418 @@
+"""The Python API (`import kernbench_cli as kb`) is the CLI's own: the same JSON, the same
+errors, typed sweep axes, pandas only when asked for, and an import that stays light."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kernbench_cli as kb
+from kernbench_cli import errors
+from kernbench_cli.sim.kernels import shipped_kernels
+from tests.conftest import TESTS, test_topology
+
+ONE, PAIR = test_topology("one"), test_topology("pair")
+#: Small problems for the shipped kernels (as the CLI tests run them); a kernel not named
+#: here runs its defaults on the default topology.
+SMALL = {
+    "sharded_gemm": ("default", {"M": 16, "K": 64, "N": 512}),
+    "gqa_attention": ("default", {"seq_len": 1024}),
+    "softmax": ("default", {"rows": 64, "cols": 128}),
+    "rmsnorm": ("default", {"rows": 64, "cols": 256}),
+}
+
+
+def cli_json(cli, *args: str) -> dict:
+    code, out, err = cli(*args, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def cli_error(cli, *args: str) -> tuple[int, list[str]]:
+    """The exit code and the messages after ``error: `` of a failing command."""
+    code, _, err = cli(*args)
+    assert code != 0
+    return code, [line.removeprefix("error: ") for line in err.splitlines()
+                  if line.startswith("error: ")]
+
+
+# ------------------------------------------------------------------ run = run --json
+
+@pytest.mark.parametrize("kernel", shipped_kernels())
+def test_run_to_dict_is_run_json(cli, kernel):
+    """Every shipped kernel, with values and verification. `run --json` carries no
+    wall-clock field (equal inputs give equal JSON), so the whole object is compared."""
+    topology, params = SMALL.get(kernel, ("default", {}))
+    result = kb.run(kernel, topology=topology, params=params)
+    items = [a for name, value in params.items() for a in ("-p", f"{name}={value}")]
+    assert result.to_dict() == cli_json(cli, "run", kernel, "-t", topology, *items)
+    assert result.verified is True and result.latency_ps == result.to_dict()["latency_ps"]
+
+
+def test_set_and_params_mappings_are_the_cli_items(cli):
+    """``set=`` values as numbers or unit strings, ``params=`` typed: the same run, the same
+    overrides and digests, as the CLI's --set and -p strings; per-PE rows and races too."""
+    sets = {"pe.gemm.rows": 8, "hbm.bandwidth": "204.8GB/s", "pe.dma.setup_overlap": False,
+            "costs.issue.composite": "80ns"}
+    result = kb.run("sharded_gemm", topology=ONE, params={"M": 16, "K": 64, "N": 64},
+                    set=sets, timing_only=True, per_pe=True, races=True)
+    expected = cli_json(cli, "run", "sharded_gemm", "-t", ONE, "-p", "M=16", "-p", "K=64",
+                        "-p", "N=64", "--set", "pe.gemm.rows=8", "--set",
+                        "hbm.bandwidth=204.8GB/s", "--set", "pe.dma.setup_overlap=false",
+                        "--set", "costs.issue.composite=80ns", "--timing-only", "--per-pe",
+                        "--races")
+    assert result.to_dict() == expected
+    assert result.overrides == ("pe.gemm.rows=8", "hbm.bandwidth=204.8GB/s",
+                                "pe.dma.setup_overlap=false", "costs.issue.composite=80ns")
+    assert result.per_pe[0]["pe"] == expected["per_pe"][0]["pe"] and result.races == ()
+
+
+def test_result_fields_are_typed_and_frozen():
+    result = kb.run("gqa_attention", params={"seq_len": 1024}, timing_only=True)
+    data = result.to_dict()
+    gemm = result.engines["gemm"]
+    assert isinstance(gemm, kb.Engine) and gemm.busy_ps == data["engines"]["gemm"]["busy_ps"]
+    assert gemm.busy_ns == data["engines"]["gemm"]["busy_ns"]
+    assert result.latency_ns == data["latency_ns"] and result.verified is None
+    assert result.bound.engine == data["bound"]["engine"]
+    assert dict(result.critical_path.by_engine) == data["critical_path"]["by_engine"]
+    assert sum(result.critical_path.by_cause.values()) == result.latency_ps
+    assert [c.name for c in result.checks if c.kind == "invariant"] == [
+        c["name"] for c in data["checks"]]
+    assert dict(result.bounds_ps) == data["bounds_ps"] and "memory" in result.bounds_ps
+    assert result.tcm_high_water.bytes == data["tcm_high_water"]["bytes"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.latency_ps = 0
+    with pytest.raises(TypeError):
+        result.engines["gemm"] = gemm
+    data["latency_ps"] = 0  # a copy: the result keeps its own
+    assert result.to_dict()["latency_ps"] == result.latency_ps != 0
+    assert kb.Result.from_dict(result.to_dict()) == result
+
+
+def test_a_loaded_kernel_and_topology_run_as_names_do():
+    module, topology = kb.load_kernel("softmax"), kb.load_topology(ONE, set={"pe.math.lanes": 8})
+    by_name = kb.run("softmax", topology=ONE, set={"pe.math.lanes": 8}, params={"rows": 8})
+    assert kb.run(module, topology, params={"rows": 8}).to_dict() == by_name.to_dict()
+    assert topology.num_pes == 1 and topology.pe.math.lanes == 8
+    with pytest.raises(errors.KernbenchError, match="go to load_topology"):
+        kb.run(module, topology, set={"pe.math.lanes": 16})
+
+
+# ------------------------------------------------------------------ replay, compare
+
+def test_replay_is_replay_json(cli, tmp_path):
+    trace = tmp_path / "run.trace"
+    assert cli("run", "softmax", "--timing-only", "--record", str(trace), "-p", "rows=64")[0] == 0
+    expected = cli_json(cli, "replay", str(trace), "--set", "hbm.bandwidth=204.8GB/s")
+    replayed = kb.replay(trace, set={"hbm.bandwidth": "204.8GB/s"})
+    assert replayed.to_dict() == expected and replayed.kernel == "softmax (replay)"
+    ran = kb.run("softmax", params={"rows": 64}, timing_only=True)
+    in_memory = kb.replay(ran, set={"hbm.bandwidth": "204.8GB/s"})  # no file needed
+    assert in_memory.to_dict() == expected
+    assert kb.replay(ran).latency_ps == ran.latency_ps  # a replay gives the run's time
+    with pytest.raises(errors.KernbenchError, match="holds no recording"):
+        kb.replay(in_memory)
+
+
+def test_compare_is_compare_json(cli, tmp_path):
+    runs = []
+    for n, bandwidth in enumerate(("409.6GB/s", "102.4GB/s")):
+        result = kb.run("softmax", params={"rows": 64}, set={"hbm.bandwidth": bandwidth},
+                        timing_only=True)
+        (tmp_path / f"{n}.json").write_text(json.dumps(result.to_dict()))
+        runs.append(result)
+    expected = cli_json(cli, "compare", str(tmp_path / "0.json"), str(tmp_path / "1.json"))
+    assert kb.compare(*runs, labels=["0.json", "1.json"]).to_dict() == expected
+    assert kb.compare(tmp_path / "0.json", runs[1].to_dict()).to_dict()["metrics"] == \
+        expected["metrics"]
+    comparison = kb.compare(*runs)
+    assert comparison.runs == ("#0 hbm.bandwidth=409.6GB/s", "#1 hbm.bandwidth=102.4GB/s")
+    assert comparison.delta_pct["latency_ps"][0] == 0.0
+    rows = comparison.table()
+    assert {"metric": "latency_ps", "run": comparison.runs[1],
+            "value": runs[1].latency_ps,
+            "delta_pct": comparison.delta_pct["latency_ps"][1]} in rows
+
+
+# ------------------------------------------------------------------ sweeps
+
+SWEEP_SETS = {"pe.gemm.cols": [16, 32], "pe.dma.setup_overlap": [True, False],
+              "hbm.bandwidth": ["409.6GB/s", "204.8GB/s"]}
+SWEEP_CLI = ("--set", "pe.gemm.cols=16,32", "--set", "pe.dma.setup_overlap=true,false",
+             "--set", "hbm.bandwidth=409.6GB/s,204.8GB/s", "-p", "eps=1e-06,1e-05",
+             "-p", "rows=8", "-p", "cols=64")
+
+
+def test_sweep_axes_keep_their_toml_types(cli):
+    swept = kb.sweep("rmsnorm", topology=ONE, set=SWEEP_SETS,
+                     params={"eps": [1e-6, 1e-5], "rows": 8, "cols": 64}, zip=True, jobs=2)
+    assert [dict(p.axes) for p in swept.points] == [
+        {"pe.gemm.cols": 16, "pe.dma.setup_overlap": True, "hbm.bandwidth": "409.6GB/s",
+         "eps": 1e-6, "rows": 8, "cols": 64},
+        {"pe.gemm.cols": 32, "pe.dma.setup_overlap": False, "hbm.bandwidth": "204.8GB/s",
+         "eps": 1e-5, "rows": 8, "cols": 64}]
+    assert type(swept.points[0].axes["pe.gemm.cols"]) is int
+    assert type(swept.points[0].axes["eps"]) is float
+    assert swept.to_dicts() == json.loads(cli("sweep", "rmsnorm", "-t", ONE, "--zip",
+                                              "--jobs", "2", *SWEEP_CLI, "--json")[1])
+    point = swept.points[1]
+    assert point.error is None and point.result.params["eps"] == 1e-5
+    assert point.result.overrides == ("pe.gemm.cols=32", "pe.dma.setup_overlap=false",
+                                      "hbm.bandwidth=204.8GB/s")
+    row = swept.table()[1]
+    assert row["pe.gemm.cols"] == 32 and row["latency_ps"] == point.result.latency_ps
+    assert row["verified"] is True and row["error"] is None
+    swept.check()  # nothing failed
+
+
+def test_sweep_from_cli_items_types_the_same(tmp_path):
+    out = tmp_path / "rows.csv"
+    swept = kb.sweep(TESTS / "kernels" / "load_dot.py", topology=ONE,
+                     set=["costs.issue.load=4ns,10ns", "pe.gemm.rows=8"], timing_only=True,
+                     jobs=1, out=out)
+    assert [p.axes["pe.gemm.rows"] for p in swept.points] == [8, 8]
+    assert [p.replayed for p in swept.points] == [True, True]  # cost-only: recorded once
+    again = kb.sweep(TESTS / "kernels" / "load_dot.py", topology=ONE,
+                     set={"costs.issue.load": ["4ns", "10ns"], "pe.gemm.rows": 8},
+                     timing_only=True, out=out, resume=True)
+    assert again.points[0].result is None  # a .csv keeps the summary columns only
+    assert [r["latency_ps"] for r in again.table()] == [r["latency_ps"] for r in swept.table()]
+    assert [dict(p.axes) for p in again.points] == [dict(p.axes) for p in swept.points]
+
+
+def test_a_failed_point_is_a_point_and_check_raises_the_clis_error(cli):
+    swept = kb.sweep("softmax", topology=ONE, set={"pe.gemm.rows": [8, -1]},
+                     params={"rows": 8}, timing_only=True, jobs=2)
+    assert swept.points[0].error is None and swept.points[1].result is None
+    assert "pe.gemm.rows" in swept.points[1].error
+    code, lines = cli_error(cli, "sweep", "softmax", "-t", ONE, "--set", "pe.gemm.rows=8,-1",
+                            "-p", "rows=8", "--timing-only", "--jobs", "2")
+    with pytest.raises(errors.SweepError) as raised:
+        swept.check()
+    assert (raised.value.exit_code, raised.value.lines()) == (code, lines)
+
+
+# ------------------------------------------------------------------ errors
+
+KERNEL_FAILS = """\
+import numpy as np
+PARAMS = {}
+def setup(host, p):
+    return {}
+def kernel(tl):
+    tl.cycles(1)
+def reference(host, p):
+    return {"out": np.ones(4, np.float32)}
+def outputs(host, args, p):
+    return {"out": np.zeros(4, np.float32)}
+"""
+
+
+def _api_call(case: str, tmp_path: Path):
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(KERNEL_FAILS)
+    return {
+        "unknown kernel": (lambda: kb.run("nope"), ("run", "nope")),
+        "unknown parameter": (lambda: kb.run("softmax", params={"colz": 4}),
+                              ("run", "softmax", "-p", "colz=4")),
+        "bad parameter": (lambda: kb.run("softmax", params={"rows": "many"}),
+                          ("run", "softmax", "-p", "rows=many")),
+        "bad --set key": (lambda: kb.run("softmax", set={"hbm.bandwith": "204.8GB/s"}),
+                          ("run", "softmax", "--set", "hbm.bandwith=204.8GB/s")),
+        "bad --set value": (lambda: kb.run("softmax", set={"pe.gemm.rows": "many"}),
+                            ("run", "softmax", "--set", "pe.gemm.rows=many")),
+        "unknown topology": (lambda: kb.run("softmax", topology="nope"),
+                             ("run", "softmax", "-t", "nope")),
+        "kernel raises": (lambda: kb.run(TESTS / "kernels" / "raises.py", topology=PAIR),
+                          ("run", str(TESTS / "kernels" / "raises.py"), "-t", PAIR)),
+        "verification": (lambda: kb.run(wrong, topology=ONE), ("run", str(wrong), "-t", ONE)),
+        "no trace": (lambda: kb.replay(tmp_path / "none.trace"),
+                     ("replay", str(tmp_path / "none.trace"))),
+        "sweep axes": (lambda: kb.sweep("softmax", set=["pe.gemm.rows=4,,8"]),
+                       ("sweep", "softmax", "--set", "pe.gemm.rows=4,,8")),
+        "one run": (lambda: kb.compare(tmp_path / "none.json"),
+                    ("compare", str(tmp_path / "none.json"))),
+    }[case]
+
+
+@pytest.mark.parametrize("case", ["unknown kernel", "unknown parameter", "bad parameter",
+                                  "bad --set key", "bad --set value", "unknown topology",
+                                  "kernel raises", "verification", "no trace", "sweep axes",
+                                  "one run"])
+def test_errors_are_the_clis(cli, tmp_path, case):
+    """The exception class the CLI turns into its message and exit code, with the very
+    lines it prints after ``error: ``."""
+    call, args = _api_call(case, tmp_path)
+    code, lines = cli_error(cli, *args)
+    with pytest.raises(errors.KernbenchError) as raised:
+        call()
+    assert raised.value.lines() == lines
+    assert raised.value.exit_code == code
+    expected = {"unknown kernel": errors.ParamError, "bad --set key": errors.ConfigError,
+                "kernel raises": errors.KernelError,
+                "verification": errors.VerificationError}.get(case)
+    if expected is not None:
+        assert type(raised.value) is expected
+
+
+def test_a_failed_verification_keeps_its_result(tmp_path):
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(KERNEL_FAILS)
+    with pytest.raises(errors.VerificationError) as raised:
+        kb.run(wrong, topology=ONE)
+    assert raised.value.result.verified is False
+    unchecked = kb.run(wrong, topology=ONE, check=False)
+    assert unchecked.checks[0].max_abs_err == 1.0 and not unchecked.checks[0].passed
+
+
+def test_api_only_arguments_are_checked():
+    with pytest.raises(errors.ParamError, match="seed=-1"):
+        kb.run("softmax", seed=-1)
+    with pytest.raises(errors.ParamError, match="parameter rows"):
+        kb.run("softmax", params={"rows": [1, 2]})
+    with pytest.raises(errors.ConfigError, match="not a TOML value"):
+        kb.run("softmax", set={"pe.gemm.rows": object()})
+    with pytest.raises(errors.KernbenchError, match=r"--kernel-timeout 0\.0001"):
+        kb.run("softmax", kernel_timeout=0.0001)
+
+
+WRONG_TYPES = [  # (call, exception, message): every public function checks its arguments
+    (lambda r: kb.run(None), errors.ArgumentError,
+     "kernel=None: expected a kernel name or .py path, got NoneType"),
+    (lambda r: kb.run("softmax", 5), errors.ArgumentError,
+     "topology=5: expected a topology name, a TOML path or a kb.load_topology Topology, got int"),
+    (lambda r: kb.run("softmax", costs=5), errors.ArgumentError,
+     "costs=5: expected a path (a str or pathlib.Path), got int"),
+    (lambda r: kb.run("softmax", costs=[1]), errors.ArgumentError,
+     "costs=[1]: expected a path (a str or pathlib.Path), got list"),
+    (lambda r: kb.run("softmax", timing_only="yes"), errors.ArgumentError,
+     "timing_only='yes': expected True or False, got str"),
+    (lambda r: kb.run("softmax", kernel_timeout="1"), errors.ArgumentError,
+     "kernel_timeout='1': expected a number, got str"),
+    (lambda r: kb.run("softmax", watch=5), errors.ArgumentError,
+     "watch=5: expected a kernbench_cli.sim.watch.Watch (or None), got int"),
+    (lambda r: kb.replay(5), errors.ArgumentError,
+     "trace=5: expected a trace file, a kb.load_trace trace or a Result of kb.run, got int"),
+    (lambda r: kb.replay(b"t.trace"), errors.ArgumentError,
+     "trace=b't.trace': expected a trace file, a kb.load_trace trace or a Result of kb.run, "
+     "got bytes"),
+    (lambda r: kb.replay(r, costs=5), errors.ArgumentError,
+     "costs=5: expected a path (a str or pathlib.Path), got int"),
+    (lambda r: kb.replay(r, per_pe="x"), errors.ArgumentError,
+     "per_pe='x': expected True or False, got str"),
+    (lambda r: kb.load_trace(5), errors.ArgumentError,
+     "path=5: expected a path (a str or pathlib.Path), got int"),
+    (lambda r: kb.load_trace(None), errors.ArgumentError,
+     "path=None: expected a path (a str or pathlib.Path), got NoneType"),
+    (lambda r: kb.load_topology(5), errors.ArgumentError,
+     "topology=5: expected a topology name or TOML path (or None), got int"),
+    (lambda r: kb.load_topology(trace=5), errors.ArgumentError,
+     "trace=5: expected a trace file, a kb.load_trace trace or a Result of kb.run, got int"),
+    (lambda r: kb.load_kernel(3.5), errors.ArgumentError,
+     "kernel=3.5: expected a kernel name or .py path, got float"),
+    (lambda r: kb.sensitivity(5), errors.ArgumentError,
+     "result=5: expected a Result of kb.run or kb.replay, got int"),
+    (lambda r: kb.sensitivity(r, keys="hbm.bandwidth"), errors.ArgumentError,
+     "keys='hbm.bandwidth': expected None or a tuple of keys, such as ('hbm.bandwidth',), got "
+     "str"),
+    (lambda r: kb.sensitivity(r, keys=5), errors.ArgumentError,
+     "keys=5: expected None or a tuple of keys, such as ('hbm.bandwidth',), got int"),
+    (lambda r: kb.Result.from_dict(5), errors.ArgumentError,
+     "Result.from_dict: data=5: expected a `run --json` object (a dict), got int"),
+    (lambda r: kb.Result.from_dict({}), errors.ArgumentError,
+     "Result.from_dict: no key kernel: not a `run --json` object"),
+    (lambda r: kb.Result.from_dict({**r.to_dict(), "latency_ps": "9"}), errors.ArgumentError,
+     "Result.from_dict: latency_ps: expected int, got '9'"),
+    (lambda r: kb.Result.from_dict({**r.to_dict(), "engines": {"gemm": {}}}),
+     errors.ArgumentError,
+     "Result.from_dict: no key engines['gemm'].instances: not a `run --json` object"),
+    (lambda r: kb.Result.from_dict({**r.to_dict(), "checks": [{"kind": 1}]}),
+     errors.ArgumentError, "Result.from_dict: checks[0].kind: expected str, got 1"),
+    (lambda r: kb.Result.from_dict({**r.to_dict(), "seed": object()}), errors.ArgumentError,
+     "Result.from_dict: not JSON data (Object of type object is not JSON serializable)"),
+    (lambda r: kb.sweep(5), errors.ArgumentError,
+     "kernel=5: expected a kernel name or .py path, got int"),
+    (lambda r: kb.sweep("softmax", out=5), errors.ArgumentError,
+     "out=5: expected a path (a str or pathlib.Path), got int"),
+    (lambda r: kb.sweep("softmax", on_row=5), errors.ArgumentError,
+     "on_row=5: expected a function (or None), got int"),
+    (lambda r: kb.sweep("softmax", pair=5), errors.ArgumentError,
+     "pair=5: expected a list of axis groups, each 'KEY,KEY' or a list of keys, got int"),
+    (lambda r: kb.sweep("softmax", dask=8786), errors.ArgumentError,
+     "dask=8786: expected a scheduler address such as tcp://HOST:8786 (or None), got int"),
+    (lambda r: kb.compare(r, r, labels=5), errors.ArgumentError,
+     "labels=5: expected None or a list of labels (strings), got int"),
+    (lambda r: kb.compare(r, {"latency_ps": object()}), errors.ArgumentError,
+     "run 1: not JSON data (Object of type object is not JSON serializable)"),
+]
+
+
+@pytest.fixture(scope="module")
+def small_result():
+    return kb.run("softmax", topology=ONE, params={"rows": 8}, timing_only=True)
+
+
+@pytest.mark.parametrize(("call", "raised", "message"), WRONG_TYPES,
+                         ids=[m[:40] for _, _, m in WRONG_TYPES])
+def test_a_wrong_typed_argument_is_the_documented_error_in_one_line(small_result, call, raised,
+                                                                   message):
+    """Not a TypeError, AttributeError or KeyError from deep inside: the `KernbenchError`
+    subclass docs/api.md names, its message naming the argument, the value and what it
+    takes; exit code 2, as a bad option."""
+    with pytest.raises(errors.KernbenchError) as caught:
+        call(small_result)
+    assert type(caught.value) is raised
+    assert caught.value.lines() == [message]
+    assert caught.value.exit_code == 2
+
+
+# ------------------------------------------------------------------ pandas, imports
+
+def test_to_pandas_without_pandas_says_how_to_get_it(monkeypatch):
+    result = kb.Result.from_dict(kb.run("softmax", topology=ONE, params={"rows": 8},
+                                        timing_only=True).to_dict())
+    monkeypatch.setitem(sys.modules, "pandas", None)  # as if not installed
+    for call in (result.to_pandas, kb.compare(result, result).to_pandas):
+        with pytest.raises(ImportError, match="pip install pandas") as raised:
+            call()
+        assert isinstance(raised.value, kb.PandasMissing | errors.KernbenchError)
+    tables = result.tables()  # the records need no pandas
+    assert [row["engine"] for row in tables["engines"]] == list(result.engines)
+    assert tables["summary"][0]["latency_ps"] == result.latency_ps
+
+
+def test_to_pandas_gives_data_frames():
+    pd = pytest.importorskip("pandas")
+    result = kb.run("softmax", topology=ONE, params={"rows": 8}, timing_only=True)
+    frames = result.to_pandas()
+    assert isinstance(frames["engines"], pd.DataFrame)
+    assert list(frames["engines"]["engine"]) == list(result.engines)
+    assert frames["summary"]["latency_ps"][0] == result.latency_ps
+    swept = kb.sweep("softmax", topology=ONE, set={"pe.gemm.cols": [16, 32]},
+                     params={"rows": 8}, timing_only=True, jobs=2)
+    table = swept.to_pandas()
+    assert str(table["pe.gemm.cols"].dtype) == "int64" and list(table.index) == [0, 1]
+
+
+def test_import_is_light_and_names_are_lazy():
+    probe = (
+        "import sys\n"
+        "import kernbench_cli as kb\n"
+        "heavy = {'numpy', 'simpy', 'greenlet', 'ml_dtypes', 'rich', 'pandas', 'typer'}\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & heavy))\n"
+        "kb.Result, kb.SweepResult, kb.Comparison\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & heavy))\n"
+        "import kernbench_cli.explore.sweep\n"
+        "print(callable(kb.sweep) and kb.sweep.__module__, 'run' in dir(kb))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert out == ["[]", "[]", "kernbench_cli.api.sweeps True"]
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        kb.nope  # noqa: B018

@@ -1,0 +1,197 @@
+"""Outputs never replace anything but a regular file they may overwrite, and never an
+input of the same command; a closed or full stdout or stderr is handled."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+KERNEL = Path(__file__).parents[1] / "kernels" / "load_dot.py"
+OUTPUTS = ("--record", "--oplog", "--chrome-trace", "--critical-path")
+
+
+def _special(tmp_path: Path, kind: str) -> Path:
+    path = tmp_path / kind
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        sock.close()
+    else:  # a character device like /dev/null, made here (needs root)
+        try:
+            os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("making a device node needs root")
+    return path
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "device"])
+@pytest.mark.parametrize("option", OUTPUTS)
+def test_an_output_to_a_special_file_is_refused_and_leaves_it(cli, tmp_path, kind, option):
+    path = _special(tmp_path, kind)
+    before = path.lstat()
+    code, _, err = cli("run", str(KERNEL), "--timing-only", option, str(path))
+    assert (code, err) == (2, f"error: {option} {path}: is not a regular file (a device, "
+                              "FIFO or socket); outputs go to regular files only\n")
+    after = path.lstat()
+    assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
+
+
+def test_an_output_through_a_symlink_writes_its_target(cli, tmp_path):
+    target, link = tmp_path / "real.trace", tmp_path / "link.trace"
+    link.symlink_to(target.name)
+    code, _, _ = cli("run", str(KERNEL), "--timing-only", "--record", str(link))
+    assert code == 0
+    assert link.is_symlink() and target.is_file() and target.stat().st_size > 0
+    assert cli("replay", str(link))[0] == 0
+
+
+def test_an_output_over_an_input_is_refused_before_the_run(cli, tmp_path):
+    kernel = tmp_path / "k.py"
+    shutil.copy(KERNEL, kernel)
+    text = kernel.read_bytes()
+    code, _, err = cli("run", str(kernel), "--timing-only", "--critical-path", str(kernel))
+    assert (code, err) == (2, f"error: --critical-path {kernel}: is an input of this "
+                              "command; write the output elsewhere\n")
+    assert kernel.read_bytes() == text
+    topo = tmp_path / "t.toml"
+    shutil.copy(Path(__file__).parents[1] / "topologies" / "pair.toml", topo)
+    code, _, err = cli("run", str(KERNEL), "-t", str(topo), "--timing-only", "--oplog",
+                       str(topo))
+    assert (code, err) == (2, f"error: --oplog {topo}: is an input of this command; write "
+                              "the output elsewhere\n")
+
+
+def test_two_outputs_to_one_file_are_refused_before_the_run(cli, tmp_path):
+    out = tmp_path / "x"
+    code, _, err = cli("run", str(KERNEL), "--timing-only", "--record", str(out), "--oplog",
+                       str(out))
+    assert (code, err) == (2, f"error: --oplog {out}: --record goes there too; give each "
+                              "output its own file\n")
+    assert not out.exists()
+
+
+def test_an_output_name_near_the_length_limit_works(cli, tmp_path):
+    out = tmp_path / ("t" * 240 + ".jsonl")  # 246 bytes of the 255 a name may have
+    code, _, _ = cli("run", str(KERNEL), "--timing-only", "--critical-path", str(out))
+    assert code == 0 and out.is_file()
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary left
+
+
+def test_a_sweep_out_to_a_fifo_is_refused_without_waiting(cli, tmp_path):
+    fifo = tmp_path / "r.jsonl"
+    os.mkfifo(fifo)
+    code, _, err = cli("sweep", str(KERNEL), "--timing-only", "--set", "pe.gemm.rows=4,8",
+                       "--out", str(fifo))
+    assert (code, err) == (2, f"error: --out {fifo}: is not a regular file (a device, FIFO "
+                              "or socket); outputs go to regular files only\n")
+
+
+def test_resume_never_changes_a_file_it_refuses(cli, tmp_path):
+    foreign = tmp_path / "r.jsonl"
+    foreign.write_text('{"foo": 1}\n{"torn')
+    code, _, err = cli("sweep", str(KERNEL), "--timing-only", "--set", "pe.gemm.rows=4,8",
+                       "--out", str(foreign), "--resume")
+    assert (code, err) == (2, f"error: {foreign}: not a sweep results file of these axes; "
+                              "--resume needs one\n")
+    assert foreign.read_text() == '{"foo": 1}\n{"torn'
+    code, _, err = cli("sweep", str(KERNEL), "--timing-only", "--set", "pe.gemm.rows=4,8",
+                       "--out", str(KERNEL))
+    assert (code, err) == (2, f"error: --out {str(KERNEL)!r}: the results file must end in "
+                              ".jsonl or .csv\n")
+
+
+# ---------------------------------------------------------------- stdout that cannot take it
+
+@pytest.mark.parametrize("args", [["decode", "0x0"], ["--version"], ["--help"],
+                                  ["run", str(KERNEL), "--timing-only"]])
+def test_a_closed_stdout_is_exit_141_and_quiet(kernbench, args):
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before kernbench writes a byte
+    try:
+        proc = kernbench.run(*args, stdout=write, stderr=subprocess.PIPE)
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (141, "")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["decode", "0x0"], ["--version"],
+                                  ["run", str(KERNEL), "--timing-only"]])
+def test_a_full_stdout_is_a_one_line_error(kernbench, args):
+    with open("/dev/full", "w") as full:
+        proc = kernbench.run(*args, stdout=full, stderr=subprocess.PIPE)
+    assert (proc.returncode, proc.stderr) == (
+        1, "error: cannot write to stdout: No space left on device\n")
+
+
+def test_library_calls_are_not_held_to_one_command(cli, run, tmp_path):
+    """The checks are a CLI command's: after one, Python code may write where it wrote."""
+    from kernbench_cli.sim.trace_file import write_trace
+
+    trace = tmp_path / "t.trace"
+    assert cli("run", str(KERNEL), "--timing-only", "--record", str(trace))[0] == 0
+    result = run("load_dot", "one", timing_only=True)
+    write_trace(trace, result.trace)
+    write_trace(trace, result.trace)
+
+
+# ---------------------------------------------------------------- closed streams, odd names
+
+@pytest.mark.parametrize(("args", "code"), [
+    (["run", str(KERNEL), "--timing-only", "--progress"], 0),
+    (["sweep", str(KERNEL), "--timing-only", "--no-replay", "-j", "2", "--set",
+      "pe.gemm.rows=4,8", "--format", "csv"], 0),
+    (["run", str(KERNEL), "--set", "hbm.bandwidth=fast"], 2)])
+def test_a_closed_stderr_changes_nothing_but_what_is_seen(tmp_path, kernbench, args, code):
+    """Progress, a sweep's workers and error lines with stderr closed: the exit code and
+    stdout are as ever (stderr is /dev/null), and no output file took descriptor 2."""
+    proc = kernbench.run(*args, cwd=tmp_path, stdout=subprocess.PIPE,
+                         preexec_fn=lambda: os.close(2))  # started as with `2>&-`
+    got, out = proc.returncode, proc.stdout
+    assert got == code
+    assert ("latency" in out or "point," in out) if code == 0 else out == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_name_that_is_not_utf8_is_written(cli, tmp_path):
+    """A file name with a Latin-1 byte (from a shell) is a name like any other."""
+    name = os.fsdecode(b"caf\xe9.trace")
+    code, _, err = cli("run", str(KERNEL), "--timing-only", "--record", str(tmp_path / name))
+    assert (code, err) == (0, "")
+    assert os.listdir(os.fsencode(tmp_path)) == [b"caf\xe9.trace"]
+
+
+def test_a_later_write_removes_stale_temporaries_of_its_own_output_only(cli, tmp_path):
+    """A SIGKILL mid-write leaves `.NAME.XXXXXXXX.tmp`: the next write of NAME removes it,
+    but not one a live writer holds (locked), one of another name or pattern, nor a
+    symlink."""
+    import fcntl
+
+    out = tmp_path / "r.trace"
+    stale = tmp_path / ".r.trace.k1ll3d_x.tmp"
+    held = tmp_path / ".r.trace.wr1t1ng_.tmp"
+    kept = [tmp_path / ".r.trace.abcd12345.tmp", tmp_path / ".other.trace.abcd1234.tmp",
+            tmp_path / "r.trace.abcd1234.tmp", held]
+    for path in (stale, *kept):
+        path.write_text("half a trace")
+    link = tmp_path / ".r.trace.l1nk3d__.tmp"
+    link.symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere").write_text("not a temporary")
+    fd = os.open(held, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another open file: as another process's lock
+    try:
+        code, _, err = cli("run", str(KERNEL), "--timing-only", "--record", str(out))
+    finally:
+        os.close(fd)
+    assert (code, err) == (0, "")
+    assert not stale.exists()
+    assert all(path.read_text() == "half a trace" for path in kept)
+    assert link.is_symlink() and (tmp_path / "elsewhere").read_text() == "not a temporary"

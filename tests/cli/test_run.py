@@ -1,0 +1,240 @@
+"""`kernbench run`: results, output formats and every bad-input path."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import test_topology
+
+KERNELS = Path(__file__).parents[1] / "kernels"
+SMALL = ("-p", "M=32", "-p", "K=128", "-p", "N=512")
+
+
+@pytest.mark.parametrize("mode", ["composite", "primitive"])
+def test_sharded_gemm_verifies_on_the_default_topology(cli, mode):
+    code, out, err = cli("run", "sharded_gemm", "-p", f"mode={mode}")
+    assert (code, err) == (0, "")
+    assert "PASS out: max |err|" in out
+    assert re.search(r"topology       default #[0-9a-f]{8}: 16 PEs; costs default #[0-9a-f]{8}",
+                     out)
+
+
+def test_composite_keeps_gemm_busier_than_primitive(cli):
+    util = {}
+    for mode in ("composite", "primitive"):
+        _, out, _ = cli("run", "sharded_gemm", "-p", f"mode={mode}", "--json")
+        util[mode] = json.loads(out)["engines"]["gemm"]["utilization"]
+    assert util["composite"] > 0.9 and util["composite"] > util["primitive"] + 0.1, util
+
+
+def test_json_is_one_object_with_the_documented_keys(cli):
+    code, out, _ = cli("run", "sharded_gemm", *SMALL, "--json")
+    assert code == 0
+    result = json.loads(out)
+    for key in ("schema_version", "kernel", "topology", "params", "latency_ns", "verified",
+                "max_abs_err", "engines", "commands"):
+        assert key in result, key
+    assert set(result["engines"]) == {"cpu", "scheduler", "dma", "gemm", "math", "hbm"}
+    for stats in result["engines"].values():
+        assert {"busy_ns", "idle_ns", "utilization", "ops"} <= set(stats)
+    assert result["verified"] is True
+    assert result["params"] == {"K": 128, "M": 32, "N": 512, "dtype": "f16", "mode": "composite",
+                                "tile_k": 64, "tile_m": 16, "tile_n": 16}
+    assert isinstance(result["latency_ps"], int)
+    assert result["latency_ns"] == result["latency_ps"] / 1000
+
+
+def test_json_is_byte_identical_across_runs(cli):
+    assert cli("run", "sharded_gemm", *SMALL, "--json")[1] == \
+        cli("run", "sharded_gemm", *SMALL, "--json")[1]
+
+
+def test_per_pe_table_and_json(cli):
+    code, out, _ = cli("run", "sharded_gemm", *SMALL, "--per-pe")
+    assert code == 0 and "Per PE: busy time" in out and "0.0.1.7" in out
+    per_pe = json.loads(cli("run", "sharded_gemm", *SMALL, "--per-pe", "--json")[1])["per_pe"]
+    assert len(per_pe) == 16 and per_pe[15]["pe"] == "rack=0 sip=0 cube=1 pe=7"
+
+
+def test_save_writes_inputs_and_outputs(cli, tmp_path):
+    path = tmp_path / "run.npz"
+    code, _, _ = cli("run", "sharded_gemm", *SMALL, "--save", str(path), "--seed", "3")
+    assert code == 0
+    data = np.load(path)
+    assert sorted(data.files) == ["a", "b", "out"]
+    np.testing.assert_allclose(data["out"].astype(np.float32),
+                               (data["a"].astype(np.float32) @ data["b"].astype(np.float32)),
+                               rtol=4e-3, atol=4e-3)
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*"))
+    assert path.stat().st_mode & 0o777 == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_seed_changes_the_data_not_the_timing(run):
+    a = run("sharded_gemm", "default", ("M=32", "K=128", "N=512"), seed=1)
+    b = run("sharded_gemm", "default", ("M=32", "K=128", "N=512"), seed=2)
+    assert a.latency_ps == b.latency_ps
+    assert not np.array_equal(a.inputs["a"], b.inputs["a"])
+
+
+def test_timing_only_gives_the_same_time_without_values(cli, run):
+    full = run("sharded_gemm", "default", ("M=32", "K=128", "N=512", "mode=primitive"))
+    fast = run("sharded_gemm", "default", ("M=32", "K=128", "N=512", "mode=primitive"),
+               timing_only=True)
+    assert fast.latency_ps == full.latency_ps and fast.oplog == full.oplog
+    assert fast.verified is None and fast.checks == []
+    _, out, _ = cli("run", "sharded_gemm", *SMALL, "--timing-only")
+    assert "not verified: timing only" in out
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["nope"], "unknown kernel 'nope' (shipped: all_reduce, gqa_attention, "
+               "llama_decode, rmsnorm, "
+               "sharded_gemm, softmax; or give a path to a .py file)"),
+    (["sharded_gemm", "-p", "Q=1"], "sharded_gemm has no parameter 'Q' (parameters: M, K, N, "
+                                    "dtype, mode, tile_m, tile_n, tile_k)"),
+    (["sharded_gemm", "-p", "M=big"], "parameter M: expected an integer, got 'big'"),
+    (["sharded_gemm", "-p", "M"], "parameter 'M' is not name=value"),
+    (["sharded_gemm", "-p", "mode=fast"], "parameter mode: 'fast' is not one of composite, "
+                                          "primitive"),
+    (["sharded_gemm", "-p", "N=1000"], "b: 1000 along axis 1 does not divide over the 16 PEs of "
+                                       "the grid (1000 % 16 = 8)"),
+    (["sharded_gemm", "-p", "mode=primitive", "-p", "K=100"],
+     "sharded_gemm: K = 100 is not a multiple of tile_k = 64"),
+    (["sharded_gemm", "-t", test_topology("tiny_hbm"), "-p", "N=1024"],
+     "inputs overflow an HBM slice: hbm of PE (rack=0 sip=0 cube=0 pe=0) is full: a needs "
+     "64KiB (65536 B) at offset 0x100000, 0 B of 1MiB left"),
+    (["sharded_gemm", "-p", "N=67108864"],
+     "input 'b' [512, 67108864] f16 is 64GiB, more than the 32GiB of HBM in the system"),
+    (["sharded_gemm", "--timing-only", "--save", "x.npz"],
+     "--save needs values: it cannot go with --timing-only"),
+    (["sharded_gemm", "-p", "N=1000000000000000"], "input 'b' [512, 1000000000000000] f16 is "
+     "909PiB (1,024,000,000,000,000,000 B), more than the 32GiB of HBM in the system"),
+    (["all_reduce", "-p", "bytes=1099511627776"], "all_reduce: bytes = 1TiB is more than a "
+     "PE's HBM slice holds (2GiB, hbm.slice_size)"),
+    (["all_reduce", "-p", "bytes=2147483652"], "all_reduce: bytes = 2GiB (2,147,483,652 B) is "
+     "more than a PE's HBM slice holds (2GiB, hbm.slice_size)"),
+])
+def test_bad_input_is_one_line(cli, args, message):
+    """Each is refused before anything runs, and before the host holds a byte of inputs too
+    large for the machine (all_reduce checks `bytes` against the slice before drawing)."""
+    code, _, err = cli("run", *args)
+    assert code == 2
+    assert err == f"error: {message}\n"
+
+
+def _kernel_error(cli, name, topology="default"):
+    path = KERNELS / f"{name}.py"
+    code, out, err = cli("run", str(path), "-t", test_topology(topology))
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1
+    return err.removeprefix("error: ").rstrip("\n").replace(str(path), name)
+
+
+def test_kernel_exception_names_line_pe_and_time(cli):
+    assert _kernel_error(cli, "raises") == (
+        "raises:8: PE (rack=0 sip=0 cube=0 pe=1) at t=104ns: ZeroDivisionError: division "
+        "by zero")
+
+
+def test_deadlock_names_the_waiting_pe_and_what_it_waits_for(cli):
+    assert _kernel_error(cli, "deadlock") == (
+        "deadlock: 1 of 16 PEs still wait and nothing is left to run: PE (rack=0 sip=0 cube=0 "
+        "pe=0) at deadlock:6 waits: recv from PE (rack=0 sip=0 cube=0 pe=1) on its E ring "
+        "(since t=4ns)")
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("out_of_bounds", "out_of_bounds:5: PE (rack=0 sip=0 cube=0 pe=0) at t=0ns: tl.load of "
+                      "256 B at 0x20000000e0 runs past the end of 'x' (256 B at 0x2000000000) "
+                      "by 224 B"),
+    ("tcm_overflow", "tcm_overflow:12: PE (rack=0 sip=0 cube=0 pe=0) at t=4ns: tensors "
+                     "overflow TCM: TCM of PE (rack=0 sip=0 cube=0 pe=0) is full: tl.load needs "
+                     "4MiB (4194304 B); 2097152 B of 2MiB free, the largest free block is "
+                     "2097152 B"),
+    ("bad_dot", "bad_dot:7: PE (rack=0 sip=0 cube=0 pe=0) at t=8ns: tl.dot: shapes [8, 8] "
+                "and [4, 16] do not match (8 != 4)"),
+    ("no_neighbour", "no_neighbour:6: PE (rack=0 sip=0 cube=0 pe=0) at t=4ns: tl.send: PE "
+                     "(rack=0 sip=0 cube=0 pe=0) has no neighbour to the N"),
+])
+def test_kernel_mistakes(cli, name, message):
+    assert _kernel_error(cli, name) == message
+
+
+def test_a_missing_save_folder_writes_nothing(cli, tmp_path):
+    target = tmp_path / "no" / "such" / "out.npz"
+    code, _, err = cli("run", "sharded_gemm", *SMALL, "--save", str(target))
+    assert code == 2
+    assert err == f"error: --save {target}: folder '{target.parent}' does not exist\n"
+    assert not (tmp_path / "no").exists()
+
+
+def test_an_endless_kernel_stops_at_the_command_limit(cli):
+    path = KERNELS / "endless.py"
+    code, out, err = cli("run", str(path), "-t", test_topology("one"), "--max-commands", "5000")
+    assert (code, out) == (1, "")
+    assert err == (f"error: {path}:6: PE (rack=0 sip=0 cube=0 pe=0) at t=5.001us: the kernel "
+                   "issued more than 5,000 commands; an endless loop? (--max-commands raises "
+                   "the limit)\n")
+
+
+@pytest.mark.parametrize(("kernel", "params"), [
+    ("sharded_gemm", ("N=1152",)),
+    ("sharded_gemm", ("N=1152", "mode=primitive")),
+    ("gqa_attention", ("seq_len=4608",)),
+])
+def test_kernels_verify_on_a_topology_with_no_powers_of_two(run, kernel, params):
+    """Guards against hidden power-of-two assumptions: routes, route caches, trees, tiles."""
+    result = run(kernel, "odd", params)
+    assert result.verified, result.checks
+    assert result.num_pes == 18
+
+
+def test_oplog_file_has_every_command_with_decoded_addresses(cli, run, tmp_path):
+    path = tmp_path / "ops.jsonl"
+    code, _, _ = cli("run", "sharded_gemm", *SMALL, "-p", "mode=primitive", "--oplog", str(path))
+    assert code == 0
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    result = run("sharded_gemm", "default", ("M=32", "K=128", "N=512", "mode=primitive"))
+    assert len(records) == len(result.oplog)
+    first = records[0]
+    assert set(first) == {"seq", "pid", "pe", "engine", "kind", "issue_ps", "start_ps", "end_ps",
+                          "bytes", "flops", "src", "dst", "src_text", "dst_text", "line"}
+    # each record carries the kernel line of its command (kernels/sharded_gemm.py: the
+    # primitive loop loads at 85 and 86, stores at 89)
+    assert {r["line"] for r in records if r["kind"] == "load"} == {85, 86}
+    assert {r["line"] for r in records if r["kind"] == "store"} == {89}
+    assert all(r["line"] > 0 for r in records)
+    assert (first["kind"], first["pe"]) == ("load", "rack=0 sip=0 cube=0 pe=0")
+    assert first["src_text"].startswith("HBM rack=0 sip=0 cube=0 pe=0 offset=")
+    assert first["dst_text"] == "TCM rack=0 sip=0 cube=0 pe=0 offset=0x0"
+    store = next(r for r in records if r["kind"] == "store")
+    assert store["src_text"].startswith("TCM") and store["dst_text"].startswith("HBM")
+
+
+def test_piped_output_has_no_trailing_padding(cli):
+    code, out, _ = cli("run", "gqa_attention")
+    assert code == 0
+    assert out.count("\n") > 20 and not [line for line in out.splitlines() if line.endswith(" ")]
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_a_misaligned_load_names_the_alignment_its_dtype_needs(cli):
+    path = Path(__file__).parents[1] / "kernels" / "misaligned.py"
+    code, out, err = cli("run", str(path))
+    assert (code, out) == (1, "")
+    assert err == (f"error: {path}:12: PE (rack=0 sip=0 cube=0 pe=0) at t=0ns: tl.load: "
+                   "address 0x2000000002 is not aligned for f32: it needs a multiple of 4 B "
+                   "(2 B past one)\n")

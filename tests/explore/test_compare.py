@@ -1,0 +1,106 @@
+"""`kernbench compare`: runs side by side with their change against the first."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import TESTS
+
+LOAD_DOT = str(TESTS / "kernels" / "load_dot.py")
+
+
+def _run(cli, path, *args):
+    code, out, _ = cli("run", LOAD_DOT, "--json", *args)
+    assert code == 0
+    path.write_text(out)
+    return json.loads(out)
+
+
+def test_two_runs_side_by_side(cli, tmp_path):
+    a = _run(cli, tmp_path / "a.json")
+    b = _run(cli, tmp_path / "b.json", "--set", "hbm.bandwidth=204.8GB/s")
+    code, out, _ = cli("compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json")
+    assert code == 0
+    got = json.loads(out)
+    assert got["runs"] == ["a.json", "b.json"]
+    latency = got["metrics"]["latency_ps"]
+    assert latency["values"] == [a["latency_ps"], b["latency_ps"]]
+    assert latency["delta_pct"] == [0.0, round((b["latency_ps"] - a["latency_ps"])
+                                               / a["latency_ps"] * 100, 3)]
+    hbm = got["metrics"]["hbm.busy_ps"]["values"]
+    assert hbm == [a["engines"]["hbm"]["busy_ps"], b["engines"]["hbm"]["busy_ps"]]
+    assert hbm[1] * 2 == hbm[0]  # twice the bandwidth: half the slice's busy time
+    assert got["metrics"]["bound"]["values"] == ["gemm", "gemm"]
+    assert got["metrics"]["verified"] == {"values": [True, True], "delta_pct": [None, None]}
+    code, text, _ = cli("compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"))
+    assert code == 0 and "(-3.9%)" in text
+    lines = text.splitlines()
+    # labelled by what changed (the --set item, resolved), not by the files' names
+    assert "a.json" not in text
+    assert any(line.split() == ["│", "hbm.bandwidth", "│", "not", "set", "│", "204.8GB/s", "│"]
+               for line in lines), text
+    latency = next(line for line in lines if "│ latency " in line)
+    assert latency.split("│")[2].strip() == f"{a['latency_ps'] / 1e3:.3f}ns"  # 542,858 ps
+    assert got["changed"] == [{"hbm.bandwidth": "not set"}, {"hbm.bandwidth": "204.8GB/s"}]
+
+
+def test_compare_formats(cli, tmp_path):
+    import csv
+    import io
+
+    a = _run(cli, tmp_path / "a.json", "--set", "pe.gemm.rows=16")
+    b = _run(cli, tmp_path / "b.json", "--set", "pe.gemm.rows=8")
+    files = (str(tmp_path / "a.json"), str(tmp_path / "b.json"))
+    code, out, _ = cli("compare", *files, "--format", "csv")
+    records = list(csv.DictReader(io.StringIO(out)))
+    assert code == 0 and list(records[0]) == ["run", "pe.gemm.rows", "metric", "value",
+                                              "delta_pct"]
+    assert [(r["pe.gemm.rows"], r["value"]) for r in records if r["metric"] == "latency_ps"] \
+        == [("16", str(a["latency_ps"])), ("8", str(b["latency_ps"]))]
+    code, out, _ = cli("compare", *files, "--format", "md")
+    lines = out.splitlines()
+    assert lines[2:5] == ["|  | run 1 | run 2 |", "|---|---:|---:|",
+                          "| pe.gemm.rows | 16 | 8 |"], out
+    assert cli("compare", *files, "--format", "json")[1] == cli("compare", *files, "--json")[1]
+    assert cli("compare", *files, "--format", "csv", "--json") == (
+        2, "", "error: --json and --format csv disagree: give one\n")
+
+
+def test_many_runs_are_a_row_each_where_columns_do_not_fit(cli, tmp_path, monkeypatch):
+    out = tmp_path / "s.jsonl"
+    code, _, _ = cli("sweep", LOAD_DOT, "--set", "costs.issue.load=1ns,2ns,3ns,4ns,5ns,6ns",
+                     "--out", str(out))
+    assert code == 0
+    monkeypatch.setenv("COLUMNS", "80")
+    code, text, _ = cli("compare", str(out))
+    assert code == 0 and "Compare: 6 runs, change against the first" in text
+    rows = [line.split("│")[1:4] for line in text.splitlines() if line.startswith("│")]
+    assert [[c.strip() for c in row[:2]] for row in rows] == [
+        [str(n), f"{n}ns"] for n in range(1, 7)]
+    assert "a row per run to fit 80 columns" in text
+    monkeypatch.setenv("COLUMNS", "200")
+    assert "│ costs.issue.load │" in cli("compare", str(out))[1]  # wide: a column each
+
+
+def test_a_sweeps_rows_are_runs(cli, tmp_path):
+    out = tmp_path / "s.jsonl"
+    code, _, _ = cli("sweep", LOAD_DOT, "--set", "costs.issue.load=4ns,10ns", "--out", str(out))
+    assert code == 0
+    code, text, _ = cli("compare", str(out), "--json")
+    assert code == 0
+    got = json.loads(text)
+    assert got["runs"] == ["s.jsonl#0 costs.issue.load=4ns", "s.jsonl#1 costs.issue.load=10ns"]
+    assert got["metrics"]["latency_ps"]["values"][1] - \
+        got["metrics"]["latency_ps"]["values"][0] == 6_000  # the load's issue, 6 ns dearer
+
+
+def test_compare_errors_are_one_line(cli, tmp_path):
+    one = tmp_path / "a.json"
+    _run(cli, one)
+    assert cli("compare", str(one)) == (2, "", "error: compare needs at least two runs; "
+                                               "got 1\n")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"point": 0}\nnot json\n')
+    assert cli("compare", str(one), str(bad)) == (
+        2, "", f"error: {bad}:1: no run result here (a failed sweep point, or not kernbench "
+               "output)\n")

@@ -1,0 +1,537 @@
+"""`kernbench sweep`: points, rows equal to single runs, results files, resume, dead workers."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from kernbench_cli.explore.sweep import Point, Spec, points, run_local, run_point, split_values
+from tests.conftest import TESTS, test_topology
+
+LOAD_DOT = str(TESTS / "kernels" / "load_dot.py")
+AXES = ("--set", "hbm.bandwidth=102.4GB/s,204.8GB/s", "--set", "costs.issue.load=4ns,10ns")
+
+
+def test_points_are_the_product_first_axis_slowest_or_zipped():
+    got = points(["a.b=1,2", "c=[4,2],[8,1]"], ["n=7"])
+    assert [(p.sets, p.params) for p in got] == [
+        (("a.b=1", "c=[4,2]"), ("n=7",)), (("a.b=1", "c=[8,1]"), ("n=7",)),
+        (("a.b=2", "c=[4,2]"), ("n=7",)), (("a.b=2", "c=[8,1]"), ("n=7",))]
+    zipped = points(["a=1,2"], ["n=3,4"], zipped=True)
+    assert [(p.sets, p.params) for p in zipped] == [(("a=1",), ("n=3",)), (("a=2",), ("n=4",))]
+    assert split_values('"x,y",[1,2],3') == ['"x,y"', "[1,2]", "3"]
+
+
+def test_paired_axes_go_together_crossed_with_the_rest():
+    """--pair rows,cols: the i-th rows with the i-th cols, the pair crossed with the
+    bandwidth (the bandwidth slowest: it is the first axis); -p names pair as well."""
+    got = points(["hbm.bandwidth=1,2", "pe.gemm.rows=16,4", "pe.gemm.cols=16,64"], [],
+                 pairs=["pe.gemm.rows,pe.gemm.cols"])
+    assert [p.sets for p in got] == [
+        ("hbm.bandwidth=1", "pe.gemm.rows=16", "pe.gemm.cols=16"),
+        ("hbm.bandwidth=1", "pe.gemm.rows=4", "pe.gemm.cols=64"),
+        ("hbm.bandwidth=2", "pe.gemm.rows=16", "pe.gemm.cols=16"),
+        ("hbm.bandwidth=2", "pe.gemm.rows=4", "pe.gemm.cols=64")]
+    got = points(["a=1,2", "b=3"], ["n=5,6", "m=7,8"], pairs=[("m", "a")])
+    assert [(p.sets, p.params) for p in got] == [
+        (("a=1", "b=3"), ("n=5", "m=7")), (("a=1", "b=3"), ("n=6", "m=7")),
+        (("a=2", "b=3"), ("n=5", "m=8")), (("a=2", "b=3"), ("n=6", "m=8"))]
+
+
+def test_a_paired_sweep_through_the_cli_and_the_api(cli):
+    import kernbench_cli as kb
+
+    axes = ("--set", "hbm.bandwidth=102.4GB/s,204.8GB/s", "--set", "costs.issue.load=4ns,10ns",
+            "--set", "costs.issue.dot=4ns,8ns", "--pair", "costs.issue.load,costs.issue.dot")
+    code, out, _ = cli("sweep", LOAD_DOT, *axes, "--json")
+    rows = json.loads(out)
+    keys = ("hbm.bandwidth", "costs.issue.load", "costs.issue.dot")
+    assert code == 0 and [tuple(r["axes"][k] for k in keys) for r in rows] == [
+        ("102.4GB/s", "4ns", "4ns"), ("102.4GB/s", "10ns", "8ns"),
+        ("204.8GB/s", "4ns", "4ns"), ("204.8GB/s", "10ns", "8ns")]
+    api = kb.sweep(LOAD_DOT, set={"hbm.bandwidth": ["102.4GB/s", "204.8GB/s"],
+                                  "costs.issue.load": ["4ns", "10ns"],
+                                  "costs.issue.dot": ["4ns", "8ns"]},
+                   pair=[("costs.issue.load", "costs.issue.dot")], jobs=2)
+    assert [p.result.latency_ps for p in api.points] == [r["result"]["latency_ps"]
+                                                         for r in rows]
+
+
+def test_each_row_is_the_run_of_its_point_alone(cli):
+    code, out, _ = cli("sweep", LOAD_DOT, *AXES, "--jobs", "2", "--json")
+    assert code == 0
+    rows = json.loads(out)
+    assert [r["axes"] for r in rows] == [
+        {"hbm.bandwidth": bw, "costs.issue.load": cost}
+        for bw in ("102.4GB/s", "204.8GB/s") for cost in ("4ns", "10ns")]
+    for row in rows:
+        code, alone, _ = cli("run", LOAD_DOT, "--json",
+                             *(x for k, v in row["axes"].items() for x in ("--set", f"{k}={v}")))
+        assert code == 0
+        alone = json.loads(alone)
+        for key in ("latency_ps", "engines", "checks", "critical_path", "topology_digest",
+                    "costs_digest"):
+            assert json.dumps(row["result"][key], sort_keys=True) == \
+                json.dumps(alone[key], sort_keys=True)
+
+
+def test_an_interrupted_sweep_resumes_without_rerunning_its_points(cli, tmp_path):
+    out = tmp_path / "r.jsonl"
+    code, _, _ = cli("sweep", LOAD_DOT, *AXES, "--jobs", "1", "--out", str(out))
+    assert code == 0
+    lines = out.read_text().splitlines()
+    assert [json.loads(line)["point"] for line in lines] == [0, 1, 2, 3]
+    # as if stopped while writing the third row; the first row's latency marked, to see
+    # that --resume keeps it rather than running the point again
+    first = json.loads(lines[0])
+    first["result"]["latency_ps"] = 1
+    out.write_text(json.dumps(first, sort_keys=True) + "\n" + lines[1] + "\n" + lines[2][:40])
+    code, text, err = cli("sweep", LOAD_DOT, *AXES, "--jobs", "1", "--out", str(out),
+                          "--resume", "--json")
+    assert code == 0
+    rows = json.loads(text)
+    assert rows[0]["result"]["latency_ps"] == 1  # not run again
+    assert [json.loads(line)["point"] for line in out.read_text().splitlines()] == [0, 1, 2, 3]
+    assert err.count("point ") == 2  # only the two points that were missing ran
+
+
+def test_a_csv_results_file(cli, tmp_path):
+    out = tmp_path / "r.csv"
+    code, _, _ = cli("sweep", LOAD_DOT, *AXES, "--jobs", "2", "--out", str(out))
+    assert code == 0
+    lines = out.read_text().splitlines()
+    assert lines[0] == ("point,hbm.bandwidth,costs.issue.load,latency_ps,bound,verified,"
+                        "gemm_mac_utilization,hbm_gbps,energy_pj,lower_bound_ps,bound_gap,"
+                        "pruned,error,sweep")
+    assert lines[1].startswith("0,102.4GB/s,4ns,542858,gemm,True,")
+    assert len(lines) == 5
+    code, text, err = cli("sweep", LOAD_DOT, *AXES, "--out", str(out), "--resume", "--json")
+    assert (code, err) == (0, "")  # nothing left to run; the rows come from the file
+    rows = json.loads(text)
+    assert [r["result"]["latency_ps"] for r in rows] == [542_858, 548_858, 521_429, 527_429]
+    assert rows[0]["result"]["bound"] == {"engine": "gemm"}
+
+
+def test_the_printed_table_in_other_formats(cli, monkeypatch):
+    """--format csv prints the rows `--out r.csv` writes; md the table as Markdown, headed
+    by the keys swept and titled with the ones held fixed."""
+    import csv
+    import io
+
+    axes = ("--set", "hbm.bandwidth=102.4GB/s,204.8GB/s", "--set", "costs.issue.load=4ns")
+    code, out, _ = cli("sweep", LOAD_DOT, *axes, "--format", "csv")
+    records = list(csv.DictReader(io.StringIO(out)))
+    assert code == 0 and [(r["hbm.bandwidth"], r["latency_ps"]) for r in records] == [
+        ("102.4GB/s", "542858"), ("204.8GB/s", "521429")]
+    code, out, _ = cli("sweep", LOAD_DOT, *axes, "--format", "md")
+    assert out.splitlines() == [
+        "Sweep: 2 points, PASS; costs.issue.load=4ns", "",
+        "| # | hbm.bandwidth | latency | vs first | energy | power | bound by | GEMM MAC |",
+        "|---:|---|---:|---:|---:|---:|---|---:|",
+        "| 0 | 102.4GB/s | 542.858ns | +0.0% | 1.52uJ | 2.79 W | gemm | 2.9% |",
+        "| 1 | 204.8GB/s | 521.429ns | -3.9% | 1.47uJ | 2.81 W | gemm | 3.1% |"], out
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = cli("sweep", LOAD_DOT, *axes)
+    assert "Sweep: 2 points, PASS; costs.issue.load=4ns" in out
+    assert "│ # │ hbm.      │" not in out and "┃   ┃ hbm.      ┃" in out
+
+
+def _dies_once(spec: Spec, point: Point) -> dict:
+    """A worker that SIGKILLs its own process the first time it meets point 1."""
+    marker = Path(spec.costs)  # (the test passes a marker path here)
+    if point.index == 1 and not marker.exists():
+        marker.write_text("killed")
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"point": point.index, "axes": point.axes, "error": None, "result": {"pid": 0}}
+
+
+def _always_dies(spec: Spec, point: Point) -> dict:
+    if point.index == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"point": point.index, "axes": point.axes, "error": None, "result": {"pid": 0}}
+
+
+def test_a_killed_worker_is_retried_and_the_sweep_completes(tmp_path):
+    todo = points(["a=1,2,3,4"], [])
+    rows = []
+    run_local(Spec("k", costs=str(tmp_path / "marker")), todo, 2, rows.append,
+              worker=_dies_once)
+    assert [(r["point"], r["error"]) for r in rows] == [(0, None), (1, None), (2, None),
+                                                        (3, None)]
+    rows.clear()
+    run_local(Spec("k"), todo, 2, rows.append, worker=_always_dies)
+    assert [(r["point"], r["error"]) for r in rows] == [
+        (0, None), (1, "its worker process died, and again when it ran alone (killed, or out "
+                       "of memory)"),
+        (2, None), (3, None)]
+
+
+def test_a_failing_point_is_a_row_not_a_crash(cli):
+    code, out, err = cli("sweep", LOAD_DOT, "--set", "pe.gemm.rows=32,0", "--json")
+    assert code == 1
+    rows = json.loads(out)
+    assert rows[0]["error"] is None
+    assert rows[1]["error"] == "--set pe.gemm.rows=0: pe.gemm.rows: expected a positive " \
+                               "integer, got 0"
+    assert err.endswith("error: 1 of 2 points failed (their rows say why)\n")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--set", "a=1,2", "-p", "n=1,2,3", "--zip"), "--zip needs axes of one length; got [2, 3] "
+                                                    "values"),
+    (("--out", "r.txt"), "--out 'r.txt': the results file must end in .jsonl or .csv"),
+    (("--resume",), "--resume needs --out, the results file to resume"),
+    (("--set", "a"), "--set 'a': expected KEY=V1,V2,…"),
+    (("--set", "a=1,,2"), "--set 'a=1,,2': an empty value"),
+    (("--set", "a=1,2", "--set", "b=1,2,3", "--pair", "a,b"),
+     "--pair a,b: a has 2, b has 3 values; paired axes need as many values each"),
+    (("--set", "a=1,2", "--pair", "a,c"), "--pair a,c: c is not an axis (axes: a)"),
+    (("--set", "a=1,2", "--pair", "a"), "--pair a: name two axes or more (KEY,KEY,…)"),
+    (("--set", "a=1,2", "-p", "n=1,2", "--set", "b=3,4", "--pair", "a,b", "--pair", "b,n"),
+     "--pair b,n: b is in two pairs; an axis pairs once"),
+    (("--set", "a=1,2", "--set", "b=1,2", "--pair", "a,b", "--zip"),
+     "--zip pairs every axis already; give it or --pair, not both"),
+    (("--set", "pe.gemm.rows=" + "9" * 100_000), "--set pe.gemm.rows=999999999999999999999999…: "
+     "a value of 100,000 characters; an axis value is at most 256"),
+    (("-p", "n=4," + "x" * 300), "-p n=xxxxxxxxxxxxxxxxxxxxxxxx…: a value of 300 characters; "
+     "an axis value is at most 256"),
+    (("--set", "a=" + ",".join(map(str, range(1000))), "--set", "b=" + ",".join(
+        map(str, range(1000))), "-p", "n=" + ",".join(map(str, range(1000)))),
+     "the axes make 1,000,000,000 points (1,000 x 1,000 x 1,000); a sweep runs at most "
+     "100,000: fewer values, or --zip/--pair to pair axes"),
+    (("--set", "a=1,2", "--dask", "tcp://localhost"),
+     "--dask tcp://localhost: needs the scheduler's port, 1 to 65535 (tcp://HOST:8786)"),
+    (("--set", "a=1,2", "--dask", "localhost"),
+     "--dask localhost: needs the scheduler's port, 1 to 65535 (tcp://HOST:8786)"),
+    (("--set", "a=1,2", "--dask", "foo://h:1"), "--dask foo://h:1: unknown scheme foo://; "
+     "kernbench reaches a scheduler over tcp://, tls://, ws://, wss://"),
+    (("--set", "a=1,2", "--dask", "inproc://x"), "--dask inproc://x: unknown scheme "
+     "inproc://; kernbench reaches a scheduler over tcp://, tls://, ws://, wss://"),
+    (("--set", "a=1,2", "--dask", "tls://h:8786"), "--dask tls://h:8786: TLS needs "
+     "certificates, and Dask's configuration has no distributed.comm.tls.ca-file (set it, "
+     "or DASK_DISTRIBUTED__COMM__TLS__CA_FILE and DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT)"),
+    (("--set", "a=1,2", "--dask", "tcp://h:x"), "--dask tcp://h:x: not a scheduler address; "
+     "give tcp://HOST:PORT"),
+])
+def test_bad_sweep_options_are_one_line(cli, args, message):
+    code, out, err = cli("sweep", LOAD_DOT, *args)
+    assert (code, out, err) == (2, "", f"error: {message}\n")
+
+
+def test_a_sweep_from_a_deleted_working_folder_is_refused_before_any_worker(cli, tmp_path,
+                                                                             monkeypatch):
+    """The workers would start in the working folder (multiprocessing reads os.getcwd())."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    code, out, err = cli("sweep", LOAD_DOT, "--timing-only", "--set", "pe.gemm.rows=4,8")
+    assert (code, out) == (2, "")
+    assert err == ("error: the working folder cannot be read (No such file or directory: "
+                   "deleted since the shell went there?); the sweep's workers start in it: cd "
+                   "to a folder that exists\n")
+
+
+def test_run_point_reports_a_verification_failure_as_its_error(tmp_path):
+    row = run_point(Spec(LOAD_DOT, timing_only=True), points([], [])[0])
+    assert (row["error"], row["result"]["verified"]) == (None, None)
+
+
+def test_a_cost_only_sweep_records_once_and_replays_each_point(cli):
+    """Only cost-table keys vary: one recording, replayed per point; each row equals the
+    point's own timing-only run."""
+    code, out, _ = cli("sweep", "gqa_attention", "--set", "costs.issue.math=4ns,8ns",
+                       "--set", "costs.issue.composite=40ns,80ns", "--timing-only", "--json")
+    assert code == 0
+    rows = json.loads(out)
+    assert all(row.get("replayed") for row in rows)
+    for row in rows:
+        code, alone, _ = cli("run", "gqa_attention", "--timing-only", "--json",
+                             *(x for k, v in row["axes"].items() for x in ("--set", f"{k}={v}")))
+        alone = json.loads(alone)
+        for key in ("latency_ps", "engines", "critical_path", "costs_digest"):
+            assert json.dumps(row["result"][key], sort_keys=True) == \
+                json.dumps(alone[key], sort_keys=True), key
+    latency = {(r["axes"]["costs.issue.math"], r["axes"]["costs.issue.composite"]):
+               r["result"]["latency_ps"] for r in rows}
+    assert latency["8ns", "40ns"] > latency["4ns", "40ns"]  # PE_CPU issues MATH on the path
+
+
+def test_replay_sweeps_take_no_parameter_axes(cli, tmp_path):
+    trace = tmp_path / "t.kbtrace"
+    assert cli("run", LOAD_DOT, "--record", str(trace))[0] == 0
+    assert cli("sweep", LOAD_DOT, "--replay", str(trace), "-p", "n=1,2") == (
+        2, "", "error: --replay: -p cannot vary (the recording fixed the kernel's "
+               "parameters)\n")
+
+
+def test_a_replayed_sweep_keeps_the_recordings_set_items(cli, tmp_path):
+    """`--replay TRACE` re-times the recording under its own `--set` items, then each
+    point's: a point equals a run with both."""
+    trace = tmp_path / "t.kbtrace"
+    assert cli("run", "sharded_gemm", "--timing-only", "--set", "pe.gemm.rows=4",
+               "--record", str(trace))[0] == 0
+    code, out, _ = cli("sweep", "sharded_gemm", "--replay", str(trace), "--set",
+                       "costs.issue.composite=40ns,400ns", "--json")
+    assert code == 0
+    for row in json.loads(out):
+        composite = row["axes"]["costs.issue.composite"]
+        _, alone, _ = cli("run", "sharded_gemm", "--timing-only", "--set", "pe.gemm.rows=4",
+                          "--set", f"costs.issue.composite={composite}", "--json")
+        assert row["result"]["latency_ps"] == json.loads(alone)["latency_ps"]
+        assert row["result"]["overrides"] == ["pe.gemm.rows=4",
+                                              f"costs.issue.composite={composite}"]
+
+
+def test_plot_draws_the_sweep(cli, tmp_path):
+    pytest.importorskip("matplotlib")
+    png, svg, again = tmp_path / "s.png", tmp_path / "s.svg", tmp_path / "again.svg"
+    for path in (png, svg, again):
+        code, _, _ = cli("sweep", LOAD_DOT, *AXES, "--timing-only", "--plot", str(path),
+                         "--x", "hbm.bandwidth")
+        assert code == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = svg.read_text()
+    assert "hbm.bandwidth (GB/s)" in text and "latency (us)" in text
+    assert "costs.issue.load=10ns" in text  # a line per value of the other axis
+    assert again.read_bytes() == svg.read_bytes()  # deterministic
+
+
+def _row(point: int, cols: int, bandwidth: str, latency_ps: int) -> dict:
+    """A sweep row whose run has the GEMM busy 80% and DMA 60% of the latency (overlapping)
+    and a roofline bound half the latency."""
+    engines = {"gemm": {"busy_ps": latency_ps * 8 // 10}, "dma": {"busy_ps": latency_ps * 6 // 10}}
+    return {"point": point, "axes": {"pe.gemm.cols": str(cols), "hbm.bandwidth": bandwidth,
+                                     "costs.issue.load": "4ns"}, "error": None,
+            "result": {"latency_ps": latency_ps, "engines": engines,
+                       "roofline": [{"resource": "gemm", "ps": latency_ps // 2}]}}
+
+
+def test_the_plots_panels_hold_the_sweeps_numbers():
+    """The figure's data, not its pixels: the latency per line, its tightest bound dashed,
+    a log2 axis for powers of two labelled by the key and its values, busy bars side by side
+    (each its engine's own busy time, not stacked), the latency over them, legends outside
+    the axes, the fixed key in the title."""
+    pytest.importorskip("matplotlib")
+    from kernbench_cli.report.plot import figure
+
+    rows = [_row(n, cols, bw, lat) for n, (cols, bw, lat) in enumerate(
+        [(8, "102.4GB/s", 8_000_000), (16, "102.4GB/s", 5_000_000), (32, "102.4GB/s", 4_000_000),
+         (8, "204.8GB/s", 7_000_000), (16, "204.8GB/s", 4_000_000), (32, "204.8GB/s", 3_000_000)])]
+    fig = figure(rows, None, "latency", "k on sip")
+    top, bottom = fig.axes
+    assert fig._suptitle.get_text() == "k on sip\nfixed: costs.issue.load=4ns"
+    lines = {line.get_label(): line.get_xydata().tolist() for line in top.get_lines()}
+    assert lines["hbm.bandwidth=102.4GB/s"] == [[8, 8.0], [16, 5.0], [32, 4.0]]
+    assert lines["hbm.bandwidth=204.8GB/s: tightest bound (gemm)"] == [[8, 3.5], [16, 2.0],
+                                                                       [32, 1.5]]
+    assert top.get_xscale() == "log" and top.get_xlabel() == "pe.gemm.cols"
+    assert [t.get_text() for t in top.get_xticklabels()] == ["8", "16", "32"]
+    bars = {c.get_label(): [(b.get_y(), b.get_height()) for b in c] for c in bottom.containers}
+    assert bars["GEMM"] == [(0, lat * 0.8 / 1e6) for lat in (8e6, 5e6, 4e6, 7e6, 4e6, 3e6)]
+    assert bars["DMA"][0] == (0, 4.8)  # beside GEMM's 6.4, not on top of it
+    (latency,) = [line for line in bottom.get_lines() if line.get_label() == "latency"]
+    assert latency.get_ydata().tolist() == [8.0, 5.0, 4.0, 7.0, 4.0, 3.0]
+    assert [t.get_text() for t in bottom.get_xticklabels()][:2] == ["8, 102.4GB/s",
+                                                                   "16, 102.4GB/s"]
+    fig.canvas.draw()
+    for ax in (top, bottom):
+        assert ax.get_legend().get_window_extent().x0 >= ax.get_window_extent().x1
+    fig = figure(rows, "hbm.bandwidth", "latency", "k")
+    assert fig.axes[0].get_xscale() == "linear"  # two values: not worth a log axis
+    assert fig.axes[0].get_xlabel() == "hbm.bandwidth (GB/s)"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--plot", "s.gif"), "--plot 's.gif': the figure must end in .png, .svg, .pdf"),
+    (("--plot", "s.png", "--y", "speed"), "--y 'speed': one of latency, "
+                                          "gemm_mac_utilization, hbm_gbps, energy, power, "
+                                          "perf_per_watt (the kernel states no metrics "
+                                          "of its own)"),
+    (("--plot", "s.png", "--x", "hbm.latency"), "--x 'hbm.latency': not a swept axis (axes: "
+                                                "hbm.bandwidth, costs.issue.load)"),
+])
+def test_bad_plot_options_are_one_line(cli, args, message):
+    assert cli("sweep", LOAD_DOT, *AXES, *args) == (2, "", f"error: {message}\n")
+
+
+def test_plot_without_matplotlib_says_how_to_install_it(cli, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    assert cli("sweep", LOAD_DOT, "--plot", "s.png") == (
+        2, "", "error: --plot needs matplotlib: pip install 'kernbench[plot]'\n")
+
+
+def test_a_dask_cluster_gives_the_local_pools_rows(cli):
+    """A real distributed.LocalCluster with 2 worker processes: the same rows, field for
+    field, as the local pool."""
+    distributed = pytest.importorskip("distributed")
+    code, local, _ = cli("sweep", LOAD_DOT, *AXES, "--jobs", "2", "--json")
+    assert code == 0
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        code, remote, err = cli("sweep", LOAD_DOT, *AXES, "--dask", cluster.scheduler_address,
+                                "--json")
+    assert code == 0, err
+    assert json.loads(remote) == json.loads(local)
+
+
+def test_a_points_files_travel_with_it(tmp_path):
+    """The kernel and topology files go with the task: the worker needs none of the client's
+    disk (here they are gone before the point runs)."""
+    from kernbench_cli.explore.sweep import bundle, run_bundled
+    from kernbench_cli.resources import resolve_topology
+
+    kernel = tmp_path / "mine.py"
+    kernel.write_text(Path(LOAD_DOT).read_text())
+    topo = tmp_path / "t.toml"
+    topo.write_text(Path(resolve_topology("default")).read_text().replace(
+        'costs = "costs/default.toml"', 'costs = "c.toml"'))
+    (tmp_path / "c.toml").write_text('name = "mine"\n[issue]\nload = "10ns"\n')
+    spec = Spec(str(kernel), str(topo))
+    files = bundle(spec)
+    assert sorted(files) == ["kernel/mine.py", "topology/c.toml", "topology/t.toml"]
+    for path in (kernel, topo, tmp_path / "c.toml"):
+        path.unlink()
+    row = run_bundled(spec, files, points([], [])[0])
+    assert row["error"] is None
+    assert row["result"]["costs"] == "mine" and row["result"]["latency_ps"] == 548_858
+
+
+def test_dask_without_the_extra_says_how_to_install_it(cli, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed
+    assert cli("sweep", LOAD_DOT, "--dask", "tcp://127.0.0.1:8786") == (
+        2, "", "error: --dask needs Dask: pip install 'kernbench[dask]'\n")
+
+
+HELD = str(TESTS / "kernels" / "held.py")
+
+
+def _holding(tmp_path: Path, *steps: int) -> dict[str, str]:
+    """The environment of a sweep of held.py whose points `steps` hold until released."""
+    folder = tmp_path / "hold"
+    folder.mkdir()
+    for step in steps:
+        (folder / f"hold.{step}").touch()
+    return dict(os.environ, KERNBENCH_TEST_HOLD=str(folder))
+
+
+def _wait_until(ready, proc, what: str) -> None:
+    """Poll `ready()` while the sweep `proc` runs; the limit only guards against a hang."""
+    import time
+
+    from tests.conftest import HANG_GUARD_S
+
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not ready():
+        assert proc.poll() is None, f"the sweep ended before {what}"
+        assert time.monotonic() < deadline, f"still waiting for {what} after {HANG_GUARD_S} s"
+        time.sleep(0.02)
+
+
+def test_a_sweep_killed_mid_way_leaves_a_valid_file_that_resumes(tmp_path, kernbench):
+    """A real sweep process SIGKILLed (with its workers) while its third point runs, the
+    first two rows written: every line of the file is a whole row, and --resume runs the
+    other three points only."""
+    import subprocess
+
+    out = tmp_path / "r.jsonl"
+    env = _holding(tmp_path, 2)
+    args = ["sweep", HELD, "-t", test_topology("one"), "-p", "step=0,1,2,3,4", "--timing-only",
+            "--jobs", "1", "--out", str(out)]
+    proc = kernbench.start(*args, env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        started = Path(env["KERNBENCH_TEST_HOLD"]) / "started.2"
+        _wait_until(lambda: started.exists() and out.is_file()
+                    and out.read_text().count("\n") == 2, proc, "point 2 and two rows")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its workers
+        proc.wait()
+    lines = out.read_text().splitlines()
+    assert [json.loads(line)["point"] for line in lines] == [0, 1]  # each a whole row
+    (Path(env["KERNBENCH_TEST_HOLD"]) / "hold.2").unlink()
+    done = kernbench.run(*args, "--resume", env=env, check=True)
+    assert done.stderr.count("point ") == 3  # only the missing points ran
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["point"] for r in rows] == [0, 1, 2, 3, 4]
+
+
+def test_no_state_survives_from_one_point_to_the_next(cli):
+    """Three identical points on one worker: a kernel that counts its runs on the `tl`
+    class sees each as its first (a worker per point)."""
+    kernel = str(TESTS / "kernels" / "leaky.py")
+    code, out, _ = cli("sweep", kernel, "-t", test_topology("one"), "--timing-only", "--jobs", "1",
+                       "--set", "costs.issue.load=4ns,4ns,4ns", "--no-replay", "--json")
+    assert code == 0
+    assert {row["result"]["latency_ps"] for row in json.loads(out)} == {1_000_000}
+
+
+@pytest.mark.parametrize("other", [
+    ("softmax", "--timing-only"),  # another kernel
+    ("sharded_gemm",),  # with values, the file's rows timing-only
+    ("sharded_gemm", "--timing-only", "--seed", "1"),
+    ("sharded_gemm", "--timing-only", "-t", "sip"),
+], ids=["kernel", "values", "seed", "topology"])
+def test_resume_refuses_another_sweeps_rows_and_leaves_them(cli, tmp_path, other):
+    out = tmp_path / "r.jsonl"
+    axes = ("--set", "pe.gemm.rows=4,8")
+    assert cli("sweep", "sharded_gemm", "--timing-only", *axes, "--out", str(out))[0] == 0
+    before = out.read_bytes()
+    code, _, err = cli("sweep", *other, *axes, "--out", str(out), "--resume")
+    assert (code, err) == (2, f"error: {out}: its rows are results of another sweep (another "
+                              "kernel, topology, cost table, --timing-only, seed or "
+                              "recording); --resume needs the file this sweep wrote\n")
+    assert out.read_bytes() == before
+
+
+def test_resume_runs_failed_points_again(cli, tmp_path):
+    """A point that failed (here: its row marked so) is run again, and the file keeps one
+    row per point."""
+    out = tmp_path / "r.jsonl"
+    axes = ("--set", "pe.gemm.rows=4,8")
+    assert cli("sweep", "sharded_gemm", "--timing-only", *axes, "--out", str(out))[0] == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    good = rows[1]["result"]["latency_ps"]
+    rows[1] = {**rows[1], "error": "its worker process died", "result": None}
+    out.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    code, text, err = cli("sweep", "sharded_gemm", "--timing-only", *axes, "--out", str(out),
+                          "--resume", "--json")
+    assert code == 0 and err.count("point ") == 1
+    assert json.loads(text)[1]["result"]["latency_ps"] == good
+    again = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["point"] for r in again] == [0, 1] and again[1]["error"] is None
+
+
+def test_a_sigkilled_sweep_leaves_no_worker_holding_its_pipes(tmp_path, kernbench):
+    """SIGKILL of the sweep while both workers run points that would never end (held.py,
+    held): the workers end, so a reader of the sweep's output (`| tee log`) sees it end.
+    Waiting for that end is the check; its time limit only guards against a hang."""
+    import subprocess
+
+    from tests.conftest import HANG_GUARD_S
+
+    env = _holding(tmp_path, 0, 1)
+    proc = kernbench.start("sweep", HELD, "-t", test_topology("one"), "-p", "step=0,1",
+                           "--timing-only", "-j", "2", env=env, start_new_session=True)
+    try:
+        started = [Path(env["KERNBENCH_TEST_HOLD"]) / f"started.{i}" for i in (0, 1)]
+        _wait_until(lambda: all(s.exists() for s in started), proc, "both points to start")
+        proc.kill()  # the sweep alone: its workers must see it gone and end
+        try:
+            proc.communicate(timeout=HANG_GUARD_S)  # EOF: every holder of the pipes is gone
+        except subprocess.TimeoutExpired:
+            pytest.fail("a worker still holds the pipes of the killed sweep")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the sweep's session
+        proc.wait()

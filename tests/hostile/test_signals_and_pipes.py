@@ -1,0 +1,140 @@
+"""Signals, pipes and hangs, through the installed CLI in a subprocess: an interrupt or a
+SIGKILL wherever it lands, a kernel looping in Python, a closed pipe, numpy's warnings and
+Ctrl-C in a sweep. Each ends with its documented exit code, no traceback and no temporary
+file left behind. The signal tests send their signal after a delay, to land in each phase
+of a run: they are marked `slow`."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from kernbench_cli.sim.trace_file import MAGIC
+from tests.conftest import HANG_GUARD_S, ROOT, TESTS
+from tests.hostile.cases import BASE, ONE
+
+#: About 5 s on the CI machine: 3 s of simulation, then 55 MB of outputs written.
+SLOW = ["run", "gqa_attention", "-t", "sip", "-p", "model=llama3-8b", "-p", "seq_len=32768",
+        "--record", "r.trace", "--oplog", "o.jsonl", "--chrome-trace", "c.json",
+        "--critical-path", "p.jsonl"]
+
+
+@pytest.mark.slow  # seconds each, signals against wall-clock delays: CI's slow part
+@pytest.mark.parametrize(("sig", "delay"), [
+    (signal.SIGINT, 0.6), (signal.SIGINT, 1.5), (signal.SIGINT, 3.0), (signal.SIGINT, 3.8),
+    (signal.SIGINT, 4.4), (signal.SIGINT, 5.0), (signal.SIGTERM, 2.0), (signal.SIGTERM, 4.2)])
+def test_an_interrupt_exits_130_and_leaves_no_temporary_file(tmp_path, kernbench, sig, delay):
+    """Whenever it lands (start-up, functional pass, timing pass, writing the outputs), an
+    interrupt ends the run with `interrupted`, exit 130, no traceback, no .tmp file; each
+    output is either absent or whole."""
+    proc = kernbench.start(*SLOW, cwd=tmp_path)
+    time.sleep(delay)
+    proc.send_signal(sig)
+    _out, err = proc.communicate(timeout=120)
+    if proc.returncode == 0:  # finished before the signal: nothing to interrupt
+        assert err == "" and delay >= 3
+    else:
+        assert (proc.returncode, err.strip().splitlines()[-1:]) == (130, ["interrupted"]), err
+    assert "Traceback" not in err
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
+    for name in ("o.jsonl", "p.jsonl"):
+        if (tmp_path / name).exists():
+            for line in (tmp_path / name).read_text().splitlines():
+                json.loads(line)
+    if (tmp_path / "c.json").exists():
+        json.loads((tmp_path / "c.json").read_text())
+
+
+@pytest.mark.slow  # seconds each, signals against wall-clock delays: CI's slow part
+def test_sigkill_leaves_the_old_output_or_the_new_and_stale_temporaries_are_ignored(
+        tmp_path, cli, kernbench):
+    """SIGKILL cannot be cleaned up after: the old file stays until the new one is whole
+    (then replaces it), and a stale `.NAME.XXXX.tmp` is never read as an output."""
+    old = tmp_path / "r.trace"
+    assert cli("run", str(TESTS / "kernels" / "tiny_ops.py"), "-t", ONE, "--record",
+               str(old))[0] == 0
+    before = old.read_bytes()
+    for delay in (0.5, 3.5, 4.5):
+        proc = kernbench.start(*SLOW, cwd=tmp_path)
+        time.sleep(delay)
+        proc.kill()
+        proc.communicate(timeout=120)
+        now = old.read_bytes()
+        assert now == before or gzip.decompress(now).startswith(MAGIC)
+        code, _, err = cli("replay", str(old))
+        assert (code, err) == (0, "")
+        before = now
+    stale = tmp_path / ".r.trace.abcd1234.tmp"
+    stale.write_bytes(b"half a trace")
+    assert cli("replay", str(old))[0] == 0
+    goldens = tmp_path / "goldens"
+    goldens.mkdir()
+    shutil.copy(ROOT / "goldens" / "softmax.default.json", goldens)
+    (goldens / ".softmax.default.json.abcd.tmp").write_text("{")
+    code, out, _ = cli("golden", "check", "--only", "softmax.default", "--dir", str(goldens))
+    assert (code, out) == (0, "1 golden case matches\n")
+
+
+@pytest.mark.parametrize("loop", [
+    "while True:\n        pass",
+    "while float(t[0]) < 1e9:\n        pass",
+])
+def test_a_kernel_looping_in_python_is_stopped_with_its_line(tmp_path, kernbench, loop):
+    kernel = tmp_path / "spin.py"
+    kernel.write_text(BASE.replace("    tl.store(tl.shard(x), t)", f"    {loop}"))
+    proc = kernbench.run("run", str(kernel), "-t", ONE, "--kernel-timeout", "1", cwd=tmp_path)
+    err = proc.stderr
+    line = next(i for i, text in enumerate(kernel.read_text().splitlines(), 1)
+                if "while" in text)
+    assert proc.returncode == 1, err
+    assert err.startswith(f"error: {kernel}:"), err
+    assert "issued no command for 1 s of wall-clock time: an endless loop in the kernel's " \
+           "Python? (--kernel-timeout changes the limit)" in err
+    assert int(err.split(":")[2]) in (line, line + 1)
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path, kernbench):
+    proc = subprocess.run(kernbench.shell + " run sharded_gemm | head -1", shell=True,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert proc.stdout.startswith("kernel ")
+    assert proc.stderr == ""
+
+
+def test_no_numpy_warning_reaches_the_terminal(tmp_path, kernbench):
+    """NaN and overflow in a kernel's values are the verification's business; numpy's
+    RuntimeWarnings stay quiet (the installed CLI, so Python's own warning output shows)."""
+    kernel = tmp_path / "nan.py"
+    kernel.write_text(BASE.replace(
+        "    tl.store(tl.shard(x), t)",
+        "    u = tl.log(t - 10.0) + tl.sqrt(t - 10.0) + tl.reciprocal(t * 0.0) "
+        "+ tl.exp(t * 1e6)\n    tl.store(tl.shard(x), u.to('f16').to('f32'))"))
+    proc = kernbench.run("run", str(kernel), "-t", ONE, cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert "latency" in proc.stdout
+
+
+@pytest.mark.slow  # seconds each, signals against wall-clock delays: CI's slow part
+def test_ctrl_c_stops_a_sweep_and_its_workers(tmp_path, kernbench):
+    """Ctrl-C reaches the whole process group: the workers leave it to the sweep, which stops
+    them at once and exits 130; the results file keeps the points that finished (none yet:
+    no file)."""
+    proc = kernbench.start(
+        "sweep", "gqa_attention", "-t", "sip", "-p", "model=llama3-8b",
+        "-p", "seq_len=65536,131072,262144,524288", "--timing-only", "--out", "s.jsonl",
+        "-j", "2", cwd=tmp_path, start_new_session=True)
+    time.sleep(1.5)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err
+    assert (proc.returncode, err.splitlines()[-1]) == (130, "interrupted"), err
+    out = tmp_path / "s.jsonl"  # made at the first finished point
+    rows = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+    assert len(rows) < 4 and all(row["result"] for row in rows)
+    assert not list(tmp_path.glob(".*.tmp"))

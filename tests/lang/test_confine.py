@@ -1,0 +1,113 @@
+"""A run leaves the process as it found it: kernel confinement and the kernel's prints are
+scoped to the run (`lang.confine`), from one thread or several, and a kernel cannot fork."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import types
+
+import pytest
+
+import kernbench_cli as kb
+from tests.conftest import TESTS
+
+ONE = str(TESTS / "topologies" / "one.toml")
+TINY = str(TESTS / "kernels" / "tiny_ops.py")
+
+PRINTER = '''
+import sys
+PARAMS = {}
+
+def setup(host, p):
+    print("the kernel's setup prints")
+    sync = sys.modules["kernbench_test_sync"]
+    sync.entered.set()
+    sync.go.wait(30)
+    return {}
+
+def kernel(tl):
+    print("the kernel prints")
+
+def reference(host, p):
+    return {}
+
+def outputs(host, args, p):
+    return {}
+'''
+
+
+def _process_state() -> tuple:
+    return (sys.stdout, threading.Thread.start, os._exit, getattr(os, "fork", None))
+
+
+def test_kb_run_from_threads_leaves_stdout_and_the_standard_library_as_they_were():
+    """Four runs at once, each in its own thread: afterwards `sys.stdout`,
+    `threading.Thread.start`, `os._exit` and `os.fork` are the very objects they were."""
+    before = _process_state()
+    latencies: list[int] = []
+    errors: list[BaseException] = []
+
+    def one() -> None:
+        try:
+            latencies.append(kb.run(TINY, ONE, timing_only=True).latency_ps)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors, errors
+    assert len(latencies) == 4 and len(set(latencies)) == 1
+    assert _process_state() == before
+    kb.run(TINY, ONE, timing_only=True)  # and from this thread, once more
+    assert _process_state() == before
+
+
+def test_only_the_running_threads_prints_go_to_stderr(tmp_path, capsys, monkeypatch):
+    """While a kernel's setup (in another thread) prints and waits, this thread prints too:
+    the kernel's lines go to stderr, this thread's to stdout."""
+    sync = types.SimpleNamespace(entered=threading.Event(), go=threading.Event())
+    monkeypatch.setitem(sys.modules, "kernbench_test_sync", sync)
+    kernel = tmp_path / "printer.py"
+    kernel.write_text(PRINTER)
+    done: list[object] = []
+    worker = threading.Thread(target=lambda: done.append(kb.run(str(kernel), ONE)))
+    worker.start()
+    try:
+        assert sync.entered.wait(60)
+        print("the notebook prints")
+    finally:
+        sync.go.set()
+        worker.join(120)
+    assert done
+    out, err = capsys.readouterr()
+    assert out == "the notebook prints\n"
+    assert "the kernel's setup prints\n" in err and "the kernel prints\n" in err
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork here")
+@pytest.mark.parametrize("where", ["kernel", "setup"])
+def test_a_kernel_that_forks_is_an_error_and_the_report_is_not_printed(tmp_path, kernbench,
+                                                                      where):
+    """`os.fork()` in kernel code is refused before any child exists: one error line with
+    the kernel's line, exit 1, no report (the installed CLI: a fork would fork pytest)."""
+    body = "    os.fork()\n"
+    kernel = tmp_path / "forks.py"
+    kernel.write_text(
+        "import os\nPARAMS = {}\n\ndef setup(host, p):\n"
+        + (body if where == "setup" else "") + "    return {}\n\n"
+        "def kernel(tl):\n" + (body if where == "kernel" else "    pass\n")
+        + "\ndef reference(host, p):\n    return {}\n\n"
+        "def outputs(host, args, p):\n    return {}\n")
+    proc = kernbench.run("run", str(kernel), "-t", ONE, cwd=tmp_path)
+    out, err = proc.stdout, proc.stderr
+    assert proc.returncode == 1, err
+    assert out == ""
+    assert len(err.splitlines()) == 1, err
+    assert "the kernel called os.fork()" in err
+    line = 5 if where == "setup" else 8
+    assert f"forks.py:{line}:" in err

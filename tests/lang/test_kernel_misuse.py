@@ -1,0 +1,79 @@
+"""Kernels that misuse Python: each is a clear kernel error or harmless."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import test_topology
+
+TAIL = ("\n\ndef reference(host, p):\n    return {}\n\n"
+        "def outputs(host, args, p):\n    return {}\n")
+
+
+def _kernel(tmp_path, body: str, name: str = "k.py"):
+    path = tmp_path / name
+    path.write_text("PARAMS = {}\n\ndef setup(host, p):\n    return {}\n\n" + body + TAIL)
+    return path
+
+
+@pytest.mark.parametrize(("body", "what"), [
+    ("def kernel(tl):\n    yield", "a generator"),
+    ("async def kernel(tl):\n    pass", "an async function"),
+    ("async def kernel(tl):\n    yield", "an async generator"),
+])
+def test_a_kernel_that_would_run_nothing_is_an_error(cli, tmp_path, body, what):
+    path = _kernel(tmp_path, body)
+    code, _, err = cli("run", str(path), "-t", test_topology("pair"))
+    assert (code, err) == (1, f"error: {path}:6: kernel() is {what}: calling it would run "
+                              "none of its body; write a plain function\n")
+
+
+def test_print_in_a_kernel_keeps_json_on_stdout(cli, tmp_path):
+    path = _kernel(tmp_path, "def kernel(tl):\n    print('hello from', tl.pid)")
+    code, out, err = cli("run", str(path), "-t", test_topology("pair"), "--json")
+    assert code == 0
+    assert json.loads(out)["latency_ps"] == 0
+    assert "hello from 0" in err and "hello from 1" in err
+
+
+def _verify(got, want):
+    from types import MappingProxyType
+
+    from kernbench_cli.sim.hooks import verify
+
+    class Kernel:
+        shown = "k.py"
+        tolerance = MappingProxyType({})  # declares none: the dtype's
+
+        @staticmethod
+        def fn(name):
+            return lambda host, params: {"x": want}
+
+    return verify(Kernel(), None, {}, {"x": got})[0]
+
+
+def test_nan_and_infinity_verify_as_numpy_allclose_with_equal_nan():
+    both = np.array([1.0, np.nan, np.inf, -np.inf], dtype=np.float32)
+    check = _verify(both.copy(), both.copy())
+    assert check.passed and check.max_abs_err == 0.0
+    stray = _verify(np.array([np.nan, 1.0], np.float32), np.array([1.0, 1.0], np.float32))
+    assert not stray.passed and stray.max_abs_err != stray.max_abs_err  # NaN, not inf
+    wrong_sign = _verify(np.array([np.inf], np.float32), np.array([-np.inf], np.float32))
+    assert not wrong_sign.passed and wrong_sign.max_abs_err == np.inf
+
+
+def test_a_tensor_cut_short_by_an_interrupt_is_dropped_quietly(monkeypatch):
+    """An interrupt between a tensor's creation and its __init__ leaves one without `tcm`:
+    dropping it must not print an "Exception ignored in __del__" traceback."""
+    import sys
+
+    from kernbench_cli.lang.tensor import Tensor
+
+    raised = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda info: raised.append(info))
+    half = object.__new__(Tensor)
+    del half
+    assert raised == []

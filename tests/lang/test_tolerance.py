@@ -1,0 +1,74 @@
+"""A verification tolerance a kernel declares (its ``TOLERANCE``): used in place of its output
+dtype's, shown in the result's checks, and refused, in one line naming the kernel, where it
+is nonsense or tighter than the dtype can meet."""
+
+from __future__ import annotations
+
+import pytest
+
+import kernbench_cli as kb
+from kernbench_cli.lang.dtypes import TOLERANCE, UNIT_ROUNDOFF, tolerance_problem
+from tests.conftest import TESTS, test_topology
+
+ONE = test_topology("one")
+GEMM = TESTS / "kernels" / "f16_gemm_f32_out.py"
+
+
+def _declaring(tmp_path, declaration: str):
+    """The f16 GEMM kernel with `declaration` added at its end."""
+    path = tmp_path / "gemm_tol.py"
+    path.write_text(GEMM.read_text() + "\n" + declaration + "\n")
+    return path
+
+
+def test_summation_order_alone_fails_the_f32_default():
+    """f16 products summed in f32 over 8 tiles of K, against the float64 reference: off by
+    2^-12 at most, which f32's default (1e-5, 1e-5) does not allow."""
+    result = kb.run(GEMM, topology=ONE, check=False)
+    (check,) = [c for c in result.checks if c.kind == "verification"]
+    assert (check.passed, check.dtype, check.atol, check.rtol) == (False, "f32", *TOLERANCE["f32"])
+    assert check.max_abs_err == 2.0**-12
+
+
+def test_a_declared_tolerance_passes_and_is_shown(cli, tmp_path):
+    path = _declaring(tmp_path, 'TOLERANCE = {"out": (1e-3, 1e-5)}')
+    result = kb.run(path, topology=ONE)
+    (check,) = [c for c in result.checks if c.kind == "verification"]
+    assert (check.passed, check.atol, check.rtol, check.max_abs_err) == (True, 1e-3, 1e-5,
+                                                                         2.0**-12)
+    assert result.verified is True
+    code, out, _ = cli("run", str(path), "-t", ONE)
+    assert code == 0
+    assert ("PASS out: max |err| 0.000244 (tolerance declared by the kernel for its f32: "
+            "atol 0.001 + rtol 1e-05 x |ref|)") in " ".join(out.split())
+
+
+@pytest.mark.parametrize(("declaration", "problem"), [
+    ('TOLERANCE = {"out": (-1e-3, 1e-5)}',
+     "TOLERANCE['out'] (-0.001, 1e-05): atol and rtol must be finite numbers >= 0"),
+    ('TOLERANCE = {"out": (float("nan"), 1e-5)}',
+     "TOLERANCE['out'] (nan, 1e-05): atol and rtol must be finite numbers >= 0"),
+    ('TOLERANCE = {"out": 1e-3}', "TOLERANCE['out'] must be (atol, rtol), two numbers, "
+                                  "not 0.001"),
+    ('TOLERANCE = [("out", 1e-3)]', "TOLERANCE must be a dict of output: (atol, rtol), not "
+                                    "list"),
+    ('TOLERANCE = {"out": (1e-3, 1e-9)}',
+     "TOLERANCE['out'] rtol 1e-09 is tighter than f32 can meet: rounding a value to f32 may "
+     "move it by 5.96e-08 of itself"),
+    ('TOLERANCE = {"y": (1e-3, 1e-5)}', "TOLERANCE names 'y', which is not an output "
+                                        "(outputs: out)"),
+])
+def test_a_bad_declaration_is_refused_naming_the_kernel(cli, tmp_path, declaration, problem):
+    path = _declaring(tmp_path, declaration)
+    code, _, err = cli("run", str(path), "-t", ONE)
+    assert (code, err) == (2, f"error: {path}: {problem}\n")
+
+
+def test_the_rtol_a_dtype_can_meet_is_its_unit_roundoff():
+    assert UNIT_ROUNDOFF == {"f32": 2.0**-24, "f16": 2.0**-11, "bf16": 2.0**-8}
+    for dt, roundoff in UNIT_ROUNDOFF.items():
+        assert tolerance_problem((0.0, roundoff), dt) is None
+        assert "tighter than" in tolerance_problem((1.0, roundoff / 2), dt)
+        assert tolerance_problem(TOLERANCE[dt], dt) is None  # the defaults meet their own rule
+    assert tolerance_problem((0, 0)) is None  # no dtype: the form only
+    assert tolerance_problem((True, 0.1)) == "must be (atol, rtol), two numbers, not (True, 0.1)"

@@ -1,0 +1,485 @@
+"""The llama_decode workload: one decode step of a Hugging Face decoder, verified against
+its float64 reference, its mapping, regions, time and energy per token, representative
+layers and their bounds, and the HBM the model needs."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernbench_cli.sim.regions import OUTSIDE
+from kernbench_cli.stream import COMPOSITE, LOAD, MATH, STORE
+
+SMALL = "tests/configs/small_llama.json"
+NARROW = "tests/configs/narrow_llama.json"  # 8 hidden, 12 MLP, 10 words, 1 KV head
+TEN = "tests/configs/tiny_10_layers.json"  # tiny, 10 layers
+HF = Path(__file__).parents[1] / "configs" / "hf"
+OPERATORS = ["rmsnorm", "qkv", "kv_append", "attention", "o_proj", "attn_all_reduce", "mlp",
+             "mlp_all_reduce", "lm_head"]
+
+
+def _passed(result) -> None:
+    assert result.verified, [(c.name, c.max_abs_err) for c in result.checks]
+    names = {c.name for c in result.checks}
+    assert {"hidden_states.0", "hidden_states.1", "logits", "next_token"} <= names
+
+
+def test_the_tiny_model_verifies_and_times_each_operator(run):
+    result = run("llama_decode", "default")
+    _passed(result)
+    by = {r.name: r for r in result.regions}
+    assert list(by) == [*OPERATORS, OUTSIDE]
+    assert sum(r.path_ps for r in result.regions) == result.latency_ps
+    m = {k: v for k, (v, _) in result.metrics.items()}
+    assert m["tpot_ps"] == result.latency_ps
+    assert m["tokens_per_s"] == pytest.approx(1e12 / result.latency_ps)
+    assert m["tpot_over_hbm_bound"] == pytest.approx(result.latency_ps / m["hbm_bound_ps"])
+
+
+@pytest.mark.parametrize("params", [
+    (f"config={SMALL}", "batch=2", "context=37"),  # another shape: MHA, uneven shards
+    ("context=0",),  # an empty cache: the new token attends to itself alone
+    ("pp=2", "batch=2"),  # two pipeline stages of 8 PEs, a layer each
+    pytest.param(("batch=3", "context=5", "algo=hier"), marks=pytest.mark.slow),  # shards
+])                                                                # mostly empty
+def test_other_shapes_verify(run, params):
+    result = run("llama_decode", "default", params)
+    _passed(result)
+    token = next(c for c in result.checks if c.name == "next_token")
+    assert token.max_abs_err == 0  # the argmax is the reference's, exactly
+
+
+def test_empty_shares_of_o_mlp_and_the_vocabulary_are_skipped(run):
+    """On 16 PEs a model this narrow leaves PEs no rows of O (8 dims), of the MLP (12) or
+    of the vocabulary (10 words): they place nothing, multiply nothing, and their
+    (max, index) pair never wins the argmax."""
+    result = run("llama_decode", "default", (f"config={NARROW}", "batch=2", "context=5"))
+    _passed(result)
+    assert next(c for c in result.checks if c.name == "next_token").max_abs_err == 0
+
+
+def test_save_writes_hugging_face_names_and_layouts(cli, tmp_path):
+    out = tmp_path / "step.npz"
+    code, _, err = cli("run", "llama_decode", "-p", "batch=2", "-p", "context=9", "--save",
+                       str(out))
+    assert code == 0, err
+    saved = np.load(out)
+    shapes = {k: saved[k].shape for k in saved.files}
+    want = {  # tiny: hidden 256, 8 heads of 32, 2 KV heads, intermediate 512, vocab 1024
+        "model.layers.0.self_attn.q_proj.weight": (256, 256),
+        "model.layers.0.self_attn.k_proj.weight": (64, 256),
+        "model.layers.1.mlp.down_proj.weight": (256, 512),
+        "model.layers.0.input_layernorm.weight": (256,),
+        "model.norm.weight": (256,),
+        "lm_head.weight": (1024, 256),
+        "model.layers.1.past_key": (2, 2, 9, 32),
+        "inputs_embeds": (2, 256),
+    }
+    for name, shape in want.items():
+        assert any(k.endswith(name) and shapes[k] == shape for k in shapes), (name, shapes)
+    assert any(k.endswith("hidden_states.1") and shapes[k] == (2, 256) for k in shapes)
+    assert any(k.endswith("logits") and shapes[k] == (2, 1024) for k in shapes)
+
+
+def test_a_bad_config_is_one_line(cli, tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    code, _, err = cli("run", "llama_decode", "-p", f"config={bad}")
+    assert (code, err) == (2, f"error: llama_decode: config {bad}: missing "
+                              "intermediate_size\n")
+
+
+def test_a_replay_states_the_same_time_per_token(cli, tmp_path):
+    trace = tmp_path / "step.kbt"
+    code, out, err = cli("run", "llama_decode", "--timing-only", "--json", "--record",
+                         str(trace))
+    assert code == 0, err
+    run = json.loads(out)
+    code, out, err = cli("replay", str(trace), "--json")
+    assert code == 0, err
+    replay = json.loads(out)
+    assert replay["metrics"] == run["metrics"] and replay["regions"] == run["regions"]
+    assert run["metrics"]["energy_per_token_uj"] == pytest.approx(
+        run["energy_pj"]["total"] / 1e6)
+
+
+def test_pipeline_stages_hand_the_hidden_state_on(run):
+    one = run("llama_decode", "default", ("layers=2",), timing_only=True)
+    two = run("llama_decode", "default", ("layers=2", "pp=2"), timing_only=True)
+    by = {r.name: r for r in two.regions}
+    assert "pp_handoff" in by and by["pp_handoff"].commands == 16  # 8 sends, 8 receives
+    assert "pp_handoff" not in {r.name for r in one.regions}
+    # a stage's all-reduces span 8 PEs instead of 16: each is shorter
+    assert by["attn_all_reduce"].path_ps < {r.name: r for r in one.regions}[
+        "attn_all_reduce"].path_ps
+
+
+@pytest.mark.parametrize("config", sorted(p.name for p in HF.glob("*.json")))
+def test_every_modelled_family_verifies(run, config):
+    """Each config of tests/configs/hf (Llama with RoPE scalings, biases, GELUs, a head_dim
+    apart from the hidden size, tied embeddings; Mistral's window; Qwen2's biases and
+    windows) against the float64 reference written from transformers (the parity script
+    checks that reference's maths against transformers itself); a context past the
+    16-position windows."""
+    result = run("llama_decode", "default", (f"config={HF / config}", "batch=2",
+                                             "context=40"))
+    _passed(result)
+    assert next(c for c in result.checks if c.name == "next_token").max_abs_err == 0
+
+
+@pytest.mark.parametrize(("act", "unit"), [("gelu", "erf"), ("gelu_new", "tanh"),
+                                           ("gelu_pytorch_tanh", "tanh"), ("silu", "exp")])
+def test_each_activation_runs_its_own_function(run, tmp_path, act, unit):
+    """Exact GELU and its tanh form differ by far less than a bf16 unit, so verification
+    cannot tell them apart: the PE_MATH commands say which the kernel ran."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads((HF / "llama.json").read_text()),
+                                "hidden_act": act}))
+    result = run("llama_decode", "default", (f"config={path}",), timing_only=True)
+    kinds = result.trace.program.math_kinds
+    used = {kinds[arg][1] for stream in result.trace.program.streams
+            for op, arg in zip(stream.op, stream.arg, strict=True) if op == MATH}
+    assert unit in used
+    assert ({"erf", "tanh"} - {unit}).isdisjoint(used)
+
+
+def test_a_sliding_window_reads_only_the_window(run):
+    """Mistral's window of 16 at context 40: each layer's cache holds, and its attention
+    reads, the 16 latest positions (15 cached and the new one), not 41."""
+    config = f"config={HF / 'mistral_sliding.json'}"
+    windowed = run("llama_decode", "default", (config, "context=40"), timing_only=True)
+    caches = [a for a in windowed.trace.memory if ".k[" in a[2]]
+    heads, d = 4, 32  # mistral_sliding: 4 KV heads of 32, 16 PEs: 4 a head group
+    assert sum(n for _, n, _ in caches) == 2 * heads * 16 * d * 2  # 2 layers, bf16
+
+
+@pytest.mark.parametrize("batch", [1, 8, 32])
+def test_a_scaled_step_bounds_the_full_one(run, batch):
+    """Ten layers run in full, and four (a first, two middle, a last) scaled to ten: the
+    full step's time and energy per token lie within the scaled one's stated bounds."""
+    full = run("llama_decode", "default", (f"config={TEN}", f"batch={batch}"),
+               timing_only=True)
+    part = run("llama_decode", "default", (f"config={TEN}", f"batch={batch}", "layers=4",
+                                           "scale_to=10"), timing_only=True)
+    f = {k: v for k, (v, _) in full.metrics.items()}
+    m = {k: v for k, (v, _) in part.metrics.items()}
+    assert abs(m["tpot_ps"] - full.latency_ps) <= m["tpot_bound_ps"]
+    assert abs(m["energy_per_token_uj"] - f["energy_per_token_uj"]) <= \
+        m["energy_per_token_bound_uj"] + 1e-9 * f["energy_per_token_uj"]
+    assert m["hbm_used_bytes"] == f["hbm_used_bytes"]  # the whole model, timed or not
+    assert m["macs"] == f["macs"] and m["hbm_bound_ps"] == f["hbm_bound_ps"]
+    assert m["tpot_ps"] >= m["hbm_bound_ps"]
+    assert "layers timed" in part.metrics["tpot_ps"][1]
+
+
+def test_energy_per_token_counts_each_layer(run):
+    """A scaled step's energy is the run's plus each layer not timed at a middle layer's
+    counted (dynamic) energy, plus static power over the time added: not the run's
+    energy scaled by time."""
+    part = run("llama_decode", "default", (f"config={TEN}", "layers=4", "scale_to=10"),
+               timing_only=True)
+    by = {r.name: r for r in part.regions}
+    layer = by["layer1"].energy_aj
+    assert layer == by["layer2"].energy_aj  # identical layers: identical actions
+    assert sum(r.energy_aj for r in part.regions if "/" not in r.name) == \
+        sum(part.energy.dynamic.values())
+    m = {k: v for k, (v, _) in part.metrics.items()}
+    static_power = part.energy.static / part.latency_ps
+    want = part.energy.total + 6 * layer + static_power * (m["tpot_ps"] - part.latency_ps)
+    assert m["energy_per_token_uj"] == pytest.approx(want / 1e12, rel=1e-12)
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    (("layers=3", "scale_to=10"), "scale_to needs two middle layers timed, to measure how "
+     "much layers differ: layers = 3 over pp = 1 stages has 1 (a middle layer is neither "
+     "the first nor the last of its stage)"),
+    (("layers=5", "pp=2", "scale_to=10"), "scale_to needs two middle layers timed, to "
+     "measure how much layers differ: layers = 5 over pp = 2 stages has 1 (a middle layer "
+     "is neither the first nor the last of its stage)"),
+    (("layers=11",), "layers = 11: the model has 10 (num_hidden_layers)"),
+    (("layers=4", "scale_to=11"), "scale_to = 11: must be at least layers (4) and at most "
+     "the model's 10 (num_hidden_layers)"),
+    (("batch=0",), "batch = 0: must be at least 1"),
+])
+def test_steps_the_model_cannot_take_are_refused(cli, params, message):
+    code, _, err = cli("run", "llama_decode", "-p", f"config={TEN}",
+                       *sum((("-p", p) for p in params), ()))
+    assert (code, err) == (2, f"error: llama_decode: {message}\n")
+
+
+def test_layers_of_different_windows_are_not_scaled(cli, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads((HF / "qwen2.json").read_text()),
+                                "num_hidden_layers": 8, "use_sliding_window": True,
+                                "max_window_layers": 4}))
+    code, _, err = cli("run", "llama_decode", "-p", f"config={path}", "-p", "layers=4",
+                       "-p", "scale_to=8")
+    assert (code, err) == (2, "error: llama_decode: scale_to needs layers all alike; this "
+                              "model's differ in their attention window (None, 16): run them "
+                              "all\n")
+
+
+def test_a_model_larger_than_the_machine_is_refused_before_it_runs(cli):
+    """llama3-70b's bf16 weights alone are 141 GB; sip has 128 GiB of HBM."""
+    code, _, err = cli("run", "llama_decode", "-t", "sip", "-p", "model=llama3-70b",
+                       "-p", "context=8192", "-p", "layers=4", "-p", "scale_to=80",
+                       "--timing-only")
+    assert code == 2
+    assert err == ("error: llama_decode: llama3-70b does not fit topology 'sip': its 80 "
+                   "layers' weights, the LM head and embedding table and the KV cache of "
+                   "batch 1 at context 8192 take 133.914GiB (143,789,457,408 B); the system "
+                   "has 128GiB of HBM (128 PEs x 1GiB)\n")
+
+
+def test_a_pe_that_overflows_is_named_with_what_it_holds(cli):
+    """The tiny model's weights, tables and cache (3.16 MiB) fit 16 slices of 216 KiB
+    (3.375 MiB), but not once each PE's buffers and page-aligned pieces are counted."""
+    code, _, err = cli("run", "llama_decode", "--set", "hbm.slice_size=216KiB")
+    assert (code, err) == (2, (
+        "error: llama_decode: tiny does not fit topology 'default' at batch 1, context 64: "
+        "PE (rack=0 sip=0 cube=0 pe=0) needs 221KiB (weights 174KiB, kv cache 4KiB, "
+        "embedding 32KiB, buffers 11KiB) for its share of 2 layers, its HBM slice has "
+        "216KiB; 16 of 16 PEs overflow, 3.453MiB in all of 3.375MiB\n"))
+
+
+def test_the_whole_model_is_checked_not_the_layers_timed(run):
+    """llama3-8b at context 8192 fits sip; its scaled step reports the HBM the whole
+    model takes."""
+    from kernbench_cli.address import load_address_map
+    from kernbench_cli.models.decoder import Layout, run_of
+    from kernbench_cli.sim.kernels import load_kernel
+
+    module = load_kernel("llama_decode").module
+    topo = load_address_map("sip").topology
+    p = {**module.PARAMS, "model": "llama3-8b", "context": 8192, "layers": 4,
+         "scale_to": 32}
+    lay = Layout(topo, run_of(topo, p))
+    used = sum(sum(lay.need(pid).values()) for pid in range(topo.num_pes))
+    assert 16e9 < used < 20e9  # 16 GB of bf16 weights and 1 GB of KV cache, and buffers
+    lay.check([f"PE {pid}" for pid in range(topo.num_pes)])  # fits: no error
+
+
+def test_every_layer_issues_the_same_commands_up_to_relocation(run):
+    """Each PE's pieces start at DRAM pages, its layers one after another: every middle
+    layer's commands are the same kinds, sizes and shapes, at the same offsets within
+    their DRAM pages, so they open the same pages (a layer whose pieces sat at other
+    offsets opened one page more, every other layer, on some PEs)."""
+    result = run("llama_decode", "default", (f"config={TEN}", "batch=2", "layers=5",
+                                             "scale_to=10"), timing_only=True)
+    program, page = result.trace.program, 1024  # default.toml's hbm.page_size
+    names = program.regions
+    for pid, stream in enumerate(program.streams):
+        leaf = program.region_of(pid)
+        layers = {}
+        for i, r in enumerate(leaf):
+            if names[r].startswith("layer"):
+                layers.setdefault(names[r].split("/")[0], []).append(i)
+        rows = {name: [(stream.op[i], stream.size[i], stream.rows[i],
+                        *_in_page(program, stream, i, page)) for i in cmds]
+                for name, cmds in layers.items()}
+        assert rows["layer1"] == rows["layer2"] == rows["layer3"], pid
+
+
+def _in_page(program, stream, i: int, page: int) -> tuple:
+    """Command `i`'s HBM end as offsets within DRAM pages (a composite: its shape too)."""
+    op = stream.op[i]
+    if op == LOAD:
+        return (stream.src[i] % page,)
+    if op == STORE:
+        return (stream.dst[i] % page,)
+    if op == COMPOSITE:
+        c = program.composites[stream.arg[i]]
+        return (c.m, c.k, c.n, c.b_addr % page, c.out_addr % page)
+    return (stream.arg[i],)
+
+
+def test_the_largest_batch_runs_and_one_more_is_refused(cli):
+    """With 256 KiB slices the tiny model at context 64 holds 5 sequences: `max_batch`
+    says so, computed by placing the model; batch 5 runs, batch 6 is refused before it
+    runs, and batch 0 runs the largest batch that fits."""
+    small = ("--set", "hbm.slice_size=256KiB", "--timing-only", "--json")
+    code, out, err = cli("run", "llama_decode", *small)
+    assert code == 0, err
+    metrics = json.loads(out)["metrics"]
+    assert (metrics["max_batch"], metrics["max_context"]) == (5, 1151)
+    code, out, err = cli("run", "llama_decode", "-p", "batch=5", *small)
+    assert code == 0, err
+    assert json.loads(out)["metrics"]["hbm_free_bytes"] >= 0
+    code, _, err = cli("run", "llama_decode", "-p", "batch=6", *small)
+    assert code == 2 and err.startswith("error: llama_decode: tiny does not fit topology "
+                                        "'default' at batch 6, context 64: PE ")
+    code, out, err = cli("run", "llama_decode", "-p", "batch=0", *small)
+    assert code == 0, err
+    run = json.loads(out)
+    assert run["metrics"]["tokens_per_s"] == pytest.approx(5e12 / run["latency_ps"])
+    code, _, err = cli("run", "llama_decode", "-p", "context=1152", *small)
+    assert code == 2 and "does not fit" in err
+
+
+def test_max_context_of_a_sliding_window_model_is_its_positions(run):
+    """Every layer of mistral_sliding.json keeps a 16-position window, so its KV cache stops
+    growing past 16 positions and no HBM bounds its context: `max_context` is its
+    max_position_embeddings less one (4096 - 1), found at once, and says why."""
+    result = run("llama_decode", "default", (f"config={HF / 'mistral_sliding.json'}",),
+                 timing_only=True)
+    value, note = result.metrics["max_context"]
+    assert value == 4095
+    assert note == "(at batch 1: the model's max_position_embeddings, not its HBM, bounds it)"
+
+
+def test_quality_beside_time_and_energy(run):
+    """A run with values also says how far its logits are from the exact model (float64,
+    no rounding): about one bf16 unit (2^-8) of relative error, the same next tokens."""
+    result = run("llama_decode", "default", ("batch=4",))
+    m = {k: v for k, (v, _) in result.metrics.items()}
+    assert 0 < m["logits_rel_l2"] < 2 ** -8 * 2
+    assert m["top1_agreement"] == 1.0
+    assert m["logits_max_abs_err"] > 0
+    timing = run("llama_decode", "default", ("batch=4",), timing_only=True)
+    assert "logits_rel_l2" not in timing.metrics  # nothing to measure without values
+
+
+@pytest.mark.parametrize("params", [
+    ("prompt=20", "chunk=8", "context=5", "batch=2"),  # passes of 8, 8 and 4, after 5 cached
+    ("prompt=12", "chunk=5", "context=3", "batch=2", "pp=2"),  # stages take passes in turn
+    ("prompt=9", "chunk=16", "context=0"),  # one pass, an empty cache before it
+])
+def test_a_prefill_verifies_and_the_decode_step_reads_its_cache(run, params):
+    """The prompt goes through the model pass by pass (causal attention over the cache
+    and the pass's earlier tokens), writing its K and V, which the float64 reference
+    checks position by position; its last token's logits give the first token; the
+    decode step that follows reads that cache, and verifies too."""
+    result = run("llama_decode", "default", params)
+    _passed(result)
+    names = {c.name for c in result.checks}
+    assert {"prefill.logits", "prefill.next_token", "prefill.layers.0.key",
+            "prefill.layers.1.value", "prefill.hidden_states.1"} <= names
+    tokens = [c for c in result.checks if c.name.endswith("next_token")]
+    assert all(c.max_abs_err == 0 for c in tokens)
+
+
+def test_a_request_is_its_prefill_and_its_decode_steps(run):
+    """TTFT is the prefill's end (its first token), TPOT the decode step after it; a
+    request of n tokens takes TTFT + (n - 1) TPOT, and the rates follow."""
+    result = run("llama_decode", "default", ("prompt=16", "chunk=8", "context=0", "batch=2",
+                                             "new_tokens=10"), timing_only=True)
+    m = {k: v for k, (v, _) in result.metrics.items()}
+    prefill_end = max(end for _, name, _, end in result.region_spans
+                      if name.startswith("prefill"))
+    assert m["ttft_ps"] == prefill_end < result.latency_ps  # the first token is out then
+    assert m["tpot_ps"] == result.latency_ps - prefill_end
+    assert m["request_ps"] == m["ttft_ps"] + 9 * m["tpot_ps"]
+    assert m["prefill_tokens_per_s"] == pytest.approx(2 * 16 * 1e12 / m["ttft_ps"])
+    assert m["request_tokens_per_s"] == pytest.approx(2 * 10 * 1e12 / m["request_ps"])
+    by = {r.name: r for r in result.regions}
+    assert "prefill" in by and by["prefill"].energy_aj > 0
+
+
+def test_a_scaled_prefill_bounds_the_full_one(run):
+    """Ten layers' prefill in full, and four scaled to ten: TTFT within its bound."""
+    base = (f"config={TEN}", "prompt=24", "chunk=8", "context=0", "batch=2")
+    full = run("llama_decode", "default", base, timing_only=True)
+    part = run("llama_decode", "default", (*base, "layers=4", "scale_to=10"),
+               timing_only=True)
+    f = {k: v for k, (v, _) in full.metrics.items()}
+    m = {k: v for k, (v, _) in part.metrics.items()}
+    assert abs(m["ttft_ps"] - f["ttft_ps"]) <= m["ttft_bound_ps"]
+    assert abs(m["tpot_ps"] - f["tpot_ps"]) <= m["tpot_bound_ps"]
+    assert abs(m["prefill_energy_per_token_uj"] - f["prefill_energy_per_token_uj"]) <= \
+        m["prefill_energy_per_token_bound_uj"] + 1e-9 * f["prefill_energy_per_token_uj"]
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ((f"config={HF / 'mistral_sliding.json'}", "prompt=8"), "prompt: a prefill of "
+     "sliding-window layers is not modelled (its attention would need a window per "
+     "query); run the decode step, or a model without sliding_window"),
+    ((f"config={TEN}", "prompt=8", "layers=6", "scale_to=10", "pp=2"), "scale_to with a "
+     "prompt and pp > 1: the stages take the prefill's passes in a pipeline, so a layer's "
+     "time there is no share of the TTFT; run all layers, or one stage"),
+    (("prompt=8", "chunk=0"), "chunk = 0: must be at least 1"),
+])
+def test_prefills_not_modelled_are_refused(cli, params, message):
+    code, _, err = cli("run", "llama_decode", *sum((("-p", p) for p in params), ()))
+    assert (code, err) == (2, f"error: llama_decode: {message}\n")
+
+
+PIPE = "tests/configs/tiny_4_layers_64_words.json"  # 4 layers, 64 words: a light LM head
+
+
+@pytest.mark.parametrize("m", [2, 4, 8])
+def test_micro_batches_overlap_the_stages(run, m):
+    """Batch 8 in m micro-batches through 4 stages of a layer each: the micro-batches leave
+    the last stage one stage time apart, and the step takes (N + m - 1) stage times (the
+    first stages are lighter by the LM head the last one runs: less, by at most N - 1
+    times it); in steady state a micro-batch's next token comes max(m, N) stage times
+    later."""
+    one = run("llama_decode", "default", (f"config={PIPE}", "batch=8", "pp=4"),
+              timing_only=True)
+    result = run("llama_decode", "default", (f"config={PIPE}", "batch=8", "pp=4",
+                                             f"microbatches={m}"), timing_only=True)
+    from kernbench_cli.sim.run import _timed
+
+    passes = _timed(result).region_passes["lm_head"]
+    ends = [end for _, end in passes]
+    gaps = [b - a for a, b in itertools.pairwise(ends)]
+    assert len(passes) == m and max(gaps) - min(gaps) < 0.01 * max(gaps)  # steady
+    met = {k: v for k, (v, _) in result.metrics.items()}
+    stage, lm_head = met["stage_ps"], max(e - s for s, e in passes)
+    assert 0 <= (4 + m - 1) * stage - result.latency_ps <= 3 * lm_head
+    assert met["steady_tpot_ps"] == max(m, 4) * stage
+    assert met["steady_tokens_per_s"] == pytest.approx(8e12 / met["steady_tpot_ps"])
+    # one step of the whole batch: no sooner than without micro-batches (each micro-batch
+    # reads the weights again); in steady state, with no more micro-batches than stages,
+    # more tokens a second than the stages taking the whole batch in turn
+    assert result.latency_ps > one.latency_ps
+    unpipelined = 8e12 / one.latency_ps
+    assert (met["steady_tokens_per_s"] > unpipelined) == (m <= 4)
+
+
+def test_micro_batches_verify(run):
+    result = run("llama_decode", "default", ("batch=4", "pp=2", "microbatches=2"))
+    _passed(result)
+    assert next(c for c in result.checks if c.name == "next_token").max_abs_err == 0
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    (("batch=4", "microbatches=2"), "microbatches = 2: micro-batches overlap pipeline "
+     "stages, so they need pp > 1; and each layer then runs once per micro-batch, "
+     "overlapped, so no scale_to"),
+    (("batch=3", "pp=2", "microbatches=2"), "microbatches = 2: batch 3 does not split into "
+     "2 equal micro-batches"),
+])
+def test_micro_batches_that_cannot_be_are_refused(cli, params, message):
+    code, _, err = cli("run", "llama_decode", *sum((("-p", p) for p in params), ()))
+    assert (code, err) == (2, f"error: llama_decode: {message}\n")
+
+
+def test_representative_passes_bound_the_full_prefill(run):
+    """A prompt of 8 passes, 4 of them timed (the first, the last, two between): each pass
+    not timed on the line between its timed neighbours (attention grows with the
+    position), within the bound of how far a timed pass lies off its neighbours' line."""
+    base = ("prompt=64", "chunk=8", "context=0", "batch=2")
+    full = run("llama_decode", "default", base, timing_only=True)
+    part = run("llama_decode", "default", (*base, "passes=4"), timing_only=True)
+    f = {k: v for k, (v, _) in full.metrics.items()}
+    m = {k: v for k, (v, _) in part.metrics.items()}
+    assert 0 < abs(m["ttft_ps"] - f["ttft_ps"]) <= m["ttft_bound_ps"]
+    assert abs(m["prefill_energy_per_token_uj"] - f["prefill_energy_per_token_uj"]) <= \
+        m["prefill_energy_per_token_bound_uj"]
+    assert "4 of 8 passes timed" in part.metrics["ttft_ps"][1]
+    assert m["tpot_ps"] == f["tpot_ps"]  # the decode step after it is the same step
+
+
+def test_representative_passes_need_timing_only(cli):
+    code, _, err = cli("run", "llama_decode", "-p", "prompt=32", "-p", "chunk=8", "-p",
+                       "passes=3")
+    assert (code, err) == (2, "error: llama_decode: passes = 3: representative passes need "
+                              "--timing-only (the passes not run would leave their rows out "
+                              "of the cache the values are checked against)\n")
+    code, _, err = cli("run", "llama_decode", "-p", "prompt=32", "-p", "chunk=8", "-p",
+                       "passes=2", "--timing-only")
+    assert code == 2 and "representative prefill passes are 3 or more" in err
