@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from kernbench_cli.config.units import format_bandwidth, format_frequency
 from kernbench_cli.hw.engine import cycles_to_ps
-from kernbench_cli.hw.gemm import gemm_cycles, gemm_passes
+from kernbench_cli.formats import F16, F32
+from kernbench_cli.hw.gemm import array_rate, gemm_cycles
 from kernbench_cli.hw.network import PS_PER_S, hbm_stream_bandwidth
 
 #: How a `how` text states each dataflow's fold formula (`hw.gemm.gemm_cycles`).
@@ -59,11 +60,17 @@ def copy_bandwidth(topology) -> int:
     return topology.noc.bandwidth
 
 
+def gemm_passes(topology, width: int) -> int:
+    """The array passes a GEMM of `width`-byte float operands takes (`hw.gemm.array_rate`:
+    `pe.gemm.passes.f32` for 4, `.f16` for 2)."""
+    return array_rate(topology.pe.gemm, F32 if width == 4 else F16)[0]
+
+
 def gemm_cycles_of(topology, m: int, k: int, n: int, width: int) -> int:
     """Array cycles of C[m,n] = A[m,k] @ B[k,n] untiled, with operands `width` bytes wide:
     the folds of the array's dataflow times the passes that width takes."""
     g = topology.pe.gemm
-    return gemm_cycles(m, k, n, g.rows, g.cols, g.dataflow) * gemm_passes(g, width)
+    return gemm_cycles(m, k, n, g.rows, g.cols, g.dataflow) * gemm_passes(topology, width)
 
 
 def gemm_ps(topology, cycles: int) -> int:
@@ -74,7 +81,7 @@ def gemm_ps(topology, cycles: int) -> int:
 def gemm_how(topology, width: int) -> str:
     """The array, its fold formula and the passes of `width`-byte operands, for a `how`."""
     g = topology.pe.gemm
-    passes = gemm_passes(g, width)
+    passes = gemm_passes(topology, width)
     return (f"{g.rows}x{g.cols} {g.dataflow} array, {FOLDS[g.dataflow]} cycles a GEMM"
             f"{f' x {passes} passes' if passes != 1 else ''} at "
             f"{format_frequency(topology.pe.clock)}")

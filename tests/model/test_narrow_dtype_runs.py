@@ -11,7 +11,7 @@ from kernbench_cli.hw.engine import cycles_to_ps
 from kernbench_cli.hw.gemm import gemm_cycles
 from kernbench_cli.hw.network import hbm_stream_bandwidth, transfer_ps
 
-from .conftest import test_topology
+from tests.conftest import test_topology
 
 FORMATS = ("fp8", "fp8e5m2", "int8", "int4", "mxfp8", "mxfp4")
 #: (bytes of 8192 elements, the narrow datapath's MACs per cell per cycle by default)
