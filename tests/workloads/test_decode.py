@@ -203,7 +203,7 @@ def test_energy_per_token_counts_each_layer(run):
     (("layers=11",), "layers = 11: the model has 10 (num_hidden_layers)"),
     (("layers=4", "scale_to=11"), "scale_to = 11: must be at least layers (4) and at most "
      "the model's 10 (num_hidden_layers)"),
-    (("batch=0",), "batch = 0: must be at least 1"),
+    (("batch=-1",), "batch = -1: must be at least 0"),
 ])
 def test_steps_the_model_cannot_take_are_refused(cli, params, message):
     code, _, err = cli("run", "llama_decode", "-p", f"config={TEN}",
