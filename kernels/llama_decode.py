@@ -55,6 +55,7 @@ from kernbench_cli.models.decoder import (
     Layout,
     Maker,
     Run,
+    as_stored,
     largest,
     limit_of,
     run_of,
@@ -79,6 +80,8 @@ PARAMS = {
     "new_tokens": 128,
     "microbatches": 1,
     "passes": 0,
+    "weights": "",
+    "kv": "",
 }
 CHOICES = {"model": ("tiny", "llama3-8b", "llama3-70b"), "dtype": ("bf16", "f16"),
            "algo": ("ring", "direct", "tree", "rhd", "hier")}
@@ -115,6 +118,11 @@ PARAM_INFO = {
                "writing their KV cache; 0: the decode step alone", "tokens"),
     "chunk": ("prompt tokens a prefill pass takes at once (the GEMMs' M is batch x "
               "chunk)", "tokens"),
+    "weights": "the decoder layers' projection weights' format: empty for dtype, or fp8, "
+               "fp8e5m2, int8, int4, mxfp8, mxfp4 (stored narrow, dequantised on PE_MATH "
+               "tile by tile; the embedding table and LM head stay in dtype)",
+    "kv": "the KV cache's format: empty for dtype, or a narrow one as for weights (each new "
+          "row quantised by a PE_MATH cast as it is stored)",
     "new_tokens": ("tokens a request generates, for the request figure (the first from "
                    "the prefill, each next one a decode step)", "tokens"),
 }
@@ -163,7 +171,8 @@ def setup(host, p):
             placed[piece.key] = made.place(pid, piece, lay.page)
         plans.append(placed)
     dims = {"b": b, "hidden": cfg.hidden, "g": cfg.group, "d": cfg.head_dim,
-            "layers": run.timed, "dt": dt, "per_layer": run.scaled or bool(p["scale_to"]),
+            "layers": run.timed, "dt": dt, "wdt": run.wdt, "kvdt": run.kvdt,
+            "per_layer": run.scaled or bool(p["scale_to"]),
             "eps": cfg.eps, "ctx": run.positions - 1, "kv_chunk": run.kv_chunk,
             "algo": run.algo, "act": cfg.act, "vocab_share": lay.share,
             "chunks": run.timed_chunks, "context": run.context, "prompt": run.prompt,
@@ -196,6 +205,17 @@ def _gemv(tl, a, ptr, k, n, dt, out_dtype="f32"):
                         out_dtype=out_dtype).out
 
 
+def _project(tl, a, ptr, k, n, dims, out_dtype="f32"):
+    """a [rows, k] @ a projection's [k, n] weight at `ptr`: stored [k, n] in dtype, or
+    narrow as [n, k] (its scales' blocks along K) and multiplied with `trans_b`, its tiles
+    dequantised on PE_MATH as they land."""
+    wdt = dims["wdt"]
+    if wdt == dims["dt"]:
+        return _gemv(tl, a, ptr, k, n, wdt, out_dtype)
+    return tl.composite(op="gemm", a=a, b=tl.ref(ptr, shape=(n, k), dtype=wdt),
+                        trans_b=True, out_dtype=out_dtype).out
+
+
 def _bias(tl, y, ptr, n, dt):
     """y (f32) plus the [1, n] bias at `ptr` (none: y)."""
     return y if ptr is None else y + tl.load(ptr, shape=(1, n), dtype=dt)
@@ -212,10 +232,14 @@ def _columns(tl, plan, layer, h, shared, dims, rows):
     buf = tl.shard(shared["qkvbuf"])
     if n:
         bias = layer.get("qkv_bias")
-        weight = tl.ref(layer["qkv"] + (c0 - w0) * item, shape=(hidden, c1 - c0), dtype=dt,
-                        stride=w1 - w0 if w1 - w0 != c1 - c0 else None)
-        cols = tl.composite(op="gemm", a=h, b=weight,
-                            out_dtype="f32" if bias is not None else dt).out
+        out_dtype = "f32" if bias is not None else dt
+        if dims["wdt"] == dt:
+            weight = tl.ref(layer["qkv"] + (c0 - w0) * item, shape=(hidden, c1 - c0),
+                            dtype=dt, stride=w1 - w0 if w1 - w0 != c1 - c0 else None)
+            cols = tl.composite(op="gemm", a=h, b=weight, out_dtype=out_dtype).out
+        else:  # narrow: [columns, hidden], these columns' rows
+            cols = _project(tl, h, layer["qkv"] + tl.nbytes(dims["wdt"], (c0 - w0) * hidden),
+                            hidden, c1 - c0, dims, out_dtype)
         if bias is not None:
             cols = _bias(tl, cols, bias + (c0 - w0) * item, c1 - c0, dt).to(dt)
         flat = cols.T.reshape((c1 - c0) * rows)
@@ -276,15 +300,20 @@ def _append(tl, layer, new, dims, j0):
     """The member holding the new position writes each sequence's new K and V row (the
     micro-batch's sequences from `j0`)."""
     lo, s0, sn = layer["seq"]
-    at, d, dt = dims["ctx"] - lo, dims["d"], dims["dt"]  # the new one among the cached
+    at, d = dims["ctx"] - lo, dims["d"]  # the new one among the cached
     if not s0 <= at < s0 + sn:
         return
-    item = tl.itemsize(dt)
+    kvdt = dims["kvdt"]
     for j, (_, _, k1, k2, v) in enumerate(new, j0):
-        row = (j * sn + at - s0) * d * item
-        tl.store(layer["k"] + row, k1)
-        tl.store(layer["k"] + row + d // 2 * item, k2)
-        tl.store(layer["v"] + row, v)
+        row = tl.nbytes(kvdt, (j * sn + at - s0) * d)
+        tl.store(layer["k"] + row, _cached(k1, dims))
+        tl.store(layer["k"] + row + tl.nbytes(kvdt, d // 2), _cached(k2, dims))
+        tl.store(layer["v"] + row, _cached(v, dims))
+
+
+def _cached(x, dims):
+    """`x` as the KV cache holds it: in dtype, or quantised (a PE_MATH cast) to `kv`."""
+    return x if dims["kvdt"] == dims["dt"] else x.to(dims["kvdt"])
 
 
 def _append_pass(tl, layer, new, dims, p0, t):
@@ -295,30 +324,31 @@ def _append_pass(tl, layer, new, dims, p0, t):
     a, e = max(p0, first), min(p0 + t, first + sn)
     if a >= e:
         return
-    d, dt = dims["d"], dims["dt"]
-    item, k0, n = tl.itemsize(dt), a - p0, e - a
+    d, kvdt = dims["d"], dims["kvdt"]
+    k0, n = a - p0, e - a
     for j, (_, k1, k2, v) in enumerate(new):
-        row = (j * sn + a - first) * d * item
-        tl.store(layer["k"] + row, k1[k0:k0 + n], stride=d)
-        tl.store(layer["k"] + row + d // 2 * item, k2[k0:k0 + n], stride=d)
-        tl.store(layer["v"] + row, v[k0:k0 + n])
+        row = tl.nbytes(kvdt, (j * sn + a - first) * d)
+        tl.store(layer["k"] + row, _cached(k1[k0:k0 + n], dims), stride=d)
+        tl.store(layer["k"] + row + tl.nbytes(kvdt, d // 2), _cached(k2[k0:k0 + n], dims),
+                 stride=d)
+        tl.store(layer["v"] + row, _cached(v[k0:k0 + n], dims))
 
 
 def _flash(tl, layer, q1, q2, j, rows, n_keys, dims, masks=None):
     """Flash attention of `rows` queries (q in halves) over the first `n_keys` rows of this
     member's shard of sequence j, `kv_chunk` keys at a time: (max, sum, output). `masks`
     maps a block's first row to its mask (1 where a key is after the query) or None."""
-    g_rows, d, dt, chunk = rows, dims["d"], dims["dt"], dims["kv_chunk"]
+    g_rows, d, dt, chunk, kvdt = rows, dims["d"], dims["dt"], dims["kv_chunk"], dims["kvdt"]
     _lo, _s0, sn = layer["seq"]
-    item = tl.itemsize(dt)
     if n_keys <= 0:
         return tl.full((g_rows,), NEG), tl.zeros((g_rows,)), tl.zeros((g_rows, d))
     m = lsum = o = None
     for c0 in range(0, n_keys, chunk):
         n = min(chunk, n_keys - c0)
-        at = (j * sn + c0) * d * item
-        k1 = tl.ref(layer["k"] + at, shape=(n, d // 2), dtype=dt, stride=d)
-        k2 = tl.ref(layer["k"] + at + d // 2 * item, shape=(n, d // 2), dtype=dt, stride=d)
+        at = tl.nbytes(kvdt, (j * sn + c0) * d)
+        k1 = tl.ref(layer["k"] + at, shape=(n, d // 2), dtype=kvdt, stride=d)
+        k2 = tl.ref(layer["k"] + at + tl.nbytes(kvdt, d // 2), shape=(n, d // 2), dtype=kvdt,
+                    stride=d)
         scores = tl.composite(op="gemm", a=q1, b=k1, trans_b=True, out_dtype="f32").out + \
             tl.composite(op="gemm", a=q2, b=k2, trans_b=True, out_dtype="f32").out
         future = masks(c0, n) if masks is not None else None
@@ -327,7 +357,7 @@ def _flash(tl, layer, q1, q2, j, rows, n_keys, dims, masks=None):
         m_c = tl.max(scores, axis=1)
         m_new = m_c if m is None else tl.maximum(m, m_c)
         p = tl.exp(scores - m_new[:, None])
-        pv = _gemv(tl, p.to(dt), layer["v"] + at, n, d, dt)
+        pv = _gemv(tl, p.to(dt), layer["v"] + at, n, d, kvdt)
         if m is None:
             lsum, o = tl.sum(p, axis=1), pv
         else:
@@ -468,7 +498,7 @@ def _layer(tl, plan, layer, i, x, shared, dims, pas=None, masks=None, j0=0):
         if rn:
             o = tl.load(tl.shard(shared["obuf"]) + r0 * tl.itemsize(dt), shape=(rows, rn),
                         dtype=dt, stride=g * d)
-            y = _gemv(tl, o, layer["o"], rn, hidden, dt)
+            y = _project(tl, o, layer["o"], rn, hidden, dims)
         else:
             y = tl.zeros((rows, hidden))
     with tl.region("attn_all_reduce"):
@@ -479,12 +509,12 @@ def _layer(tl, plan, layer, i, x, shared, dims, pas=None, masks=None, j0=0):
     with tl.region("mlp"):
         _f0, fn = plan["mlp"]
         if fn:
-            gate = _bias(tl, _gemv(tl, h, layer["gate"], hidden, fn, dt),
+            gate = _bias(tl, _project(tl, h, layer["gate"], hidden, fn, dims),
                          layer.get("gate_bias"), fn, dt)
-            up = _bias(tl, _gemv(tl, h, layer["up"], hidden, fn, dt), layer.get("up_bias"),
-                       fn, dt)
+            up = _bias(tl, _project(tl, h, layer["up"], hidden, fn, dims),
+                       layer.get("up_bias"), fn, dt)
             act = (_act(tl, gate, dims["act"]) * up).to(dt)
-            y = _gemv(tl, act, layer["down"], fn, hidden, dt)
+            y = _project(tl, act, layer["down"], fn, hidden, dims)
         else:
             y = tl.zeros((rows, hidden))
     with tl.region("mlp_all_reduce"):
@@ -604,8 +634,12 @@ def reference(host, p):
     (`kernbench_cli.models.reference`), rounded to `dtype` where the kernel hands values
     to the GEMM array or the KV cache."""
     run = run_of(host.topology, p)
-    return step(run.cfg, host.inputs, range(run.timed), run.context,
-                host.inputs["inputs_embeds"].dtype)
+    held, cached = as_stored(run, host.inputs)
+    out = step(run.cfg, held, range(run.timed), run.context,
+               host.inputs["inputs_embeds"].dtype, cached)
+    if run.kv:  # see `_prefill_outputs`
+        out = {k: v for k, v in out.items() if not k.startswith("prefill.layers.")}
+    return out
 
 
 def outputs(host, args, p):
@@ -648,7 +682,10 @@ def _prefill_outputs(host, args) -> dict[str, np.ndarray]:
                 rows = states[i][:b * t_last * hidden].reshape(b, t_last, hidden)
                 out[f"prefill.hidden_states.{i}"] = rows[:, -1].astype(dt)
     heads = max(plan["head"] for plan in plans) + 1
-    for kind in ("key", "value"):
+    # A narrow cache's rows are not compared: a value within bf16's tolerance of the
+    # reference's before it is quantised can land one step of the narrow format away (the
+    # hidden states and logits that read them are compared)
+    for kind in ("key", "value") if dims["kvdt"] == dims["dt"] else ():
         cache: dict[int, np.ndarray] = {}
         for plan in plans:
             for i, layer in plan["layers"]:
@@ -656,7 +693,8 @@ def _prefill_outputs(host, args) -> dict[str, np.ndarray]:
                 a, e = max(p_first, lo + s0), min(p_first + prompt, lo + s0 + sn)
                 if a >= e:
                     continue
-                shard = host.read(layer["k" if kind == "key" else "v"], (b, sn, d), dims["dt"])
+                shard = host.read(layer["k" if kind == "key" else "v"], (b, sn, d),
+                                  dims["kvdt"])
                 got = cache.setdefault(i, np.zeros((b, heads, prompt, d), np.float32))
                 got[:, plan["head"], a - p_first:e - p_first] = \
                     shard[:, a - lo - s0:e - lo - s0]

@@ -26,8 +26,8 @@ setup, alpha, then each byte at its path's rate, beta).
 from __future__ import annotations
 
 from kernbench_cli.config.units import format_bandwidth, format_frequency
-from kernbench_cli.hw.engine import cycles_to_ps
 from kernbench_cli.formats import F16, F32
+from kernbench_cli.hw.engine import cycles_to_ps
 from kernbench_cli.hw.gemm import array_rate, gemm_cycles
 from kernbench_cli.hw.network import PS_PER_S, hbm_stream_bandwidth
 

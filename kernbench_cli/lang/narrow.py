@@ -134,7 +134,8 @@ def rounded(values: np.ndarray, dt: Narrow) -> np.ndarray:
 def to_bytes(values: np.ndarray, dt: Narrow) -> np.ndarray:
     """The bytes of float32 `values` stored as `dt`: uint8, each row of the last axis its
     blocks in turn (scale, then elements), shape ``(..., dt.nbytes(n))``."""
-    elements, scales = quantize(values, dt)
+    # C order first: a tensor's value may be a view in another order (a transpose's)
+    elements, scales = quantize(np.ascontiguousarray(values), dt)
     codes = elements.view(np.uint8)
     if dt.format.bits == 4:  # two to a byte, the first in the low nibble
         codes = (codes[..., 0::2] & 0xF) | (codes[..., 1::2] & 0xF) << 4

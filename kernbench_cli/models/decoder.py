@@ -14,6 +14,7 @@ piece of them as it is placed.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,9 @@ import numpy as np
 from kernbench_cli.config.units import format_size_human as format_size
 from kernbench_cli.errors import ParamError
 from kernbench_cli.lang import collectives as coll
+from kernbench_cli.lang.dtypes import dtype as dtype_of
+from kernbench_cli.lang.dtypes import rounded
+from kernbench_cli.lang.narrow import NARROW
 from kernbench_cli.models.hf import ModelConfig, from_dict, read_config
 
 _LLAMA3 = {"model_type": "llama", "vocab_size": 128256, "rms_norm_eps": 1e-5,
@@ -39,6 +43,24 @@ SHIPPED = {
                    "num_hidden_layers": 80},
 }
 ITEM = {"bf16": 2, "f16": 2, "f32": 4}
+#: What `-p weights` and `-p kv` take besides the run's dtype (`lang.narrow`).
+NARROW_FORMATS = tuple(NARROW)
+#: Elements a scaled format's scale covers, along a row (`lang.narrow`).
+BLOCK = 32
+BF16 = dtype_of("bf16")  # what the GEMM array takes a dequantised operand as
+
+
+def nbytes_of(dtype: str, shape: tuple) -> int:
+    """Bytes `shape` of `dtype` takes in memory: a narrow dtype's packed elements and, for a
+    scaled one, a scale per block of each row (its rows whole blocks: `Run` checks)."""
+    if dtype in ITEM:
+        return math.prod(shape) * ITEM[dtype]
+    return NARROW[dtype].nbytes(math.prod(shape))
+
+
+def scaled(dtype: str) -> bool:
+    """A format with a scale per block of a row (int8, int4, mxfp8, mxfp4)."""
+    return dtype in NARROW and NARROW[dtype].block > 1
 
 
 def model_config(p) -> ModelConfig:
@@ -70,6 +92,24 @@ class Run:
     new_tokens: int = 1  # tokens a request generates (its figures)
     microbatches: int = 1  # the decode step's batch in this many parts, through the stages
     passes: int = 0  # prefill passes timed, spread over the prompt (0: every one)
+    weights: str = ""  # the decoder layers' weight matrices' format ("": dtype)
+    kv: str = ""  # the KV cache's format ("": dtype)
+
+    @property
+    def wdt(self) -> str:
+        """The format the decoder layers' projection weights are stored in."""
+        return self.weights or self.dtype
+
+    @property
+    def kvdt(self) -> str:
+        """The format the KV cache is stored in."""
+        return self.kv or self.dtype
+
+    @property
+    def narrow_weights(self) -> bool:
+        """Weights stored narrow: each projection as HF's [out, in] (N, K), so that a scaled
+        format's blocks run along K, multiplied with `trans_b`."""
+        return self.wdt in NARROW
 
     @property
     def rows(self) -> int:
@@ -157,8 +197,33 @@ def run_of(topology, p) -> Run:
         raise ValueError(f"pp = {pp}: the {pes} PEs must split into {pp} stages of a multiple "
                          f"of {cfg.kv_heads} PEs (a head group per KV head), with a layer "
                          f"each at least ({timed} layers)")
+    _check_formats(cfg, p, pes)
     return Run(cfg, timed, layers, p["batch"], p["context"], pp, p["dtype"], p["kv_chunk"],
-               p["algo"], p["prompt"], p["chunk"], p["new_tokens"], m, p["passes"])
+               p["algo"], p["prompt"], p["chunk"], p["new_tokens"], m, p["passes"],
+               p["weights"] if p["weights"] != p["dtype"] else "",
+               p["kv"] if p["kv"] != p["dtype"] else "")
+
+
+def _check_formats(cfg: ModelConfig, p, pes: int) -> None:
+    """`-p weights` and `-p kv`: the run's dtype or a narrow one; a scaled format's rows
+    (a projection's K: the hidden size, a PE's share of the heads' and the MLP's
+    intermediate columns; the cache's half heads, RoPE's halves) whole blocks of 32."""
+    for name in ("weights", "kv"):
+        value = p[name]
+        if value and value != p["dtype"] and value not in NARROW:
+            raise ValueError(f"{name} = {value}: one of {p['dtype']} (the dtype) or a narrow "
+                             f"format: {', '.join(NARROW_FORMATS)}")
+    if scaled(p["weights"]):
+        for what, size in (("hidden_size", cfg.hidden), ("head_dim", cfg.head_dim),
+                           ("intermediate_size", cfg.intermediate)):
+            if size % BLOCK:
+                raise ValueError(f"weights = {p['weights']}: its scales cover blocks of "
+                                 f"{BLOCK} elements along K, and {what} {size} is not whole "
+                                 "blocks")
+    if scaled(p["kv"]) and (cfg.head_dim // 2) % BLOCK:
+        raise ValueError(f"kv = {p['kv']}: its scales cover blocks of {BLOCK} elements along a "
+                         f"cached row, read in RoPE's halves, and half of head_dim "
+                         f"{cfg.head_dim} is not whole blocks")
 
 
 def check_scaling(cfg: ModelConfig, timed: int, layers: int, pp: int) -> None:
@@ -195,7 +260,7 @@ class Piece:
     nbytes: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "nbytes", math.prod(self.shape) * ITEM[self.dtype])
+        object.__setattr__(self, "nbytes", nbytes_of(self.dtype, self.shape))
 
     def name(self, pid: int, layer: int | None = None) -> str:
         """Its allocation's name: ``L3.qkv[17]`` (layer 3's, PE 17's), ``lm[17]``."""
@@ -265,12 +330,11 @@ class Layout:
         per-PE layout (which takes time in proportion to the PEs: a model far too large
         is refused at once)."""
         cfg, run = self.run.cfg, self.run
-        item = ITEM[run.dtype]
         attn = cfg.hidden * cfg.head_dim * (2 * cfg.heads + 2 * cfg.kv_heads)
-        per_layer = (attn + 3 * cfg.hidden * cfg.intermediate) * item
-        cache = 2 * run.batch * cfg.kv_heads * cfg.head_dim * item * sum(
-            min(run.positions, cfg.window(i) or run.positions) for i in range(run.layers))
-        tables = cfg.vocab * cfg.hidden * item * (1 if cfg.tied else 2)
+        per_layer = nbytes_of(run.wdt, (attn + 3 * cfg.hidden * cfg.intermediate,))
+        cache = nbytes_of(run.kvdt, (2 * run.batch * cfg.kv_heads * cfg.head_dim * sum(
+            min(run.positions, cfg.window(i) or run.positions) for i in range(run.layers)),))
+        tables = cfg.vocab * cfg.hidden * ITEM[run.dtype] * (1 if cfg.tied else 2)
         need = per_layer * run.layers + cache + tables
         have = self.topology.num_pes * self.topology.hbm.slice_size
         if need > have:
@@ -287,7 +351,8 @@ class Layout:
         last = k == run.pp - 1
         size = self.width // cfg.kv_heads
         b, g, d, dt = run.batch, cfg.group, cfg.head_dim, run.dtype
-        mlp = coll.layout(grid, cfg.intermediate, stage)
+        unit = BLOCK if scaled(run.wdt) else 1  # a scaled weight's K in whole blocks
+        mlp = _in_units(grid, cfg.intermediate, stage, unit)
         lm = coll.layout(grid, cfg.vocab, stage) if last else {}
         embed = coll.layout(grid, cfg.vocab, stage) if k == 0 and not cfg.tied else {}
         arg_algo = gather_algo(grid, stage, run.algo)
@@ -299,7 +364,7 @@ class Layout:
             qkv_algo = gather_algo(grid, members, run.algo)
             qkv_parts = {rows: coll.layout(grid, (g + 2) * d * rows, members, qkv_algo)
                          for rows in run.pass_rows}
-            o_parts = coll.layout(grid, g * d, members)
+            o_parts = _in_units(grid, g * d, members, unit)
             seqs = {}  # per window: (first cached position, each member's shard of them)
             for window in windows:
                 lo = max(0, run.positions - window) if window else 0
@@ -344,16 +409,21 @@ class Layout:
         if found is not None:
             return found
         h, (_r0, rn), (_f0, fn) = cfg.hidden, plan["o"], plan["mlp"]
-        pieces = [Piece("norm_in", (1, h), "f32"), Piece("qkv", (h, c1 - c0), dt),
+        wdt, kvdt = run.wdt, run.kvdt
+
+        def weight(key: str, k: int, n: int) -> Piece:  # [K, N], or narrow [N, K]
+            return Piece(key, (n, k) if run.narrow_weights else (k, n), wdt)
+
+        pieces = [Piece("norm_in", (1, h), "f32"), weight("qkv", h, c1 - c0),
                   Piece("qkv_bias", (1, c1 - c0), dt) if cfg.qkv_bias else None,
-                  Piece("o", (rn, h), dt),
+                  weight("o", rn, h),
                   Piece("o_bias", (1, h), dt) if cfg.o_bias else None,
-                  Piece("norm_post", (1, h), "f32"), Piece("gate", (h, fn), dt),
-                  Piece("up", (h, fn), dt), Piece("down", (fn, h), dt),
+                  Piece("norm_post", (1, h), "f32"), weight("gate", h, fn),
+                  weight("up", h, fn), weight("down", fn, h),
                   *((Piece("gate_bias", (1, fn), dt), Piece("up_bias", (1, fn), dt),
                      Piece("down_bias", (1, h), dt)) if cfg.mlp_bias else ()),
-                  Piece("k", (run.batch, sn, cfg.head_dim), dt, "kv_cache"),
-                  Piece("v", (run.batch, sn, cfg.head_dim), dt, "kv_cache")]
+                  Piece("k", (run.batch, sn, cfg.head_dim), kvdt, "kv_cache"),
+                  Piece("v", (run.batch, sn, cfg.head_dim), kvdt, "kv_cache")]
         found = self._blocks[key] = tuple(p for p in pieces if p is not None and p.nbytes)
         return found
 
@@ -420,6 +490,15 @@ class Layout:
             f"{self.run.layers} layers, its HBM slice has {format_size(slice_bytes)}; "
             f"{sum(n > slice_bytes for n in needs)} of {len(needs)} PEs overflow, "
             f"{format_size(total)} in all of {format_size(have)}")
+
+
+def _in_units(grid, n: int, members: list, unit: int) -> dict:
+    """`coll.layout` of `n` over `members` in whole `unit`s (a scaled weight's blocks of K;
+    `n` a multiple of `unit`, as `Run` checks)."""
+    if unit == 1:
+        return coll.layout(grid, n, members)
+    return {pid: (s * unit, c * unit)
+            for pid, (s, c) in coll.layout(grid, n // unit, members).items()}
 
 
 class DoesNotFit(ValueError):
@@ -555,6 +634,35 @@ def weights(host, run: Run) -> dict:
     return w
 
 
+#: The projections whose weights `-p weights` narrows (HF's names, in a layer).
+PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+               "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+
+
+def as_stored(run: Run, inputs: dict) -> tuple[dict, Callable | None]:
+    """The model as the kernel holds it: `inputs` (Hugging Face's names) with each layer's
+    projection weights in the `weights` format and its cache in the `kv` format, each
+    read back as the GEMM array takes it (dequantised to bf16), and how a new K or V row
+    is cached (None: in dtype). A scaled format's blocks run along each weight's `in`
+    axis and each cached row."""
+    if not run.weights and not run.kv:
+        return inputs, None
+    held = dict(inputs)
+
+    def stored(fmt: str) -> Callable:
+        return lambda a: rounded(rounded(np.asarray(a, np.float32), dtype_of(fmt)), BF16)
+
+    for i in range(run.timed):
+        pre = f"model.layers.{i}."
+        if run.weights:
+            for name in PROJECTIONS:
+                held[pre + name + ".weight"] = stored(run.weights)(inputs[pre + name + ".weight"])
+        if run.kv and run.context:
+            for x in ("key", "value"):
+                held[f"{pre}past_{x}"] = stored(run.kv)(inputs[f"{pre}past_{x}"])
+    return held, stored(run.kv) if run.kv else None
+
+
 class Maker:
     """The values of a PE's pieces, from the weights, made only as they are placed."""
 
@@ -569,6 +677,11 @@ class Maker:
         if host.timing_only or piece.kind == "embedding":
             return host.reserve(name, piece.shape, piece.dtype, pid, align=page)
         value = self.value(piece, layer)
+        if piece.dtype in NARROW:  # quantised as placed; a weight as [N, K]
+            if piece.kind == "weights":
+                value = value.T
+            return host.place(name, np.ascontiguousarray(value, np.float32), pid, align=page,
+                              dtype=piece.dtype)
         return host.place(name, np.ascontiguousarray(value, dtype_of_piece(host, piece.dtype)), pid,
                           align=page)
 

@@ -38,13 +38,16 @@ def activation(name: str) -> Callable[[np.ndarray], np.ndarray]:
 
 def forward(cfg: ModelConfig, weights: dict[str, np.ndarray], layers: range,
             x: np.ndarray, start: int, past: dict[int, tuple[np.ndarray, np.ndarray]],
-            dtype: np.dtype) -> tuple[dict[str, np.ndarray], np.ndarray]:
+            dtype: np.dtype, cached: Callable[[np.ndarray], np.ndarray] | None = None,
+            ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """T new tokens per sequence (`x` [batch, T, hidden]) at positions start .. start + T - 1
     through `layers`, each attending causally to its layer's cache before them (`past`:
     layer -> (K, V) [batch, kv heads, start, head_dim], RoPE'd as cached) and to the new
     tokens up to itself. Returns, per layer, its output [batch, T, hidden]
     (``hidden_states.{i}``) and its new K and V rows as cached (``key.{i}``,
-    ``value.{i}``, [batch, kv heads, T, head_dim]), and the last layer's output."""
+    ``value.{i}``, [batch, kv heads, T, head_dim]), and the last layer's output. `cached`
+    gives a new K or V row's value as the cache holds it (None: as computed, rounded to
+    `dtype`)."""
     def rnd(a: np.ndarray) -> np.ndarray:
         return a.astype(dtype).astype(np.float64)
 
@@ -78,6 +81,8 @@ def forward(cfg: ModelConfig, weights: dict[str, np.ndarray], layers: range,
         v = rnd(linear(h, pre + "self_attn.v_proj", cfg.qkv_bias)).reshape(b, t, hkv, d)
         q, k = rnd(rope(q / math.sqrt(d))), rnd(rope(k))
         k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [b, kv heads, T, d]
+        if cached is not None:
+            k, v = cached(k), cached(v)
         out[f"key.{i}"], out[f"value.{i}"] = k, v
         keys = np.concatenate([past[i][0].astype(np.float64), k], axis=2)
         values = np.concatenate([past[i][1].astype(np.float64), v], axis=2)
@@ -115,7 +120,8 @@ def head(cfg: ModelConfig, weights: dict[str, np.ndarray], x: np.ndarray,
 
 
 def step(cfg: ModelConfig, weights: dict[str, np.ndarray], layers: range, context: int,
-         dtype: np.dtype) -> dict[str, np.ndarray]:
+         dtype: np.dtype, cached: Callable[[np.ndarray], np.ndarray] | None = None,
+         ) -> dict[str, np.ndarray]:
     """A request's step as `llama_decode` runs it: the prompt (``prompt_embeds`` [batch,
     prompt, hidden], if any) prefilled after each layer's `context` cached tokens
     (``model.layers.{i}.past_key``/``past_value``), then one decode step of
@@ -124,13 +130,13 @@ def step(cfg: ModelConfig, weights: dict[str, np.ndarray], layers: range, contex
     ``next_token``; with a prompt, the prompt's last token's after each layer
     (``prefill.hidden_states.{i}``), its ``prefill.logits`` and ``prefill.next_token`` (the
     first generated token), and the prompt's K and V as cached
-    (``prefill.layers.{i}.key``/``value``)."""
+    (``prefill.layers.{i}.key``/``value``). `cached`: as `forward`'s."""
     past = {i: (weights[f"model.layers.{i}.past_key"], weights[f"model.layers.{i}.past_value"])
             for i in layers}
     out: dict[str, np.ndarray] = {}
     if "prompt_embeds" in weights:
         got, x = forward(cfg, weights, layers, weights["prompt_embeds"].astype(np.float64),
-                         context, past, dtype)
+                         context, past, dtype, cached)
         for i in layers:
             out[f"prefill.hidden_states.{i}"] = got[f"hidden_states.{i}"][:, -1].astype(dtype)
             for kind in ("key", "value"):
@@ -141,7 +147,7 @@ def step(cfg: ModelConfig, weights: dict[str, np.ndarray], layers: range, contex
         out["prefill.logits"], out["prefill.next_token"] = logits.astype(dtype), token
         context += x.shape[1]
     got, x = forward(cfg, weights, layers, weights["inputs_embeds"].astype(np.float64)[:, None],
-                     context, past, dtype)
+                     context, past, dtype, cached)
     for i in layers:
         out[f"hidden_states.{i}"] = got[f"hidden_states.{i}"][:, 0].astype(dtype)
     logits, token = head(cfg, weights, x[:, 0], dtype)

@@ -10,7 +10,6 @@ import pytest
 from kernbench_cli.hw.engine import cycles_to_ps
 from kernbench_cli.hw.gemm import gemm_cycles
 from kernbench_cli.hw.network import hbm_stream_bandwidth, transfer_ps
-
 from tests.conftest import test_topology
 
 FORMATS = ("fp8", "fp8e5m2", "int8", "int4", "mxfp8", "mxfp4")

@@ -483,3 +483,65 @@ def test_representative_passes_need_timing_only(cli):
     code, _, err = cli("run", "llama_decode", "-p", "prompt=32", "-p", "chunk=8", "-p",
                        "passes=2", "--timing-only")
     assert code == 2 and "representative prefill passes are 3 or more" in err
+
+
+# ---------------------------------------------------------------- quantised weights and KV
+
+#: Elements of the projections' weights of tiny's two layers: q, k, v (256 x 384), o
+#: (256 x 256), gate, up and down (3 x 256 x 512), per layer.
+PROJECTED = 2 * (256 * 384 + 256 * 256 + 3 * 256 * 512)
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "fp8e5m2", "int8", "int4", "mxfp8", "mxfp4"])
+def test_quantised_weights_verify_and_cost_accuracy(run, fmt):
+    """Weights stored narrow: the kernel's values match the float64 model run on the same
+    quantised weights (dequantised to bf16, as the array takes them), and the quality
+    figures, against the exact model on the weights before quantising, are worse than
+    bf16's own rounding alone."""
+    result = run("llama_decode", "default", (f"weights={fmt}", "batch=2"))
+    _passed(result)
+    plain = run("llama_decode", "default", ("batch=2",))
+    assert result.metrics["logits_rel_l2"][0] > plain.metrics["logits_rel_l2"][0]
+    assert result.metrics["top1_agreement"][0] in (0.0, 0.5, 1.0)
+
+
+@pytest.mark.parametrize(("fmt", "per_32"), [("fp8", 32), ("int8", 34), ("int4", 18),
+                                             ("mxfp8", 33), ("mxfp4", 17)])
+def test_quantised_weights_move_their_packed_bytes(run, fmt, per_32):
+    """Decode moves each weight byte once: a narrow step moves exactly the projections'
+    bytes fewer than bf16's (2 bytes an element against `per_32` bytes per 32: fp8 half),
+    everything else alike; the HBM bound falls by the same bytes."""
+    plain = run("llama_decode", "default", ("batch=2",), timing_only=True)
+    narrow = run("llama_decode", "default", (f"weights={fmt}", "batch=2"), timing_only=True)
+    saved = PROJECTED * 2 - PROJECTED * per_32 // 32
+    assert plain.hbm_bytes - narrow.hbm_bytes == saved
+
+
+def test_a_narrow_kv_cache_verifies_and_holds_more_sequences(run, cli):
+    """An fp8 cache (each new row quantised by a cast as it is stored, the prompt's too)
+    verifies against the model whose cache holds the same values; with 256 KiB slices,
+    fp8 weights and cache hold more sequences than bf16's 5."""
+    _passed(run("llama_decode", "default", ("kv=fp8", "batch=2", "prompt=8", "chunk=4")))
+    small = ("--set", "hbm.slice_size=256KiB", "--timing-only", "--json")
+    code, out, err = cli("run", "llama_decode", "-p", "weights=fp8", "-p", "kv=fp8", *small)
+    assert code == 0, err
+    assert json.loads(out)["metrics"]["max_batch"] > 5
+
+
+def test_scaled_kv_and_weights_of_a_wider_head(run):
+    """mxfp4 weights and an int8 cache (scales per 32 elements of a row: a head of 64 is two
+    blocks, RoPE's halves one each), with a prefill and two pipeline stages."""
+    _passed(run("llama_decode", "default", (f"config={HF / 'llama_head_dim.json'}",
+                                            "weights=mxfp4", "kv=int8", "batch=2",
+                                            "prompt=6", "chunk=3", "pp=2")))
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    (("weights=f32",), "weights = f32: one of bf16 (the dtype) or a narrow format: fp8, "
+                       "fp8e5m2, int8, int4, mxfp8, mxfp4"),
+    (("kv=mxfp4",), "kv = mxfp4: its scales cover blocks of 32 elements along a cached row, "
+                    "read in RoPE's halves, and half of head_dim 32 is not whole blocks"),
+])
+def test_formats_the_model_cannot_take_are_refused(cli, params, message):
+    code, _, err = cli("run", "llama_decode", *sum((("-p", p) for p in params), ()))
+    assert (code, err) == (2, f"error: llama_decode: {message}\n")
