@@ -39,6 +39,10 @@ CASES: tuple[Case, ...] = (
     Case("all_reduce.ring.default", "all_reduce", "default"),
     Case("all_reduce.hier.sip", "all_reduce", "sip", ("algo=hier", "bytes=65536")),
     Case("llama_decode.tiny.default", "llama_decode", "default", ("batch=2", "context=37")),
+    Case("llama_decode.tiny-prefill.default", "llama_decode", "default",
+         ("batch=2", "context=5", "prompt=12", "chunk=5")),
+    Case("llama_decode.tiny-fp8.default", "llama_decode", "default",
+         ("batch=2", "context=37", "weights=fp8", "kv=fp8")),
     Case("llama_decode.llama3-8b-2layers.sip", "llama_decode", "sip",
          ("model=llama3-8b", "layers=2", "context=256")),
 )
