@@ -26,6 +26,7 @@ from array import array
 
 import numpy as np
 
+from kernbench_cli.hw.engines import ENGINES
 from kernbench_cli.hw.network import Calendar
 
 PID_BITS, PE_SHIFT, CAUSE_SHIFT = 22, 36, 58
@@ -249,7 +250,6 @@ def tie_faults(timing, classes) -> set[int]:
     return bad
 
 
-_ENGINES = ("cpu", "scheduler", "dma", "gemm", "math")
 _PROC_VALUES = ("done", "at", "n", "last_end", "tcm_peak", "tile_worst", "planned", "dequant",
                 "end", "start", "issue")
 
@@ -279,7 +279,7 @@ def expand(timing, classes) -> None:
                 for name in _PROC_VALUES:
                     setattr(proc, name, getattr(source, name))
                 proc.credited = source.credited
-                for name in _ENGINES:
+                for name in ENGINES:
                     setattr(pes[pid], name, getattr(pes[rep], name))
                 pes[pid].rings = pes[rep].rings
                 log_rows.append((rep, pid, own))

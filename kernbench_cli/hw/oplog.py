@@ -15,7 +15,7 @@ from array import array
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from kernbench_cli.hw.pe import ENGINES
+from kernbench_cli.hw.engines import ENGINES
 
 #: Fields of one op-log record, as `OpLog` iterates them.
 OP_FIELDS = ("seq", "pid", "engine", "kind", "issue_ps", "start_ps", "end_ps", "bytes", "flops",

@@ -12,9 +12,6 @@ from kernbench_cli.hw.math import MathEngine
 from kernbench_cli.hw.network import Network
 from kernbench_cli.hw.scheduler import Scheduler
 
-#: Engine names as the TOML sections, the report rows and the JSON keys spell them.
-ENGINES = ("cpu", "scheduler", "dma", "gemm", "math")
-
 
 class Pe:
     """PE_CPU, PE_SCHEDULER, PE_DMA, PE_GEMM and PE_MATH of one PE."""

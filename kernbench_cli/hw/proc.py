@@ -20,8 +20,8 @@ import simpy
 
 from kernbench_cli.errors import KernelError
 from kernbench_cli.hw.composite import GemmTiling, TileOp
+from kernbench_cli.hw.engines import CPU, DMA, GEMM, SCHED, VEC  # noqa: F401  (engine codes)
 
-CPU, SCHED, DMA, GEMM, VEC = range(5)  # engine codes, in the order of `pe.ENGINES`
 PENDING = -1  # `end` of a composite still running
 
 #: Why an operation started when it did, for the critical path: a cause and the

@@ -38,8 +38,8 @@ from typing import Any
 
 from kernbench_cli.address.physaddr import AddressMap
 from kernbench_cli.errors import AddressError
+from kernbench_cli.hw.engines import ENGINES
 from kernbench_cli.hw.oplog import OpLog
-from kernbench_cli.hw.pe import ENGINES
 from kernbench_cli.report.trace_filter import TraceFilter
 from kernbench_cli.sim.result import RunResult
 

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from kernbench_cli.errors import KernbenchError
+from kernbench_cli.hw.engines import ENGINES
 from kernbench_cli.report import metrics
 
 FORMATS = (".png", ".svg", ".pdf")
-ENGINES = ("cpu", "scheduler", "dma", "gemm", "math")
 #: --y choices: metric -> (label with unit, how to get it from a run's JSON)
 METRICS = {
     "latency": ("latency (us)", lambda r: r["latency_ps"] / 1e6),

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from kernbench_cli.config.units import format_energy_aj, format_size, format_time_ps
 from kernbench_cli.config.units import format_time_short as short
+from kernbench_cli.hw.engines import ENGINES
 from kernbench_cli.report import metrics as kernel_metrics
 from kernbench_cli.report.regions import region_table, regions_json
 from kernbench_cli.sim.bounds import largest
@@ -324,7 +325,7 @@ def _engines(result: RunResult, energy: dict[str, int] | None, dropped) -> Table
 def per_pe_table(result: RunResult) -> Table:
     table = Table(title="Per PE: busy time")
     table.add_column("PE r.s.c.p")
-    names = [n for n in ("cpu", "scheduler", "dma", "gemm", "math") if n in result.engines]
+    names = [n for n in ENGINES if n in result.engines]
     for name in names:
         table.add_column(name, justify="right")
     table.add_column("CPU stall", justify="right")
@@ -476,7 +477,7 @@ def _optional_json(result: RunResult, out: dict[str, Any], per_pe: bool) -> None
                  "tcm_high_water_line": result.tcm_high_water[i][2]}
                 if result.tcm_high_water else {}),
              **{f"{n}_busy_ps": result.engines[n].busy_ps[i]
-                for n in ("cpu", "scheduler", "dma", "gemm", "math")}}
+                for n in ENGINES}}
             for i, label in enumerate(result.pe_labels)]
 
 

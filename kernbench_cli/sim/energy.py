@@ -47,6 +47,7 @@ import numpy as np
 from kernbench_cli.config.schema import EnergyConfig
 from kernbench_cli.config.units import format_energy_aj, format_time_ps
 from kernbench_cli.formats import gemm_datapath
+from kernbench_cli.hw.engines import ENGINES
 from kernbench_cli.hw.gemm import gemm_work
 from kernbench_cli.hw.network import LEDGER
 from kernbench_cli.hw.system import System
@@ -69,7 +70,7 @@ QUEUED = (LOAD, STORE, MATH, DOT, SEND, COMPOSITE)
 #: The link levels, each billed per bit per link crossed.
 LINKS = ("noc", "ucie", "sip_link", "rack_link")
 #: The parts of a run's energy, in report order (the engine table's rows, then static).
-PARTS = ("cpu", "scheduler", "dma", "gemm", "math", "ipcq", "hbm", "sram", *LINKS)
+PARTS = (*ENGINES, "ipcq", "hbm", "sram", *LINKS)
 NARROW = ("fp8", "int8", "fp4", "int4")  # the array's narrow datapaths (gemm_mac_<name>)
 
 

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernbench_cli.errors import KernbenchError
+from kernbench_cli.hw.engines import ENGINES
 from kernbench_cli.hw.gemm import peak_macs
 from kernbench_cli.hw.network import PS_PER_S
-from kernbench_cli.hw.pe import ENGINES
 from kernbench_cli.hw.ratio import ratio
 from kernbench_cli.hw.system import System
 from kernbench_cli.hw.timing import Timing

@@ -32,9 +32,9 @@ from kernbench_cli.errors import (
     KernbenchError,
     KernelError,
 )
+from kernbench_cli.hw.engines import ENGINES
 from kernbench_cli.hw.gemm import peak_macs
 from kernbench_cli.hw.ipcq import chunks_for
-from kernbench_cli.hw.pe import ENGINES
 from kernbench_cli.hw.system import System
 from kernbench_cli.hw.timing import Stuck, Timing, TimingError
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
