@@ -112,6 +112,11 @@ class Run:
         return self.wdt in NARROW
 
     @property
+    def with_prompt(self) -> str:
+        """", a prompt of L" when there is one (for messages)."""
+        return f", a prompt of {self.prompt:,}" if self.prompt else ""
+
+    @property
     def rows(self) -> int:
         """Sequences a micro-batch of the decode step holds (its GEMMs' M)."""
         return self.batch // self.microbatches
@@ -341,7 +346,7 @@ class Layout:
             raise DoesNotFit(
                 f"{model_name(cfg)} does not fit topology {self.topology.name!r}: its "
                 f"{run.layers} layers' weights, the LM head and embedding table and the KV "
-                f"cache of batch {run.batch} at context {run.context} take "
+                f"cache of batch {run.batch} at context {run.context}{run.with_prompt} take "
                 f"{format_size(need)} ({need:,} B); the system has {format_size(have)} of "
                 f"HBM ({self.topology.num_pes} PEs x {format_size(self.topology.hbm.slice_size)})")
 
@@ -485,7 +490,8 @@ class Layout:
         parts = ", ".join(f"{k.replace('_', ' ')} {format_size(v)}" for k, v in by.items() if v)
         raise DoesNotFit(
             f"{model_name(self.run.cfg)} does not fit topology {self.topology.name!r} at "
-            f"batch {self.run.batch}, context {self.run.context}: PE ({system_pes[worst]}) "
+            f"batch {self.run.batch}, context {self.run.context}{self.run.with_prompt}: PE "
+            f"({system_pes[worst]}) "
             f"needs {format_size(needs[worst])} ({parts}) for its share of "
             f"{self.run.layers} layers, its HBM slice has {format_size(slice_bytes)}; "
             f"{sum(n > slice_bytes for n in needs)} of {len(needs)} PEs overflow, "
