@@ -2,9 +2,9 @@
 
 Runs `llama_decode`'s `setup` (what `kernbench run` does before the
 functional pass: allocate and place every weight, KV shard and shared
-buffer) at context 8192 with 2, 16 and 80 layers, on `sip` (128 PEs,
-llama3-8b: 70b's 80 layers do not fit its 128 GiB; layers past the 8b's 32
-repeat its layer shape) and `rack` (8,192 PEs, llama3-70b), in this
+buffer) at context 8192 with 2, 16 and all the model's layers, on `sip` (128 PEs,
+llama3-8b's 32: 70b's 80 layers do not fit its 128 GiB) and `rack` (8,192 PEs,
+llama3-70b's 80), in this
 process, timing-only unless `--values`. Per case it prints the placements
 made (a symmetric allocation counts once per PE), the CPU seconds of the
 setup (`time.process_time`, the least of `--repeat` runs: the machine is
@@ -40,6 +40,7 @@ from kernbench_cli.sim.host import Host
 from kernbench_cli.sim.kernels import load_kernel, parse_params
 
 MODELS = {"sip": "llama3-8b", "rack": "llama3-70b"}
+LAYERS = {"llama3-8b": 32, "llama3-70b": 80}  # each model's num_hidden_layers
 
 
 def setup_cpu(kernel, amap, params: dict, values: bool) -> tuple[float, float, int]:
@@ -59,7 +60,8 @@ def setup_cpu(kernel, amap, params: dict, values: bool) -> tuple[float, float, i
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--topology", action="append", help="sip and rack unless given")
-    parser.add_argument("--layers", action="append", type=int, help="2, 16 and 80 unless given")
+    parser.add_argument("--layers", action="append", type=int,
+                        help="2, 16 and all the model's unless given")
     parser.add_argument("--pp", type=int, default=2, help="pipeline stages (2)")
     parser.add_argument("--values", action="store_true", help="draw and place values too")
     parser.add_argument("--repeat", type=int, default=3)
@@ -72,7 +74,7 @@ def main() -> int:
     for topology in args.topology or ["sip", "rack"]:
         amap = load_address_map(topology)
         model = MODELS.get(topology, "llama3-70b")
-        cases = [(n, args.pp) for n in args.layers or [2, 16, 80]]
+        cases = [(n, args.pp) for n in args.layers or [2, 16, LAYERS[model]]]
         if topology == "rack" and not args.layers:
             cases.append((80, 16))
         figures = {}

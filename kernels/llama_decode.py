@@ -42,7 +42,10 @@ anything runs, the layers a scaled run does not time included.
 
 Regions (`tl.region`) name each operator per layer, so the report times them.
 Dtype: weights, activations handed to the GEMM array and the KV cache in `dtype`;
-the residual stream, norms, softmax and accumulation in f32.
+the residual stream, norms, softmax and accumulation in f32. `-p weights` stores the
+projections' weights narrow (as [N, K], multiplied with `trans_b`, each tile dequantised
+to bf16 on PE_MATH as it lands), `-p kv` the cache (each new row quantised by a cast as
+it is stored).
 """
 
 import contextlib
@@ -108,7 +111,8 @@ PARAM_INFO = {
                "pass between at the time and energy interpolated from its neighbours, "
                "with a bound from how far a timed pass is off its neighbours' line; 0: "
                "every pass", "passes"),
-    "dtype": "weights, KV cache and GEMM operands (f32 accumulation)",
+    "dtype": "weights, KV cache and GEMM operands (f32 accumulation; `weights` and `kv` "
+             "may narrow the first two)",
     "algo": "the all-reduces' and all-gathers' algorithm (collectives; an all-gather "
             "takes ring where its group does not allow it); hier: a ring per level, the "
             "fewest steps for the small vectors of a decode step",
