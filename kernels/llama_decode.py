@@ -54,6 +54,7 @@ import math
 import numpy as np
 
 from kernbench_cli.lang import collectives as coll
+from kernbench_cli.lang.bounds import stream_bandwidth
 from kernbench_cli.models.decoder import (
     Layout,
     Maker,
@@ -736,21 +737,49 @@ def _macs(lay: Layout) -> int:
                + of(lay.extra[pid]) for pid in range(len(lay.plans)))
 
 
-def _stream(topology):
-    hbm = topology.hbm
-    return hbm.bandwidth * (hbm.refresh_interval - hbm.refresh_time) // hbm.refresh_interval
-
-
 def bounds(topology, p):
     """The step as run cannot be faster than its busiest PE reading its weights and KV
     cache once from its own HBM slice at the slice's stream rate (weight-stationary: no
-    other PE reads them for it)."""
+    other PE reads them for it), nor than the PE whose array has the most projection
+    GEMMs to run (QKV, O and the MLP of each layer it holds, for each pass: each decode
+    micro-batch and each prefill pass run), each GEMM untiled (a composite's tiles only
+    add folds and fills) at the 16-bit rate the array runs them at (a narrow weight is
+    dequantised first); attention and the LM head left out."""
+    from kernbench_cli.lang import bounds as lb
+
     lay = Layout(topology, run_of(topology, _asrun_of(p)))
-    read = [lay.read(pid) for pid in range(topology.num_pes)]
-    worst = max(range(len(read)), key=lambda pid: (read[pid], -pid))
-    return {"memory": (-(-read[worst] * 10**12 // _stream(topology)),
+    pes = range(topology.num_pes)
+    read = [lay.read(pid) for pid in pes]
+    worst = max(pes, key=lambda pid: (read[pid], -pid))
+    cycles = [_projection_cycles(topology, lay, pid) for pid in pes]
+    busiest = max(pes, key=lambda pid: (cycles[pid], -pid))
+    return {"memory": (lb.hbm_ps(topology, read[worst]),
                        f"PE {worst}'s weights and KV cache, {read[worst]:,} B, at its HBM "
-                       "slice's stream bandwidth")}
+                       "slice's stream bandwidth"),
+            "gemm": (lb.gemm_ps(topology, cycles[busiest]),
+                     f"PE {busiest}'s projection GEMMs, {cycles[busiest]:,} cycles untiled on "
+                     f"a {lb.gemm_how(topology, 2)}")}
+
+
+def _projection_cycles(topology, lay, pid) -> int:
+    """Array cycles of PE `pid`'s projection GEMMs in the step as run, each untiled."""
+    from kernbench_cli.lang.bounds import gemm_cycles_of
+
+    run, plan, hidden = lay.run, lay.plans[pid], lay.run.cfg.hidden
+    passes = [run.rows] * run.microbatches + [run.batch * t for _, t in run.timed_chunks]
+    _r0, rn = plan["o"]
+    _f0, fn = plan["mlp"]
+    per_layer = 0
+    for rows in passes:
+        _e0, n, c0, c1 = plan["qkv"][rows]
+        if n:
+            per_layer += gemm_cycles_of(topology, rows, hidden, c1 - c0, 2)
+        if rn:
+            per_layer += gemm_cycles_of(topology, rows, rn, hidden, 2)
+        if fn:
+            per_layer += 2 * gemm_cycles_of(topology, rows, hidden, fn, 2) + \
+                gemm_cycles_of(topology, rows, fn, hidden, 2)
+    return per_layer * len(plan["layers"])
 
 
 def _asrun_of(p):
@@ -766,7 +795,7 @@ def metrics(topology, p, run):
     step = run_of(topology, p)
     lay = Layout(topology, step)
     read = sum(lay.read(pid) for pid in range(topology.num_pes))
-    rate = topology.num_pes * _stream(topology)
+    rate = topology.num_pes * stream_bandwidth(topology)
     hbm_bound = read / rate * 1e12
     b, power = step.batch, run.static_aj / run.latency_ps if run.latency_ps else 0.0
     ttft = run.region_bounds["prefill"][1] if step.prompt else 0
