@@ -86,6 +86,7 @@ PARAMS = {
     "passes": 0,
     "weights": "",
     "kv": "",
+    "steps": 1,
 }
 CHOICES = {"model": ("tiny", "llama3-8b", "llama3-70b"), "dtype": ("bf16", "f16"),
            "algo": ("ring", "direct", "tree", "rhd", "hier")}
@@ -128,6 +129,11 @@ PARAM_INFO = {
                "tile by tile; the embedding table and LM head stay in dtype)",
     "kv": "the KV cache's format: empty for dtype, or a narrow one as for weights (each new "
           "row quantised by a PE_MATH cast as it is stored)",
+    "steps": ("decode steps one after another, each sequence's next tokens, each step's "
+              "input given (teacher-forced) and its first command issued once the step "
+              "before has chosen its token (a store of it, fenced): TPOT is their mean, "
+              "and quality counts every step's token (one pipeline stage, no "
+              "micro-batches or scale_to)", "steps"),
     "new_tokens": ("tokens a request generates, for the request figure (the first from "
                    "the prefill, each next one a decode step)", "tokens"),
 }
@@ -147,7 +153,11 @@ def setup(host, p):
                          "(the passes not run would leave their rows out of the cache the "
                          "values are checked against)")
     w = weights(host, run)
-    values = {"x": w["inputs_embeds"], "rope": _rope(cfg, [run.positions - 1])[:, 0]}
+    first = run.positions - run.steps  # the first decode step's position
+    embeds = w["inputs_embeds"]  # [b, hidden], or [b, steps, hidden]: step-major rows
+    values = {"x": embeds if run.steps == 1 else
+              embeds.transpose(1, 0, 2).reshape(-1, cfg.hidden),
+              "rope": _rope(cfg, range(first, run.positions)).transpose(1, 0, 2)}
     if run.prompt:
         values["prompt"] = np.concatenate([  # pass by pass: [b x tokens, hidden] each
             w["prompt_embeds"][:, p0 - run.context:p0 - run.context + t].reshape(b * t, -1)
@@ -178,7 +188,8 @@ def setup(host, p):
     dims = {"b": b, "hidden": cfg.hidden, "g": cfg.group, "d": cfg.head_dim,
             "layers": run.timed, "dt": dt, "wdt": run.wdt, "kvdt": run.kvdt,
             "per_layer": run.scaled or bool(p["scale_to"]),
-            "eps": cfg.eps, "ctx": run.positions - 1, "kv_chunk": run.kv_chunk,
+            "eps": cfg.eps, "ctx": first, "step": 0, "steps": run.steps,
+            "kv_chunk": run.kv_chunk,
             "algo": run.algo, "act": cfg.act, "vocab_share": lay.share,
             "chunks": run.timed_chunks, "context": run.context, "prompt": run.prompt,
             "sampled": run.sampled, "every": run.chunks,
@@ -260,7 +271,8 @@ def _qkv(tl, plan, layer, h, shared, dims):
     b, g, d, dt = dims["mb"], dims["g"], dims["d"], dims["dt"]
     item = tl.itemsize(dt)
     buf = _columns(tl, plan, layer, h, shared, dims, b)
-    rope = tl.load(tl.shard(shared["rope"]), shape=(2, d // 2), dtype="f32")
+    rope = tl.load(tl.shard(shared["rope"]) + dims["step"] * d * 4, shape=(2, d // 2),
+                   dtype="f32")
     cos, sin, half = rope[0], rope[1], d // 2
     out = []
     for j in range(b):  # column c of sequence j is at c * b + j
@@ -405,8 +417,9 @@ def _attention(tl, plan, layer, new, shared, dims, j0):
     rows), merged to the head group's first member, which divides and stores the heads'
     output; broadcast to the group."""
     b, g, d, dt = dims["mb"], dims["g"], dims["d"], dims["dt"]
-    sn = layer["seq"][2]
-    parts = _tree(tl, plan, [_flash(tl, layer, q1, q2, j, g, sn, dims)
+    lo, s0, sn = layer["seq"]
+    seen = min(sn, dims["ctx"] + 1 - (lo + s0))  # the shard's rows up to this step's
+    parts = _tree(tl, plan, [_flash(tl, layer, q1, q2, j, g, seen, dims)
                              for j, (q1, q2, *_) in enumerate(new, j0)], g, d)
     obuf = tl.shard(shared["obuf"])
     if parts is not None:
@@ -560,6 +573,7 @@ def _lm_head(tl, plan, x, shared, dims, out=("logits", "token"), j0=0):
                     axis=0)
     if tl.pid == plan["stage"][0]:
         tl.store(tl.shard(shared[out[1]]) + j0 * 4, token)
+    return token
 
 
 def _prefill(tl, plan, shared, dims):
@@ -606,14 +620,29 @@ def _pass(tl, plan, shared, dims, p0, t, prompt, out, last):
 
 def kernel(tl, plans, shared, dims):
     plan = plans[tl.pid]
-    b, hidden = dims["b"], dims["hidden"]
     if dims["chunks"]:
         with tl.region("prefill"):
             _prefill(tl, plan, shared, dims)
+    for s in range(dims["steps"]):
+        token = _decode(tl, plan, shared, {**dims, "ctx": dims["ctx"] + s, "step": s}
+                        if s else dims)
+        if s + 1 < dims["steps"]:  # the next step's input is this one's token, embedded:
+            if tl.pid != plan["stage"][0]:  # PE_CPU waits for it (the input itself is given)
+                tl.store(tl.shard(shared["token"]) + s * dims["b"] * 4, token)
+            tl.fence()
+
+
+def _decode(tl, plan, shared, dims):
+    """One decode step (`dims["step"]`, at position `dims["ctx"]`) of the batch, micro-batch
+    by micro-batch; the last stage's tokens (its last micro-batch's)."""
+    b, hidden = dims["b"], dims["hidden"]
     rows, out = dims["mb"], tl.shard(shared["hidden_out"])
+    last = dims["step"] + 1 == dims["steps"]
+    at = dims["step"] * b  # this step's rows of the inputs, logits and tokens
+    token = None
     for j0 in range(0, b, rows):  # micro-batch by micro-batch: the stages overlap
         if plan["prev"] is None:
-            x = tl.load(tl.shard(shared["x"]) + j0 * hidden * tl.itemsize(dims["dt"]),
+            x = tl.load(tl.shard(shared["x"]) + (at + j0) * hidden * tl.itemsize(dims["dt"]),
                         shape=(rows, hidden), dtype=dims["dt"]).to("f32")
         else:
             with tl.region("pp_handoff"):  # the hidden state from the stage before
@@ -621,14 +650,15 @@ def kernel(tl, plans, shared, dims):
         for i, layer in plan["layers"]:
             with tl.region(f"layer{i}") if dims["per_layer"] else contextlib.nullcontext():
                 x = _layer(tl, plan, layer, i, x, shared, dims, j0=j0)
-                if tl.pid == plan["stage"][0]:  # the state after the layer, for the check
+                if last and tl.pid == plan["stage"][0]:  # the state after the layer, checked
                     tl.store(out + (i * b + j0) * hidden * 4, x)
         if plan["next"] is not None:
             with tl.region("pp_handoff"):
                 tl.send(x, to=plan["next"])
             continue
         with tl.region("lm_head"):
-            _lm_head(tl, plan, x, shared, dims, j0=j0)
+            token = _lm_head(tl, plan, x, shared, dims, j0=at + j0)
+    return token
 
 
 # ---------------------------------------------------------------------- the reference
@@ -659,12 +689,14 @@ def outputs(host, args, p):
                 out[f"hidden_states.{i}"] = states[i].reshape(b, hidden).astype(dt)
     out = dict(sorted(out.items(), key=lambda kv: int(kv[0].split(".")[1])))
     last = [pid for pid, plan in enumerate(plans) if plan["next"] is None]
+    steps = dims["steps"]
+    rows = (steps, b) if steps > 1 else (b,)  # with steps: [steps, batch, ...]
     pieces = sorted(((plans[pid]["lm"][0], host.read_shard(shared["logits"], pid)
-                      [:b * plans[pid]["lm"][1]].reshape(b, plans[pid]["lm"][1]))
+                      [:steps * b * plans[pid]["lm"][1]].reshape(*rows, plans[pid]["lm"][1]))
                      for pid in last), key=lambda piece: piece[0])
-    out["logits"] = np.concatenate([piece for _, piece in pieces], axis=1).astype(dt)
+    out["logits"] = np.concatenate([piece for _, piece in pieces], axis=-1).astype(dt)
     out["next_token"] = host.read_shard(shared["token"], plans[last[0]]["stage"][0]) \
-        .astype(np.float32)
+        .reshape(rows).astype(np.float32)
     if dims["chunks"]:
         out.update(_prefill_outputs(host, args))
     return out
@@ -742,9 +774,9 @@ def bounds(topology, p):
     cache once from its own HBM slice at the slice's stream rate (weight-stationary: no
     other PE reads them for it), nor than the PE whose array has the most projection
     GEMMs to run (QKV, O and the MLP of each layer it holds, for each pass: each decode
-    micro-batch and each prefill pass run), each GEMM untiled (a composite's tiles only
-    add folds and fills) at the 16-bit rate the array runs them at (a narrow weight is
-    dequantised first); attention and the LM head left out."""
+    step's micro-batches and each prefill pass run), each GEMM untiled (a composite's
+    tiles only add folds and fills) at the 16-bit rate the array runs them at (a narrow
+    weight is dequantised first); attention and the LM head left out."""
     from kernbench_cli.lang import bounds as lb
 
     lay = Layout(topology, run_of(topology, _asrun_of(p)))
@@ -766,7 +798,8 @@ def _projection_cycles(topology, lay, pid) -> int:
     from kernbench_cli.lang.bounds import gemm_cycles_of
 
     run, plan, hidden = lay.run, lay.plans[pid], lay.run.cfg.hidden
-    passes = [run.rows] * run.microbatches + [run.batch * t for _, t in run.timed_chunks]
+    passes = [run.rows] * (run.microbatches * run.steps) + \
+        [run.batch * t for _, t in run.timed_chunks]
     _r0, rn = plan["o"]
     _f0, fn = plan["mlp"]
     per_layer = 0
@@ -795,13 +828,19 @@ def metrics(topology, p, run):
     step = run_of(topology, p)
     lay = Layout(topology, step)
     read = sum(lay.read(pid) for pid in range(topology.num_pes))
+    if step.steps > 1:  # the steps' mean: what one reads grows linearly with its position
+        first = Layout(topology, run_of(topology, {**p, "steps": 1}))
+        read = (read + sum(first.read(pid) for pid in range(topology.num_pes))) // 2
     rate = topology.num_pes * stream_bandwidth(topology)
     hbm_bound = read / rate * 1e12
     b, power = step.batch, run.static_aj / run.latency_ps if run.latency_ps else 0.0
     ttft = run.region_bounds["prefill"][1] if step.prompt else 0
     pre_aj = run.region_energy_aj.get("prefill", 0)
     tpot, energy = float(run.latency_ps - ttft), float(run.energy_aj - run.static_aj - pre_aj)
+    tpot, energy = tpot / step.steps, energy / step.steps  # a step's, on average
     how, out = f"{step.timed} layers as run", {}
+    if step.steps > 1:
+        how += f", the mean of {step.steps} steps"
     if step.scaled:
         t_mid, e_mid, t_bound, e_bound, how = _middle(step, _decode_layers(step, run), run)
         extra = step.layers - step.timed
@@ -1004,15 +1043,15 @@ def quality(host, p, outputs):
     """How far the step's logits are from the exact model's: the same weights and cache,
     computed in float64 with no rounding anywhere (`reference` instead rounds where the
     kernel stores a value in `dtype`, to verify the kernel). Relative L2 error of the
-    logits over the batch, their largest absolute error, and the share of sequences whose
-    next token (the argmax) is the exact model's."""
+    logits over the batch (and steps), their largest absolute error, and the share of
+    sequences' steps whose next token (the argmax) is the exact model's."""
     run = run_of(host.topology, p)
     exact = step(run.cfg, host.inputs, range(run.timed), run.context, np.float64)
     want, got = exact["logits"], outputs["logits"].astype(np.float64)
     norm = float(np.linalg.norm(want))
-    agree = float(np.mean(got.argmax(axis=1) == want.argmax(axis=1)))
+    agree = float(np.mean(got.argmax(axis=-1) == want.argmax(axis=-1)))
+    of = f"{run.batch} sequences" + (f" x {run.steps} steps" if run.steps > 1 else "")
     return {"logits_rel_l2": (float(np.linalg.norm(got - want)) / norm if norm else 0.0,
                               "(against the exact model in float64)"),
             "logits_max_abs_err": (float(np.abs(got - want).max()), ""),
-            "top1_agreement": (agree, f"(of {run.batch} sequences, the exact model's next "
-                                      "token)")}
+            "top1_agreement": (agree, f"(of {of}, the exact model's next token)")}

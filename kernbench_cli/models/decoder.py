@@ -94,6 +94,7 @@ class Run:
     passes: int = 0  # prefill passes timed, spread over the prompt (0: every one)
     weights: str = ""  # the decoder layers' weight matrices' format ("": dtype)
     kv: str = ""  # the KV cache's format ("": dtype)
+    steps: int = 1  # decode steps, one after another (teacher-forced)
 
     @property
     def wdt(self) -> str:
@@ -127,9 +128,9 @@ class Run:
 
     @property
     def positions(self) -> int:
-        """Positions the cache holds after the step: the context, the prompt, the token the
-        decode step appends."""
-        return self.context + self.prompt + 1
+        """Positions the cache holds after the step: the context, the prompt, the token
+        each decode step appends."""
+        return self.context + self.prompt + self.steps
 
     @property
     def chunks(self) -> list[tuple[int, int]]:
@@ -164,7 +165,7 @@ def run_of(topology, p) -> Run:
     cfg = model_config(p)
     for name, low in (("batch", 0), ("context", 0), ("prompt", 0), ("chunk", 1),
                       ("kv_chunk", 1), ("new_tokens", 1), ("microbatches", 1), ("layers", 0),
-                      ("scale_to", 0), ("pp", 1), ("passes", 0)):
+                      ("scale_to", 0), ("pp", 1), ("passes", 0), ("steps", 1)):
         if p[name] < low:
             raise ValueError(f"{name} = {p[name]}: must be at least {low}")
     if 0 < p["passes"] < 3 or (p["passes"] and p["pp"] > 1):
@@ -180,6 +181,10 @@ def run_of(topology, p) -> Run:
         raise ValueError("scale_to with a prompt and pp > 1: the stages take the prefill's "
                          "passes in a pipeline, so a layer's time there is no share of the "
                          "TTFT; run all layers, or one stage")
+    if p["steps"] > 1 and (p["pp"] > 1 or m > 1 or p["scale_to"] or cfg.windows):
+        raise ValueError(f"steps = {p['steps']}: several decode steps run on one pipeline "
+                         "stage, without micro-batches, scale_to or sliding windows (each "
+                         "step waits for the token the one before chose)")
     if p["prompt"] and cfg.windows:
         raise ValueError("prompt: a prefill of sliding-window layers is not modelled (its "
                          "attention would need a window per query); run the decode step, "
@@ -206,7 +211,7 @@ def run_of(topology, p) -> Run:
     return Run(cfg, timed, layers, p["batch"], p["context"], pp, p["dtype"], p["kv_chunk"],
                p["algo"], p["prompt"], p["chunk"], p["new_tokens"], m, p["passes"],
                p["weights"] if p["weights"] != p["dtype"] else "",
-               p["kv"] if p["kv"] != p["dtype"] else "")
+               p["kv"] if p["kv"] != p["dtype"] else "", p["steps"])
 
 
 def _check_formats(cfg: ModelConfig, p, pes: int) -> None:
@@ -306,15 +311,16 @@ class Layout:
         run, cfg = self.run, self.run.cfg
         b, d, g, dt = run.batch, cfg.head_dim, cfg.group, run.dtype
         rows = max(run.pass_rows)  # the most rows a pass takes
-        pieces = [Piece("x", (b, cfg.hidden), dt, "buffers", "inputs_embeds"),
-                  Piece("rope", (2, d // 2), "f32", "buffers"),
+        s = run.steps  # each step's input, RoPE, logits and token
+        pieces = [Piece("x", (s * b, cfg.hidden), dt, "buffers", "inputs_embeds"),
+                  Piece("rope", (s, 2, d // 2), "f32", "buffers"),
                   Piece("qkvbuf", ((g + 2) * d * rows,), dt, "buffers"),
                   Piece("obuf", (rows * g * d,), dt, "buffers"),
                   Piece("ybuf", (rows * cfg.hidden,), "f32", "buffers"),
                   Piece("argbuf", (self.width * b * 2,), "f32", "buffers"),
                   Piece("hidden_out", (layers + 1, b * cfg.hidden), "f32", "buffers"),
-                  Piece("token", (b,), "f32", "buffers"),
-                  Piece("logits", (b * self.share,), "f32", "buffers")]
+                  Piece("token", (s * b,), "f32", "buffers"),
+                  Piece("logits", (s * b * self.share,), "f32", "buffers")]
         if run.prompt:  # the prompt's embeddings, pass by pass; its RoPE; positions
             last = b * run.chunks[-1][1]
             pieces += [Piece("prompt", (b * run.prompt, cfg.hidden), dt, "buffers",
@@ -636,7 +642,9 @@ def weights(host, run: Run) -> dict:
                                       scale=1 / math.sqrt(hidden))
     if run.prompt:  # the prompt's tokens, embedded, before the decode step's
         w["prompt_embeds"] = host.random("prompt_embeds", (run.batch, run.prompt, hidden), dt)
-    w["inputs_embeds"] = host.random("inputs_embeds", (run.batch, hidden), dt)
+    w["inputs_embeds"] = host.random(  # teacher-forced: each step's input given
+        "inputs_embeds", (run.batch, hidden) if run.steps == 1 else
+        (run.batch, run.steps, hidden), dt)
     return w
 
 

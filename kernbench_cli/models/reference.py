@@ -125,12 +125,15 @@ def step(cfg: ModelConfig, weights: dict[str, np.ndarray], layers: range, contex
     """A request's step as `llama_decode` runs it: the prompt (``prompt_embeds`` [batch,
     prompt, hidden], if any) prefilled after each layer's `context` cached tokens
     (``model.layers.{i}.past_key``/``past_value``), then one decode step of
-    ``inputs_embeds`` [batch, hidden] at the next position. Returns, rounded to `dtype`:
-    each layer's output after the decode step (``hidden_states.{i}``), its ``logits`` and
-    ``next_token``; with a prompt, the prompt's last token's after each layer
-    (``prefill.hidden_states.{i}``), its ``prefill.logits`` and ``prefill.next_token`` (the
-    first generated token), and the prompt's K and V as cached
-    (``prefill.layers.{i}.key``/``value``). `cached`: as `forward`'s."""
+    ``inputs_embeds`` [batch, hidden] at the next position (or, [batch, steps, hidden],
+    that many steps one after another, each step's input given). Returns, rounded to
+    `dtype`:
+    each layer's output after the (last) decode step (``hidden_states.{i}``), its
+    ``logits`` and ``next_token`` (with steps: [steps, batch, ...]); with a prompt, the
+    prompt's last token's after each layer (``prefill.hidden_states.{i}``), its
+    ``prefill.logits`` and ``prefill.next_token`` (the first generated token), and the
+    prompt's K and V as cached (``prefill.layers.{i}.key``/``value``). `cached`: as
+    `forward`'s."""
     past = {i: (weights[f"model.layers.{i}.past_key"], weights[f"model.layers.{i}.past_value"])
             for i in layers}
     out: dict[str, np.ndarray] = {}
@@ -146,12 +149,20 @@ def step(cfg: ModelConfig, weights: dict[str, np.ndarray], layers: range, contex
         logits, token = head(cfg, weights, x[:, -1], dtype)
         out["prefill.logits"], out["prefill.next_token"] = logits.astype(dtype), token
         context += x.shape[1]
-    got, x = forward(cfg, weights, layers, weights["inputs_embeds"].astype(np.float64)[:, None],
-                     context, past, dtype, cached)
-    for i in layers:
-        out[f"hidden_states.{i}"] = got[f"hidden_states.{i}"][:, 0].astype(dtype)
-    logits, token = head(cfg, weights, x[:, 0], dtype)
-    out["logits"], out["next_token"] = logits.astype(dtype), token
+    embeds = weights["inputs_embeds"].astype(np.float64)
+    steps = embeds.shape[1] if embeds.ndim == 3 else 0
+    # steps teacher-forced, one after another: a causal pass of their inputs
+    got, x = forward(cfg, weights, layers, embeds if steps else embeds[:, None], context, past,
+                     dtype, cached)
+    for i in layers:  # after the last step
+        out[f"hidden_states.{i}"] = got[f"hidden_states.{i}"][:, -1].astype(dtype)
+    if not steps:
+        logits, token = head(cfg, weights, x[:, 0], dtype)
+        out["logits"], out["next_token"] = logits.astype(dtype), token
+        return out
+    heads = [head(cfg, weights, x[:, k], dtype) for k in range(steps)]
+    out["logits"] = np.stack([logits for logits, _ in heads]).astype(dtype)  # [steps, b, vocab]
+    out["next_token"] = np.stack([token for _, token in heads])  # [steps, b]
     return out
 
 

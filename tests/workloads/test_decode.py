@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kernbench_cli.sim.regions import OUTSIDE
-from kernbench_cli.stream import COMPOSITE, LOAD, MATH, STORE
+from kernbench_cli.stream import COMPOSITE, LOAD, MATH, STORE, WAIT
 
 SMALL = "tests/configs/small_llama.json"
 NARROW = "tests/configs/narrow_llama.json"  # 8 hidden, 12 MLP, 10 words, 1 KV head
@@ -549,3 +549,44 @@ def test_scaled_kv_and_weights_of_a_wider_head(run):
 def test_formats_the_model_cannot_take_are_refused(cli, params, message):
     code, _, err = cli("run", "llama_decode", *sum((("-p", p) for p in params), ()))
     assert (code, err) == (2, f"error: llama_decode: {message}\n")
+
+
+# ---------------------------------------------------------------- several decode steps
+
+def test_several_steps_verify_every_token_and_average_the_tpot(run):
+    """`-p steps=3`: three decode steps one after another, each step's input given
+    (teacher-forced), verified against the exact model's causal pass of the three inputs:
+    each step's logits and token ([steps, batch, ...]), the layers' outputs after the last;
+    TPOT is the decode time over the steps, quality counts each sequence's step."""
+    result = run("llama_decode", "default", ("steps=3", "batch=2"))
+    _passed(result)
+    assert result.outputs["logits"].shape == (3, 2, 1024)
+    assert result.outputs["next_token"].shape == (3, 2)
+    value, note = result.metrics["tpot_ps"]
+    assert value == result.latency_ps / 3
+    assert note.endswith("the mean of 3 steps)")
+    assert result.metrics["top1_agreement"][1] == ("(of 2 sequences x 3 steps, the exact "
+                                                   "model's next token)")
+    with_prompt = run("llama_decode", "default", ("steps=2", "batch=2", "prompt=6", "chunk=3"))
+    _passed(with_prompt)
+
+
+def test_each_step_waits_for_the_token_before_it(run):
+    """A step's input is the token the step before chose, so every PE stores that token and
+    fences (PE_CPU waits until the store, which waits for the token, has landed) before
+    it issues the next step's first command; three steps take about three times one (the
+    later ones read a row or two more of the cache)."""
+    one = run("llama_decode", "default", ("batch=2",), timing_only=True)
+    three = run("llama_decode", "default", ("batch=2", "steps=3"), timing_only=True)
+    for plain, stepped in zip(one.trace.program.streams, three.trace.program.streams,
+                              strict=True):
+        waits = [sum(op == WAIT for op in stream.op) for stream in (plain, stepped)]
+        assert waits[1] == 3 * waits[0] + 2
+    assert 2.85 * one.latency_ps < three.latency_ps < 3.15 * one.latency_ps
+
+
+def test_steps_need_one_stage_without_micro_batches(cli):
+    code, _, err = cli("run", "llama_decode", "-p", "steps=2", "-p", "pp=2")
+    assert (code, err) == (2, "error: llama_decode: steps = 2: several decode steps run on one "
+                              "pipeline stage, without micro-batches, scale_to or sliding "
+                              "windows (each step waits for the token the one before chose)\n")
