@@ -152,6 +152,11 @@ def setup(host, p):
         raise ValueError(f"passes = {run.passes}: representative passes need --timing-only "
                          "(the passes not run would leave their rows out of the cache the "
                          "values are checked against)")
+    if run.kv and run.prompt and not host.timing_only:
+        raise ValueError(f"kv = {run.kv} with a prompt needs --timing-only: the prompt's "
+                         "cached rows, quantised, can land a step of the narrow format away "
+                         "from the reference's (one bf16 unit apart before), and what reads "
+                         "them then differs by more than bf16's tolerance")
     w = weights(host, run)
     first = run.positions - run.steps  # the first decode step's position
     embeds = w["inputs_embeds"]  # [b, hidden], or [b, steps, hidden]: step-major rows

@@ -113,13 +113,17 @@ def _sizes(total: int, unit: int, block: int = 1) -> list[int]:
 
 def _k_sizes(k: int, block: int = 1) -> list[int]:
     """K itself, then halvings down to 16 (a shorter K step would be mostly fill and drain);
-    only multiples of `block` but K itself."""
+    with a scaled format's `block`, whole blocks: each halving rounded up to them, and
+    `block` x powers of two."""
     sizes, size = [k], k
     while size > 16:
         size = -(-size // 2)
-        if size % block == 0:
-            sizes.append(size)
-    return sizes
+        sizes.append(size)
+    if block == 1:
+        return sizes
+    whole = {-(-size // block) * block for size in sizes} | {
+        block << j for j in range(k.bit_length()) if block << j < k}
+    return sorted((size for size in whole if size <= k), reverse=True)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -12,8 +12,9 @@ mxfp4     E2M1             E8M0 (a power of two), per 32 elements        17 / 32
 ========= ================ ============================================ ===================
 
 Quantising rounds to nearest, ties to even, and saturates: a value beyond
-the format's largest is stored as the largest, of its sign (an infinity
-too); NaN stays NaN (fp8) or makes its block's scale NaN.
+the format's largest is stored as the largest, of its sign (for fp8 an
+infinity too); NaN stays NaN (fp8), and a NaN or an infinity makes a scaled
+format's block NaN (its scale: max|v| is not finite).
 
 - fp8: the value, clamped to +-448 (E4M3) or +-57344 (E5M2), cast (ml_dtypes'
   float8_e4m3fn and float8_e5m2: the OCP 8-bit formats).

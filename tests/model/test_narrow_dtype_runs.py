@@ -52,11 +52,6 @@ def test_a_load_moves_the_packed_bytes_in_their_time(run, fmt):
         nbytes, hbm_stream_bandwidth(topo.hbm)) + topo.hbm.latency)
 
 
-def test_fp8_and_mxfp4_against_bf16():
-    assert SIZE["fp8"][0] * 2 == SIZE["bf16"][0]
-    assert SIZE["mxfp4"][0] == 8192 // 2 + 8192 // 32
-
-
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_a_native_gemm_streams_k_at_its_datapath_rate(run, fmt):
     """A tl.dot of two `fmt` operands (16 x 64 by 64 x 64) holds the array for the cycles of

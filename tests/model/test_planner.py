@@ -112,3 +112,19 @@ def test_a_streamed_operand_loads_before_the_resident_one_is_ready(run):
     first_gemm = next(r for r in result.oplog if r[3] == "gemm_tile")
     assert tiles[0][4] < a_load[6]  # issued before A is in TCM
     assert first_gemm[5] >= a_load[6]
+
+
+def test_a_scaled_operand_along_k_gets_whole_block_k_tiles():
+    """An mxfp4 B (its scales' blocks of 32 along K, `trans_b`) with K = 320 and 24 KiB of
+    TCM: K tiles must be whole blocks, and 320's halvings (160, 80, ...) mostly are not;
+    the planner also offers them rounded up and 32 x powers of two, so a plan exists
+    (K tiles of 64: 15,968 B) as one does for bf16 (K tiles of 80)."""
+    from kernbench_cli.formats import F16, MXFP4
+    from kernbench_cli.hw.composite import PlanCosts
+
+    costs = PlanCosts(64.0, 10.0, 100.0)
+    args = (40, 320, 96, F16, MXFP4, 4, False, False, 16, 16, "os", 24576, costs, 320, 320,
+            True)
+    tiling = plan_gemm(*args)
+    assert tiling is not None and tiling.kt % 32 == 0
+    assert (tiling.mt, tiling.kt, tiling.nt, tiling.tcm_bytes) == (16, 64, 16, 15968)
