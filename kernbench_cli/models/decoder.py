@@ -181,6 +181,11 @@ def run_of(topology, p) -> Run:
         raise ValueError("scale_to with a prompt and pp > 1: the stages take the prefill's "
                          "passes in a pipeline, so a layer's time there is no share of the "
                          "TTFT; run all layers, or one stage")
+    last = p["context"] + p["prompt"] + p["steps"] - 1
+    if p["steps"] > 1 and last >= cfg.rope.max_positions:
+        raise ValueError(f"steps = {p['steps']}: the last step's position, {last:,}, is past "
+                         f"the model's positions (max_position_embeddings "
+                         f"{cfg.rope.max_positions:,})")
     if p["steps"] > 1 and (p["pp"] > 1 or m > 1 or p["scale_to"] or cfg.windows):
         raise ValueError(f"steps = {p['steps']}: several decode steps run on one pipeline "
                          "stage, without micro-batches, scale_to or sliding windows (each "
@@ -523,11 +528,12 @@ MAX_BATCH = 1 << 24
 
 def limit_of(p, name: str) -> int:
     """The most `largest` searches to: for "context", the model's max_position_embeddings
-    less one (the step's token sits at position `context`); for "batch", `MAX_BATCH`. A
-    model whose every layer has a sliding window needs no more HBM past its window, so its
-    context is bounded by its positions alone."""
+    less the prompt and the steps (the last step's token sits at position context +
+    prompt + steps - 1); for "batch", `MAX_BATCH`. A model whose every layer has a
+    sliding window needs no more HBM past its window, so its context is bounded by its
+    positions alone."""
     if name == "context":
-        return model_config(p).rope.max_positions - 1
+        return max(0, model_config(p).rope.max_positions - p["prompt"] - p["steps"])
     return MAX_BATCH
 
 

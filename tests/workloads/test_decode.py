@@ -600,3 +600,7 @@ def test_steps_need_one_stage_without_micro_batches(cli):
     assert (code, err) == (2, "error: llama_decode: steps = 2: several decode steps run on one "
                               "pipeline stage, without micro-batches, scale_to or sliding "
                               "windows (each step waits for the token the one before chose)\n")
+    code, _, err = cli("run", "llama_decode", "-p", "steps=100000", "--timing-only")
+    assert (code, err) == (2, "error: llama_decode: steps = 100000: the last step's position, "
+                              "100,063, is past the model's positions (max_position_embeddings "
+                              "2,048)\n")
