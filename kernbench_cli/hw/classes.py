@@ -285,6 +285,9 @@ def partition(timing, forced: set[int], split: dict[int, tuple]) -> Classes:
         system = timing.system
         keys = stream_keys(timing.program, system.slice_bases, system.amap.slice_bytes,
                            system.topology.hbm.page_size)
+        if timing.leaves is not None:  # a class's energy is booked to its commands' regions
+            keys = [key + leaves.tobytes() for key, leaves in zip(keys, timing.leaves,
+                                                                   strict=True)]
         if len(set(keys)) > n // WORTH:
             return Classes(list(range(n)))
         timing.around = _Surroundings(timing, keys)

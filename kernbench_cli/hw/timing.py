@@ -133,11 +133,11 @@ class Timing(Routes, Messages, CompositeRuns):
         self.fair = topo.network.sharing == "fair"
         self.flows = FairShare(self.env)
         # Energy by region: the DMA engines' ledger (`DmaEngine.ledger`), a row per named
-        # region, and per PE the region of each command (None: the kernel names none)
+        # region, and per PE the region of each command (0, outside any, on a PE that
+        # names none; None: the kernel names none at all)
         self.ledger = [[0] * len(LEDGER) for _ in program.regions]
-        self.leaves: list[array | None] | None = [
-            array("I", program.region_of(pid)) if marks else None
-            for pid, marks in enumerate(program.region_marks)] \
+        self.leaves: list[array] | None = [
+            array("I", program.region_of(pid)) for pid in range(len(program.streams))] \
             if len(program.regions) > 1 else None
         for pe in system.pes:
             pe.dma.ledger, pe.dma.region, pe.dma.weight = self.ledger, 0, 1

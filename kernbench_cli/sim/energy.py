@@ -164,7 +164,7 @@ def by_region(system: System, timing: Timing) -> list[Counts]:
     fixes = [0] * regions  # composites' dequantised tiles, in the composite's region
     for pid, proc in enumerate(timing.procs):
         for i, n in proc.dequant.items():
-            fixes[timing.leaves[pid][i] if timing.leaves and timing.leaves[pid] else 0] += n
+            fixes[timing.leaves[pid][i] if timing.leaves else 0] += n
     out = []
     for r in range(regions):
         by_class = dict.fromkeys(MATH_CLASSES, 0)

@@ -291,3 +291,29 @@ def test_the_cli_times_by_classes_unless_told_not_to(cli, monkeypatch):
     assert code == code2 == 0
     assert [m.dedup for m in made] == [True, False] and len(made[0].classes.members) == 14
     assert json.loads(out) == json.loads(out2)
+
+
+def test_a_class_books_its_energy_to_its_own_regions(cli):
+    """Every PE runs the same composite, the even ones in region "a", the odd ones in "b":
+    alike up to relocation, but a class's representative books its members' energy to
+    its own regions, so PEs of different regions are never one class. Each region's
+    energy equals `--no-dedup`'s (a and b alike), as does the whole run's JSON."""
+    kernel = str(TESTS / "kernels" / "regions_by_parity.py")
+    got = {}
+    for flag in ((), ("--no-dedup",)):
+        code, out, err = cli("run", kernel, "-t", "sip", "--timing-only", "--json", *flag)
+        assert code == 0, err
+        got[flag] = json.loads(out)
+    regions = {r["name"]: r["energy_aj"] for r in got[()]["regions"]}
+    assert regions["a"] == regions["b"] > 0
+    assert got[()] == got[("--no-dedup",)]
+
+
+def test_a_pe_that_names_no_region_beside_one_that_does(cli):
+    """PE 0 loads inside a region, PE 1 runs a composite outside any (it names none): its
+    tile moves are booked outside the regions, not an internal error."""
+    code, out, err = cli("run", str(TESTS / "kernels" / "region_on_some_pes.py"),
+                         "--timing-only", "--json")
+    assert code == 0, err
+    regions = {r["name"]: r["energy_aj"] for r in json.loads(out)["regions"]}
+    assert regions["r"] > 0 and regions["(outside)"] > 0
