@@ -3,7 +3,9 @@
 Two PEs are in one class when their streams are equal up to relocation
 (addresses in a PE's own HBM slice relative to that slice, IPCQ partners
 relative to the PE: ``partner - pid``; every other column, composite
-descriptor and address as it is) and their surroundings are too:
+descriptor and address as it is), their commands are in the same regions
+(a representative books its class's energy to its own), and their
+surroundings are too:
 
 - every path they move bytes over has the same latency, round trip and
   resources (level, bandwidth, DRAM page and tFAW, latency), and is private
