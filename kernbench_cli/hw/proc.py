@@ -88,8 +88,7 @@ class Wake(simpy.Event):
 class Proc:
     """One PE's walk over its stream, as SimPy event callbacks resume it."""
 
-    __slots__ = ("after", "at", "copies", "cpu", "credited", "current", "dequant", "done", "due",
-                 "end",
+    __slots__ = ("after", "at", "copies", "cpu", "credited", "dequant", "done", "due", "end",
                  "env", "error", "events", "gen", "issue", "last_end", "made", "n", "offers",
                  "pid", "planned", "resume_cb", "start", "tcm_peak", "tcm_wait", "tile_buffers",
                  "tile_worst", "tiles", "waiting", "waits", "why")
@@ -124,7 +123,6 @@ class Proc:
         self.copies: dict[int, list[tuple[int, int, int]]] = {}
         self.credited: dict[int, int] = {}
         self.tcm_wait = NOBODY  # PE_CPU waited for TCM held by this op (-1: no)
-        self.current = 0  # the composite whose tiles run now
         self.events = 0
         self.error: TimingError | None = None  # what stopped it
         self.tcm_peak = (0, 0, 0)  # TCM high water: (bytes, time, command)

@@ -127,7 +127,6 @@ class CompositeRuns:
         proc.planned += planned
         if a.dequant or b.dequant:
             proc.dequant[i] = dequantised(tiling, a, b, desc.n)
-        proc.current = i
         ops = tile_ops(ready, me, tiling, a, b, desc.n, desc.trans_b, out, desc.out_format,
                        desc.out_row_stride, loads_from=dispatched)
         private = all(self._path(pid, addr, into)[1] for addr, into in self._operand_ends(desc))
@@ -164,7 +163,6 @@ class CompositeRuns:
                 proc.wake_at(issued)  # circuit: book shared calendars in issue order
                 yield
             tiles.running = running
-            proc.current = running.index
             done = []
             for op in tile_ops:
                 kind = op[0]
