@@ -212,14 +212,14 @@ def run_of(topology, p) -> Run:
         raise ValueError(f"pp = {pp}: the {pes} PEs must split into {pp} stages of a multiple "
                          f"of {cfg.kv_heads} PEs (a head group per KV head), with a layer "
                          f"each at least ({timed} layers)")
-    _check_formats(cfg, p, pes)
+    _check_formats(cfg, p)
     return Run(cfg, timed, layers, p["batch"], p["context"], pp, p["dtype"], p["kv_chunk"],
                p["algo"], p["prompt"], p["chunk"], p["new_tokens"], m, p["passes"],
                p["weights"] if p["weights"] != p["dtype"] else "",
                p["kv"] if p["kv"] != p["dtype"] else "", p["steps"])
 
 
-def _check_formats(cfg: ModelConfig, p, pes: int) -> None:
+def _check_formats(cfg: ModelConfig, p) -> None:
     """`-p weights` and `-p kv`: the run's dtype or a narrow one; a scaled format's rows
     (a projection's K: the hidden size, a PE's share of the heads' and the MLP's
     intermediate columns; the cache's half heads, RoPE's halves) whole blocks of 32."""
