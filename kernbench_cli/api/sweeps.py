@@ -331,6 +331,21 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
     if replay is not None and any(p.params != todo[0].params for p in todo):
         raise KernbenchError("--replay: -p cannot vary (the recording fixed the kernel's "
                              "parameters)")
+    try:
+        _run_in_order(spec, todo, left, skip, rows, results, (record_once, jobs, dask),
+                      on_start, on_row)
+    finally:
+        results.close()
+    return SweepResult.from_rows(Path(str(kernel)).stem, axis_keys,
+                                 [rows[p.index] for p in todo])
+
+
+def _run_in_order(spec, todo, left, skip: dict, rows: dict, results, how: tuple,
+                  on_start, on_row) -> None:
+    """Run the points `left` (`how`: record_once, jobs, dask), each finished row kept in
+    `rows`, written to `results` and given to `on_row`, the pruned rows of `skip` each in
+    its place among them."""
+    from kernbench_cli.explore.sweep import numbered
 
     def finished(row: dict[str, Any]) -> None:
         row = numbered(row)
@@ -339,23 +354,18 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
         if on_row is not None:
             on_row(row)
 
-    queue = sorted(skip)  # pruned rows, each given out in its place among the run ones
+    queue = sorted(skip)
 
     def in_order(row: dict[str, Any]) -> None:
         while queue and queue[0] < row["point"]:
             finished(skip[queue.pop(0)])
         finished(row)
 
-    try:
-        _run_points(spec, todo, left, record_once, jobs, dask,
-                    (lambda n: on_start(n + len(skip))) if on_start is not None else None,
-                    in_order)
-        while queue:
-            finished(skip[queue.pop(0)])
-    finally:
-        results.close()
-    return SweepResult.from_rows(Path(str(kernel)).stem, axis_keys,
-                                 [rows[p.index] for p in todo])
+    _run_points(spec, todo, left, *how,
+                (lambda n: on_start(n + len(skip))) if on_start is not None else None,
+                in_order)
+    while queue:
+        finished(skip[queue.pop(0)])
 
 
 def _check_arguments(kernel: Any, topology: Any, costs: Any, replay: Any, out: Any, dask: Any,

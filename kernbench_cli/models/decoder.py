@@ -24,7 +24,7 @@ from kernbench_cli.config.units import format_size_human as format_size
 from kernbench_cli.errors import ParamError
 from kernbench_cli.lang import collectives as coll
 from kernbench_cli.lang.dtypes import dtype as dtype_of
-from kernbench_cli.lang.dtypes import rounded
+from kernbench_cli.lang.dtypes import nbytes, rounded
 from kernbench_cli.lang.narrow import NARROW
 from kernbench_cli.models.hf import ModelConfig, from_dict, read_config
 
@@ -51,11 +51,10 @@ BF16 = dtype_of("bf16")  # what the GEMM array takes a dequantised operand as
 
 
 def nbytes_of(dtype: str, shape: tuple) -> int:
-    """Bytes `shape` of `dtype` takes in memory: a narrow dtype's packed elements and, for a
-    scaled one, a scale per block of each row (its rows whole blocks: `Run` checks)."""
-    if dtype in ITEM:
-        return math.prod(shape) * ITEM[dtype]
-    return NARROW[dtype].nbytes(math.prod(shape))
+    """Bytes `shape` of `dtype` takes in memory (`lang.dtypes.nbytes`: a narrow dtype's
+    packed elements and, for a scaled one, a scale per block; its rows whole blocks, as
+    `Run` checks)."""
+    return nbytes(dtype_of(dtype), math.prod(shape))
 
 
 def scaled(dtype: str) -> bool:

@@ -86,20 +86,7 @@ def forward(cfg: ModelConfig, weights: dict[str, np.ndarray], layers: range,
         out[f"key.{i}"], out[f"value.{i}"] = k, v
         keys = np.concatenate([past[i][0].astype(np.float64), k], axis=2)
         values = np.concatenate([past[i][1].astype(np.float64), v], axis=2)
-        n = keys.shape[2]
-        # query at start + a sees keys at positions <= it (and, in a window of W, > it - W)
-        kpos, qpos = np.arange(n), start + np.arange(t)
-        seen = kpos[None, :] <= qpos[:, None]
-        window = cfg.window(i)
-        if window is not None:
-            seen &= kpos[None, :] > qpos[:, None] - window
-        o = np.empty((b, t, hq, d))
-        for j in range(b):
-            for kv in range(hkv):
-                for head in range(kv * g, (kv + 1) * g):
-                    s = np.where(seen, q[j, :, head] @ keys[j, kv].T, -np.inf)
-                    w = np.exp(s - s.max(axis=1, keepdims=True))
-                    o[j, :, head] = (w / w.sum(axis=1, keepdims=True)) @ values[j, kv]
+        o = attention(q, keys, values, start, g, cfg.window(i))
         x = x + linear(rnd(o.reshape(b, t, hq * d)), pre + "self_attn.o_proj", cfg.o_bias)
         h = rnd(rms(x, pre + "post_attention_layernorm.weight"))
         gate = linear(h, pre + "mlp.gate_proj", cfg.mlp_bias)
@@ -107,6 +94,26 @@ def forward(cfg: ModelConfig, weights: dict[str, np.ndarray], layers: range,
         x = x + linear(rnd(act(gate) * up), pre + "mlp.down_proj", cfg.mlp_bias)
         out[f"hidden_states.{i}"] = x
     return out, x
+
+
+def attention(q: np.ndarray, keys: np.ndarray, values: np.ndarray, start: int, g: int,
+              window: int | None) -> np.ndarray:
+    """Softmax attention of queries `q` [b, T, heads, d] at positions start .. over `keys`
+    and `values` [b, kv heads, n, d] at positions 0 .. n - 1, `g` query heads a KV head:
+    a query sees the keys at or before it (and, in a window of W, after it - W)."""
+    b, t, hq, d = q.shape
+    kpos, qpos = np.arange(keys.shape[2]), start + np.arange(t)
+    seen = kpos[None, :] <= qpos[:, None]
+    if window is not None:
+        seen &= kpos[None, :] > qpos[:, None] - window
+    o = np.empty((b, t, hq, d))
+    for j in range(b):
+        for kv in range(keys.shape[1]):
+            for head in range(kv * g, (kv + 1) * g):
+                s = np.where(seen, q[j, :, head] @ keys[j, kv].T, -np.inf)
+                w = np.exp(s - s.max(axis=1, keepdims=True))
+                o[j, :, head] = (w / w.sum(axis=1, keepdims=True)) @ values[j, kv]
+    return o
 
 
 def head(cfg: ModelConfig, weights: dict[str, np.ndarray], x: np.ndarray,
