@@ -218,7 +218,7 @@ class _Surroundings:
         amap = system.amap
         self.n = n = len(system.pes)
         base = system.slice_bases
-        size, shift = amap.slice_bytes, timing._region_shift
+        size, shift = amap.slice_bytes, timing.routes.region_shift
         self.ipcq: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
         self.rings: dict[tuple[int, str], list[int]] = {}
         static: list[list] = [[] for _ in range(n)]
@@ -227,13 +227,13 @@ class _Surroundings:
         cals: dict[int, tuple] = {}
         for pid, stream in enumerate(program.streams):
             for inbound, addr in sorted(_regions(stream, program.composites, shift)):
-                path, private = timing._path(pid, addr, inbound)
+                path, private = timing.routes.path(pid, addr, inbound)
                 own = base[pid] <= addr < base[pid] + size
                 static[pid].append((inbound, own, (addr - base[pid]) >> min(shift, 62) if own
                                     else addr >> min(shift, 62), _path_sig(path, private, cals)))
             for partner, sends in _by_partner(stream, SEND):
                 sent[(pid, partner)] = sends
-                direction, _, route, back, private = timing._pair(pid, partner)
+                direction, _, route, back, private = timing.routes.pair(pid, partner)
                 self.rings.setdefault((partner, direction), []).append(pid)
                 # the way to each partner (the stream key says which sends go to which)
                 static[pid].append((sends[0], direction, back, _path_sig(route, private, cals)))

@@ -2,7 +2,7 @@
 
 The timing pass times each class's representative with the unchanged
 engine. A representative's IPCQ messages go to the ring of its partner's
-representative (`Timing._pair`), so every ring of the pass stands for the
+representative (`Routes.pair`), so every ring of the pass stands for the
 rings of a class of receivers, one sender per class. A representative of a
 class of several PEs books *ghosts* of the calendars on its paths: private
 copies that record every interval booked on them (`Ghost.spans`). After the
@@ -194,7 +194,7 @@ class _Where:
                 addr, inbound = args
                 if self.base[rep] <= addr < self.base[rep] + self.slice_bytes:
                     addr += self.base[pid] - self.base[rep]
-                found.add(timing.real_path(pid, addr, inbound)[0][position])
+                found.add(timing.routes.real_path(pid, addr, inbound)[0][position])
             else:
                 coords = timing.system.coords
                 found.add(timing.system.network.route(

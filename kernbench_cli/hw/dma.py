@@ -1,10 +1,23 @@
-"""PE_DMA: moves bytes between memories over the shared network."""
+"""PE_DMA: moves bytes between memories over the shared network; its step in the walk."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from heapq import heappush
+from typing import TYPE_CHECKING
+
 from kernbench_cli.config.schema import DmaConfig
-from kernbench_cli.hw.engine import InOrderEngine
-from kernbench_cli.hw.network import Calendar, Path, book, transfer_ps
+from kernbench_cli.hw.causes import ENGINE, ISSUED, PRODUCER, SCHEDULER, because, by
+from kernbench_cli.hw.engine import InOrderEngine, tcm_at
+from kernbench_cli.hw.engines import DMA
+from kernbench_cli.hw.network import Calendar, Path, book, pages_opened, transfer_ps
+
+if TYPE_CHECKING:
+    from kernbench_cli.hw.walk import Walk
+
+#: `because(ISSUED, ref)` and `because(PRODUCER, ref)` as ``BY_… | ref`` for a known `ref`
+#: (>= 0), in the per-command steps
+BY_ISSUE, BY_PRODUCER = by(ISSUED), by(PRODUCER)
 
 
 class DmaEngine(InOrderEngine):
@@ -133,3 +146,99 @@ class DmaEngine(InOrderEngine):
             stream_at = streams_from
         self.streamed(start, streams_from, duration, stream_at, stream_at + duration, nbytes)
         return start, stream_at + duration + path[1]
+
+
+def transfer_step(walk: Walk) -> Callable:
+    """PE_DMA's step in `walk`: a LOAD `i` (`load`: memory to TCM) or a STORE `i` (its
+    value's producer ended first). ``step(i, load)`` returns (issue, end), or, where it
+    must wait first (tile operations issued before it, a path other PEs book), a
+    generator to run for what it waited for, to book with ``step(i, load, waited)``.
+    Made once per PE, what it uses bound (it runs per command, the pass's hot loop; the
+    two functions refer to no one that refers to them: no cycle for the collector)."""
+    proc, pe, dma, stream, comps = walk.proc, walk.pe, walk.pe.dma, walk.stream, walk.comps
+    routes, advance = walk.timing.routes, walk.timing.composites.advance
+    enqueue, cpu, sched = walk.sched.enqueue, walk.cpu, walk.sched
+    c_load, c_store = walk.issue.load, walk.issue.store
+    src, dst, col_a, size, rows, arg = stream.src, stream.dst, stream.a, stream.size, \
+        stream.rows, stream.arg
+    end, starts, whys, held, made, base = walk.end, walk.starts, walk.whys, walk.held, \
+        walk.made, walk.base
+    path, shared, shift, log, heap = routes.path, routes.shared, walk.shift, walk.log, \
+        comps.heap
+    inbound, outbound, leaf = walk.inbound, walk.outbound, walk.leaf
+
+    def waits(i, load, t, ready, why, addr, route, private, pages):
+        proc.at = i
+        if heap:
+            yield from advance(proc, pe, comps, ready)
+        if leaf is not None:  # after the tile operations, which set their own
+            dma.region = leaf[i]
+        if private:
+            start, done = dma.transfer(ready, size[i], route, pages)
+        else:
+            start, done = yield from shared(proc, dma, t, ready, size[i], route, pages)
+        return t, ready, why, addr, route, start, done
+
+    def step(i, load, waited=None):  # `waited`: what `waits` returned
+        if waited is None:
+            t, ready = enqueue(cpu, c_load if load else c_store)
+            if load:
+                addr, routes = src[i], inbound
+            else:
+                addr, routes = dst[i], outbound
+            hit = routes.get(addr >> shift) if shift < 64 else None
+            if hit is None:
+                hit = routes[addr >> shift] = path(proc.pid, addr, load)
+            route, private = hit
+            why = None
+            if not load:
+                a = col_a[i]
+                if end[a] > ready:
+                    ready, why = end[a], BY_PRODUCER | made.get(a, base | a)
+            pages = transfer_pages(route, addr, rows[i], size[i], arg[i])
+            if heap or not private:
+                return waits(i, load, t, ready, why, addr, route, private, pages)
+            if leaf is not None:
+                dma.region = leaf[i]
+            start, done = dma.transfer(ready, size[i], route, pages)
+        else:
+            t, ready, why, addr, route, start, done = waited
+        me = base | i
+        whys[i] = (because(ENGINE, dma.last) if start > ready else why if why is not None
+                   else because(SCHEDULER, sched.last) if ready > t else BY_ISSUE | me)
+        dma.last = me
+        if dma.waited_on is not None:
+            proc.waits[me] = (dma.waited_on, dma.waited)
+        heappush(held, (start, me))
+        starts[i], end[i] = start, done
+        if not load and done > walk.landed[0]:
+            walk.landed = (done, i)
+        if log is not None:
+            tcm = tcm_at(walk.tcm_base, dst[i] if load else src[i])
+            log.append(proc.pid, DMA, walk.codes["load" if load else "store"], t, start,
+                       done, size[i], 0, addr if load else tcm, tcm if load else addr, i,
+                       True, (dma.stream_at, dma.free_at), log.path(route[0]))
+        return t, done
+
+    return step
+
+
+def transfer_pages(path: Path, addr: int, rows: int, nbytes: int, span: int) -> int:
+    """DRAM pages a load or store of `rows` rows (`nbytes` in all, over `span` bytes from
+    `addr`) opens at the HBM end of `path` (0 if it has none)."""
+    if not nbytes:
+        return 0
+    row = nbytes // rows
+    return strided_pages(path, addr, rows, row, (span - row) // (rows - 1) if rows > 1 else row)
+
+
+def strided_pages(path: Path, addr: int, rows: int, row_bytes: int, stride: int) -> int:
+    """DRAM pages `rows` rows of `row_bytes`, `stride` bytes apart from `addr`, open at the
+    HBM end of `path` (0 if it has none)."""
+    resources = path[0]
+    page = resources[0].page_bytes if resources else 0
+    return pages_opened(addr % page, rows, row_bytes, stride, page) if page else 0
+
+
+#: The way of a copy inside a PE (an IPCQ slot to TCM): no shared resource, no latency.
+LOCAL: Path = ((), 0, 0)

@@ -32,3 +32,8 @@ class InOrderEngine:
         self.busy_ps += duration_ps
         self.ops += 1
         return start, end
+
+
+def tcm_at(base: int, offset: int) -> int | None:
+    """The address of TCM offset `offset` (None for NONE: a view has no TCM of its own)."""
+    return None if offset < 0 else base + offset

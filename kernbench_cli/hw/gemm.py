@@ -9,11 +9,19 @@ per cycle, K elements at a time: the cycles of a GEMM with K divided by that
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
+from heapq import heappush
+from typing import TYPE_CHECKING
 
 from kernbench_cli.config.schema import GemmConfig
 from kernbench_cli.formats import F32, FORMATS
-from kernbench_cli.hw.engine import InOrderEngine, cycles_to_ps
+from kernbench_cli.hw.causes import ENGINE, ISSUED, PRODUCER, SCHEDULER, because
+from kernbench_cli.hw.engine import InOrderEngine, cycles_to_ps, tcm_at
+from kernbench_cli.hw.engines import GEMM
+
+if TYPE_CHECKING:
+    from kernbench_cli.hw.walk import Walk
 
 DATAFLOWS = ("os", "ws", "is")
 
@@ -131,3 +139,57 @@ class GemmEngine(InOrderEngine):
         if duration is None:
             duration = self.costs[key] = self.duration_ps(m, k, n, code)
         return self.occupy(ready, duration)
+
+
+def dot_step(walk: Walk) -> Callable:
+    """PE_GEMM's step in `walk`: a DOT `i`, once its operands are ready and the tile
+    operations issued before then have run: ``step(i)`` returns (issue, end), or, where
+    tile operations must run first, a generator to run for them, to book with
+    ``step(i, waited)``. Made once per PE (see `dma.transfer_step`)."""
+    proc, pe, gemm, stream, comps = walk.proc, walk.pe, walk.pe.gemm, walk.stream, walk.comps
+    advance = walk.timing.composites.advance
+    sched, cpu, cost, col_a, col_b = walk.sched, walk.cpu, walk.issue.dot, stream.a, stream.b
+    enqueue, size, arg = sched.enqueue, stream.size, stream.arg
+    end, starts, whys, held, made, base = walk.end, walk.starts, walk.whys, walk.held, \
+        walk.made, walk.base
+    shapes, gemm_ps, log, heap = walk.timing.program.gemm_shapes, walk.gemm_ps, walk.log, \
+        comps.heap
+
+    def waits(i, t, ready, why):
+        proc.at = i
+        yield from advance(proc, pe, comps, ready)
+        return t, ready, why
+
+    def step(i, waited=None):  # `waited`: what `waits` returned
+        if waited is None:
+            t, ready = enqueue(cpu, cost)
+            why = because(SCHEDULER, sched.last) if ready > t else because(ISSUED, base | i)
+            a, b = col_a[i], col_b[i]
+            if end[a] > ready:
+                ready, why = end[a], because(PRODUCER, made.get(a, base | a))
+            if end[b] > ready:
+                ready, why = end[b], because(PRODUCER, made.get(b, base | b))
+            if heap:
+                return waits(i, t, ready, why)
+        else:
+            t, ready, why = waited
+        shape = arg[i]
+        costs = gemm_ps.get(shape)
+        if costs is None:  # (duration on this PE's array, what it counts for energy)
+            costs = gemm_ps[shape] = (gemm.duration_ps(*shapes[shape]),
+                                      gemm_work(gemm.config, *shapes[shape]))
+        start, done = gemm.occupy(ready, costs[0])
+        me = base | i
+        whys[i] = because(ENGINE, gemm.last) if start > ready else why
+        gemm.last = me
+        gemm.count(size[i], costs[1])  # a DOT's size is its flops, 2·m·k·n
+        heappush(held, (start, me))
+        starts[i], end[i] = start, done
+        if log is not None:
+            log.append(proc.pid, GEMM, walk.codes["dot"], t, start, done, 0, size[i],
+                       tcm_at(walk.tcm_base, stream.src[i]),
+                       tcm_at(walk.tcm_base, stream.dst[i]), i, True,
+                       shape=log.gemm_shape(*shapes[shape][:3]))
+        return t, done
+
+    return step

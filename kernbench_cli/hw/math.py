@@ -1,11 +1,23 @@
-"""PE_MATH: a vector unit of `lanes` lanes with a per-op-class cost."""
+"""PE_MATH: a vector unit of `lanes` lanes with a per-op-class cost; its step in the walk."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields
+from heapq import heappush
+from typing import TYPE_CHECKING
 
 from kernbench_cli.config.schema import MathConfig
-from kernbench_cli.hw.engine import InOrderEngine, cycles_to_ps
+from kernbench_cli.hw.causes import ENGINE, ISSUED, PRODUCER, SCHEDULER, because, by
+from kernbench_cli.hw.engine import InOrderEngine, cycles_to_ps, tcm_at
+from kernbench_cli.hw.engines import VEC
+
+if TYPE_CHECKING:
+    from kernbench_cli.hw.walk import Walk
+
+#: `because(ISSUED, ref)` and `because(PRODUCER, ref)` as ``BY_… | ref`` for a known `ref`
+#: (>= 0), in the step
+BY_ISSUE, BY_PRODUCER = by(ISSUED), by(PRODUCER)
 
 
 class MathEngine(InOrderEngine):
@@ -42,3 +54,48 @@ class MathEngine(InOrderEngine):
         """(start, when the result is ready)."""
         start, end = self.occupy(ready, self.duration_ps(kind, elements))
         return start, end + self.latency[kind]
+
+
+def math_step(walk: Walk) -> Callable:
+    """PE_MATH's step in `walk`: a MATH `i`, once its operands are ready. ``step(i)``
+    returns (issue, end). Made once per PE (see `dma.transfer_step`)."""
+    vec, stream, timing, sched, cpu = walk.pe.math, walk.stream, walk.timing, walk.sched, \
+        walk.cpu
+    enqueue, cost, col_a, col_b, size, arg = sched.enqueue, walk.issue.math, stream.a, \
+        stream.b, stream.size, stream.arg
+    end, starts, whys, held, made, base = walk.end, walk.starts, walk.whys, walk.held, \
+        walk.made, walk.base
+    math_ps, kinds, log, pid = timing.math_ps, timing.math_kinds, walk.log, walk.pid
+
+    def step(i):
+        t, ready = enqueue(cpu, cost)
+        queued, after = ready > t, -1  # what it waits for: the scheduler, a producer
+        a, b = col_a[i], col_b[i]
+        if a >= 0 and end[a] > ready:
+            ready, after = end[a], a
+        if b >= 0 and end[b] > ready:
+            ready, after = end[b], b
+        key = (arg[i], size[i])
+        costs = math_ps.get(key)
+        if costs is None:  # (issue time, pipeline latency, op class)
+            op_class = kinds[key[0]][0]
+            costs = math_ps[key] = (vec.duration_ps(op_class, key[1]),
+                                    vec.latency[op_class], op_class)
+        start, done = vec.occupy(ready, costs[0])
+        done += costs[1]
+        me = base | i
+        whys[i] = (because(ENGINE, vec.last) if start > ready else
+                   BY_PRODUCER | made.get(after, base | after) if after >= 0 else
+                   because(SCHEDULER, sched.last) if queued else BY_ISSUE | me)
+        vec.last = me
+        vec.elements += key[1]
+        vec.by_class[costs[2]] += key[1]
+        heappush(held, (start, me))
+        starts[i], end[i] = start, done
+        if log is not None:
+            log.append(pid, VEC, kinds[key[0]][1], t, start, done, 0, key[1], None,
+                       tcm_at(walk.tcm_base, stream.dst[i]), i, True,
+                       (start, done - costs[1]))
+        return t, done
+
+    return step

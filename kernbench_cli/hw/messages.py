@@ -1,6 +1,6 @@
 """The timing pass's IPCQ: sends on credits, deliveries, receives, and ties on rings.
 
-`Messages` is a part of `hw.timing.Timing` (a mixin). A send's chunks each
+`Ipcq` is held by `hw.timing.Timing` (`timing.ipcq`). A send's chunks each
 take a credit of the receiver's ring (the sender waits for one if there is
 none) and are delivered at their arrival; a receive takes them (waiting for
 them) and PE_DMA copies each out of its slot, giving its credit back. When
@@ -13,41 +13,53 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from heapq import heappop
+from typing import TYPE_CHECKING
 
-from kernbench_cli.hw.ipcq import Chunk, Ring
-from kernbench_cli.hw.network import LEDGER
-from kernbench_cli.hw.pe import Pe
-from kernbench_cli.hw.proc import (
-    CPU,
+from kernbench_cli.hw.causes import (
     CREDIT,
-    DMA,
     ENGINE,
     ISSUED,
     MESSAGE,
     PE_SHIFT,
     PRODUCER,
     SCHEDULER,
-    Composites,
-    Proc,
     because,
 )
-from kernbench_cli.hw.routes import LOCAL, tcm_at
+from kernbench_cli.hw.dma import LOCAL
+from kernbench_cli.hw.engine import tcm_at
+from kernbench_cli.hw.engines import CPU, DMA
+from kernbench_cli.hw.ipcq import Chunk, Ring
+from kernbench_cli.hw.network import LEDGER
+from kernbench_cli.hw.pe import Pe
+from kernbench_cli.hw.proc import Composites, Proc
+
+if TYPE_CHECKING:
+    from kernbench_cli.hw.timing import Timing
 
 IPCQ = LEDGER.index("ipcq")
 
 
-class Messages:
-    """The IPCQ side of a timing pass (see the module)."""
+class Ipcq:
+    """The IPCQ side of timing pass `timing` (see the module)."""
+
+    __slots__ = ("composites", "env", "fair", "issue", "leaves", "program", "routes",
+                 "system", "timing")
+
+    def __init__(self, timing: Timing):
+        self.timing = timing  # its ties, multicast, representatives and op log change by pass
+        self.env, self.system, self.program = timing.env, timing.system, timing.program
+        self.issue, self.fair, self.leaves = timing.issue, timing.fair, timing.leaves
+        self.routes, self.composites = timing.routes, timing.composites
 
     def _met(self, ring: Ring, pid: int) -> None:
         """PE `pid` uses `ring`'s chunks (a sender puts one, the receiver takes them) now: a
         tie with the last PE that used them at this time (`ties`)."""
         now, seen = self.env.now, ring.seen.get("chunks")
         if seen is not None and seen[0] == now and seen[1] != pid:
-            self.ties.add((*ring.where, seen[1], pid, "chunks"))
+            self.timing.ties.add((*ring.where, seen[1], pid, "chunks"))
         ring.seen["chunks"] = (now, pid)
 
-    def _credit_used(self, ring: Ring, pid: int, used, woken: bool = False) -> None:
+    def credit_used(self, ring: Ring, pid: int, used, woken: bool = False) -> None:
         """PE `pid` used `ring`'s credits now: a sender took credit `used` (None: there was
         none), or the receiver gave back the list `used`. A tie (`ties`) with an earlier
         use at this time by another PE if the other order would have changed what a
@@ -69,12 +81,12 @@ class Messages:
             else:
                 matters = used is None or used in before
             if matters:
-                self.ties.add((*ring.where, other, pid, "credits"))
+                self.timing.ties.add((*ring.where, other, pid, "credits"))
         seen[1].append((pid, used))
 
     # ------------------------------------------------------------------ IPCQ
 
-    def _send(self, proc: Proc, pe: Pe, comps: Composites, i: int) -> Iterator[None]:
+    def send(self, proc: Proc, pe: Pe, comps: Composites, i: int) -> Iterator[None]:
         """SEND `i`: PE_CPU issues it, and once global time reaches the issue, its chunks go,
         each on a credit of the receiver's ring (waits for one) once its data is ready (its
         producer ended); returns (issue, when the last chunk arrives)."""
@@ -90,12 +102,12 @@ class Messages:
         if proc.end[a] > ready:
             ready, why = proc.end[a], because(PRODUCER, proc.made.get(a, pe.pid << PE_SHIFT | a))
         dst, nbytes = stream.arg[i], stream.size[i]
-        direction, ring, route, back, private = self._pair(pe.pid, dst)
-        multicast = self.multicast
+        direction, ring, route, back, private = self.routes.pair(pe.pid, dst)
+        multicast = self.timing.multicast
         rings = multicast.copies(pe.pid, dst, ring) if multicast is not None else None
         if rings is not None and len(rings) == 1:
             rings = None
-        cpu, log, dma, ties, credits = pe.cpu, self.oplog, pe.dma, self.ties, None
+        cpu, log, dma, ties, credits = pe.cpu, self.timing.oplog, pe.dma, self.timing.ties, None
         slot_bytes = ring.slot_bytes
         count = max(1, -(-nbytes // slot_bytes))  # `ipcq.chunks_for`
         first = last = None
@@ -123,11 +135,11 @@ class Messages:
             else:
                 at, chunk_why = ready, why
             if comps.heap:
-                yield from self._advance(proc, pe, comps, at)
+                yield from self.composites.advance(proc, pe, comps, at)
             if region is not None:
                 dma.region = region
             if shared:
-                start, end = yield from self._flow(proc, dma, at, size, route)
+                start, end = yield from self.routes.flow(proc, dma, at, size, route)
             else:
                 start, end = dma.transfer(at, size, route)
             if first is None:
@@ -158,10 +170,10 @@ class Messages:
     def _credit(self, proc: Proc, pe: Pe, i: int, dst: int, ring: Ring) -> Iterator[None]:
         """A credit of `ring` for send `i` of `pe` to PE `dst`: the earliest, waited for if
         there is none."""
-        ties, cpu, env = self.ties, pe.cpu, self.env
+        ties, cpu, env = self.timing.ties, pe.cpu, self.env
         credit = ring.take_credit()
         if ties is not None:
-            self._credit_used(ring, pe.pid, credit)
+            self.credit_used(ring, pe.pid, credit)
         while credit is None:
             ring.sender_waiting.append(proc)
             proc.at, proc.waiting = i, self.full_ring(dst, ring)
@@ -171,7 +183,7 @@ class Messages:
             cpu.wait_until(env.now)
             credit = ring.take_credit()
             if ties is not None:
-                self._credit_used(ring, pe.pid, credit, woken=True)
+                self.credit_used(ring, pe.pid, credit, woken=True)
         return credit
 
     def full_ring(self, dst: int, ring: Ring) -> str:
@@ -183,16 +195,16 @@ class Messages:
         if ring.trail is not None:
             ring.trail.append((at, 1))
         ring.chunks.append(chunk)
-        if self.ties is not None:
+        if self.timing.ties is not None:
             self._met(ring, chunk.sender)
         waiting = ring.receiver_waiting
         if waiting is not None:
             ring.receiver_waiting = None
             waiting.wake_at(self.env.now)
-            if self.ties is not None:  # it goes on after this, whatever the order of PEs
+            if self.timing.ties is not None:  # it goes on after this, whatever the order of PEs
                 ring.seen["chunks"] = (self.env.now, waiting.pid)
 
-    def _recv(self, proc: Proc, pe: Pe, comps: Composites, i: int) -> Iterator[None]:
+    def recv(self, proc: Proc, pe: Pe, comps: Composites, i: int) -> Iterator[None]:
         """RECV `i`: PE_CPU issues it, and once global time reaches the issue, it takes its
         chunks from the ring (waits for them), each copied out of its slot by PE_DMA;
         returns (issue, when the last copy is done).
@@ -212,9 +224,9 @@ class Messages:
         stream = self.program.streams[pe.pid]
         me = pe.pid << PE_SHIFT | i
         src, nbytes = stream.arg[i], stream.size[i]
-        direction, ring, _, _, _ = self._pair(src, pe.pid, sending=False)
-        sender = self.rep_of[src] if self.rep_of is not None else src
-        cpu, env, dma, log = pe.cpu, self.env, pe.dma, self.oplog
+        direction, ring, _, _, _ = self.routes.pair(src, pe.pid, sending=False)
+        sender = self.timing.rep_of[src] if self.timing.rep_of is not None else src
+        cpu, env, dma, log = pe.cpu, self.env, pe.dma, self.timing.oplog
         slot_bytes = ring.slot_bytes
         amap = self.system.amap
         tcm_base = amap.pe_tcm_addr(*pe.coord, 0) if log is not None else 0  # op log only
@@ -251,8 +263,8 @@ class Messages:
             return end
 
         if comps.heap:  # tile operations issued before it go first on PE_DMA
-            yield from self._advance(proc, pe, comps, cpu.time)
-        take = ring.take if self.ties is None else \
+            yield from self.composites.advance(proc, pe, comps, cpu.time)
+        take = ring.take if self.timing.ties is None else \
             lambda sender, copy, who: self._take(ring, pe.pid, sender, copy, who)
         for _ in range(max(1, -(-nbytes // slot_bytes))):  # `ipcq.chunks_for`
             credits = len(ring.credits)
@@ -287,12 +299,12 @@ class Messages:
 
     def _take(self, ring: Ring, pid: int, sender: int, copy, who: int):
         """`ring.take`, its uses of chunks and credits noted if ties are looked for."""
-        if self.ties is None:
+        if self.timing.ties is None:
             return ring.take(sender, copy, who)
         self._met(ring, pid)
         ring.gave = []
         taken = ring.take(sender, copy, who)
-        self._credit_used(ring, pid, ring.gave)
+        self.credit_used(ring, pid, ring.gave)
         ring.gave = None
         return taken
 

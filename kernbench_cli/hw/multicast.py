@@ -13,7 +13,7 @@ timeline stands for a member's only if the member's own copy's credit looks the 
 - when its chunk may go: ``max(credit back, data ready)``: credits that come back at
   different times, all before the data is ready, are the same trajectory;
 - which receive freed it and when its copy out of the slot ended, where the critical
-  path reads it: if the chunk waited for the credit, or PE_CPU did (`Timing._send`'s
+  path reads it: if the chunk waited for the credit, or PE_CPU did (`Ipcq.send`'s
   two causes);
 - its slot, in the op log (the slot's address).
 
@@ -64,7 +64,8 @@ class Multicast:
         if hit is None:
             rep_of, direction = timing.rep_of, ring.where[1]
             others = sorted({rep_of[m + off] for m in classes.members[c]} - {rep_of[dst]})
-            hit = self.rings[(c, off)] = [ring] + [timing._ring(to, direction) for to in others]
+            ring_of = timing.routes.ring
+            hit = self.rings[(c, off)] = [ring] + [ring_of(to, direction) for to in others]
         return hit
 
     def credits(self, proc, pe, i: int, dst: int, rings: list[Ring], t: int,
@@ -77,11 +78,11 @@ class Multicast:
         credits = [ring.take_credit() for ring in rings]
         if timing.ties is not None:
             for ring, credit in zip(rings, credits, strict=True):
-                timing._credit_used(ring, pe.pid, credit)
+                timing.ipcq.credit_used(ring, pe.pid, credit)
         ways: list = [AT_ONCE if c is not None else None for c in credits]
         if credits[0] is None:
             yield from self._wait(proc, pe, i, rings, credits, ways,
-                                  timing.full_ring(dst, rings[0]))
+                                  timing.ipcq.full_ring(dst, rings[0]))
         self._look(pe, dst, rings, credits, ways, t, ready)
         return credits
 
@@ -107,7 +108,7 @@ class Multicast:
                 del offers[id(rings[k])]
                 credits[k] = rings[k].take_credit()
                 if ties is not None:
-                    timing._credit_used(rings[k], pe.pid, credits[k], woken=True)
+                    timing.ipcq.credit_used(rings[k], pe.pid, credits[k], woken=True)
                 if credits[k] is not None:
                     ways[k] = ("woke", now)
             left = [k for k in left if credits[k] is None]

@@ -2,8 +2,8 @@
 
 `Proc` is one PE's walk over its stream (resumed by SimPy event callbacks) and
 what it records per command for the critical path; `Running` and `Composites`
-are its composites in flight and the TCM their tile buffers hold; `because`
-packs why an operation started when it did (`CAUSES`). `TimingError` and
+are its composites in flight and the TCM their tile buffers hold (why each
+operation started when it did: `hw.causes`). `TimingError` and
 `Stuck` are how a walk ends other than by finishing. The walk itself is
 `hw.walk`, the pass around it `hw.timing`.
 """
@@ -19,29 +19,10 @@ from heapq import heappush
 import simpy
 
 from kernbench_cli.errors import KernelError
+from kernbench_cli.hw.causes import NOBODY
 from kernbench_cli.hw.composite import GemmTiling, TileOp
-from kernbench_cli.hw.engines import CPU, DMA, GEMM, SCHED, VEC  # noqa: F401  (engine codes)
 
 PENDING = -1  # `end` of a composite still running
-
-#: Why an operation started when it did, for the critical path: a cause and the
-#: operation it points at, packed as ``cause << CAUSE_SHIFT | pid << PE_SHIFT | index``;
-#: `index` counts a PE's commands, then its composites' tile operations.
-START, ISSUED, SCHEDULER, PRODUCER, ENGINE, CREDIT, MESSAGE, QUEUE, TCM = range(9)
-CAUSES = ("start", "CPU issue", "scheduler", "producer", "engine busy", "IPCQ credit",
-          "IPCQ message", "queue full", "TCM")
-PE_SHIFT, CAUSE_SHIFT = 36, 58
-NOBODY = -1
-
-
-def because(cause: int, ref: int) -> int:
-    """`cause` and the operation `ref` it points at, packed (NOBODY: none)."""
-    return cause << CAUSE_SHIFT | ref if ref >= 0 else cause << CAUSE_SHIFT | (1 << PE_SHIFT) - 1
-
-
-def by(cause: int) -> int:
-    """`cause` packed alone: ``by(cause) | ref`` is ``because(cause, ref)`` for a `ref` >= 0."""
-    return cause << CAUSE_SHIFT
 
 
 class TimingError(KernelError):

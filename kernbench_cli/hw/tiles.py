@@ -1,6 +1,6 @@
 """The timing pass's composites: dispatch into free TCM, tile operations in issue order.
 
-`CompositeRuns` is a part of `hw.timing.Timing` (a mixin). PE_SCHEDULER
+`CompositeRuns` is held by `hw.timing.Timing` (`timing.composites`). PE_SCHEDULER
 plans a composite's tiles at dispatch (`composite.plan_gemm`) into the TCM
 free then and holds the plan's buffers until the composite ends; with no plan
 fitting, it holds the composite until running ones free theirs. The tiles run
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from kernbench_cli.formats import gemm_datapath
 from kernbench_cli.formats import nbytes as bytes_of
+from kernbench_cli.hw.causes import ENGINE, ISSUED, PE_SHIFT, PRODUCER, SCHEDULER, TCM, because
 from kernbench_cli.hw.composite import (
     ACC_BYTES,
     DEQUANT_TILE,
@@ -29,29 +30,13 @@ from kernbench_cli.hw.composite import (
     tile_ops,
     traffic,
 )
-from kernbench_cli.hw.engine import InOrderEngine
+from kernbench_cli.hw.dma import strided_pages
+from kernbench_cli.hw.engine import InOrderEngine, tcm_at
+from kernbench_cli.hw.engines import DMA, GEMM, SCHED, VEC
 from kernbench_cli.hw.network import Path
 from kernbench_cli.hw.oplog import Slice
 from kernbench_cli.hw.pe import Pe
-from kernbench_cli.hw.proc import (
-    DMA,
-    ENGINE,
-    GEMM,
-    ISSUED,
-    PE_SHIFT,
-    PENDING,
-    PRODUCER,
-    SCHED,
-    SCHEDULER,
-    TCM,
-    VEC,
-    Composites,
-    Proc,
-    Running,
-    TimingError,
-    because,
-)
-from kernbench_cli.hw.routes import strided_pages, tcm_at
+from kernbench_cli.hw.proc import PENDING, Composites, Proc, Running, TimingError
 from kernbench_cli.stream import NONE
 
 if TYPE_CHECKING:
@@ -59,9 +44,20 @@ if TYPE_CHECKING:
 
 
 class CompositeRuns:
-    """The composites' side of a timing pass (see the module)."""
+    """The composites' side of timing pass `timing` (see the module)."""
 
-    def _dispatch(self, proc: Proc, pe: Pe, comps: Composites, i: int) -> Iterator[None]:
+    __slots__ = ("env", "fair", "issue", "leaves", "plan_ps", "program", "routes", "system",
+                 "tcm_bytes", "tiles", "timing")
+
+    def __init__(self, timing: Timing):
+        self.timing = timing  # its op log and planned bytes
+        self.env, self.system, self.program = timing.env, timing.system, timing.program
+        self.issue, self.plan_ps, self.tcm_bytes = timing.issue, timing.plan_ps, \
+            timing.tcm_bytes
+        self.fair, self.leaves, self.routes = timing.fair, timing.leaves, timing.routes
+        self.tiles: dict[int, Tiles] = {}  # per PE: how its composites run tiles
+
+    def dispatch(self, proc: Proc, pe: Pe, comps: Composites, i: int) -> Iterator[None]:
         """Issue composite `i`: plan its tiles into the TCM free at dispatch, start them.
 
         With no plan fitting, PE_SCHEDULER holds the composite (and the commands behind
@@ -74,7 +70,7 @@ class CompositeRuns:
         t, dispatched = sched.enqueue(cpu, self.issue.composite, self.plan_ps)
         proc.issue[i] = t
         planned = dispatched
-        log = self.oplog
+        log = self.timing.oplog
         if log is not None and self.plan_ps:
             log.scheduler.append(Slice(pid, dispatched - self.plan_ps, dispatched, "plan", i))
         why = (because(SCHEDULER, sched.last) if dispatched > t + self.plan_ps else
@@ -85,12 +81,12 @@ class CompositeRuns:
             proc.why[i] = why
             return
         desc = self.program.composites[stream.arg[i]]
-        yield from self._advance(proc, pe, comps, dispatched)
+        yield from self.advance(proc, pe, comps, dispatched)
         while True:
             free = self.tcm_bytes - stream.tcm[i] - comps.buffers(dispatched)
             tiling = plan_gemm(desc.m, desc.k, desc.n, desc.a_format, desc.b_format,
                                desc.out_format, desc.a_tcm, desc.b_tcm, gemm.rows,
-                               gemm.cols, gemm.dataflow, free, self._plan_costs(pid, desc),
+                               gemm.cols, gemm.dataflow, free, self.routes.plan_costs(pid, desc),
                                desc.a_row_stride, desc.b_row_stride, desc.trans_b)
             if tiling is not None:
                 break
@@ -110,7 +106,7 @@ class CompositeRuns:
         for dep in (stream.a[i], stream.b[i]):
             if dep >= 0:
                 if end[dep] == PENDING:
-                    yield from self._advance(proc, pe, comps, stop=comps.by_index[dep])
+                    yield from self.advance(proc, pe, comps, stop=comps.by_index[dep])
                 if end[dep] > ready:
                     ready, why = end[dep], because(PRODUCER, proc.made.get(dep, pid << PE_SHIFT
                                                                          | dep))
@@ -123,13 +119,14 @@ class CompositeRuns:
                     array if b_dq and not desc.b_tcm else 0)
         out = desc.out_addr if desc.out_addr >= 0 else None
         planned = traffic(tiling, a, b, desc.n, out is not None, desc.out_format)
-        self.planned_bytes += planned
+        self.timing.planned_bytes += planned
         proc.planned += planned
         if a.dequant or b.dequant:
             proc.dequant[i] = dequantised(tiling, a, b, desc.n)
         ops = tile_ops(ready, me, tiling, a, b, desc.n, desc.trans_b, out, desc.out_format,
                        desc.out_row_stride, loads_from=dispatched)
-        private = all(self._path(pid, addr, into)[1] for addr, into in self._operand_ends(desc))
+        routes = self.routes
+        private = all(routes.path(pid, addr, into)[1] for addr, into in routes.operand_ends(desc))
         sizes = proc.tile_buffers[i] = [{}, 0]
         running = Running(i, t, dispatched, ops, tiling, private,
                           array,
@@ -143,15 +140,15 @@ class CompositeRuns:
         issued, first = next(ops)
         heappush(comps.heap, (issued, comps.seq, running, first))
 
-    def _advance(self, proc: Proc, pe: Pe, comps: Composites, until: int | None = None,
+    def advance(self, proc: Proc, pe: Pe, comps: Composites, until: int | None = None,
                  stop: Running | None = None, any_end: bool = False) -> Iterator[None]:
         """Run tile operations in issue order across the PE's composites (ties to the
         earlier composite): those issued up to `until` (all, if None); or until `stop`
         ends; or, with `any_end`, until one composite ends."""
         heap, peek = comps.heap, self.env.peek
-        tiles = self._tiles.get(proc.pid)
+        tiles = self.tiles.get(proc.pid)
         if tiles is None:
-            tiles = self._tiles[proc.pid] = Tiles(self, proc, pe)
+            tiles = self.tiles[proc.pid] = Tiles(self.timing, proc, pe)
         while heap:
             if stop is not None:
                 if stop.end != PENDING:
@@ -194,9 +191,9 @@ class CompositeRuns:
                 return None
             ended = [end for end in holders if isinstance(end, tuple)]
             if ended:  # one still running might end before the first known end: run to it
-                yield from self._advance(proc, pe, comps, min(ended)[0])
+                yield from self.advance(proc, pe, comps, min(ended)[0])
                 return min(end for end in comps.holders(t) if isinstance(end, tuple))
-            yield from self._advance(proc, pe, comps, any_end=True)
+            yield from self.advance(proc, pe, comps, any_end=True)
 
     def _finish(self, proc: Proc, pe: Pe, comps: Composites, running: Running,
                 done: int, last: int) -> None:
@@ -209,7 +206,7 @@ class CompositeRuns:
             if used - running.tcm_bytes > proc.tile_worst[0] - proc.tile_worst[1]:
                 proc.tile_worst = (used, running.tcm_bytes, running.index)
         proc.last_end = max(proc.last_end, done)
-        log = self.oplog
+        log = self.timing.oplog
         if log is not None:
             stream = self.program.streams[pe.pid]
             i = running.index
@@ -220,7 +217,7 @@ class CompositeRuns:
             log.append(pe.pid, SCHED, log.code("composite"), running.issued, running.dispatched,
                        done, stream.size[i], 2 * desc.m * desc.k * desc.n, src, dst, i, True)
 
-    def _tcm_room(self, proc: Proc, pe: Pe, comps: Composites, tensors: int) -> Iterator[None]:
+    def tcm_room(self, proc: Proc, pe: Pe, comps: Composites, tensors: int) -> Iterator[None]:
         """Stall PE_CPU until its tensors (`tensors` bytes) and the running composites' tile
         buffers fit the TCM together."""
         t = pe.cpu.time
@@ -239,6 +236,7 @@ class Tiles:
 
     def __init__(self, timing: Timing, proc: Proc, pe: Pe):
         self.timing, self.proc, self.pe = timing, proc, pe
+        self.routes = timing.routes
         self.base = pe.pid << PE_SHIFT
         log = timing.oplog
         self.codes = (tuple(log.code(k) for k in ("gemm_tile", "load_tile", "store_tile",
@@ -294,7 +292,7 @@ class Tiles:
         else:
             addr, rows, row_bytes, stride = where
         timing, dma = self.timing, self.pe.dma
-        route, private = timing._path(self.pe.pid, addr, inbound)
+        route, private = self.routes.path(self.pe.pid, addr, inbound)
         nbytes = rows * row_bytes
         pages = strided_pages(route, addr, rows, row_bytes, stride)
         region = self.running.region
@@ -307,7 +305,7 @@ class Tiles:
 
     def _shared(self, inbound: bool, ready: int, after: int, addr: int, nbytes: int,
                 route: Path, pages: int) -> Iterator[None]:
-        start, end = yield from self.timing._flow(self.proc, self.pe.dma, ready, nbytes, route,
+        start, end = yield from self.routes.flow(self.proc, self.pe.dma, ready, nbytes, route,
                                                   pages)
         return self._moved(inbound, ready, after, start, end, addr, nbytes, route)
 

@@ -39,11 +39,13 @@ frees. Errors in a stream (a trace timed on a topology it does not fit) are
 `TimingError`s naming the PE, the command and the time.
 
 The pass is in parts: `Timing` (here) runs the PEs' walks, by classes where
-dedup may (`hw.classes`, `hw.dedup`); `hw.walk` is one PE's walk, a step per
-command kind; `hw.proc` its records and composites in flight; the mixins
-`hw.routes` (paths, rings, shared calendars, transfers), `hw.messages` (IPCQ)
-and `hw.tiles` (composites' dispatch and tile operations) are the parts of
-`Timing` the walks call.
+dedup may (`hw.classes`, `hw.dedup`); `hw.walk` is one PE's walk, the loop
+and a dispatch by command kind to each engine's step (`hw.dma`, `hw.gemm`,
+`hw.math`); `hw.proc` its records and composites in flight. `Timing` holds
+the parts the walks call, each an object with its own state: `routes`
+(`hw.routes`: paths, rings, shared calendars, transfers), `composites`
+(`hw.tiles`: composites' dispatch and tile operations) and `ipcq`
+(`hw.messages`).
 """
 
 from __future__ import annotations
@@ -60,15 +62,14 @@ from kernbench_cli.hw.composite import GemmTiling
 from kernbench_cli.hw.dedup import Ghosts, expand, overlaps, tie_faults
 from kernbench_cli.hw.engine import cycles_to_ps
 from kernbench_cli.hw.flows import FairShare
-from kernbench_cli.hw.ipcq import Ring
-from kernbench_cli.hw.messages import Messages
+from kernbench_cli.hw.messages import Ipcq
 from kernbench_cli.hw.multicast import Multicast
-from kernbench_cli.hw.network import LEDGER, Path
+from kernbench_cli.hw.network import LEDGER
 from kernbench_cli.hw.oplog import OP_FIELDS, OpLog, Slice
 from kernbench_cli.hw.proc import TOO_LATE, Proc, Stuck, TimeRangeError, TimingError
 from kernbench_cli.hw.routes import Routes
 from kernbench_cli.hw.system import System
-from kernbench_cli.hw.tiles import CompositeRuns, Tiles
+from kernbench_cli.hw.tiles import CompositeRuns
 from kernbench_cli.hw.walk import Walk
 from kernbench_cli.stream import (
     COMPOSITE,
@@ -89,7 +90,7 @@ from kernbench_cli.stream import (
 TRIES = 4
 
 
-class Timing(Routes, Messages, CompositeRuns):
+class Timing:
     """One timing pass of `program` on `system` (fresh engines, calendars and rings)."""
 
     def __init__(self, system: System, program: Program, oplog: bool = False,
@@ -119,17 +120,10 @@ class Timing(Routes, Messages, CompositeRuns):
         self.procs = [Proc(self.env, pe.pid) for pe in system.pes]
         self.stuck: list[Stuck] = []
         self.planned_bytes = 0  # what composites' plans move, by formula (invariants)
-        # Routes depend only on which PE owns an address: cache them per aligned region
-        # that one PE owns whole (a power-of-two HBM slice, or a PE's 1 GiB window).
-        slice_bytes = topo.hbm.slice_size
-        power_of_two = slice_bytes & (slice_bytes - 1) == 0
-        self._region_shift = min(30, slice_bytes.bit_length() - 1) if power_of_two else 64
-        self._paths: dict[tuple[int, bool, int], tuple[Path, bool]] = {}
-        self._pairs: dict[tuple[int, int], tuple[str, Ring, Path, int]] = {}
-        self._math = [(kind, name) for kind, name in program.math_kinds]
-        # (math kind, elements) -> (issue time, latency)
-        self._math_ps: dict[tuple[int, int], tuple[int, int, str]] = {}
-        self._tiles: dict[int, Tiles] = {}  # per PE: how its composites run tiles
+        #: per MATH kind of the program: (op class, its name, or its op log code)
+        self.math_kinds = [(kind, name) for kind, name in program.math_kinds]
+        #: (math kind, elements) -> (issue time, latency, op class)
+        self.math_ps: dict[tuple[int, int], tuple[int, int, str]] = {}
         self.fair = topo.network.sharing == "fair"
         self.flows = FairShare(self.env)
         # Energy by region: the DMA engines' ledger (`DmaEngine.ledger`), a row per named
@@ -141,6 +135,9 @@ class Timing(Routes, Messages, CompositeRuns):
             if len(program.regions) > 1 else None
         for pe in system.pes:
             pe.dma.ledger, pe.dma.region, pe.dma.weight = self.ledger, 0, 1
+        self.routes = Routes(self)
+        self.composites = CompositeRuns(self)
+        self.ipcq = Ipcq(self)
 
     # ------------------------------------------------------------------ the run
 
@@ -153,7 +150,7 @@ class Timing(Routes, Messages, CompositeRuns):
         """
         with collector.paused():
             if not self.dedup or len(self.procs) < 2:
-                self._mark_shared()
+                self.routes.mark_shared()
                 self._run(self.procs)
             else:
                 self._run_classes()
@@ -170,7 +167,7 @@ class Timing(Routes, Messages, CompositeRuns):
         split = self.split
         while True:
             self.tries += 1
-            self._mark_shared()
+            self.routes.mark_shared()
             classes = partition(self, forced, split)
             if len(classes.members) == len(self.procs):
                 self._run(self.procs)
@@ -202,8 +199,7 @@ class Timing(Routes, Messages, CompositeRuns):
                               if len(m) > 1})
         self.ties = set()
         self.multicast = Multicast(self)
-        self._paths.clear()
-        self._pairs.clear()
+        self.routes.clear()
 
     def _reset(self) -> None:
         """Fresh engines, calendars, rings and records, for another pass; the last pass's
@@ -218,7 +214,7 @@ class Timing(Routes, Messages, CompositeRuns):
     def _run(self, procs: list[Proc]) -> None:
         if self.oplog is not None:
             log = self.oplog
-            self._math = [(kind, log.code(name)) for kind, name in self.program.math_kinds]
+            self.math_kinds = [(kind, log.code(name)) for kind, name in self.program.math_kinds]
         pes = self.system.pes
         for proc in procs:
             proc.gen = Walk(self, proc, pes[proc.pid]).steps()
@@ -243,7 +239,7 @@ class Timing(Routes, Messages, CompositeRuns):
     def events(self) -> int:
         return sum(proc.events for proc in self.procs)
 
-    def _cpu_slices(self, proc: Proc, marks: array) -> Iterator[Slice]:
+    def cpu_slices(self, proc: Proc, marks: array) -> Iterator[Slice]:
         """PE_CPU's time command by command, from `marks` (its time on reaching each command,
         then before its issue; last, its time at the end): waits for TCM, the issue cost,
         then a stall for a queue slot and the command's own wait (a value, a message, a

@@ -3,47 +3,41 @@
 A `Walk` holds what the PE's steps share (its columns, records, engines, route
 caches, composites in flight); `Walk.steps` is the generator the PE's SimPy
 callbacks resume (`proc.Proc`). It yields only where the PE must wait (see
-`hw.timing`). The steps of the many small commands (LOAD/STORE, MATH, DOT) are
-closures made once per PE, plain calls that hand back a generator only where
-they must wait (tile operations to run first, a path other PEs book); the
-rarer steps that may wait (composites, IPCQ) are generators, the others plain
-methods. Besides the times, each step records per command its issue,
-its start and why it started then (`proc.why`, see `CAUSES`), and how PE_CPU
-got to its issue (`proc.cpu`) or waited after it (`proc.after`): the critical
-path walks them.
+`hw.timing`). Each engine's module owns the step of its many small commands:
+`dma.transfer_step` (LOAD, STORE), `math.math_step` (MATH) and
+`gemm.dot_step` (DOT), closures made once per PE over the walk's state, plain
+calls that hand back a generator only where they must wait (tile operations
+to run first, a path other PEs book). The rarer steps that may wait are the
+timing pass's parts' generators (composites: `timing.composites`, IPCQ:
+`timing.ipcq`); PE_CPU's own (WAIT, CYCLES, READ) are methods here. Besides
+the times, each step records per command its issue, its start and why it
+started then (`proc.why`, see `hw.causes`), and how PE_CPU got to its issue
+(`proc.cpu`) or waited after it (`proc.after`): the critical path walks them.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterator
-from heapq import heappush
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from kernbench_cli.hw.engine import cycles_to_ps
-from kernbench_cli.hw.gemm import gemm_work
-from kernbench_cli.hw.network import Path
-from kernbench_cli.hw.pe import Pe
-from kernbench_cli.hw.proc import (
-    CPU,
-    DMA,
-    ENGINE,
-    GEMM,
+from kernbench_cli.hw.causes import (
     ISSUED,
     PE_SHIFT,
-    PENDING,
     PRODUCER,
     QUEUE,
-    SCHEDULER,
     TCM,
-    VEC,
-    Composites,
-    Proc,
-    TimingError,
     because,
     by,
 )
-from kernbench_cli.hw.routes import tcm_at, transfer_pages
+from kernbench_cli.hw.dma import transfer_step
+from kernbench_cli.hw.engine import cycles_to_ps
+from kernbench_cli.hw.engines import CPU
+from kernbench_cli.hw.gemm import dot_step
+from kernbench_cli.hw.math import math_step
+from kernbench_cli.hw.network import Path
+from kernbench_cli.hw.pe import Pe
+from kernbench_cli.hw.proc import PENDING, Composites, Proc, TimingError
 from kernbench_cli.stream import (
     COMPOSITE,
     CYCLES,
@@ -87,7 +81,7 @@ class Walk:
         self.cpu, self.sched = pe.cpu, pe.scheduler
         self.held = pe.scheduler.held  # `hold(t)` is heappush(held, t), inlined
         self.issue = timing.issue
-        self.shift = timing._region_shift
+        self.shift = timing.routes.region_shift
         self.inbound: dict[int, tuple[Path, bool]] = {}  # this PE's routes, by address region
         self.outbound: dict[int, tuple[Path, bool]] = {}
         #: gemm shape -> (duration, its `gemm_work`)
@@ -108,10 +102,10 @@ class Walk:
         proc, cpu, sched, comps, log = self.proc, self.cpu, self.sched, self.comps, self.log
         ops, col_a, col_b, col_tcm, end = self.stream.op, self.col_a, self.col_b, self.col_tcm, \
             self.end
-        heap, advance = comps.heap, self.timing._advance
+        heap, advance = comps.heap, self.timing.composites.advance
         pe, n, cpus, issued = self.pe, proc.n, self.cpus, self.issued
-        transfer, math, dot = self._transfer_step(), self._math_step(), self._dot_step()
-        send, recv = self.timing._send, self.timing._recv
+        transfer, math, dot = transfer_step(self), math_step(self), dot_step(self)
+        send, recv = self.timing.ipcq.send, self.timing.ipcq.recv
         last_end = tcm_peak = 0
         for i in range(n):
             op = ops[i]
@@ -146,7 +140,7 @@ class Walk:
                 t, done = math(i)
             elif op == COMPOSITE:
                 proc.at = i
-                yield from self.timing._dispatch(proc, pe, comps, i)
+                yield from self.timing.composites.dispatch(proc, pe, comps, i)
                 if sched.stalled_by >= 0:
                     cpus[i] = because(QUEUE, sched.stalled_by)
                 continue
@@ -173,7 +167,7 @@ class Walk:
         proc.last_end = max(proc.last_end, last_end)
         if log is not None:
             self.marks.append(cpu.time)
-            log.cpu.extend(self.timing._cpu_slices(proc, self.marks))
+            log.cpu.extend(self.timing.cpu_slices(proc, self.marks))
 
     def _room(self, i: int, peak: int) -> Iterator[None]:
         """Before command `i`, with composites holding tile buffers: run the tile operations
@@ -184,187 +178,19 @@ class Walk:
         t = self.cpu.time
         heap = comps.heap
         if heap and heap[0][0] <= t:
-            yield from timing._advance(proc, self.pe, comps, t)
+            yield from timing.composites.advance(proc, self.pe, comps, t)
         used = col_tcm[i] + comps.buffers(t, prune=True)
         if used > timing.tcm_bytes:
             # Only a command that takes TCM waits for it. Without one, the excess is a plan
             # made (and counted) at issue for a composite the scheduler holds until the
             # buffers before it free: those never coexist.
             if col_tcm[i] > (col_tcm[i - 1] if i else 0):
-                yield from timing._tcm_room(proc, self.pe, comps, col_tcm[i])
+                yield from timing.composites.tcm_room(proc, self.pe, comps, col_tcm[i])
         elif used > peak:
             proc.tcm_peak = (used, t, i)
 
-    def _transfer_step(self) -> Callable:
-        """The step of a LOAD `i` (`load`: memory to TCM) or a STORE `i` (its value's
-        producer ended first) on PE_DMA: ``step(i, load)`` returns (issue, end), or, where
-        it must wait first (tile operations issued before it, a path other PEs book), a
-        generator to run for what it waited for, to book with ``step(i, load, waited)``.
-        Made once per PE, what it uses bound (it runs per command, the pass's hot loop; the
-        two functions refer to no one that refers to them: no cycle for the collector)."""
-        proc, pe, dma, stream, timing, comps = self.proc, self.pe, self.pe.dma, self.stream, \
-            self.timing, self.comps
-        enqueue, cpu, sched = self.sched.enqueue, self.cpu, self.sched
-        c_load, c_store = self.issue.load, self.issue.store
-        src, dst, col_a, size, rows, arg = stream.src, stream.dst, stream.a, stream.size, \
-            stream.rows, stream.arg
-        end, starts, whys, held, made, base = self.end, self.starts, self.whys, self.held, \
-            self.made, self.base
-        path, shift, log, heap = timing._path, self.shift, self.log, comps.heap
-        inbound, outbound, leaf = self.inbound, self.outbound, self.leaf
 
-        def waits(i, load, t, ready, why, addr, route, private, pages):
-            proc.at = i
-            if heap:
-                yield from timing._advance(proc, pe, comps, ready)
-            if leaf is not None:  # after the tile operations, which set their own
-                dma.region = leaf[i]
-            if private:
-                start, done = dma.transfer(ready, size[i], route, pages)
-            else:
-                start, done = yield from timing._shared(proc, dma, t, ready, size[i], route,
-                                                        pages)
-            return t, ready, why, addr, route, start, done
 
-        def step(i, load, waited=None):  # `waited`: what `waits` returned
-            if waited is None:
-                t, ready = enqueue(cpu, c_load if load else c_store)
-                if load:
-                    addr, routes = src[i], inbound
-                else:
-                    addr, routes = dst[i], outbound
-                hit = routes.get(addr >> shift) if shift < 64 else None
-                if hit is None:
-                    hit = routes[addr >> shift] = path(proc.pid, addr, load)
-                route, private = hit
-                why = None
-                if not load:
-                    a = col_a[i]
-                    if end[a] > ready:
-                        ready, why = end[a], BY_PRODUCER | made.get(a, base | a)
-                pages = transfer_pages(route, addr, rows[i], size[i], arg[i])
-                if heap or not private:
-                    return waits(i, load, t, ready, why, addr, route, private, pages)
-                if leaf is not None:
-                    dma.region = leaf[i]
-                start, done = dma.transfer(ready, size[i], route, pages)
-            else:
-                t, ready, why, addr, route, start, done = waited
-            me = base | i
-            whys[i] = (because(ENGINE, dma.last) if start > ready else why if why is not None
-                       else because(SCHEDULER, sched.last) if ready > t else BY_ISSUE | me)
-            dma.last = me
-            if dma.waited_on is not None:
-                proc.waits[me] = (dma.waited_on, dma.waited)
-            heappush(held, (start, me))
-            starts[i], end[i] = start, done
-            if not load and done > self.landed[0]:
-                self.landed = (done, i)
-            if log is not None:
-                tcm = tcm_at(self.tcm_base, dst[i] if load else src[i])
-                log.append(proc.pid, DMA, self.codes["load" if load else "store"], t, start,
-                           done, size[i], 0, addr if load else tcm, tcm if load else addr, i,
-                           True, (dma.stream_at, dma.free_at), log.path(route[0]))
-            return t, done
-
-        return step
-
-    def _math_step(self) -> Callable:
-        """The step of a MATH `i` on PE_MATH, once its operands are ready: ``step(i)``
-        returns (issue, end). Made once per PE (see `_transfer_step`)."""
-        vec, stream, timing, sched, cpu = self.pe.math, self.stream, self.timing, self.sched, \
-            self.cpu
-        enqueue, cost, col_a, col_b, size, arg = sched.enqueue, self.issue.math, stream.a, \
-            stream.b, stream.size, stream.arg
-        end, starts, whys, held, made, base = self.end, self.starts, self.whys, self.held, \
-            self.made, self.base
-        math_ps, log, pid = timing._math_ps, self.log, self.pid
-
-        def step(i):
-            t, ready = enqueue(cpu, cost)
-            queued, after = ready > t, -1  # what it waits for: the scheduler, a producer
-            a, b = col_a[i], col_b[i]
-            if a >= 0 and end[a] > ready:
-                ready, after = end[a], a
-            if b >= 0 and end[b] > ready:
-                ready, after = end[b], b
-            key = (arg[i], size[i])
-            costs = math_ps.get(key)
-            if costs is None:  # (issue time, pipeline latency, op class)
-                op_class = timing._math[key[0]][0]
-                costs = math_ps[key] = (vec.duration_ps(op_class, key[1]),
-                                        vec.latency[op_class], op_class)
-            start, done = vec.occupy(ready, costs[0])
-            done += costs[1]
-            me = base | i
-            whys[i] = (because(ENGINE, vec.last) if start > ready else
-                       BY_PRODUCER | made.get(after, base | after) if after >= 0 else
-                       because(SCHEDULER, sched.last) if queued else BY_ISSUE | me)
-            vec.last = me
-            vec.elements += key[1]
-            vec.by_class[costs[2]] += key[1]
-            heappush(held, (start, me))
-            starts[i], end[i] = start, done
-            if log is not None:
-                log.append(pid, VEC, timing._math[key[0]][1], t, start, done, 0, key[1], None,
-                           tcm_at(self.tcm_base, stream.dst[i]), i, True,
-                           (start, done - costs[1]))
-            return t, done
-
-        return step
-
-    def _dot_step(self) -> Callable:
-        """The step of a DOT `i` on PE_GEMM, once its operands are ready and the tile
-        operations issued before then have run: ``step(i)`` returns (issue, end), or, where
-        tile operations must run first, a generator to run for them, to book with
-        ``step(i, waited)``. Made once per PE (see `_transfer_step`)."""
-        proc, pe, gemm, stream, timing, comps = self.proc, self.pe, self.pe.gemm, self.stream, \
-            self.timing, self.comps
-        sched, cpu, cost, col_a, col_b = self.sched, self.cpu, self.issue.dot, stream.a, stream.b
-        enqueue, size, arg = sched.enqueue, stream.size, stream.arg
-        end, starts, whys, held, made, base = self.end, self.starts, self.whys, self.held, \
-            self.made, self.base
-        shapes, gemm_ps, log, heap = timing.program.gemm_shapes, self.gemm_ps, self.log, \
-            comps.heap
-
-        def waits(i, t, ready, why):
-            proc.at = i
-            yield from timing._advance(proc, pe, comps, ready)
-            return t, ready, why
-
-        def step(i, waited=None):  # `waited`: what `waits` returned
-            if waited is None:
-                t, ready = enqueue(cpu, cost)
-                why = because(SCHEDULER, sched.last) if ready > t else because(ISSUED, base | i)
-                a, b = col_a[i], col_b[i]
-                if end[a] > ready:
-                    ready, why = end[a], because(PRODUCER, made.get(a, base | a))
-                if end[b] > ready:
-                    ready, why = end[b], because(PRODUCER, made.get(b, base | b))
-                if heap:
-                    return waits(i, t, ready, why)
-            else:
-                t, ready, why = waited
-            shape = arg[i]
-            costs = gemm_ps.get(shape)
-            if costs is None:  # (duration on this PE's array, what it counts for energy)
-                costs = gemm_ps[shape] = (gemm.duration_ps(*shapes[shape]),
-                                          gemm_work(gemm.config, *shapes[shape]))
-            start, done = gemm.occupy(ready, costs[0])
-            me = base | i
-            whys[i] = because(ENGINE, gemm.last) if start > ready else why
-            gemm.last = me
-            gemm.count(size[i], costs[1])  # a DOT's size is its flops, 2·m·k·n
-            heappush(held, (start, me))
-            starts[i], end[i] = start, done
-            if log is not None:
-                log.append(proc.pid, GEMM, self.codes["dot"], t, start, done, 0, size[i],
-                           tcm_at(self.tcm_base, stream.src[i]),
-                           tcm_at(self.tcm_base, stream.dst[i]), i, True,
-                           shape=log.gemm_shape(*shapes[shape][:3]))
-            return t, done
-
-        return step
 
     def _wait(self, i: int) -> tuple[int, int]:
         """WAIT `i` on a composite, or (tl.fence) on every store before it; (issue, end)."""

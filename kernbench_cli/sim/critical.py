@@ -2,7 +2,7 @@
 
 The timing pass records for every operation (a command, or a tile operation
 of a composite) when it started and the one constraint that set that start
-(`hw.timing.CAUSES`): PE_CPU issuing it, an operand's producer, its engine
+(`hw.causes.CAUSES`): PE_CPU issuing it, an operand's producer, its engine
 busy with an earlier operation, an IPCQ message not yet sent or a ring credit
 not yet back; and for PE_CPU, what it waited for (a queue slot, TCM held by
 tile buffers, a value, a message). Walking back from whatever ended last,
@@ -28,25 +28,21 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from operator import itemgetter
 
-from kernbench_cli.hw.engine import cycles_to_ps
-from kernbench_cli.hw.proc import (
+from kernbench_cli.hw.causes import (
     CAUSE_SHIFT,
-    CPU,
     CREDIT,
-    DMA,
     ENGINE,
-    GEMM,
     ISSUED,
     MESSAGE,
     PE_SHIFT,
-    PENDING,
     PRODUCER,
     QUEUE,
-    SCHED,
     SCHEDULER,
     TCM,
-    VEC,
 )
+from kernbench_cli.hw.engine import cycles_to_ps
+from kernbench_cli.hw.engines import CPU, DMA, GEMM, SCHED, VEC
+from kernbench_cli.hw.proc import PENDING
 from kernbench_cli.hw.system import System
 from kernbench_cli.hw.timing import Timing, issue_costs
 from kernbench_cli.stream import (

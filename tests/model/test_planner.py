@@ -9,7 +9,6 @@ import dataclasses
 import pytest
 
 from kernbench_cli.hw import tiles as tiles_module
-from kernbench_cli.hw import timing as timing_module
 from kernbench_cli.hw.composite import plan_gemm
 
 
@@ -17,7 +16,7 @@ from kernbench_cli.hw.composite import plan_gemm
 def plans(monkeypatch):
     """Every plan the timing pass takes, with (PE process, command) to read its times."""
     taken = []
-    dispatch = timing_module.Timing._dispatch
+    dispatch = tiles_module.CompositeRuns.dispatch
 
     def spy(*args, **kwargs):
         plan = plan_gemm(*args, **kwargs)
@@ -29,7 +28,7 @@ def plans(monkeypatch):
         taken.append((proc, i, spy.last))
 
     monkeypatch.setattr(tiles_module, "plan_gemm", spy)
-    monkeypatch.setattr(timing_module.Timing, "_dispatch", recorded)
+    monkeypatch.setattr(tiles_module.CompositeRuns, "dispatch", recorded)
     return taken
 
 
