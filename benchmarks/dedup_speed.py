@@ -2,7 +2,7 @@
 
 Per case, in this process: the functional pass once (timing-only), then the timing
 pass of the same streams alone, with dedup (the default: one representative per class
-of PEs, `hw.classes`, `hw.dedup`, `hw.multicast`) and without (`--no-dedup`), in
+of PEs, `hw.symmetry`, `hw.dedup`, `hw.multicast`) and without (`--no-dedup`), in
 CPU seconds (`time.process_time`) and wall seconds, and commands/s of each against
 the bare SimPy + greenlet loop's for as many commands on as many PEs
 (`sim_throughput.bare_loop_times`, measured in the same run). On the rack case

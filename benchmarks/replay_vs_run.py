@@ -72,7 +72,7 @@ def main() -> int:
                   f"{size / 1000:>9.1f} {full.stat().st_size / size:>5.1f}x")
     if not args.no_goldens:
         from kernbench_cli.golden.run import regen
-        from kernbench_cli.resources import data_dir
+        from kernbench_cli.shipped import data_dir
 
         start = time.perf_counter()
         differences = regen(data_dir("goldens"), None, write=False)

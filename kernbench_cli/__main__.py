@@ -1,3 +1,3 @@
-from kernbench_cli.console import main
+from kernbench_cli.entry import main
 
 main()

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from kernbench_cli.address import AddressMap
 from kernbench_cli.config import load_topology
-from kernbench_cli.resources import data_dir
+from kernbench_cli.shipped import data_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -14,6 +14,6 @@ def load_address_map(topology: str | None, costs: Path | None = None,
     """A topology by name or path (None: the default), with `--set` overrides `sets`, loaded
     and compiled (data flow 1-2)."""
     from kernbench_cli.config import load_topology
-    from kernbench_cli.resources import resolve_topology
+    from kernbench_cli.shipped import resolve_topology
 
     return AddressMap.compile(load_topology(resolve_topology(topology), costs, sets))

@@ -58,7 +58,7 @@ def check_cmd(only: OnlyOpt = None, directory: DirOpt = None, costs: CostsOpt = 
 def _default_folder(write: bool) -> Path:
     """The shipped goldens: in a checkout its goldens/ folder; in an installed package,
     ./goldens when there is one to write, else a refusal (the package is not for editing)."""
-    from kernbench_cli.resources import data_dir, installed
+    from kernbench_cli.shipped import data_dir, installed
 
     if not write or not installed():
         return data_dir("goldens")

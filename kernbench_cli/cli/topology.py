@@ -56,7 +56,7 @@ def validate(
 
 
 def _costs_shown(topo) -> str:
-    from kernbench_cli.resources import shipped_costs_name
+    from kernbench_cli.shipped import shipped_costs_name
 
     name = shipped_costs_name(topo.cost_table.source)
     return f"{name} (shipped)" if name else str(topo.cost_table.source)

@@ -28,7 +28,7 @@ from typing import Any
 from kernbench_cli.config.schema import KINDS, REQUIRED, CostTable, Topology
 from kernbench_cli.errors import ConfigError, KernbenchError, clip
 from kernbench_cli.fileio import read_input
-from kernbench_cli.resources import costs_dir
+from kernbench_cli.shipped import costs_dir
 
 #: Bytes of a TOML file worth reading: the shipped rack topology is 2 KiB.
 MAX_TOML_BYTES = 16 * 2**20

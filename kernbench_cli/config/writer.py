@@ -15,7 +15,7 @@ import tomli_w
 
 from kernbench_cli.config import units
 from kernbench_cli.config.schema import Topology
-from kernbench_cli.resources import shipped_costs_name
+from kernbench_cli.shipped import shipped_costs_name
 
 _EXACT = {
     "time": (("s", 10**12), ("ms", 10**9), ("us", 10**6), ("ns", 10**3), ("ps", 1)),

@@ -3,7 +3,7 @@
 A cause and the operation it points at are packed as
 ``cause << CAUSE_SHIFT | pid << PE_SHIFT | index``; `index` counts a PE's
 commands, then its composites' tile operations (`because`). The walk's
-steps (`hw.walk`, `hw.dma`, `hw.gemm`, `hw.math`) record one per operation;
+steps (`hw.walk`, `hw.dma`, `hw.gemm`, `hw.pe_math`) record one per operation;
 `sim.critical` unpacks them.
 """
 

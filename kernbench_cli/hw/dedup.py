@@ -1,4 +1,4 @@
-"""Trajectory dedup: one representative timed per class of PEs (`hw.classes`), exactly.
+"""Trajectory dedup: one representative timed per class of PEs (`hw.symmetry`), exactly.
 
 The timing pass times each class's representative with the unchanged
 engine. A representative's IPCQ messages go to the ring of its partner's
@@ -103,7 +103,7 @@ class Relocated:
     def _one(self, value):
         if self.field is None:
             return self.ref(value)
-        if isinstance(value, list):  # a receive's copies (`Proc.copies`)
+        if isinstance(value, list):  # a receive's copies (`PeProcess.copies`)
             return [self._one(v) for v in value]
         return (*value[:self.field], self.ref(value[self.field]), *value[self.field + 1:])
 

@@ -33,5 +33,5 @@ TABLE: tuple[EngineKind, ...] = (
 )
 #: Engine names, in report order.
 ENGINES: tuple[str, ...] = tuple(e.name for e in TABLE)
-CPU, SCHED, DMA, GEMM, VEC = (e.code for e in TABLE)
+PE_CPU, PE_SCHEDULER, PE_DMA, PE_GEMM, PE_MATH = (e.code for e in TABLE)
 assert all(e.code == i for i, e in enumerate(TABLE))

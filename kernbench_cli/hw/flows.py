@@ -29,7 +29,7 @@ from collections.abc import Callable
 import simpy
 
 from kernbench_cli.hw.network import PS_PER_S, Calendar
-from kernbench_cli.hw.proc import Wake
+from kernbench_cli.hw.process import Wake
 from kernbench_cli.hw.ratio import Ratio, approx, ceil_div, ratio
 
 

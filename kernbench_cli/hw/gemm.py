@@ -18,7 +18,7 @@ from kernbench_cli.config.schema import GemmConfig
 from kernbench_cli.formats import F32, FORMATS
 from kernbench_cli.hw.causes import ENGINE, ISSUED, PRODUCER, SCHEDULER, because
 from kernbench_cli.hw.engine import InOrderEngine, cycles_to_ps, tcm_at
-from kernbench_cli.hw.engines import GEMM
+from kernbench_cli.hw.engines import PE_GEMM
 
 if TYPE_CHECKING:
     from kernbench_cli.hw.walk import Walk
@@ -186,7 +186,7 @@ def dot_step(walk: Walk) -> Callable:
         heappush(held, (start, me))
         starts[i], end[i] = start, done
         if log is not None:
-            log.append(proc.pid, GEMM, walk.codes["dot"], t, start, done, 0, size[i],
+            log.append(proc.pid, PE_GEMM, walk.codes["dot"], t, start, done, 0, size[i],
                        tcm_at(walk.tcm_base, stream.src[i]),
                        tcm_at(walk.tcm_base, stream.dst[i]), i, True,
                        shape=log.gemm_shape(*shapes[shape][:3]))

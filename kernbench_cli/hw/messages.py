@@ -27,11 +27,11 @@ from kernbench_cli.hw.causes import (
 )
 from kernbench_cli.hw.dma import LOCAL
 from kernbench_cli.hw.engine import tcm_at
-from kernbench_cli.hw.engines import CPU, DMA
+from kernbench_cli.hw.engines import PE_CPU, PE_DMA
 from kernbench_cli.hw.ipcq import Chunk, Ring
 from kernbench_cli.hw.network import LEDGER
 from kernbench_cli.hw.pe import Pe
-from kernbench_cli.hw.proc import Composites, Proc
+from kernbench_cli.hw.process import Composites, PeProcess
 
 if TYPE_CHECKING:
     from kernbench_cli.hw.timing import Timing
@@ -86,7 +86,7 @@ class Ipcq:
 
     # ------------------------------------------------------------------ IPCQ
 
-    def send(self, proc: Proc, pe: Pe, comps: Composites, i: int) -> Iterator[None]:
+    def send(self, proc: PeProcess, pe: Pe, comps: Composites, i: int) -> Iterator[None]:
         """SEND `i`: PE_CPU issues it, and once global time reaches the issue, its chunks go,
         each on a credit of the receiver's ring (waits for one) once its data is ready (its
         producer ended); returns (issue, when the last chunk arrives)."""
@@ -159,7 +159,7 @@ class Ipcq:
             last = end if last is None or end > last else last
             if log is not None:
                 amap = self.system.amap
-                log.append(pe.pid, DMA, log.code("send"), t, start, end, size, 0,
+                log.append(pe.pid, PE_DMA, log.code("send"), t, start, end, size, 0,
                            tcm_at(amap.pe_tcm_addr(*pe.coord, 0), stream.src[i]),
                            amap.pe_ipcq_slot_addr(*self.system.coords[dst], direction, slot),
                            i, index == 0, (dma.stream_at, dma.free_at), log.path(route[0]))
@@ -167,7 +167,7 @@ class Ipcq:
         proc.end[i] = last
         return t, last
 
-    def _credit(self, proc: Proc, pe: Pe, i: int, dst: int, ring: Ring) -> Iterator[None]:
+    def _credit(self, proc: PeProcess, pe: Pe, i: int, dst: int, ring: Ring) -> Iterator[None]:
         """A credit of `ring` for send `i` of `pe` to PE `dst`: the earliest, waited for if
         there is none."""
         ties, cpu, env = self.timing.ties, pe.cpu, self.env
@@ -204,7 +204,7 @@ class Ipcq:
             if self.timing.ties is not None:  # it goes on after this, whatever the order of PEs
                 ring.seen["chunks"] = (self.env.now, waiting.pid)
 
-    def recv(self, proc: Proc, pe: Pe, comps: Composites, i: int) -> Iterator[None]:
+    def recv(self, proc: PeProcess, pe: Pe, comps: Composites, i: int) -> Iterator[None]:
         """RECV `i`: PE_CPU issues it, and once global time reaches the issue, it takes its
         chunks from the ring (waits for them), each copied out of its slot by PE_DMA;
         returns (issue, when the last copy is done).
@@ -256,7 +256,7 @@ class Ipcq:
             began[2] = end
             dma.last = me
             if log is not None:
-                log.append(pe.pid, DMA, copy_code, ready, start, end, size, 0,
+                log.append(pe.pid, PE_DMA, copy_code, ready, start, end, size, 0,
                            amap.pe_ipcq_slot_addr(*pe.coord, direction, chunk.slot),
                            tcm_at(tcm_base, stream.dst[i]), i, False,
                            (dma.stream_at, dma.free_at))
@@ -291,7 +291,7 @@ class Ipcq:
         if done > t:
             proc.after[i] = (done, because(PRODUCER, me))
         if log is not None:
-            log.append(pe.pid, CPU, log.code("recv"), t, t, done, nbytes, 0,
+            log.append(pe.pid, PE_CPU, log.code("recv"), t, t, done, nbytes, 0,
                        amap.pe_ipcq_slot_addr(*pe.coord, direction, 0),
                        tcm_at(tcm_base, stream.dst[i]), i)
         proc.end[i] = done

@@ -1,4 +1,4 @@
-"""A class's sends as multicasts (`hw.classes`), checked by what the sender observes.
+"""A class's sends as multicasts (`hw.symmetry`), checked by what the sender observes.
 
 The members of a class send at one offset to PEs of several receiving classes. The
 representative's send goes to the ring of every receiving class's representative (a
@@ -144,7 +144,7 @@ class Multicast:
 
     def splits(self, classes) -> dict[int, tuple]:
         """Per member of a class whose copies looked different, the group of the copy its
-        own send went to, per such send: the key that splits the class (`hw.classes`)."""
+        own send went to, per such send: the key that splits the class (`hw.symmetry`)."""
         out: dict[int, list] = {}
         rep_of = classes.rep_of
         for rep, off, groups in sorted(self.apart):

@@ -8,8 +8,8 @@ from kernbench_cli.hw.cpu import PeCpu
 from kernbench_cli.hw.dma import DmaEngine
 from kernbench_cli.hw.gemm import GemmEngine
 from kernbench_cli.hw.ipcq import DIRECTIONS, Ring
-from kernbench_cli.hw.math import MathEngine
 from kernbench_cli.hw.network import Network
+from kernbench_cli.hw.pe_math import MathEngine
 from kernbench_cli.hw.scheduler import Scheduler
 
 

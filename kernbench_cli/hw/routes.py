@@ -23,7 +23,7 @@ from kernbench_cli.hw.dma import DmaEngine
 from kernbench_cli.hw.gemm import array_rate
 from kernbench_cli.hw.ipcq import Ring
 from kernbench_cli.hw.network import Path
-from kernbench_cli.hw.proc import Proc
+from kernbench_cli.hw.process import PeProcess
 from kernbench_cli.stream import COMPOSITE, LOAD, NONE, SEND, STORE, Composite
 
 if TYPE_CHECKING:
@@ -177,7 +177,7 @@ class Routes:
 
     # ------------------------------------------------------------------ transfers
 
-    def shared(self, proc: Proc, dma: DmaEngine, issued: int, ready: int, nbytes: int,
+    def shared(self, proc: PeProcess, dma: DmaEngine, issued: int, ready: int, nbytes: int,
                 path: Path, pages: int) -> Iterator[None]:
         """A load's or store's transfer (issued at `issued`) over a path other PEs use too:
         fair-shared (`_flow`), or circuit-style, booked once global time reaches its issue
@@ -187,14 +187,14 @@ class Routes:
             return self.flow(proc, dma, ready, nbytes, path, pages)
         return self._circuit(proc, dma, issued, ready, nbytes, path, pages)
 
-    def _circuit(self, proc: Proc, dma: DmaEngine, issued: int, ready: int, nbytes: int,
+    def _circuit(self, proc: PeProcess, dma: DmaEngine, issued: int, ready: int, nbytes: int,
                  path: Path, pages: int) -> Iterator[None]:
         if issued >= self.env.peek():
             proc.wake_at(issued)
             yield
         return dma.transfer(ready, nbytes, path, pages)
 
-    def flow(self, proc: Proc, dma: DmaEngine, ready: int, nbytes: int, path: Path,
+    def flow(self, proc: PeProcess, dma: DmaEngine, ready: int, nbytes: int, path: Path,
               pages: int = 0) -> Iterator[None]:
         """A transfer over a path other PEs use too, fair-shared (`hw.flows`); (start, end)
         as `DmaEngine.transfer` returns them. Waits until its bytes may stream, and, if

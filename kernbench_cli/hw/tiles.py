@@ -32,11 +32,11 @@ from kernbench_cli.hw.composite import (
 )
 from kernbench_cli.hw.dma import strided_pages
 from kernbench_cli.hw.engine import InOrderEngine, tcm_at
-from kernbench_cli.hw.engines import DMA, GEMM, SCHED, VEC
+from kernbench_cli.hw.engines import PE_DMA, PE_GEMM, PE_MATH, PE_SCHEDULER
 from kernbench_cli.hw.network import Path
 from kernbench_cli.hw.oplog import Slice
 from kernbench_cli.hw.pe import Pe
-from kernbench_cli.hw.proc import PENDING, Composites, Proc, Running, TimingError
+from kernbench_cli.hw.process import PENDING, Composites, PeProcess, Running, TimingError
 from kernbench_cli.stream import NONE
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class CompositeRuns:
         self.fair, self.leaves, self.routes = timing.fair, timing.leaves, timing.routes
         self.tiles: dict[int, Tiles] = {}  # per PE: how its composites run tiles
 
-    def dispatch(self, proc: Proc, pe: Pe, comps: Composites, i: int) -> Iterator[None]:
+    def dispatch(self, proc: PeProcess, pe: Pe, comps: Composites, i: int) -> Iterator[None]:
         """Issue composite `i`: plan its tiles into the TCM free at dispatch, start them.
 
         With no plan fitting, PE_SCHEDULER holds the composite (and the commands behind
@@ -140,7 +140,7 @@ class CompositeRuns:
         issued, first = next(ops)
         heappush(comps.heap, (issued, comps.seq, running, first))
 
-    def advance(self, proc: Proc, pe: Pe, comps: Composites, until: int | None = None,
+    def advance(self, proc: PeProcess, pe: Pe, comps: Composites, until: int | None = None,
                  stop: Running | None = None, any_end: bool = False) -> Iterator[None]:
         """Run tile operations in issue order across the PE's composites (ties to the
         earlier composite): those issued up to `until` (all, if None); or until `stop`
@@ -181,7 +181,7 @@ class CompositeRuns:
                 if any_end:
                     return
 
-    def _next_release(self, proc: Proc, pe: Pe, comps: Composites,
+    def _next_release(self, proc: PeProcess, pe: Pe, comps: Composites,
                       t: int) -> Iterator[None]:
         """(when, what) the first composite holding tile buffers at `t` ends (running tiles as
         far as it takes to know), what being its last tile operation; None if none holds any."""
@@ -195,7 +195,7 @@ class CompositeRuns:
                 return min(end for end in comps.holders(t) if isinstance(end, tuple))
             yield from self.advance(proc, pe, comps, any_end=True)
 
-    def _finish(self, proc: Proc, pe: Pe, comps: Composites, running: Running,
+    def _finish(self, proc: PeProcess, pe: Pe, comps: Composites, running: Running,
                 done: int, last: int) -> None:
         running.end = proc.end[running.index] = done
         proc.made[running.index] = last
@@ -214,10 +214,11 @@ class CompositeRuns:
             tcm_base = self.system.amap.pe_tcm_addr(*pe.coord, 0)
             src = stream.src[i] if not desc.a_tcm else tcm_at(tcm_base, stream.src[i]) or 0
             dst = stream.dst[i] if desc.out_addr >= 0 else tcm_base + stream.dst[i]
-            log.append(pe.pid, SCHED, log.code("composite"), running.issued, running.dispatched,
-                       done, stream.size[i], 2 * desc.m * desc.k * desc.n, src, dst, i, True)
+            log.append(pe.pid, PE_SCHEDULER, log.code("composite"), running.issued,
+                       running.dispatched, done, stream.size[i], 2 * desc.m * desc.k * desc.n, src,
+                       dst, i, True)
 
-    def tcm_room(self, proc: Proc, pe: Pe, comps: Composites, tensors: int) -> Iterator[None]:
+    def tcm_room(self, proc: PeProcess, pe: Pe, comps: Composites, tensors: int) -> Iterator[None]:
         """Stall PE_CPU until its tensors (`tensors` bytes) and the running composites' tile
         buffers fit the TCM together."""
         t = pe.cpu.time
@@ -234,7 +235,7 @@ class Tiles:
     reference: the PE's command count plus its position there). `running` is the
     composite whose operations run."""
 
-    def __init__(self, timing: Timing, proc: Proc, pe: Pe):
+    def __init__(self, timing: Timing, proc: PeProcess, pe: Pe):
         self.timing, self.proc, self.pe = timing, proc, pe
         self.routes = timing.routes
         self.base = pe.pid << PE_SHIFT
@@ -259,21 +260,21 @@ class Tiles:
         sizes = running.sizes
         if m * n > sizes[1]:
             sizes[1] = m * n
-        me = self._record(gemm, GEMM, ready, after, start, end)
+        me = self._record(gemm, PE_GEMM, ready, after, start, end)
         if log is not None:
-            log.append(self.pe.pid, GEMM, self.codes[0], ready, start, end, 0, 2 * m * k * n,
+            log.append(self.pe.pid, PE_GEMM, self.codes[0], ready, start, end, 0, 2 * m * k * n,
                        None, None, running.index, shape=log.gemm_shape(m, k, n))
         return start, end, me
 
     def dequant(self, ready: int, after: int, elements: int) -> tuple[int, int, int]:
         """A tile's dequantisation on PE_MATH, once it landed; (start, end, reference)."""
-        vec, log = self.pe.math, self.timing.oplog
-        start, end = vec.run(ready, "dequant", elements)
-        vec.elements += elements
-        vec.by_class["dequant"] += elements
-        me = self._record(vec, VEC, ready, after, start, end)
+        pe_math, log = self.pe.math, self.timing.oplog
+        start, end = pe_math.run(ready, "dequant", elements)
+        pe_math.elements += elements
+        pe_math.by_class["dequant"] += elements
+        me = self._record(pe_math, PE_MATH, ready, after, start, end)
         if log is not None:
-            log.append(self.pe.pid, VEC, self.codes[3], ready, start, end, 0, elements, None,
+            log.append(self.pe.pid, PE_MATH, self.codes[3], ready, start, end, 0, elements, None,
                        None, self.running.index)
         return start, end, me
 
@@ -312,12 +313,12 @@ class Tiles:
     def _moved(self, inbound: bool, ready: int, after: int, start: int, end: int, addr: int,
                nbytes: int, route: Path) -> tuple[int, int, int]:
         proc, dma = self.proc, self.pe.dma
-        me = self._record(dma, DMA, ready, after, start, end)
+        me = self._record(dma, PE_DMA, ready, after, start, end)
         if dma.waited_on is not None:
             proc.waits[me] = (dma.waited_on, dma.waited)
         log = self.timing.oplog
         if log is not None:
-            log.append(self.pe.pid, DMA, self.codes[1 if inbound else 2], ready, start, end,
+            log.append(self.pe.pid, PE_DMA, self.codes[1 if inbound else 2], ready, start, end,
                        nbytes, 0, addr if inbound else None, None if inbound else addr,
                        self.running.index, False, (dma.stream_at, dma.free_at),
                        log.path(route[0]))

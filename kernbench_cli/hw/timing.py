@@ -39,9 +39,9 @@ frees. Errors in a stream (a trace timed on a topology it does not fit) are
 `TimingError`s naming the PE, the command and the time.
 
 The pass is in parts: `Timing` (here) runs the PEs' walks, by classes where
-dedup may (`hw.classes`, `hw.dedup`); `hw.walk` is one PE's walk, the loop
+dedup may (`hw.symmetry`, `hw.dedup`); `hw.walk` is one PE's walk, the loop
 and a dispatch by command kind to each engine's step (`hw.dma`, `hw.gemm`,
-`hw.math`); `hw.proc` its records and composites in flight. `Timing` holds
+`hw.pe_math`); `hw.process` its records and composites in flight. `Timing` holds
 the parts the walks call, each an object with its own state: `routes`
 (`hw.routes`: paths, rings, shared calendars, transfers), `composites`
 (`hw.tiles`: composites' dispatch and tile operations) and `ipcq`
@@ -56,8 +56,7 @@ from collections.abc import Iterator
 
 import simpy
 
-from kernbench_cli import collector
-from kernbench_cli.hw.classes import Classes, partition
+from kernbench_cli import gc_control
 from kernbench_cli.hw.composite import GemmTiling
 from kernbench_cli.hw.dedup import Ghosts, expand, overlaps, tie_faults
 from kernbench_cli.hw.engine import cycles_to_ps
@@ -66,8 +65,9 @@ from kernbench_cli.hw.messages import Ipcq
 from kernbench_cli.hw.multicast import Multicast
 from kernbench_cli.hw.network import LEDGER
 from kernbench_cli.hw.oplog import OP_FIELDS, OpLog, Slice
-from kernbench_cli.hw.proc import TOO_LATE, Proc, Stuck, TimeRangeError, TimingError
+from kernbench_cli.hw.process import TOO_LATE, PeProcess, Stuck, TimeRangeError, TimingError
 from kernbench_cli.hw.routes import Routes
+from kernbench_cli.hw.symmetry import Classes, partition
 from kernbench_cli.hw.system import System
 from kernbench_cli.hw.tiles import CompositeRuns
 from kernbench_cli.hw.walk import Walk
@@ -104,7 +104,7 @@ class Timing:
         #: per PE whose class's multicast copies looked different, the groups of its copies
         #: (`Multicast.splits`), pass after pass: more keys that split the classes
         self.split: dict[int, tuple] = {}
-        self.around = None  # the PEs' surroundings (`hw.classes`), made once
+        self.around = None  # the PEs' surroundings (`hw.symmetry`), made once
         self.multicast: Multicast | None = None
         #: (ring's PE, direction, PE, PE, "credits" or "chunks"): representatives that used
         #: a ring's credits or chunks at one time, in that order
@@ -117,7 +117,7 @@ class Timing:
         self.tcm_bytes = topo.pe.tcm.size
         self.clock_hz = topo.pe.clock
         self.oplog = OpLog() if oplog else None
-        self.procs = [Proc(self.env, pe.pid) for pe in system.pes]
+        self.procs = [PeProcess(self.env, pe.pid) for pe in system.pes]
         self.stuck: list[Stuck] = []
         self.planned_bytes = 0  # what composites' plans move, by formula (invariants)
         #: per MATH kind of the program: (op class, its name, or its op log code)
@@ -144,11 +144,11 @@ class Timing:
     def run(self) -> None:
         """Time every stream; afterwards `latency_ps`, `stuck` and the PEs' engines tell.
 
-        The garbage collector waits until the pass ends (`collector.paused`): it walked
+        The garbage collector waits until the pass ends (`gc_control.paused`): it walked
         the run's millions of long-lived objects again and again, a quarter of the pass
         on a rack, and the pass leaves no cycles for it to free.
         """
-        with collector.paused():
+        with gc_control.paused():
             if not self.dedup or len(self.procs) < 2:
                 self.routes.mark_shared()
                 self._run(self.procs)
@@ -158,7 +158,7 @@ class Timing:
                 self.oplog = self.oplog.ordered()
 
     def _run_classes(self) -> None:
-        """Time one representative per class (`hw.classes`); where a check of `hw.dedup`
+        """Time one representative per class (`hw.symmetry`); where a check of `hw.dedup`
         fails (a member's transfer met another PE's, a multicast's copies got different
         credits, representatives met on a ring out of their members' order), split the
         class and time again; an error or a deadlock is found again by the full pass. Then
@@ -211,7 +211,7 @@ class Timing:
         self.tries, self.split, self.around = kept
         gc.collect()
 
-    def _run(self, procs: list[Proc]) -> None:
+    def _run(self, procs: list[PeProcess]) -> None:
         if self.oplog is not None:
             log = self.oplog
             self.math_kinds = [(kind, log.code(name)) for kind, name in self.program.math_kinds]
@@ -239,7 +239,7 @@ class Timing:
     def events(self) -> int:
         return sum(proc.events for proc in self.procs)
 
-    def cpu_slices(self, proc: Proc, marks: array) -> Iterator[Slice]:
+    def cpu_slices(self, proc: PeProcess, marks: array) -> Iterator[Slice]:
         """PE_CPU's time command by command, from `marks` (its time on reaching each command,
         then before its issue; last, its time at the end): waits for TCM, the issue cost,
         then a stall for a queue slot and the command's own wait (a value, a message, a

@@ -2,9 +2,9 @@
 
 A `Walk` holds what the PE's steps share (its columns, records, engines, route
 caches, composites in flight); `Walk.steps` is the generator the PE's SimPy
-callbacks resume (`proc.Proc`). It yields only where the PE must wait (see
+callbacks resume (`process.PeProcess`). It yields only where the PE must wait (see
 `hw.timing`). Each engine's module owns the step of its many small commands:
-`dma.transfer_step` (LOAD, STORE), `math.math_step` (MATH) and
+`dma.transfer_step` (LOAD, STORE), `pe_math.math_step` (MATH) and
 `gemm.dot_step` (DOT), closures made once per PE over the walk's state, plain
 calls that hand back a generator only where they must wait (tile operations
 to run first, a path other PEs book). The rarer steps that may wait are the
@@ -32,12 +32,12 @@ from kernbench_cli.hw.causes import (
 )
 from kernbench_cli.hw.dma import transfer_step
 from kernbench_cli.hw.engine import cycles_to_ps
-from kernbench_cli.hw.engines import CPU
+from kernbench_cli.hw.engines import PE_CPU
 from kernbench_cli.hw.gemm import dot_step
-from kernbench_cli.hw.math import math_step
 from kernbench_cli.hw.network import Path
 from kernbench_cli.hw.pe import Pe
-from kernbench_cli.hw.proc import PENDING, Composites, Proc, TimingError
+from kernbench_cli.hw.pe_math import math_step
+from kernbench_cli.hw.process import PENDING, Composites, PeProcess, TimingError
 from kernbench_cli.stream import (
     COMPOSITE,
     CYCLES,
@@ -66,7 +66,7 @@ class Walk:
                  "made", "marks", "outbound", "pe", "pid", "proc", "sched", "shift", "starts",
                  "stream", "tcm_base", "timing", "whys")
 
-    def __init__(self, timing: Timing, proc: Proc, pe: Pe):
+    def __init__(self, timing: Timing, proc: PeProcess, pe: Pe):
         self.timing, self.proc, self.pe = timing, proc, pe
         self.pid = pid = pe.pid
         self.stream = stream = timing.program.streams[pid]
@@ -203,7 +203,7 @@ class Walk:
         cpu.wait_until(until)
         self.starts[i], self.whys[i] = t, because(ISSUED, self.base | i)
         if self.log is not None:
-            self.log.append(self.pid, CPU, self.codes["wait"], t, t, cpu.time, 0, 0, None,
+            self.log.append(self.pid, PE_CPU, self.codes["wait"], t, t, cpu.time, 0, 0, None,
                             None, i)
         return t, cpu.time
 
@@ -214,7 +214,7 @@ class Walk:
         cpu.issue(cycles_to_ps(self.stream.arg[i], self.timing.clock_hz))
         self.starts[i], self.whys[i] = t0, because(ISSUED, self.base | i)
         if self.log is not None:
-            self.log.append(self.pid, CPU, self.codes["cycles"], t0, t0, cpu.time, 0, 0, None,
+            self.log.append(self.pid, PE_CPU, self.codes["cycles"], t0, t0, cpu.time, 0, 0, None,
                             None, i)
         return cpu.time
 

@@ -41,8 +41,8 @@ from kernbench_cli.hw.causes import (
     TCM,
 )
 from kernbench_cli.hw.engine import cycles_to_ps
-from kernbench_cli.hw.engines import CPU, DMA, GEMM, SCHED, VEC
-from kernbench_cli.hw.proc import PENDING
+from kernbench_cli.hw.engines import PE_CPU, PE_DMA, PE_GEMM, PE_MATH, PE_SCHEDULER
+from kernbench_cli.hw.process import PENDING
 from kernbench_cli.hw.system import System
 from kernbench_cli.hw.timing import Timing, issue_costs
 from kernbench_cli.stream import (
@@ -62,7 +62,8 @@ from kernbench_cli.stream import (
 #: Engine of a command's own operation, by kind.
 _ENGINE_OF = {LOAD: "dma", STORE: "dma", SEND: "dma", DOT: "gemm", MATH: "math",
               COMPOSITE: "scheduler", WAIT: "cpu", RECV: "dma", CYCLES: "cpu", READ: "cpu"}
-_TILE_ENGINE = {DMA: "dma", GEMM: "gemm", VEC: "math", CPU: "cpu", SCHED: "scheduler"}
+_TILE_ENGINE = {PE_DMA: "dma", PE_GEMM: "gemm", PE_MATH: "math", PE_CPU: "cpu",
+                PE_SCHEDULER: "scheduler"}
 _REF_MASK = (1 << PE_SHIFT) - 1
 _PID_MASK = (1 << (CAUSE_SHIFT - PE_SHIFT)) - 1
 
@@ -146,7 +147,8 @@ class _Walk:
         if index < proc.n:
             return KINDS[self.streams[pid].op[index]]
         engine = proc.tiles[index - proc.n][3]
-        return {GEMM: "gemm_tile", DMA: "transfer_tile", VEC: "dequant_tile"}.get(engine, "tile")
+        return {PE_GEMM: "gemm_tile", PE_DMA: "transfer_tile",
+                PE_MATH: "dequant_tile"}.get(engine, "tile")
 
     def add(self, pid: int, command: int, kind: str, engine: str, cause: str, start: int,
             end: int, resource: str = "") -> None:

@@ -22,7 +22,7 @@ from kernbench_cli.lang.dtypes import NAMES, TOLERANCE, tolerance_problem
 from kernbench_cli.lang.tl import kernel_line
 from kernbench_cli.sim.host import Host
 from kernbench_cli.sim.kernels import KernelModule
-from kernbench_cli.sim.result import Check
+from kernbench_cli.sim.result import Verification
 
 
 def checked_metrics(kernel: KernelModule, metrics: Any) -> dict[str, tuple[float, str]]:
@@ -102,7 +102,7 @@ def described(exc: BaseException) -> str:
 
 
 def verify(kernel: KernelModule, host: Host, params: dict[str, Any],
-            outputs: dict[str, np.ndarray]) -> list[Check]:
+            outputs: dict[str, np.ndarray]) -> list[Verification]:
     expected = call(kernel, "reference", host, params)
     for what, table in (("reference", expected), ("outputs", outputs)):
         if not isinstance(table, dict):
@@ -136,8 +136,8 @@ def verify(kernel: KernelModule, host: Host, params: dict[str, Any],
         passed = bool(np.all(same | (np.isfinite(w) & (err <= atol + rtol * np.abs(w)))))
         max_err = (float("nan") if np.isnan(err).any() else float(err.max())) if err.size \
             else 0.0
-        checks.append(Check(name, dt, max_err, atol, rtol, passed,
-                            declared=name in kernel.tolerance))
+        checks.append(Verification(name, dt, max_err, atol, rtol, passed,
+                                   declared=name in kernel.tolerance))
     return checks
 
 

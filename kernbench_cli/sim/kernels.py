@@ -53,7 +53,7 @@ from typing import Any
 from kernbench_cli.errors import ParamError, clip
 from kernbench_cli.fileio import note_input
 from kernbench_cli.lang.confine import Interrupted, KernelMisuse, confined
-from kernbench_cli.resources import data_dir
+from kernbench_cli.shipped import data_dir
 
 REQUIRED_NAMES = ("PARAMS", "setup", "kernel", "reference", "outputs")
 

@@ -38,7 +38,7 @@ class EngineStats:
 
 
 @dataclass(frozen=True)
-class Check:
+class Verification:
     """Verification of one output against its numpy reference."""
 
     name: str
@@ -64,7 +64,7 @@ class RunResult:
     engines: dict[str, EngineStats]
     pe_labels: tuple[str, ...]
     cpu_stall_ps: tuple[int, ...]
-    checks: list[Check]
+    checks: list[Verification]
     oplog: OpLog | None  # with run_kernel(oplog=True): every engine occupation
     wall_s: float = 0.0
     topology_digest: str = ""  # `config.loader.config_digest` of the resolved configurations

@@ -50,7 +50,7 @@ from kernbench_cli.sim.kernels import KernelModule
 from kernbench_cli.sim.races import find_races
 from kernbench_cli.sim.regions import regions
 from kernbench_cli.sim.regions import spans as region_spans
-from kernbench_cli.sim.result import Check, EngineStats, RunResult
+from kernbench_cli.sim.result import EngineStats, RunResult, Verification
 from kernbench_cli.sim.roofline import roofline
 from kernbench_cli.sim.trace_file import Trace, TraceError
 from kernbench_cli.sim.watch import Watch
@@ -103,7 +103,7 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     `kernbench run --record` writes. `watch` follows the progress. A kernel
     whose Python issues no command for `kernel_timeout` seconds is stopped
     (`lang.watchdog`). `dedup` (the default) times one PE per class of PEs that
-    time alike (`hw.classes`; the same results), without it every PE.
+    time alike (`hw.symmetry`; the same results), without it every PE.
     """
     watch = watch or Watch()
     wall = time.perf_counter()
@@ -287,7 +287,7 @@ def replay_address_map(trace: Trace, source: str, topology: str | None = None,
 
 def _recorded_topology(trace: Trace, source: str) -> str:
     """The run's topology: its file if still there, else the shipped one of its name."""
-    from kernbench_cli.resources import shipped_topologies
+    from kernbench_cli.shipped import shipped_topologies
 
     if trace.topology_file and Path(trace.topology_file).is_file():
         return trace.topology_file
@@ -476,7 +476,7 @@ def _check_unreceived(shown: str, launch: Launch) -> None:
 
 
 def _collect(kernel_name: str, system: System, timing: Timing, params: dict[str, Any],
-             seed: int, timing_only: bool, checks: list[Check]) -> RunResult:
+             seed: int, timing_only: bool, checks: list[Verification]) -> RunResult:
     pes = system.pes
     labels = tuple(str(pe.coord) for pe in pes)
     engines: dict[str, EngineStats] = {}

@@ -3,7 +3,7 @@
 PEs of one class run the same commands on their own data: their streams
 differ only where a command names the PE's own HBM slice or an IPCQ
 partner. A version-6 trace stores each distinct stream once, *relocated*
-the way `hw.classes` compares streams: an address in the PE's own slice
+the way `hw.symmetry` compares streams: an address in the PE's own slice
 (a LOAD's `src`, a STORE's `dst`, a COMPOSITE's memory operand `src` and
 output `dst`, a composite descriptor's `a_addr`, `b_addr`, `out_addr`) is
 stored as ``RELOCATED + (address - slice base)``, and a SEND's or RECV's

@@ -9,7 +9,7 @@ import pytest
 
 from kernbench_cli.golden.cases import CASES
 from kernbench_cli.golden.record import oplog_digest
-from kernbench_cli.resources import data_dir
+from kernbench_cli.shipped import data_dir
 
 QUICK = "sharded_gemm.*.default"  # two cases that run in about a second
 

@@ -36,7 +36,7 @@ def test_installed_copy_finds_topologies_by_name(wheel, tmp_path):
     zipfile.ZipFile(wheel).extractall(site)
     probe = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
-        "import kernbench_cli.resources as r\n"
+        "import kernbench_cli.shipped as r\n"
         "print(r.data_dir('topologies'))\n"
         "from kernbench_cli.cli.app import app\n"
         "app(['topology', 'validate', str(r.resolve_topology('sip'))])\n"

@@ -43,7 +43,7 @@ def test_a_set_key_moves_the_run_as_the_formula_says(cli, amap):
 
 def test_the_digest_is_of_the_configuration_not_of_how_it_was_given(cli, write_topology):
     """A file saying hbm.bandwidth = 204.8GB/s and --set saying it give one digest."""
-    from kernbench_cli.resources import resolve_topology
+    from kernbench_cli.shipped import resolve_topology
 
     text = Path(resolve_topology("default")).read_text()
     text = "\n".join(line for line in text.splitlines() if not line.startswith("costs ="))
@@ -85,7 +85,7 @@ def test_a_bad_set_is_one_line_naming_the_key(cli, item, message):
 def test_topology_show_and_validate_take_sets(cli):
     code, out, _ = cli("topology", "show", "--toml", "--set", "pe.gemm.dataflow=ws")
     assert code == 0 and 'dataflow = "ws"' in out
-    from kernbench_cli.resources import resolve_topology
+    from kernbench_cli.shipped import resolve_topology
 
     code, _, err = cli("topology", "validate", str(resolve_topology("default")), "--set",
                        "system.pes_per_cube=6")

@@ -386,7 +386,7 @@ def test_a_points_files_travel_with_it(tmp_path):
     """The kernel and topology files go with the task: the worker needs none of the client's
     disk (here they are gone before the point runs)."""
     from kernbench_cli.explore.sweep import bundle, run_bundled
-    from kernbench_cli.resources import resolve_topology
+    from kernbench_cli.shipped import resolve_topology
 
     kernel = tmp_path / "mine.py"
     kernel.write_text(Path(LOAD_DOT).read_text())

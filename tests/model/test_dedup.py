@@ -1,4 +1,4 @@
-"""Trajectory dedup (`hw.classes`, `hw.dedup`): results equal to the full pass, exactly.
+"""Trajectory dedup (`hw.symmetry`, `hw.dedup`): results equal to the full pass, exactly.
 
 Every case runs with `dedup=True` (the default) and with `dedup=False`, and must give the
 same golden record (whose op-log digest covers every record), the same op log with
@@ -79,11 +79,11 @@ def _credits(monkeypatch, **params) -> tuple[list, object, dict, dict]:
     waited on several rings and those whose copies' credits differed unseen, the last
     classed pass, both outputs)."""
     from kernbench_cli.address import load_address_map
-    from kernbench_cli.hw import classes, multicast
+    from kernbench_cli.hw import multicast, symmetry
     from kernbench_cli.sim.kernels import load_kernel, parse_params
     from kernbench_cli.sim.run import run_kernel
 
-    monkeypatch.setattr(classes, "WORTH", 1)
+    monkeypatch.setattr(symmetry, "WORTH", 1)
     seen, made, splits, run = [], [], multicast.Multicast.splits, timing_module.Timing.run
 
     def counted(self, classes):
@@ -155,8 +155,8 @@ def test_a_tie_out_of_the_members_order_splits():
     puts one is no tie; members whose order agrees are none."""
     from types import SimpleNamespace
 
-    from kernbench_cli.hw.classes import Classes
     from kernbench_cli.hw.dedup import tie_faults
+    from kernbench_cli.hw.symmetry import Classes
 
     classes = Classes([0, 1, 1, 0])
     classes.rings = {(0, "E"): [1], (3, "E"): [2]}
@@ -198,9 +198,9 @@ def test_loads_that_meet_on_another_pes_slice_time_as_in_full():
 def test_a_kernel_without_symmetry_is_timed_in_full(passes, monkeypatch):
     """Every stream differs: no class of more than one PE, one full pass; seen from the
     op and size columns alone, before any surroundings are looked at."""
-    from kernbench_cli.hw import classes
+    from kernbench_cli.hw import symmetry
 
-    monkeypatch.setattr(classes, "_Surroundings", None)  # calling it would fail
+    monkeypatch.setattr(symmetry, "_Surroundings", None)  # calling it would fail
     dedup = _outputs(_run("dedup_skewed", "tall", True))
     assert passes[0].tries == 1 and passes[0].classes is None
     _same(dedup, _outputs(_run("dedup_skewed", "tall", False)))
@@ -215,7 +215,7 @@ def test_streams_that_differ_only_in_a_size_are_not_one_class(passes):
     the same commands, producers, addresses and TCM: the `size` column alone tells them
     apart. Evens and odds are two classes, and the result is the full pass's. Fails if
     the stream key leaves out `size` (`_FIELDS = [name for name, _ in COLUMNS if name
-    not in ("line", "size")]` in `hw/classes.py`: one class, every PE timed as summing
+    not in ("line", "size")]` in `hw/symmetry.py`: one class, every PE timed as summing
     256; the math-work invariant then stops the run)."""
     dedup = _outputs(_run("dedup_sizes", "tall", True))
     assert _members(passes[0]) == [list(range(0, 16, 2)), list(range(1, 16, 2))]
@@ -229,7 +229,7 @@ def test_senders_whose_routes_differ_only_in_their_links_are_not_one_class(passe
     resources on the route differ. Five classes (the two kinds of sender, their
     receivers, the idle PEs), and the result is the full pass's. Fails if a path's
     signature leaves out its resources (`return (path[1], path[2], private)` in
-    `hw.classes._path_sig`: three classes, the UCIe sends timed at the NoC's rate, the run
+    `hw.symmetry._path_sig`: three classes, the UCIe sends timed at the NoC's rate, the run
     192 ns short)."""
     dedup = _outputs(_run("dedup_links", "cube_line", True))
     senders = [[p for p in range(40) if p % 8 == r] for r in (0, 1, 5, 6)]
@@ -249,8 +249,8 @@ def test_a_path_signature_holds_its_latencies_and_every_resource_field():
     `path[1]` or `path[2]`, or `_cal_sig` any of its fields."""
     import dataclasses
 
-    from kernbench_cli.hw.classes import _path_sig
     from kernbench_cli.hw.network import Calendar
+    from kernbench_cli.hw.symmetry import _path_sig
 
     @dataclasses.dataclass
     class Cal:

@@ -44,7 +44,7 @@ def test_composite_is_charged_once_and_primitives_per_op(run, costs):
 
 def _cost_table(path):
     from kernbench_cli.config import load_costs
-    from kernbench_cli.resources import data_dir
+    from kernbench_cli.shipped import data_dir
 
     return load_costs(path or data_dir("topologies") / "costs" / "default.toml").issue
 

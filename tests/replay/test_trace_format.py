@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kernbench_cli.address import load_address_map
-from kernbench_cli.hw.classes import stream_keys
+from kernbench_cli.hw.symmetry import stream_keys
 from kernbench_cli.sim.trace_file import MAGIC, read_trace, write_trace
 from kernbench_cli.sim.trace_streams import RELOCATED
 from kernbench_cli.stream import COLUMNS, COMPOSITE, LOAD, Composite
@@ -27,7 +27,7 @@ def _parts(path: Path) -> tuple[dict, bytes]:
 
 def test_a_sip_trace_stores_each_relocated_stream_once_and_reads_back_exactly(run, tmp_path):
     """gqa_attention on a SIP (128 PEs): 8 stored streams, one per class of streams equal up
-    to relocation (`hw.classes.stream_keys`), and 16 composite descriptors for the run's
+    to relocation (`hw.symmetry.stream_keys`), and 16 composite descriptors for the run's
     2048; the file is more than 3.5x smaller than every stream in full (version 5), and
     reads back to the recorded program, column for column."""
     recorded = run("gqa_attention", "sip", GQA, timing_only=True)

@@ -12,7 +12,7 @@ from kernbench_cli.config import load_costs, load_topology
 from kernbench_cli.config.loader import config_digest
 from kernbench_cli.config.schema import Topology
 from kernbench_cli.errors import ConfigError
-from kernbench_cli.resources import data_dir, resolve_topology
+from kernbench_cli.shipped import data_dir, resolve_topology
 from tests.conftest import SYSTEM, shipped
 
 BAD = Path(__file__).parents[1] / "bad_configs"

@@ -7,7 +7,7 @@ import weakref
 
 import pytest
 
-from kernbench_cli import collector
+from kernbench_cli import gc_control
 from kernbench_cli.address import load_address_map
 from kernbench_cli.hw.system import System
 from kernbench_cli.hw.timing import Timing
@@ -41,7 +41,7 @@ def collections():
 
 def test_paused_runs_no_collection_inside_and_one_young_one_after(collections):
     assert gc.isenabled()
-    with collector.paused():
+    with gc_control.paused():
         assert not gc.isenabled()
         cycles = [_cycle() for _ in range(5_000)]  # a young collection every 700, normally
         assert collections == []
@@ -53,7 +53,7 @@ def test_paused_runs_no_collection_inside_and_one_young_one_after(collections):
 
 @pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
 def test_paused_gives_the_collector_back_on_errors(error):
-    with pytest.raises(error), collector.paused():
+    with pytest.raises(error), gc_control.paused():
         raise error
     assert gc.isenabled()
 
@@ -61,7 +61,7 @@ def test_paused_gives_the_collector_back_on_errors(error):
 def test_paused_leaves_a_disabled_collector_disabled(collections):
     gc.disable()
     try:
-        with collector.paused(), collector.paused():
+        with gc_control.paused(), gc_control.paused():
             pass
         assert not gc.isenabled()
         assert collections == []
@@ -71,10 +71,10 @@ def test_paused_leaves_a_disabled_collector_disabled(collections):
 
 def test_deferred_freezes_what_exists_and_raises_the_young_threshold():
     before = gc.get_threshold()
-    with collector.deferred(100_000):
+    with gc_control.deferred(100_000):
         assert gc.get_freeze_count() > 0
         assert gc.get_threshold() == (100_000, *before[1:])
-        with collector.deferred(60_000):  # nested: the larger threshold holds
+        with gc_control.deferred(60_000):  # nested: the larger threshold holds
             assert gc.get_threshold()[0] == 100_000
         assert gc.get_threshold()[0] == 100_000
     assert gc.get_threshold() == before
@@ -84,7 +84,7 @@ def test_deferred_freezes_what_exists_and_raises_the_young_threshold():
 @pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
 def test_deferred_gives_the_collector_back_on_errors(error):
     before = gc.get_threshold()
-    with pytest.raises(error), collector.deferred():
+    with pytest.raises(error), gc_control.deferred():
         raise error
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
@@ -93,7 +93,7 @@ def test_deferred_gives_the_collector_back_on_errors(error):
 def test_deferred_still_frees_cyclic_garbage_inside():
     """A kernel's own cycles do not pile up during the functional pass: the collector
     still runs, once per `threshold` objects kept."""
-    with collector.deferred(10_000):
+    with gc_control.deferred(10_000):
         cycles = [_cycle() for _ in range(50_000)]
         freed = sum(ref() is None for ref in cycles)
     assert freed > 30_000
@@ -103,7 +103,7 @@ def test_deferred_leaves_the_callers_frozen_objects_frozen():
     gc.freeze()
     try:
         frozen = gc.get_freeze_count()
-        with collector.deferred():
+        with gc_control.deferred():
             assert gc.get_freeze_count() == frozen
         assert gc.get_freeze_count() == frozen
     finally:
@@ -176,6 +176,6 @@ def test_the_functional_pass_defers_the_collector_and_gives_it_back(tmp_path):
     kernel = load_kernel(str(path))
     before = gc.get_threshold()
     run_kernel(kernel, load_address_map("default"), parse_params(kernel, []), timing_only=True)
-    assert kernel.module.SEEN == [(collector.DEFERRED_THRESHOLD, True, True)] * 16  # each PE
+    assert kernel.module.SEEN == [(gc_control.DEFERRED_THRESHOLD, True, True)] * 16  # each PE
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0

@@ -33,12 +33,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
-from kernbench_cli import collector
+from kernbench_cli import gc_control
 from kernbench_cli.lang.tl.core import Launch, kernel_line
 from kernbench_cli.lang.tl.gemm import GemmOps
 from kernbench_cli.lang.tl.grid import Grid
 from kernbench_cli.lang.tl.memory import MemoryOps
-from kernbench_cli.lang.tl.messages import Messages
+from kernbench_cli.lang.tl.messages import MessageOps
 from kernbench_cli.lang.tl.ordering import Ordering
 from kernbench_cli.lang.tl.pe_math import MathOps
 from kernbench_cli.lang.tl.regions import Regions
@@ -46,7 +46,7 @@ from kernbench_cli.lang.tl.regions import Regions
 __all__ = ["TL", "Launch", "functional_pass", "kernel_line"]
 
 
-class TL(Grid, MemoryOps, GemmOps, MathOps, Messages, Ordering, Regions):
+class TL(Grid, MemoryOps, GemmOps, MathOps, MessageOps, Ordering, Regions):
     """The `tl` object of one PE. See docs/kernels.md for the full list of calls."""
 
     f16, bf16, f32 = "f16", "bf16", "f32"
@@ -60,10 +60,10 @@ def functional_pass(launch: Launch, kernel: Callable[[TL], None],
     `kernel` handles its own errors (it is the launcher's wrapper around the
     kernel); streams end where a PE stopped. The kernels run inside `guard`
     (the watchdog), their streams are made after it. Returns each PE's `TL`.
-    The garbage collector stays on, out of the way (`collector.deferred`): the
+    The garbage collector stays on, out of the way (`gc_control.deferred`): the
     kernel's own Python may leave cycles to free.
     """
-    with collector.deferred():
+    with gc_control.deferred():
         hub = launch.hub
         threads = [hub.thread(pid) for pid in range(len(launch.system.pes))]
         tls = [TL(launch, pid, thread) for pid, thread in enumerate(threads)]

@@ -21,7 +21,7 @@ from kernbench_cli.lang.tl.core import Core
 from kernbench_cli.stream import NONE, RECV, SEND
 
 
-class Messages(Core):
+class MessageOps(Core):
     """`tl.send`, `tl.recv` and `tl.ring_capacity`."""
 
     def send(self, tensor: Tensor, to: str | int) -> None:

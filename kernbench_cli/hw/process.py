@@ -1,6 +1,6 @@
 """A PE's walk in the timing pass as data: its records, its composites, why things waited.
 
-`Proc` is one PE's walk over its stream (resumed by SimPy event callbacks) and
+`PeProcess` is one PE's walk over its stream (resumed by SimPy event callbacks) and
 what it records per command for the critical path; `Running` and `Composites`
 are its composites in flight and the TCM their tile buffers hold (why each
 operation started when it did: `hw.causes`). `TimingError` and
@@ -55,7 +55,7 @@ class Stuck:
 
 class Wake(simpy.Event):
     """An event triggered as it is made, for its maker to schedule at once: a walk's resume
-    (`Proc.wake_at`), a flow's end (`hw.flows`). It skips `simpy.Event`'s bookkeeping (its
+    (`PeProcess.wake_at`), a flow's end (`hw.flows`). It skips `simpy.Event`'s bookkeeping (its
     environment, a pending value, `succeed`): no one yields it or waits for it but its
     callback, run by `Environment.step` like any event's."""
 
@@ -66,8 +66,8 @@ class Wake(simpy.Event):
         self.callbacks = [callback]
 
 
-class Proc:
-    """One PE's walk over its stream, as SimPy event callbacks resume it."""
+class PeProcess:
+    """One PE's walk over its stream as a SimPy-style process: event callbacks resume it."""
 
     __slots__ = ("after", "at", "copies", "cpu", "credited", "dequant", "done", "due", "end",
                  "env", "error", "events", "gen", "issue", "last_end", "made", "n", "offers",
@@ -170,7 +170,7 @@ class Running:
         self.width = width  # its GEMM array's format code (`gemm_datapath`)
         self.region = region  # the region it counts in (None: the kernel names none)
         # the largest tile of each streamed operand (bytes) and output tile (elements), as
-        # its tiles run (`Proc.tile_buffers`)
+        # its tiles run (`PeProcess.tile_buffers`)
         self.sizes = sizes
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from kernbench_cli.config.schema import MathConfig
 from kernbench_cli.hw.causes import ENGINE, ISSUED, PRODUCER, SCHEDULER, because, by
 from kernbench_cli.hw.engine import InOrderEngine, cycles_to_ps, tcm_at
-from kernbench_cli.hw.engines import VEC
+from kernbench_cli.hw.engines import PE_MATH
 
 if TYPE_CHECKING:
     from kernbench_cli.hw.walk import Walk
@@ -59,7 +59,7 @@ class MathEngine(InOrderEngine):
 def math_step(walk: Walk) -> Callable:
     """PE_MATH's step in `walk`: a MATH `i`, once its operands are ready. ``step(i)``
     returns (issue, end). Made once per PE (see `dma.transfer_step`)."""
-    vec, stream, timing, sched, cpu = walk.pe.math, walk.stream, walk.timing, walk.sched, \
+    pe_math, stream, timing, sched, cpu = walk.pe.math, walk.stream, walk.timing, walk.sched, \
         walk.cpu
     enqueue, cost, col_a, col_b, size, arg = sched.enqueue, walk.issue.math, stream.a, \
         stream.b, stream.size, stream.arg
@@ -79,21 +79,21 @@ def math_step(walk: Walk) -> Callable:
         costs = math_ps.get(key)
         if costs is None:  # (issue time, pipeline latency, op class)
             op_class = kinds[key[0]][0]
-            costs = math_ps[key] = (vec.duration_ps(op_class, key[1]),
-                                    vec.latency[op_class], op_class)
-        start, done = vec.occupy(ready, costs[0])
+            costs = math_ps[key] = (pe_math.duration_ps(op_class, key[1]),
+                                    pe_math.latency[op_class], op_class)
+        start, done = pe_math.occupy(ready, costs[0])
         done += costs[1]
         me = base | i
-        whys[i] = (because(ENGINE, vec.last) if start > ready else
+        whys[i] = (because(ENGINE, pe_math.last) if start > ready else
                    BY_PRODUCER | made.get(after, base | after) if after >= 0 else
                    because(SCHEDULER, sched.last) if queued else BY_ISSUE | me)
-        vec.last = me
-        vec.elements += key[1]
-        vec.by_class[costs[2]] += key[1]
+        pe_math.last = me
+        pe_math.elements += key[1]
+        pe_math.by_class[costs[2]] += key[1]
         heappush(held, (start, me))
         starts[i], end[i] = start, done
         if log is not None:
-            log.append(pid, VEC, kinds[key[0]][1], t, start, done, 0, key[1], None,
+            log.append(pid, PE_MATH, kinds[key[0]][1], t, start, done, 0, key[1], None,
                        tcm_at(walk.tcm_base, stream.dst[i]), i, True,
                        (start, done - costs[1]))
         return t, done
