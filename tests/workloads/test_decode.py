@@ -157,7 +157,7 @@ def test_a_sliding_window_reads_only_the_window(run):
     assert sum(n for _, n, _ in caches) == 2 * heads * 16 * d * 2  # 2 layers, bf16
 
 
-@pytest.mark.parametrize("batch", [1, 8, 32])
+@pytest.mark.parametrize("batch", [1, 8, pytest.param(32, marks=pytest.mark.slow)])
 def test_a_scaled_step_bounds_the_full_one(run, batch):
     """Ten layers run in full, and four (a first, two middle, a last) scaled to ten: the
     full step's time and energy per token lie within the scaled one's stated bounds."""
@@ -379,6 +379,7 @@ def test_a_request_is_its_prefill_and_its_decode_steps(run):
     assert "prefill" in by and by["prefill"].energy_aj > 0
 
 
+@pytest.mark.slow  # a full 4-layer prefill beside its scaled one (13 s)
 def test_a_scaled_prefill_bounds_the_full_one(run):
     """Ten layers' prefill in full, and four scaled to ten: TTFT within its bound."""
     base = (f"config={TEN}", "prompt=24", "chunk=8", "context=0", "batch=2")
