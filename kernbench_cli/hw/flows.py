@@ -15,6 +15,14 @@ whenever a flow starts or ends, over the flows that share a resource with it
 exact (rational rates, no float drift), so results are deterministic and do
 not depend on the order the flows were solved in.
 
+Flows that start or end at one instant are solved once: where other events
+wait at that instant (PEs in lockstep start their transfers together), the
+solve waits for them, in an event after every PE's at that time
+(`SETTLE`), over the union of what changed. The allocation at an instant is
+the max-min allocation of the flows active then, which is unique, so every
+rate that lasts any time, and every end, is the one solving flow by flow
+gives; a state that lasted no time is never solved.
+
 Time stays in whole picoseconds: a flow ends at the first picosecond at or
 after its last byte has crossed, and keeps its share until then. A flow
 alone on its path ends exactly at ``start + solo time``, as it would in the
@@ -69,6 +77,13 @@ class Flow:
         self.carried: Ratio | int | None = None
 
 
+#: A flow's `end` while the solve that sets it waits for the other events at its instant.
+UNSOLVED = (1 << 63) - 1
+#: The priority of that solve's event: after every PE's at the same time (theirs are PE
+#: indexes).
+SETTLE = 1 << 62
+
+
 class FairShare:
     """The active flows of one timing pass, by resource, and their rates.
 
@@ -88,6 +103,8 @@ class FairShare:
         self.on: dict[Calendar, list[Flow]] = {}  # resource -> flows crossing it now
         self.now = 0  # the time of the last start or end solved
         self.flows = 0
+        #: the resources whose flows' rates wait for the solve at `now` (None: none wait)
+        self.dirty: set[Calendar] | None = None
 
     def start(self, t: int, nbytes: int, links: tuple[Calendar, ...], solo_ps: int,
               owner: int) -> Flow:
@@ -104,18 +121,22 @@ class FairShare:
                 there.append(flow)
             else:
                 on[cal] = [flow]
-        if not alone and not self._fits(flow):
+        if alone or (self.dirty is None and self._fits(flow)):
+            self._meter((flow,), t)
+        elif self._later(links, t):
+            flow.end = UNSOLVED
+        else:
             flows = self._component(links)
             self._solve(flows, t)
             self._meter(flows, t)
-        else:
-            self._meter((flow,), t)
         return flow
 
     def arm(self, flow: Flow, ended: Callable[[Flow], None]) -> None:
-        """Call `ended(flow)` when it ends (an event at its end, moved when rates change)."""
+        """Call `ended(flow)` when it ends (an event at its end, moved when rates change;
+        made by the solve, for a flow that waits for one)."""
         flow.armed = ended
-        self._schedule(flow)
+        if flow.end != UNSOLVED:
+            self._schedule(flow)
 
     def finish(self, flow: Flow, t: int) -> None:
         """`flow` ends at `t` (its `end`): it leaves its resources, the rest re-solve."""
@@ -133,10 +154,32 @@ class FairShare:
             cal.bytes += flow.nbytes
             cal.ops += 1
         self._leave(flow, t)
-        if shared and not self._capped(flow.links):
+        if (shared and (self.dirty is not None or not self._capped(flow.links))
+                and not self._later(flow.links, t)):
             flows = self._component(flow.links)
             self._solve(flows, t)
             self._meter(flows, t)
+
+    def _later(self, links: tuple[Calendar, ...], t: int) -> bool:
+        """Leave the flows on `links` to the solve after the other events at `t`, if any
+        wait (then True): one solve for every start and end at the instant."""
+        if self.dirty is not None:
+            self.dirty.update(links)
+            return True
+        if self.env.peek() != t:
+            return False
+        self.dirty = set(links)
+        event = Wake(self._settle)
+        self.env.schedule(event, SETTLE, t - self.env.now)
+        return True
+
+    def _settle(self, _event: Wake) -> None:
+        """The solve that waited for every event at its instant: over what changed then."""
+        links, self.dirty = self.dirty, None
+        t = self.now
+        flows = self._component(tuple(links))
+        self._solve(flows, t)
+        self._meter(flows, t)
 
     # ------------------------------------------------------------------ the meter
 

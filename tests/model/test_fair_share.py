@@ -14,6 +14,8 @@ Nothing here calls the model's routing or sharing code.
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from fractions import Fraction
 
 import pytest
@@ -324,3 +326,33 @@ def test_a_short_message_beside_a_bulk_transfer_gets_its_share_at_once(run):
                   sets=("network.sharing=circuit",))
     late = next(r[6] for r in circuit.oplog if r[3] == "send")
     assert late > 16_384_000 > 100 * 149_875
+
+
+def test_flows_starting_at_one_instant_are_solved_once_as_if_one_by_one(cli, monkeypatch):
+    """A hierarchical all-reduce's PEs start their transfers in lockstep: the flows that
+    start or end at one instant are solved once, after every PE's events then. The run
+    (`--json`: times, energy, checks) is the one solving at each start and end as it
+    comes gives, but for which resource the critical path says a transfer waited for:
+    the one that held it slowest over some time, where solving flow by flow could name
+    one that held it for no time (a state between two starts at one instant)."""
+    from kernbench_cli.hw import flows as flows_module
+
+    solves = []
+    solve = flows_module.FairShare._solve
+    monkeypatch.setattr(flows_module.FairShare, "_solve",
+                        lambda self, flows, t: (solves.append(t), solve(self, flows, t)))
+    args = ("run", "all_reduce", "-t", "sip", "-p", "algo=hier", "-p", "bytes=65536",
+            "--timing-only", "--json")
+    code, batched, _ = cli(*args)
+    once = list(solves)
+    solves.clear()
+    monkeypatch.setattr(flows_module.FairShare, "_later", lambda self, links, t: False)
+    code_each, each, _ = cli(*args)
+    assert (code, code_each) == (0, 0)
+    batched, each = json.loads(batched), json.loads(each)
+    waits = [run["critical_path"].pop("resource_waits") for run in (batched, each)]
+    assert batched == each
+    assert sum(waits[0].values()) == sum(waits[1].values()) > 0
+    assert set(once) == set(solves)  # the same instants solved: at most twice each (an
+    # end at the instant a solve made), where flow by flow solved up to once a flow
+    assert max(Counter(once).values()) <= 2 < 16 < max(Counter(solves).values())
