@@ -1,0 +1,48 @@
+"""llama3-70b's decode step on `rack`, a SIP (512 PEs) per pipeline stage, every layer
+timed: CPU time of the run against the aim.
+
+The aim: batch 1 and batch 16, context 8192, timing only, all 80 layers timed
+(no representative layers), at most 60 s CPU. Per batch, in this process, one
+run of `llama_decode -t rack -p model=llama3-70b -p context=8192 -p pp=16 -p
+batch=B` (16 stages of 5 layers), both passes as `kernbench run --timing-only`
+makes them. Printed: CPU and wall seconds, the commands timed, CPU microseconds
+a command, the step's TPOT, and the ratio to the aim.
+
+    python benchmarks/rack_decode.py [--batch 1 --batch 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import kernbench_cli as kb
+
+AIM_CPU_S = 60.0
+
+
+def measure(batch: int) -> tuple[float, float, int, float]:
+    """(CPU s, wall s, commands, TPOT in ms) of one timing-only run."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    result = kb.run("llama_decode", topology="rack", timing_only=True,
+                    params={"model": "llama3-70b", "context": 8192, "pp": 16, "batch": batch})
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    return cpu, wall, result.commands, result.latency_ps / 1e9
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, action="append", help="default 1 and 16")
+    args = parser.parse_args()
+    print(f"{'batch':>5} {'CPU s':>8} {'wall s':>8} {'commands':>11} {'us/cmd':>7} "
+          f"{'TPOT ms':>8}  aim <= {AIM_CPU_S:.0f} s CPU")
+    for batch in args.batch or [1, 16]:
+        cpu, wall, commands, tpot = measure(batch)
+        print(f"{batch:>5} {cpu:>8.1f} {wall:>8.1f} {commands:>11,} "
+              f"{cpu / commands * 1e6:>7.1f} {tpot:>8.3f}  {cpu / AIM_CPU_S:.1f}x: "
+              f"{'met' if cpu <= AIM_CPU_S else 'not met'}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
