@@ -95,8 +95,8 @@ class Routes:
                          passes, topo.pe.dma.setup_overlap, per_cell,
                          math.op_cycles.dequant / math.lanes)
 
-    def pair(self, src: int, dst: int, sending: bool = True) -> tuple[str, Ring, Path, int,
-                                                                       bool]:
+    def pair(self, src: int, dst: int,
+             sending: bool = True) -> tuple[str, Ring, Path, int, bool]:
         """(ring direction, the receiver's ring, links, the credits' way back in ps, whether
         no other PE uses those links) of IPCQ messages from `src` to `dst`; the ring is that
         of `dst`'s representative, the links the sender's ghosts if it has them (`sending`;
@@ -178,9 +178,9 @@ class Routes:
     # ------------------------------------------------------------------ transfers
 
     def shared(self, proc: PeProcess, dma: DmaEngine, issued: int, ready: int, nbytes: int,
-                path: Path, pages: int) -> Iterator[None]:
+               path: Path, pages: int) -> Iterator[None]:
         """A load's or store's transfer (issued at `issued`) over a path other PEs use too:
-        fair-shared (`_flow`), or circuit-style, booked once global time reaches its issue
+        fair-shared (`flow`), or circuit-style, booked once global time reaches its issue
         (bookings on shared calendars in issue order); a generator that returns (start,
         end)."""
         if self.fair:
@@ -195,7 +195,7 @@ class Routes:
         return dma.transfer(ready, nbytes, path, pages)
 
     def flow(self, proc: PeProcess, dma: DmaEngine, ready: int, nbytes: int, path: Path,
-              pages: int = 0) -> Iterator[None]:
+             pages: int = 0) -> Iterator[None]:
         """A transfer over a path other PEs use too, fair-shared (`hw.flows`); (start, end)
         as `DmaEngine.transfer` returns them. Waits until its bytes may stream, and, if
         anything may still change its share, until it ends."""

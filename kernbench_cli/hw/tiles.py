@@ -141,7 +141,7 @@ class CompositeRuns:
         heappush(comps.heap, (issued, comps.seq, running, first))
 
     def advance(self, proc: PeProcess, pe: Pe, comps: Composites, until: int | None = None,
-                 stop: Running | None = None, any_end: bool = False) -> Iterator[None]:
+                stop: Running | None = None, any_end: bool = False) -> Iterator[None]:
         """Run tile operations in issue order across the PE's composites (ties to the
         earlier composite): those issued up to `until` (all, if None); or until `stop`
         ends; or, with `any_end`, until one composite ends."""
