@@ -11,7 +11,7 @@ PE indexes broke it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from heapq import heappop
 from typing import TYPE_CHECKING
 
@@ -226,42 +226,11 @@ class Ipcq:
         src, nbytes = stream.arg[i], stream.size[i]
         direction, ring, _, _, _ = self.routes.pair(src, pe.pid, sending=False)
         sender = self.timing.rep_of[src] if self.timing.rep_of is not None else src
-        cpu, env, dma, log = pe.cpu, self.env, pe.dma, self.timing.oplog
+        cpu, env = pe.cpu, self.env
         slot_bytes = ring.slot_bytes
-        amap = self.system.amap
-        tcm_base = amap.pe_tcm_addr(*pe.coord, 0) if log is not None else 0  # op log only
-        copy_code = log.code("recv copy") if log is not None else 0
         done = t
         began = [t, because(ISSUED, me), -1]  # the copies' start, why, and the last one's end
-
-        copies = proc.copies.setdefault(i, [])
-        region = self.leaves[pe.pid][i] if self.leaves else 0
-        row = dma.ledger[region]
-
-        def copy(chunk: Chunk) -> int:
-            size = chunk.nbytes - chunk.index * slot_bytes
-            if size > slot_bytes:
-                size = slot_bytes
-            ready = cpu.time if cpu.time > chunk.arrival else chunk.arrival
-            busy_with = dma.last
-            dma.region = region
-            row[IPCQ] += size * dma.weight  # through the ring's slot (energy)
-            start, end = dma.transfer(ready, size, LOCAL)
-            why = (because(ENGINE, busy_with) if start > ready and busy_with >= 0 else
-                   because(MESSAGE, chunk.who) if chunk.arrival > cpu.time else
-                   because(ISSUED, me))
-            copies.append((start, end, why))
-            if start > began[2]:  # PE_DMA was not busy with this receive's copies
-                began[0], began[1] = start, why
-            began[2] = end
-            dma.last = me
-            if log is not None:
-                log.append(pe.pid, PE_DMA, copy_code, ready, start, end, size, 0,
-                           amap.pe_ipcq_slot_addr(*pe.coord, direction, chunk.slot),
-                           tcm_at(tcm_base, stream.dst[i]), i, False,
-                           (dma.stream_at, dma.free_at))
-            return end
-
+        copy = self._copier(proc, pe, i, ring, direction, began)
         if comps.heap:  # tile operations issued before it go first on PE_DMA
             yield from self.composites.advance(proc, pe, comps, cpu.time)
         take = ring.take if self.timing.ties is None else \
@@ -290,12 +259,55 @@ class Ipcq:
         proc.start[i], proc.why[i] = min(began[0], done), began[1]
         if done > t:
             proc.after[i] = (done, because(PRODUCER, me))
+        log = self.timing.oplog
         if log is not None:
+            amap = self.system.amap
             log.append(pe.pid, PE_CPU, log.code("recv"), t, t, done, nbytes, 0,
                        amap.pe_ipcq_slot_addr(*pe.coord, direction, 0),
-                       tcm_at(tcm_base, stream.dst[i]), i)
+                       tcm_at(amap.pe_tcm_addr(*pe.coord, 0), stream.dst[i]), i)
         proc.end[i] = done
         return t, done
+
+    def _copier(self, proc: PeProcess, pe: Pe, i: int, ring: Ring, direction: str,
+                began: list[int]) -> Callable[[Chunk], int]:
+        """How RECV `i` copies each chunk it takes out of its slot of `ring` (on side
+        `direction`) into TCM on PE_DMA: a function of the chunk that returns the copy's
+        end. It keeps each copy in `proc.copies` and, in `began`, where the copies that
+        kept PE_DMA busy began and why, and the last one's end."""
+        stream, me = self.program.streams[pe.pid], pe.pid << PE_SHIFT | i
+        cpu, dma, log, amap = pe.cpu, pe.dma, self.timing.oplog, self.system.amap
+        slot_bytes = ring.slot_bytes
+        tcm_base = amap.pe_tcm_addr(*pe.coord, 0) if log is not None else 0  # op log only
+        copy_code = log.code("recv copy") if log is not None else 0
+        copies = proc.copies.setdefault(i, [])
+        region = self.leaves[pe.pid][i] if self.leaves else 0
+        row = dma.ledger[region]
+
+        def copy(chunk: Chunk) -> int:
+            size = chunk.nbytes - chunk.index * slot_bytes
+            if size > slot_bytes:
+                size = slot_bytes
+            ready = cpu.time if cpu.time > chunk.arrival else chunk.arrival
+            busy_with = dma.last
+            dma.region = region
+            row[IPCQ] += size * dma.weight  # through the ring's slot (energy)
+            start, end = dma.transfer(ready, size, LOCAL)
+            why = (because(ENGINE, busy_with) if start > ready and busy_with >= 0 else
+                   because(MESSAGE, chunk.who) if chunk.arrival > cpu.time else
+                   because(ISSUED, me))
+            copies.append((start, end, why))
+            if start > began[2]:  # PE_DMA was not busy with this receive's copies
+                began[0], began[1] = start, why
+            began[2] = end
+            dma.last = me
+            if log is not None:
+                log.append(pe.pid, PE_DMA, copy_code, ready, start, end, size, 0,
+                           amap.pe_ipcq_slot_addr(*pe.coord, direction, chunk.slot),
+                           tcm_at(tcm_base, stream.dst[i]), i, False,
+                           (dma.stream_at, dma.free_at))
+            return end
+
+        return copy
 
     def _take(self, ring: Ring, pid: int, sender: int, copy, who: int):
         """`ring.take`, its uses of chunks and credits noted if ties are looked for."""

@@ -37,7 +37,7 @@ from kernbench_cli.hw.network import Path
 from kernbench_cli.hw.oplog import Slice
 from kernbench_cli.hw.pe import Pe
 from kernbench_cli.hw.process import PENDING, Composites, PeProcess, Running, TimingError
-from kernbench_cli.stream import NONE
+from kernbench_cli.stream import NONE, Composite
 
 if TYPE_CHECKING:
     from kernbench_cli.hw.timing import Timing
@@ -66,7 +66,7 @@ class CompositeRuns:
         pid = pe.pid
         me = pid << PE_SHIFT | i
         stream = self.program.streams[pid]
-        cpu, gemm, sched, end = pe.cpu, pe.gemm, pe.scheduler, proc.end
+        cpu, sched, end = pe.cpu, pe.scheduler, proc.end
         t, dispatched = sched.enqueue(cpu, self.issue.composite, self.plan_ps)
         proc.issue[i] = t
         planned = dispatched
@@ -82,21 +82,8 @@ class CompositeRuns:
             return
         desc = self.program.composites[stream.arg[i]]
         yield from self.advance(proc, pe, comps, dispatched)
-        while True:
-            free = self.tcm_bytes - stream.tcm[i] - comps.buffers(dispatched)
-            tiling = plan_gemm(desc.m, desc.k, desc.n, desc.a_format, desc.b_format,
-                               desc.out_format, desc.a_tcm, desc.b_tcm, gemm.rows,
-                               gemm.cols, gemm.dataflow, free, self.routes.plan_costs(pid, desc),
-                               desc.a_row_stride, desc.b_row_stride, desc.trans_b)
-            if tiling is not None:
-                break
-            release = yield from self._next_release(proc, pe, comps, dispatched)
-            if release is None:
-                raise TimingError(f"tl.composite: no tile plan for a {desc.m}x{desc.k}x"
-                                  f"{desc.n} GEMM fits the {free} B of free TCM", pid, i,
-                                  cpu.time)
-            dispatched, freer = release
-            why = because(TCM, freer)
+        tiling, dispatched, why = yield from self._plan(proc, pe, comps, i, desc, dispatched,
+                                                        why)
         sched.free_at = max(sched.free_at, dispatched)  # it held the queue's head until now
         if log is not None and dispatched > planned:
             log.scheduler.append(Slice(pid, planned, dispatched, "wait for TCM", i))
@@ -111,12 +98,7 @@ class CompositeRuns:
                     ready, why = end[dep], because(PRODUCER, proc.made.get(dep, pid << PE_SHIFT
                                                                          | dep))
         proc.start[i], proc.why[i] = ready, why  # ready to run: where its tiles start from
-        array, a_dq, b_dq = gemm_datapath(desc.a_format, desc.b_format)
-        a = Operand(desc.m, desc.k, desc.a_format, desc.a_tcm, desc.a_addr, desc.a_row_stride,
-                    array if a_dq and not desc.a_tcm else 0)
-        b_shape = (desc.n, desc.k) if desc.trans_b else (desc.k, desc.n)
-        b = Operand(*b_shape, desc.b_format, desc.b_tcm, desc.b_addr, desc.b_row_stride,
-                    array if b_dq and not desc.b_tcm else 0)
+        array, a, b = _operands(desc)
         out = desc.out_addr if desc.out_addr >= 0 else None
         planned = traffic(tiling, a, b, desc.n, out is not None, desc.out_format)
         self.timing.planned_bytes += planned
@@ -139,6 +121,29 @@ class CompositeRuns:
         comps.seq += 1
         issued, first = next(ops)
         heappush(comps.heap, (issued, comps.seq, running, first))
+
+    def _plan(self, proc: PeProcess, pe: Pe, comps: Composites, i: int, desc: Composite,
+              dispatched: int, why: int) -> Iterator[None]:
+        """Plan composite `i` (`desc`) into the TCM free at `dispatched`, waiting for running
+        composites to free tile buffers while no plan fits; returns (the plan, when it was
+        made, why then)."""
+        gemm, tcm = pe.gemm, self.program.streams[pe.pid].tcm[i]
+        while True:
+            free = self.tcm_bytes - tcm - comps.buffers(dispatched)
+            tiling = plan_gemm(desc.m, desc.k, desc.n, desc.a_format, desc.b_format,
+                               desc.out_format, desc.a_tcm, desc.b_tcm, gemm.rows,
+                               gemm.cols, gemm.dataflow, free,
+                               self.routes.plan_costs(pe.pid, desc), desc.a_row_stride,
+                               desc.b_row_stride, desc.trans_b)
+            if tiling is not None:
+                return tiling, dispatched, why
+            release = yield from self._next_release(proc, pe, comps, dispatched)
+            if release is None:
+                raise TimingError(f"tl.composite: no tile plan for a {desc.m}x{desc.k}x"
+                                  f"{desc.n} GEMM fits the {free} B of free TCM", pe.pid, i,
+                                  pe.cpu.time)
+            dispatched, freer = release
+            why = because(TCM, freer)
 
     def advance(self, proc: PeProcess, pe: Pe, comps: Composites, until: int | None = None,
                 stop: Running | None = None, any_end: bool = False) -> Iterator[None]:
@@ -323,3 +328,15 @@ class Tiles:
                        self.running.index, False, (dma.stream_at, dma.free_at),
                        log.path(route[0]))
         return start, end, me
+
+
+def _operands(desc: Composite) -> tuple[int, Operand, Operand]:
+    """The GEMM datapath of composite `desc` and its operands as its tiles stream them (an
+    operand in memory that the datapath dequantises names that datapath's format)."""
+    array, a_dq, b_dq = gemm_datapath(desc.a_format, desc.b_format)
+    a = Operand(desc.m, desc.k, desc.a_format, desc.a_tcm, desc.a_addr, desc.a_row_stride,
+                array if a_dq and not desc.a_tcm else 0)
+    b_shape = (desc.n, desc.k) if desc.trans_b else (desc.k, desc.n)
+    b = Operand(*b_shape, desc.b_format, desc.b_tcm, desc.b_addr, desc.b_row_stride,
+                array if b_dq and not desc.b_tcm else 0)
+    return array, a, b
