@@ -8,7 +8,9 @@ its float64 reference is `kernbench_cli.models.reference`. Weights are seeded ra
 placed once in the PEs' HBM as a weight-stationary near-memory design keeps them:
 
 - The grid is one tensor-parallel group (`-p pp=N`: N pipeline stages, each one
-  with its share of the layers, handing the hidden state on). Its PEs split into
+  with its share of the layers, handing the hidden state on: each PE sends its peer
+  in the next stage the part that peer gathers, and the next stage all-gathers them,
+  so the state crosses between the stages once). Its PEs split into
   one *head group* per KV head (hkv of them, PEs in ring order, so a head group is
   a cube where the sizes allow); a head group owns its KV head, its G = heads_q /
   heads_kv query heads, and their slices of the QKV and O projections.
@@ -484,6 +486,30 @@ def _all_reduce_into(tl, plan, y, shared, dims, rows):
     return tl.load(buf, shape=(rows, hidden), dtype="f32")
 
 
+def _hand_on(tl, plan, x, rows):
+    """Hand the hidden state `x` [rows, hidden] (f32, the same on every PE of the stage) to
+    the next stage: each PE sends its peer there the part that peer gathers (Megatron's
+    scatter/gather hand-off), so the state crosses between the stages once, not once a
+    PE."""
+    e0, n = plan["give"][rows]
+    if n:
+        with tl.region("pp_handoff"):
+            tl.send(x.reshape(x.numel)[e0:e0 + n], to=plan["next"])
+
+
+def _take(tl, plan, shared, dims, rows):
+    """The hidden state [rows, hidden] (f32) the stage before hands on: this PE's part from
+    its peer there, then the stage's all-gather of the parts, through the `ybuf` buffer."""
+    e0, n = plan["take"][rows]
+    buf = tl.shard(shared["ybuf"])
+    with tl.region("pp_handoff"):
+        if n:
+            tl.store(buf + e0 * 4, tl.recv(frm=plan["prev"], shape=(n,), dtype="f32"))
+        coll.all_gather(tl, buf, rows * dims["hidden"], "f32", group=plan["stage"],
+                        algo=plan["arg_algo"])
+        return tl.load(buf, shape=(rows, dims["hidden"]), dtype="f32")
+
+
 def _act(tl, gate, name):
     """The MLP's activation of `gate` (f32): SiLU, exact GELU or its tanh form."""
     if name == "silu":
@@ -607,8 +633,7 @@ def _pass(tl, plan, shared, dims, p0, t, prompt, out, last):
         x = tl.load(prompt + b * (p0 - dims["context"]) * hidden * tl.itemsize(dt),
                     shape=(rows, hidden), dtype=dt).to("f32")
     else:
-        with tl.region("pp_handoff"):
-            x = tl.recv(frm=plan["prev"], shape=(rows, hidden), dtype="f32")
+        x = _take(tl, plan, shared, dims, rows)
     masks = None
     for i, layer in plan["layers"]:
         if masks is None:
@@ -618,8 +643,7 @@ def _pass(tl, plan, shared, dims, p0, t, prompt, out, last):
             if last and tl.pid == plan["stage"][0]:
                 tl.store(out + i * rows * hidden * 4, x)
     if plan["next"] is not None:
-        with tl.region("pp_handoff"):
-            tl.send(x, to=plan["next"])
+        _hand_on(tl, plan, x, rows)
     return x
 
 
@@ -649,17 +673,15 @@ def _decode(tl, plan, shared, dims):
         if plan["prev"] is None:
             x = tl.load(tl.shard(shared["x"]) + (at + j0) * hidden * tl.itemsize(dims["dt"]),
                         shape=(rows, hidden), dtype=dims["dt"]).to("f32")
-        else:
-            with tl.region("pp_handoff"):  # the hidden state from the stage before
-                x = tl.recv(frm=plan["prev"], shape=(rows, hidden), dtype="f32")
+        else:  # the hidden state from the stage before
+            x = _take(tl, plan, shared, dims, rows)
         for i, layer in plan["layers"]:
             with tl.region(f"layer{i}") if dims["per_layer"] else contextlib.nullcontext():
                 x = _layer(tl, plan, layer, i, x, shared, dims, j0=j0)
                 if last and tl.pid == plan["stage"][0]:  # the state after the layer, checked
                     tl.store(out + (i * b + j0) * hidden * 4, x)
         if plan["next"] is not None:
-            with tl.region("pp_handoff"):
-                tl.send(x, to=plan["next"])
+            _hand_on(tl, plan, x, rows)
             continue
         with tl.region("lm_head"):
             token = _lm_head(tl, plan, x, shared, dims, j0=at + j0)

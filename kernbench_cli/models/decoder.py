@@ -360,6 +360,15 @@ class Layout:
                 f"{format_size(need)} ({need:,} B); the system has {format_size(have)} of "
                 f"HBM ({self.topology.num_pes} PEs x {format_size(self.topology.hbm.slice_size)})")
 
+    def _handoff(self, k: int) -> dict[int, dict[int, tuple[int, int]]]:
+        """Per pass's rows, each PE of stage `k`'s part (offset, count) of the hidden state
+        [rows, hidden] the stage before hands on: its peer there sends that part, and the
+        stage all-gathers them (with the stage's all-gather algorithm)."""
+        stage, hidden = self.stages[k], self.run.cfg.hidden
+        algo = gather_algo(self.grid, stage, self.run.algo)
+        return {rows: coll.layout(self.grid, rows * hidden, stage, algo)
+                for rows in self.run.pass_rows}
+
     def _stage(self, k: int, stage: list[int]) -> None:
         run, cfg, grid = self.run, self.run.cfg, self.grid
         first, count = coll.part(run.timed, run.pp, k)
@@ -373,6 +382,8 @@ class Layout:
         arg_algo = gather_algo(grid, stage, run.algo)
         arg = {n: coll.layout(grid, self.width * n * 2, stage, arg_algo)  # per LM head's rows
                for n in {run.rows, b}}
+        take = self._handoff(k) if k else {}  # its parts of the hidden state handed on
+        give = {} if last else self._handoff(k + 1)  # the next stage's
         windows = {cfg.window(i) for i in range(first, first + count)}
         for h in range(cfg.kv_heads):
             members = stage[h * size:(h + 1) * size]
@@ -400,6 +411,10 @@ class Layout:
                     "arg_algo": arg_algo, "qkv_algo": qkv_algo, "stage": stage,
                     "prev": self.stages[k - 1][stage.index(pid)] if k else None,
                     "next": None if last else self.stages[k + 1][stage.index(pid)],
+                    "take": {rows: parts[pid] for rows, parts in take.items()},
+                    "give": {} if last else {
+                        rows: parts[self.stages[k + 1][stage.index(pid)]]
+                        for rows, parts in give.items()},
                     "seq": {w: (lo, *seq[pid]) for w, (lo, seq) in seqs.items()},
                     "layers": [(i, cfg.window(i)) for i in range(first, first + count)]}
                 extra = []

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kernbench_cli.sim.regions import OUTSIDE
-from kernbench_cli.stream import COMPOSITE, LOAD, MATH, STORE, WAIT
+from kernbench_cli.stream import COMPOSITE, LOAD, MATH, SEND, STORE, WAIT
 
 SMALL = "tests/configs/small_llama.json"
 NARROW = "tests/configs/narrow_llama.json"  # 8 hidden, 12 MLP, 10 words, 1 KV head
@@ -108,11 +108,25 @@ def test_a_replay_states_the_same_time_per_token(cli, tmp_path):
 
 
 def test_pipeline_stages_hand_the_hidden_state_on(run):
+    """Each PE of the first stage sends its peer one eighth of the hidden state (tiny:
+    256 f32 a row, batch 2); the second stage all-gathers the parts, so the state crosses
+    between the stages once, not once a PE (the values: `test_other_shapes_verify`)."""
     one = run("llama_decode", "default", ("layers=2",), timing_only=True)
-    two = run("llama_decode", "default", ("layers=2", "pp=2"), timing_only=True)
+    two = run("llama_decode", "default", ("layers=2", "pp=2", "batch=2"), timing_only=True)
     by = {r.name: r for r in two.regions}
-    assert "pp_handoff" in by and by["pp_handoff"].commands == 16  # 8 sends, 8 receives
+    assert "pp_handoff" in by
     assert "pp_handoff" not in {r.name for r in one.regions}
+    program = two.trace.program
+    handoff, head = program.regions.index("pp_handoff"), program.regions.index("lm_head")
+    crossing = []  # (sender, receiver, bytes) of the first stage's hand-off sends
+    for pid, stream in enumerate(program.streams):
+        regions = program.region_of(pid)
+        if head in regions:  # the last stage: it takes the state, gathering among itself
+            continue
+        crossing += [(pid, stream.arg[i], stream.size[i]) for i, op in enumerate(stream.op)
+                     if op == SEND and regions[i] == handoff]
+    assert sorted(size for *_, size in crossing) == [2 * 256 * 4 // 8] * 8
+    assert len({dst for _, dst, _ in crossing}) == 8  # to eight peers
     # a stage's all-reduces span 8 PEs instead of 16: each is shorter
     assert by["attn_all_reduce"].path_ps < {r.name: r for r in one.regions}[
         "attn_all_reduce"].path_ps
