@@ -47,7 +47,12 @@ def output_target(path: Path, what: str, rewrites_input: bool = False,
     """The regular file an output to `path` replaces: `path`, or the file a symlink there
     points at (outputs write through symlinks, never over them). A one-line error for a
     folder, a device, FIFO or socket, a missing folder, or a file this command reads or
-    already wrote (`rewrites_input`: an input it may rewrite, e.g. results it resumes)."""
+    already wrote (`rewrites_input`: an input it may rewrite, e.g. results it resumes).
+    A bare ``-`` is refused: by custom it means standard output, which these outputs do
+    not go to (stdout has the run's summary or JSON); a file of that name is ``$PWD/-``."""
+    if str(path) == "-":
+        raise KernbenchError(f"{what} -: outputs go to files, not standard output; give a "
+                             "file name")
     try:
         target = path.resolve() if path.is_symlink() else path
     except OSError as exc:

@@ -69,6 +69,17 @@ def test_an_output_over_an_input_is_refused_before_the_run(cli, tmp_path):
                               "the output elsewhere\n")
 
 
+@pytest.mark.parametrize("option", OUTPUTS)
+def test_a_dash_is_not_standard_output_and_writes_no_file(kernbench, tmp_path, option):
+    """`-` by custom means stdout; an output of a run goes to a file, and a file named `-`
+    in the working folder would surprise: refused, nothing written."""
+    done = kernbench.run("run", str(KERNEL), "--timing-only", option, "-", cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (
+        2, f"error: {option} -: outputs go to files, not standard output; give a file "
+           "name\n")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_two_outputs_to_one_file_are_refused_before_the_run(cli, tmp_path):
     out = tmp_path / "x"
     code, _, err = cli("run", str(KERNEL), "--timing-only", "--record", str(out), "--oplog",
