@@ -904,7 +904,8 @@ def metrics(topology, p, run):
             "hbm_free_bytes": (float(len(used) * have - sum(used)), ""),
             "max_batch": (float(most_batch), f"(at context {step.positions - 1}: the largest "
                                              "batch whose weights, KV cache and buffers "
-                                             "fit)"),
+                                             "fit HBM; the TCM its rows need is not "
+                                             "counted)"),
             "max_context": (float(most_context), f"(at batch {b}" + (
                 ": the model's max_position_embeddings, not its HBM, bounds it)"
                 if most_context == limit_of(whole, "context") else ")")),
