@@ -166,15 +166,16 @@ def setup(host, p):
               embeds.transpose(1, 0, 2).reshape(-1, cfg.hidden),
               "rope": _rope(cfg, range(first, run.positions)).transpose(1, 0, 2)}
     if run.prompt:
-        values["prompt"] = np.concatenate([  # pass by pass: [b x tokens, hidden] each
-            w["prompt_embeds"][:, p0 - run.context:p0 - run.context + t].reshape(b * t, -1)
-            for p0, t in run.chunks])
         values["prompt_rope"] = _rope(cfg, range(run.context, run.context + run.prompt))
         values["positions"] = np.arange(run.positions, dtype=np.float32)
-    shared = {piece.key: host.replicate(piece.label or piece.key, values[piece.key])
-              if piece.key in values else
-              host.empty(piece.label or piece.key, piece.shape, piece.dtype)
-              for piece in lay.shared}
+    shared = {}
+    for piece in lay.shared:
+        name = piece.label or piece.key
+        shared[piece.key] = (
+            host.distribute(name, piece.shape, piece.dtype, _prompt_parts(
+                lay, run, w["prompt_embeds"])) if piece.key == "prompt" else
+            host.replicate(name, values[piece.key]) if piece.key in values else
+            host.empty(name, piece.shape, piece.dtype))
     plans = []
     for pid, plan in enumerate(lay.plans):
         made = Maker(host, w, run, plan)
@@ -199,9 +200,26 @@ def setup(host, p):
             "kv_chunk": run.kv_chunk,
             "algo": run.algo, "act": cfg.act, "vocab_share": lay.share,
             "chunks": run.timed_chunks, "context": run.context, "prompt": run.prompt,
-            "sampled": run.sampled, "every": run.chunks,
+            "sampled": run.sampled, "every": run.chunks, "prompt_slot": lay.prompt_slot,
             "m": run.microbatches, "mb": run.rows}
     return {"plans": plans, "shared": shared, "dims": dims}
+
+
+def _prompt_parts(lay, run, embeds: np.ndarray):
+    """PE k's prompt: pass by pass, its part of the pass's rows [b x tokens, hidden] (the
+    part it gathers, `Layout.gathered`), each in a slot of `lay.prompt_slot` elements."""
+    slot, parts = lay.prompt_slot, lay.gathered(0)
+    rows = [embeds[:, p0 - run.context:p0 - run.context + t].reshape(-1)
+            for p0, t in run.chunks]
+
+    def part(pid: int) -> np.ndarray:
+        out = np.zeros(len(rows) * slot, embeds.dtype)
+        for c, values in enumerate(rows):
+            e0, n = parts[len(values) // run.cfg.hidden].get(pid, (0, 0))
+            out[c * slot:c * slot + n] = values[e0:e0 + n]
+        return out
+
+    return part
 
 
 def _rope(cfg, positions) -> np.ndarray:
@@ -499,15 +517,24 @@ def _hand_on(tl, plan, x, rows):
 
 def _take(tl, plan, shared, dims, rows):
     """The hidden state [rows, hidden] (f32) the stage before hands on: this PE's part from
-    its peer there, then the stage's all-gather of the parts, through the `ybuf` buffer."""
-    e0, n = plan["take"][rows]
-    buf = tl.shard(shared["ybuf"])
+    its peer there, gathered."""
+    _, n = plan["take"][rows]
     with tl.region("pp_handoff"):
-        if n:
-            tl.store(buf + e0 * 4, tl.recv(frm=plan["prev"], shape=(n,), dtype="f32"))
-        coll.all_gather(tl, buf, rows * dims["hidden"], "f32", group=plan["stage"],
-                        algo=plan["arg_algo"])
-        return tl.load(buf, shape=(rows, dims["hidden"]), dtype="f32")
+        return _gathered(tl, plan, shared, dims, rows, tl.recv(
+            frm=plan["prev"], shape=(n,), dtype="f32") if n else None)
+
+
+def _gathered(tl, plan, shared, dims, rows, part):
+    """A hidden state [rows, hidden] (f32) from the parts the stage's PEs hold (`part`,
+    this PE's, at its offset in `plan["take"]`; None: an empty one): the stage's
+    all-gather of them, through the `ybuf` buffer."""
+    e0, _ = plan["take"][rows]
+    buf = tl.shard(shared["ybuf"])
+    if part is not None:
+        tl.store(buf + e0 * 4, part)
+    coll.all_gather(tl, buf, rows * dims["hidden"], "f32", group=plan["stage"],
+                    algo=plan["arg_algo"])
+    return tl.load(buf, shape=(rows, dims["hidden"]), dtype="f32")
 
 
 def _act(tl, gate, name):
@@ -629,9 +656,11 @@ def _pass(tl, plan, shared, dims, p0, t, prompt, out, last):
     keeps each layer's output, for the check."""
     b, hidden, dt = dims["b"], dims["hidden"], dims["dt"]
     rows = b * t
-    if plan["prev"] is None:
-        x = tl.load(prompt + b * (p0 - dims["context"]) * hidden * tl.itemsize(dt),
-                    shape=(rows, hidden), dtype=dt).to("f32")
+    if plan["prev"] is None:  # the pass's prompt rows: this PE's part, gathered
+        _, n = plan["take"][rows]
+        at = prompt + dims["every"].index((p0, t)) * dims["prompt_slot"] * tl.itemsize(dt)
+        x = _gathered(tl, plan, shared, dims, rows,
+                      tl.load(at, shape=(n,), dtype=dt).to("f32") if n else None)
     else:
         x = _take(tl, plan, shared, dims, rows)
     masks = None

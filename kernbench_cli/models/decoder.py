@@ -299,6 +299,10 @@ class Layout:
         self.stages = [list(everyone[k * width:(k + 1) * width]) for k in range(run.pp)]
         self.stage_of = [0] * pes
         self.share = -(-cfg.vocab // width)
+        #: a prefill pass's prompt rows as a PE holds them: the part of them it gathers
+        #: (`gathered(0)`), in a slot of the largest part's size (the first pass's)
+        self.prompt_slot = max(n for _, n in self.gathered(0)[
+            run.batch * run.chunks[0][1]].values()) if run.prompt else 0
         self.shared = self._shared(run.timed)
         self.plans: list[dict] = [{} for _ in range(pes)]
         self.extra: list[tuple[Piece, ...]] = [() for _ in range(pes)]
@@ -325,9 +329,9 @@ class Layout:
                   Piece("hidden_out", (layers + 1, b * cfg.hidden), "f32", "buffers"),
                   Piece("token", (s * b,), "f32", "buffers"),
                   Piece("logits", (s * b * self.share,), "f32", "buffers")]
-        if run.prompt:  # the prompt's embeddings, pass by pass; its RoPE; positions
-            last = b * run.chunks[-1][1]
-            pieces += [Piece("prompt", (b * run.prompt, cfg.hidden), dt, "buffers",
+        if run.prompt:  # the prompt's embeddings, pass by pass (each PE's part of each
+            last = b * run.chunks[-1][1]  # pass's rows, `prompt_slot`); its RoPE; positions
+            pieces += [Piece("prompt", (len(run.chunks) * self.prompt_slot,), dt, "buffers",
                              "prompt_embeds"),
                        Piece("prompt_rope", (2, run.prompt, d // 2), "f32", "buffers"),
                        Piece("positions", (run.positions,), "f32", "buffers"),
@@ -360,10 +364,11 @@ class Layout:
                 f"{format_size(need)} ({need:,} B); the system has {format_size(have)} of "
                 f"HBM ({self.topology.num_pes} PEs x {format_size(self.topology.hbm.slice_size)})")
 
-    def _handoff(self, k: int) -> dict[int, dict[int, tuple[int, int]]]:
-        """Per pass's rows, each PE of stage `k`'s part (offset, count) of the hidden state
-        [rows, hidden] the stage before hands on: its peer there sends that part, and the
-        stage all-gathers them (with the stage's all-gather algorithm)."""
+    def gathered(self, k: int) -> dict[int, dict[int, tuple[int, int]]]:
+        """Per pass's rows, each PE of stage `k`'s part (offset, count) of a hidden state
+        [rows, hidden] the stage gathers (with its all-gather algorithm): the state the
+        stage before hands on (its peer there sends that part), or, on the first stage,
+        a prefill pass's prompt rows (each PE holds its part, `prompt_slot`)."""
         stage, hidden = self.stages[k], self.run.cfg.hidden
         algo = gather_algo(self.grid, stage, self.run.algo)
         return {rows: coll.layout(self.grid, rows * hidden, stage, algo)
@@ -382,8 +387,8 @@ class Layout:
         arg_algo = gather_algo(grid, stage, run.algo)
         arg = {n: coll.layout(grid, self.width * n * 2, stage, arg_algo)  # per LM head's rows
                for n in {run.rows, b}}
-        take = self._handoff(k) if k else {}  # its parts of the hidden state handed on
-        give = {} if last else self._handoff(k + 1)  # the next stage's
+        take = self.gathered(k)  # its parts of the hidden state handed on (or the prompt)
+        give = {} if last else self.gathered(k + 1)  # the next stage's
         windows = {cfg.window(i) for i in range(first, first + count)}
         for h in range(cfg.kv_heads):
             members = stage[h * size:(h + 1) * size]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import operator
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -227,6 +228,12 @@ class Host:
             return array[tuple(index)]
 
         return self._symmetric(name, shape, dt, piece)
+
+    def distribute(self, name: str, shape: tuple[int, ...], dtype_name: str,
+                   part: Callable[[int], np.ndarray]) -> Sharded:
+        """`shape` of `dtype_name` at one offset in every PE's slice, PE k's holding
+        `part(k)` (an array of that shape and dtype; not called in a timing-only run)."""
+        return self._symmetric(name, _shape(name, shape), dtype(dtype_name), part)
 
     def empty(self, name: str, shape: tuple[int, ...], dtype_name: str) -> Sharded:
         """Zeroed space of `shape` in every PE's slice (outputs)."""

@@ -277,6 +277,27 @@ def test_the_whole_model_is_checked_not_the_layers_timed(run):
     lay.check([f"PE {pid}" for pid in range(topo.num_pes)])  # fits: no error
 
 
+def test_each_pe_holds_its_part_of_the_prompt_not_all_of_it():
+    """A 2k prompt at batch 8 of llama3-8b on sip: a PE holds its part of each pass's
+    rows (1/128 of them, the part it gathers), not the whole prompt (32 MiB a PE in
+    bf16), so the prompt takes a 1/128 share of the HBM beside the cache."""
+    from kernbench_cli.address import load_address_map
+    from kernbench_cli.models.decoder import Layout, run_of
+    from kernbench_cli.sim.kernels import load_kernel
+
+    module = load_kernel("llama_decode").module
+    topo = load_address_map("sip").topology
+    p = {**module.PARAMS, "model": "llama3-8b", "context": 0, "prompt": 2048, "chunk": 16,
+         "batch": 8, "layers": 4, "scale_to": 32}
+    lay = Layout(topo, run_of(topo, p))
+    passes, rows, hidden = 2048 // 16, 8 * 16, 4096
+    assert lay.prompt_slot == rows * hidden // 128  # a pass's rows split evenly
+    parts = sorted(lay.gathered(0)[rows].values())  # (offset, elements) of each PE's
+    assert parts == [(e0, 4096) for e0 in range(0, rows * hidden, 4096)]  # together: all
+    prompt = next(piece for piece in lay.shared if piece.key == "prompt")
+    assert prompt.nbytes == passes * lay.prompt_slot * 2 == 8 * 2048 * hidden * 2 // 128
+
+
 def test_every_layer_issues_the_same_commands_up_to_relocation(run):
     """Each PE's pieces start at DRAM pages, its layers one after another: every middle
     layer's commands are the same kinds, sizes and shapes, at the same offsets within
