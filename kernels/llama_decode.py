@@ -653,7 +653,7 @@ def _prefill(tl, plan, shared, dims):
 def _pass(tl, plan, shared, dims, p0, t, prompt, out, last):
     """One prefill pass: `t` tokens of each sequence, at positions p0 .. (the prompt's rows
     pass by pass), through this stage's layers; handed to the next stage. The last pass
-    keeps each layer's output, for the check."""
+    keeps each layer's output at each sequence's last token, for the check."""
     b, hidden, dt = dims["b"], dims["hidden"], dims["dt"]
     rows = b * t
     if plan["prev"] is None:  # the pass's prompt rows: this PE's part, gathered
@@ -669,8 +669,8 @@ def _pass(tl, plan, shared, dims, p0, t, prompt, out, last):
             masks = _future(tl, shared, layer, p0, t)
         with tl.region(f"layer{i}") if dims["per_layer"] else contextlib.nullcontext():
             x = _layer(tl, plan, layer, i, x, shared, dims, (p0, t), masks)
-            if last and tl.pid == plan["stage"][0]:
-                tl.store(out + i * rows * hidden * 4, x)
+            if last and tl.pid == plan["stage"][0]:  # each sequence's last token, checked
+                tl.store(out + i * b * hidden * 4, x[t - 1::t])
     if plan["next"] is not None:
         _hand_on(tl, plan, x, rows)
     return x
@@ -765,15 +765,14 @@ def _prefill_outputs(host, args) -> dict[str, np.ndarray]:
     dims, shared, plans = args["dims"], args["shared"], args["plans"]
     b, hidden, d = dims["b"], dims["hidden"], dims["d"]
     dt = host.inputs["inputs_embeds"].dtype
-    p_first, t_last = dims["context"], dims["chunks"][-1][1]
+    p_first = dims["context"]
     prompt = sum(t for _, t in dims["chunks"])
     out = {}
     for pid, plan in enumerate(plans):
         if plan["stage"][0] == pid:
             states = host.read_shard(shared["prefill_out"], pid)
             for i, _ in plan["layers"]:
-                rows = states[i][:b * t_last * hidden].reshape(b, t_last, hidden)
-                out[f"prefill.hidden_states.{i}"] = rows[:, -1].astype(dt)
+                out[f"prefill.hidden_states.{i}"] = states[i].reshape(b, hidden).astype(dt)
     heads = max(plan["head"] for plan in plans) + 1
     # A narrow cache's rows are not compared: a value within bf16's tolerance of the
     # reference's before it is quantised can land one step of the narrow format away (the

@@ -330,12 +330,13 @@ class Layout:
                   Piece("token", (s * b,), "f32", "buffers"),
                   Piece("logits", (s * b * self.share,), "f32", "buffers")]
         if run.prompt:  # the prompt's embeddings, pass by pass (each PE's part of each
-            last = b * run.chunks[-1][1]  # pass's rows, `prompt_slot`); its RoPE; positions
+            # pass's rows, `prompt_slot`); its RoPE; positions; each sequence's last token
+            # after each layer (for the check)
             pieces += [Piece("prompt", (len(run.chunks) * self.prompt_slot,), dt, "buffers",
                              "prompt_embeds"),
                        Piece("prompt_rope", (2, run.prompt, d // 2), "f32", "buffers"),
                        Piece("positions", (run.positions,), "f32", "buffers"),
-                       Piece("prefill_out", (layers + 1, last * cfg.hidden), "f32",
+                       Piece("prefill_out", (layers + 1, b * cfg.hidden), "f32",
                              "buffers"),
                        Piece("prefill_token", (b,), "f32", "buffers"),
                        Piece("prefill_logits", (b * self.share,), "f32", "buffers")]

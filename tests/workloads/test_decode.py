@@ -279,7 +279,7 @@ def test_the_whole_model_is_checked_not_the_layers_timed(run):
 
 def test_each_pe_holds_its_part_of_the_prompt_not_all_of_it():
     """A 2k prompt at batch 8 of llama3-8b on sip: a PE holds its part of each pass's
-    rows (1/128 of them, the part it gathers), not the whole prompt (32 MiB a PE in
+    rows (1/128 of them, the part it gathers), not the whole prompt (128 MiB a PE in
     bf16), so the prompt takes a 1/128 share of the HBM beside the cache."""
     from kernbench_cli.address import load_address_map
     from kernbench_cli.models.decoder import Layout, run_of
