@@ -639,11 +639,12 @@ def _prefill(tl, plan, shared, dims):
     handed on to the next stage, which takes it while this one goes on to the next
     pass); the last stage's LM head makes the first token from the prompt's last one."""
     prompt, out = tl.shard(shared["prompt"]), tl.shard(shared["prefill_out"])
+    slot_bytes = dims["prompt_slot"] * tl.itemsize(dims["dt"])
     x = t = None
     for c, (p0, t) in enumerate(dims["chunks"]):
-        with tl.region(f"pass{dims['every'].index((p0, t))}") if dims["sampled"] else \
-                contextlib.nullcontext():
-            x = _pass(tl, plan, shared, dims, p0, t, prompt, out,
+        k = dims["every"].index((p0, t))  # the pass's place in the prompt
+        with tl.region(f"pass{k}") if dims["sampled"] else contextlib.nullcontext():
+            x = _pass(tl, plan, shared, dims, p0, t, prompt + k * slot_bytes, out,
                       c == len(dims["chunks"]) - 1)
     if plan["next"] is None:
         with tl.region("lm_head"):
@@ -651,16 +652,15 @@ def _prefill(tl, plan, shared, dims):
 
 
 def _pass(tl, plan, shared, dims, p0, t, prompt, out, last):
-    """One prefill pass: `t` tokens of each sequence, at positions p0 .. (the prompt's rows
-    pass by pass), through this stage's layers; handed to the next stage. The last pass
-    keeps each layer's output at each sequence's last token, for the check."""
+    """One prefill pass: `t` tokens of each sequence, at positions p0 .. (`prompt`: this
+    PE's part of their rows), through this stage's layers; handed to the next stage. The
+    last pass keeps each layer's output at each sequence's last token, for the check."""
     b, hidden, dt = dims["b"], dims["hidden"], dims["dt"]
     rows = b * t
     if plan["prev"] is None:  # the pass's prompt rows: this PE's part, gathered
         _, n = plan["take"][rows]
-        at = prompt + dims["every"].index((p0, t)) * dims["prompt_slot"] * tl.itemsize(dt)
         x = _gathered(tl, plan, shared, dims, rows,
-                      tl.load(at, shape=(n,), dtype=dt).to("f32") if n else None)
+                      tl.load(prompt, shape=(n,), dtype=dt).to("f32") if n else None)
     else:
         x = _take(tl, plan, shared, dims, rows)
     masks = None

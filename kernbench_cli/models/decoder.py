@@ -299,6 +299,7 @@ class Layout:
         self.stages = [list(everyone[k * width:(k + 1) * width]) for k in range(run.pp)]
         self.stage_of = [0] * pes
         self.share = -(-cfg.vocab // width)
+        self._gathered: dict[int, dict] = {}  # by stage (`gathered`), made once
         #: a prefill pass's prompt rows as a PE holds them: the part of them it gathers
         #: (`gathered(0)`), in a slot of the largest part's size (the first pass's)
         self.prompt_slot = max(n for _, n in self.gathered(0)[
@@ -370,10 +371,14 @@ class Layout:
         [rows, hidden] the stage gathers (with its all-gather algorithm): the state the
         stage before hands on (its peer there sends that part), or, on the first stage,
         a prefill pass's prompt rows (each PE holds its part, `prompt_slot`)."""
-        stage, hidden = self.stages[k], self.run.cfg.hidden
-        algo = gather_algo(self.grid, stage, self.run.algo)
-        return {rows: coll.layout(self.grid, rows * hidden, stage, algo)
-                for rows in self.run.pass_rows}
+        found = self._gathered.get(k)
+        if found is None:
+            stage, hidden = self.stages[k], self.run.cfg.hidden
+            algo = gather_algo(self.grid, stage, self.run.algo)
+            found = self._gathered[k] = {rows: coll.layout(self.grid, rows * hidden, stage,
+                                                           algo)
+                                         for rows in self.run.pass_rows}
+        return found
 
     def _stage(self, k: int, stage: list[int]) -> None:
         run, cfg, grid = self.run, self.run.cfg, self.grid
