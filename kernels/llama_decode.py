@@ -201,6 +201,7 @@ def setup(host, p):
             "algo": run.algo, "act": cfg.act, "vocab_share": lay.share,
             "chunks": run.timed_chunks, "context": run.context, "prompt": run.prompt,
             "sampled": run.sampled, "every": run.chunks, "prompt_slot": lay.prompt_slot,
+            "state_slot": lay.state_slot, "state_stride": lay.state_stride,
             "m": run.microbatches, "mb": run.rows}
     return {"plans": plans, "shared": shared, "dims": dims}
 
@@ -515,6 +516,14 @@ def _hand_on(tl, plan, x, rows):
             tl.send(x.reshape(x.numel)[e0:e0 + n], to=plan["next"])
 
 
+def _keep(tl, plan, x, at, rows):
+    """Store this PE's part of the hidden state `x` [rows, hidden] (the part it gathers) at
+    `at`: the check's copy, spread over the stage as the state is handed on."""
+    e0, n = plan["take"][rows]
+    if n:
+        tl.store(at, x.reshape(x.numel)[e0:e0 + n])
+
+
 def _take(tl, plan, shared, dims, rows):
     """The hidden state [rows, hidden] (f32) the stage before hands on: this PE's part from
     its peer there, gathered."""
@@ -707,8 +716,9 @@ def _decode(tl, plan, shared, dims):
         for i, layer in plan["layers"]:
             with tl.region(f"layer{i}") if dims["per_layer"] else contextlib.nullcontext():
                 x = _layer(tl, plan, layer, i, x, shared, dims, j0=j0)
-                if last and tl.pid == plan["stage"][0]:  # the state after the layer, checked
-                    tl.store(out + (i * b + j0) * hidden * 4, x)
+                if last:  # the state after the layer, checked: each PE keeps its part
+                    _keep(tl, plan, x, out + (i * dims["state_stride"] + j0 // rows
+                                              * dims["state_slot"]) * 4, rows)
         if plan["next"] is not None:
             _hand_on(tl, plan, x, rows)
             continue
@@ -738,11 +748,17 @@ def outputs(host, args, p):
     b, hidden = dims["b"], dims["hidden"]
     dt = host.inputs["inputs_embeds"].dtype
     out = {}
-    for pid, plan in enumerate(plans):  # each stage's first PE keeps its layers' states
-        if plan["stage"][0] == pid:
-            states = host.read_shard(shared["hidden_out"], pid)
-            for i, _ in plan["layers"]:
-                out[f"hidden_states.{i}"] = states[i].reshape(b, hidden).astype(dt)
+    m, slot = dims["m"], dims["state_slot"]
+    for pid, plan in enumerate(plans):  # each stage's PEs keep their parts of its states
+        if plan["stage"][0] != pid:
+            continue
+        parts = [(plans[q]["take"][dims["mb"]], host.read_shard(shared["hidden_out"], q))
+                 for q in plan["stage"]]
+        for i, _ in plan["layers"]:
+            state = np.empty((m, dims["mb"] * hidden), np.float32)
+            for (e0, n), states in parts:
+                state[:, e0:e0 + n] = states[i][:m * slot].reshape(m, slot)[:, :n]
+            out[f"hidden_states.{i}"] = state.reshape(b, hidden).astype(dt)
     out = dict(sorted(out.items(), key=lambda kv: int(kv[0].split(".")[1])))
     last = [pid for pid, plan in enumerate(plans) if plan["next"] is None]
     steps = dims["steps"]

@@ -304,6 +304,12 @@ class Layout:
         #: (`gathered(0)`), in a slot of the largest part's size (the first pass's)
         self.prompt_slot = max(n for _, n in self.gathered(0)[
             run.batch * run.chunks[0][1]].values()) if run.prompt else 0
+        #: a micro-batch's hidden state as the check keeps it after each layer: each PE of
+        #: the stage its part (`gathered`), in a slot of the largest part's size; a
+        #: layer's slots in a row of whole DRAM pages (`state_stride` elements), so that
+        #: every layer stores at the same offsets within its pages
+        self.state_slot = max(n for _, n in self.gathered(0)[run.rows].values())
+        self.state_stride = self.aligned(run.microbatches * self.state_slot * 4) // 4
         self.shared = self._shared(run.timed)
         self.plans: list[dict] = [{} for _ in range(pes)]
         self.extra: list[tuple[Piece, ...]] = [() for _ in range(pes)]
@@ -316,7 +322,7 @@ class Layout:
 
     def _shared(self, layers: int) -> list[Piece]:
         """The buffers every PE holds at one offset, for a step of `layers` layers (the
-        hidden state after each is kept, for the check)."""
+        hidden state after each is kept, for the check, each PE its part)."""
         run, cfg = self.run, self.run.cfg
         b, d, g, dt = run.batch, cfg.head_dim, cfg.group, run.dtype
         rows = max(run.pass_rows)  # the most rows a pass takes
@@ -327,7 +333,7 @@ class Layout:
                   Piece("obuf", (rows * g * d,), dt, "buffers"),
                   Piece("ybuf", (rows * cfg.hidden,), "f32", "buffers"),
                   Piece("argbuf", (self.width * b * 2,), "f32", "buffers"),
-                  Piece("hidden_out", (layers + 1, b * cfg.hidden), "f32", "buffers"),
+                  Piece("hidden_out", (layers + 1, self.state_stride), "f32", "buffers"),
                   Piece("token", (s * b,), "f32", "buffers"),
                   Piece("logits", (s * b * self.share,), "f32", "buffers")]
         if run.prompt:  # the prompt's embeddings, pass by pass (each PE's part of each

@@ -333,24 +333,24 @@ def _in_page(program, stream, i: int, page: int) -> tuple:
 
 
 def test_the_largest_batch_runs_and_one_more_is_refused(cli):
-    """With 256 KiB slices the tiny model at context 64 holds 5 sequences: `max_batch`
-    says so, computed by placing the model; batch 5 runs, batch 6 is refused before it
+    """With 256 KiB slices the tiny model at context 64 holds 8 sequences: `max_batch`
+    says so, computed by placing the model; batch 8 runs, batch 9 is refused before it
     runs, and batch 0 runs the largest batch that fits."""
     small = ("--set", "hbm.slice_size=256KiB", "--timing-only", "--json")
     code, out, err = cli("run", "llama_decode", *small)
     assert code == 0, err
     metrics = json.loads(out)["metrics"]
-    assert (metrics["max_batch"], metrics["max_context"]) == (5, 1151)
-    code, out, err = cli("run", "llama_decode", "-p", "batch=5", *small)
+    assert (metrics["max_batch"], metrics["max_context"]) == (8, 1151)
+    code, out, err = cli("run", "llama_decode", "-p", "batch=8", *small)
     assert code == 0, err
     assert json.loads(out)["metrics"]["hbm_free_bytes"] >= 0
-    code, _, err = cli("run", "llama_decode", "-p", "batch=6", *small)
+    code, _, err = cli("run", "llama_decode", "-p", "batch=9", *small)
     assert code == 2 and err.startswith("error: llama_decode: tiny does not fit topology "
-                                        "'default' at batch 6, context 64: PE ")
+                                        "'default' at batch 9, context 64: PE ")
     code, out, err = cli("run", "llama_decode", "-p", "batch=0", *small)
     assert code == 0, err
     run = json.loads(out)
-    assert run["metrics"]["tokens_per_s"] == pytest.approx(5e12 / run["latency_ps"])
+    assert run["metrics"]["tokens_per_s"] == pytest.approx(8e12 / run["latency_ps"])
     code, _, err = cli("run", "llama_decode", "-p", "context=1152", *small)
     assert code == 2 and "does not fit" in err
 
