@@ -1006,23 +1006,33 @@ def _request(step: Run, run, ttft: float, pre_aj: float, power: float,
             "request_tokens_per_s": (b * n * 1e12 / request, f"(batch {b})"), **out}
 
 
+#: the least bound on a layer not timed, as a share of a middle layer's time (`_middle`)
+DRIFT = 1e-3
+
+
 def _middle(step: Run, layers: list[tuple[int, int]], run) -> tuple:
     """Of `layers` ((time, dynamic energy) of each timed layer), the middle ones' mean time
     and energy, and their spreads times the layers not timed (the bounds), and how it was
     found. Middle layers are neither the first of their stage (it fills the pipeline, or
     takes the hand-off from the stage before) nor the last (the LM head or the hand-off
     follows it); the layers not timed are middle ones: the full step lies within the
-    bounds when they differ no more than the timed middle ones do."""
+    bounds when they differ no more than the timed middle ones do, or than `DRIFT` of a
+    middle layer's time, whichever is more. The floor is there because the PEs'
+    relative phase can drift over many layers and move a later layer's time a little,
+    which a few timed layers that time alike cannot show (the tests' ten-layer model:
+    layers 1 to 6 alike, 7 to 9 0.03% longer). A layer's dynamic energy counts its
+    commands' actions, which do not depend on the phase: its bound has no floor."""
     edges = {i for k in range(step.pp) for i in (coll.part(step.timed, step.pp, k)[0],
                                                  sum(coll.part(step.timed, step.pp, k)) - 1)}
     times = [t for i, (t, _) in enumerate(layers) if i not in edges]
     joules = [e for i, (_, e) in enumerate(layers) if i not in edges]
     extra = step.layers - step.timed
     t_mid, e_mid = sum(times) / len(times), sum(joules) / len(joules)
-    t_bound = extra * (max(times) - min(times))
+    t_bound = extra * max(max(times) - min(times), DRIFT * t_mid)
     how = (f"{step.timed} layers timed, {extra} more at a middle layer's "
            f"{t_mid / 1e6:.3f} us, within +/- {t_bound / 1e6:.3f} us: the timed middle "
-           f"layers took {min(times) / 1e6:.3f} to {max(times) / 1e6:.3f} us")
+           f"layers took {min(times) / 1e6:.3f} to {max(times) / 1e6:.3f} us, and one "
+           f"not timed may drift {DRIFT:.1%} of that")
     return t_mid, e_mid, t_bound, extra * (max(joules) - min(joules)), how
 
 
