@@ -542,7 +542,7 @@ def _gathered(tl, plan, shared, dims, rows, part):
     if part is not None:
         tl.store(buf + e0 * 4, part)
     coll.all_gather(tl, buf, rows * dims["hidden"], "f32", group=plan["stage"],
-                    algo=plan["arg_algo"])
+                    algo=plan["gather_algo"])
     return tl.load(buf, shape=(rows, dims["hidden"]), dtype="f32")
 
 
@@ -633,7 +633,7 @@ def _lm_head(tl, plan, x, shared, dims, out=("logits", "token"), j0=0):
     at, _ = plan["arg"][b]
     tl.store(buf + 4 * at, m)
     tl.store(buf + 4 * (at + b), idx)
-    coll.all_gather(tl, buf, pes * b * 2, "f32", group=plan["stage"], algo=plan["arg_algo"])
+    coll.all_gather(tl, buf, pes * b * 2, "f32", group=plan["stage"], algo=plan["gather_algo"])
     pairs = tl.load(buf, shape=(pes, 2 * b), dtype="f32")
     best = tl.max(pairs[:, :b], axis=0)
     token = -tl.max(tl.where(_is_max(tl, pairs[:, :b], best[None, :]), -pairs[:, b:], NEG),

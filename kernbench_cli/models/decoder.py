@@ -396,8 +396,8 @@ class Layout:
         mlp = _in_units(grid, cfg.intermediate, stage, unit)
         lm = coll.layout(grid, cfg.vocab, stage) if last else {}
         embed = coll.layout(grid, cfg.vocab, stage) if k == 0 and not cfg.tied else {}
-        arg_algo = gather_algo(grid, stage, run.algo)
-        arg = {n: coll.layout(grid, self.width * n * 2, stage, arg_algo)  # per LM head's rows
+        gathers = gather_algo(grid, stage, run.algo)
+        arg = {n: coll.layout(grid, self.width * n * 2, stage, gathers)  # per LM head's rows
                for n in {run.rows, b}}
         take = self.gathered(k)  # its parts of the hidden state handed on (or the prompt)
         give = {} if last else self.gathered(k + 1)  # the next stage's
@@ -425,7 +425,7 @@ class Layout:
                     "o": o_parts[pid],
                     "mlp": mlp[pid], "lm": lm.get(pid, (0, 0)),
                     "arg": {n: parts[pid] for n, parts in arg.items()},
-                    "arg_algo": arg_algo, "qkv_algo": qkv_algo, "stage": stage,
+                    "gather_algo": gathers, "qkv_algo": qkv_algo, "stage": stage,
                     "prev": self.stages[k - 1][stage.index(pid)] if k else None,
                     "next": None if last else self.stages[k + 1][stage.index(pid)],
                     "take": {rows: parts[pid] for rows, parts in take.items()},
