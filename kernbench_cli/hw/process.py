@@ -66,6 +66,33 @@ class Wake(simpy.Event):
         self.callbacks = [callback]
 
 
+class TileOps:
+    """A PE's composites' tile operations, in the order they ran: per operation (start,
+    end, why, engine, of: its composite), five integers in one array (as tuples in a list
+    they took about 180 B an operation; here 40)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self) -> None:
+        self.data = array("q")
+
+    def append(self, op: tuple[int, int, int, int, int]) -> int:
+        """Add `op`; its index."""
+        data = self.data
+        data.extend(op)
+        return len(data) // 5 - 1
+
+    def __len__(self) -> int:
+        return len(self.data) // 5
+
+    def __getitem__(self, k: int) -> tuple[int, ...]:
+        if k < 0:
+            k += len(self)
+        if not 0 <= k < len(self):
+            raise IndexError(k)
+        return tuple(self.data[5 * k:5 * k + 5])
+
+
 class PeProcess:
     """One PE's walk over its stream as a SimPy-style process: event callbacks resume it."""
 
@@ -95,7 +122,7 @@ class PeProcess:
         self.why = array("q")
         self.cpu = array("q")
         self.after: dict[int, tuple[int, int]] = {}
-        self.tiles: list[tuple[int, int, int, int, int]] = []  # (start, end, why, engine, of)
+        self.tiles = TileOps()
         self.made: dict[int, int] = {}  # composite -> its last tile operation
         self.waits: dict[int, tuple] = {}  # op -> (the resource a transfer waited for, ps)
         # a receive's copies out of ring slots: receive -> [(start, end, why)], in order;

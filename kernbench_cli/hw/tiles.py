@@ -253,9 +253,9 @@ class Tiles:
     def _record(self, engine: InOrderEngine, code: int, ready: int, after: int, start: int,
                 end: int) -> int:
         proc = self.proc
-        me = self.base | (proc.n + len(proc.tiles))
         why = because(ENGINE, engine.last) if start > ready else because(PRODUCER, after)
-        proc.tiles.append((start, end, why, code, self.running.index))
+        me = self.base | (proc.n + proc.tiles.append((start, end, why, code,
+                                                      self.running.index)))
         engine.last = me
         return me
 
