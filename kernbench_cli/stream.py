@@ -36,7 +36,9 @@ A `gemm shape` is (m, k, n, the stream format the array multiplies in:
 for every STORE before it to land. A LOAD's or STORE's span is the bytes from
 its first to one past its last in memory (more than its size when rows are
 strided). TCM addresses are offsets in the PE's TCM (the timing pass adds the
-base of the topology it times on). `gemm shape`, `math kind` and `composite` index
+base of the topology it times on); a negative one (not NONE) is a large tensor's,
+counted from the top of the TCM (`FreeListPool`), so that it stays at the top
+of any TCM size the stream is timed on. `gemm shape`, `math kind` and `composite` index
 the run's tables in `Program`. A COMPOSITE's operands are TCM tensors (a
 producer, `src` a TCM offset) or memory (`tl.ref`: no producer, `src` an
 address); its `dst` is the output address, or the TCM offset of a result
@@ -146,8 +148,10 @@ def region_name_problem(name: object) -> str | None:
 class Program:
     """Every PE's stream and the tables they index: a run as the timing pass needs it.
 
-    `tcm_peak[pid]` is the end of the highest TCM block the PE ever used (a
-    topology with less TCM cannot time it).
+    `tcm_peak[pid]` is the TCM the PE's tensors need at their offsets (the
+    allocator's `peak`: the end of a block from the bottom plus the depth of one
+    from the top, at most, over blocks in use at once): a topology with less TCM
+    cannot time it.
     """
 
     streams: list[Stream]

@@ -496,13 +496,19 @@ def _future(tl, shared, layer, p0, t):
     return mask
 
 
-def _all_reduce_into(tl, plan, y, shared, dims, rows):
-    """Sum `y` [rows, hidden] (f32) over the PEs of the stage, through the `ybuf` buffer."""
-    hidden = dims["hidden"]
+def _all_reduce(tl, plan, y, shared, dims, rows):
+    """Sum `y` [rows, hidden] (f32) over the PEs of the stage, in the `ybuf` buffer; the
+    caller drops `y` before it loads the sum (`_summed`), so that the two are not in TCM
+    at once (at 16 rows of llama3-70b each is 512 KiB, a quarter of a 2 MiB TCM)."""
     buf = tl.shard(shared["ybuf"])
     tl.store(buf, y)
-    coll.all_reduce(tl, buf, rows * hidden, "f32", group=plan["stage"], algo=dims["algo"])
-    return tl.load(buf, shape=(rows, hidden), dtype="f32")
+    coll.all_reduce(tl, buf, rows * dims["hidden"], "f32", group=plan["stage"],
+                    algo=dims["algo"])
+
+
+def _summed(tl, shared, dims, rows):
+    """The sum `_all_reduce` left in `ybuf`: [rows, hidden] (f32)."""
+    return tl.load(tl.shard(shared["ybuf"]), shape=(rows, dims["hidden"]), dtype="f32")
 
 
 def _hand_on(tl, plan, x, rows):
@@ -556,11 +562,29 @@ def _act(tl, gate, name):
     return gate * (tl.tanh(inner) + 1.0) * 0.5
 
 
-def _layer(tl, plan, layer, i, x, shared, dims, pas=None, masks=None, j0=0):
+class _Residual:
+    """The residual stream [rows, hidden] (f32) a stage carries through its layers, kept in
+    one place: a layer takes it out (`take`) and puts its output back, so that the
+    layer's input leaves TCM as soon as the layer's first residual add has used it. (A
+    caller's variable would hold the input across the whole layer: a second [rows,
+    hidden] f32 in TCM, 512 KiB of a 2 MiB TCM at 16 rows of llama3-70b.)"""
+
+    __slots__ = ("x",)
+
+    def __init__(self, x):
+        self.x = x
+
+    def take(self):
+        x, self.x = self.x, None
+        return x
+
+
+def _layer(tl, plan, layer, i, residual, shared, dims, pas=None, masks=None, j0=0):
     """Layer `i` of the decode step for the micro-batch from sequence `j0` (`pas` None), or
-    of a prefill pass (`pas`: its first position and tokens a sequence) on `x` [rows,
-    hidden] (f32)."""
+    of a prefill pass (`pas`: its first position and tokens a sequence), on the
+    `residual` stream [rows, hidden] (f32), which it replaces with its output."""
     b, g, d, dt, hidden, eps = (dims[k] for k in ("b", "g", "d", "dt", "hidden", "eps"))
+    x = residual.take()
     rows = b * pas[1] if pas else dims["mb"]
     with tl.region("rmsnorm"):
         h = _rmsnorm(tl, x, layer["norm_in"], hidden, eps).to(dt)
@@ -578,6 +602,7 @@ def _layer(tl, plan, layer, i, x, shared, dims, pas=None, masks=None, j0=0):
             _append_pass(tl, layer, new, dims, *pas)
         with tl.region("attention"):
             _attention_pass(tl, plan, layer, new, shared, dims, *pas, masks)
+    del h, new  # past their last use: their TCM is free for the projections
     with tl.region("o_proj"):
         r0, rn = plan["o"]
         if rn:
@@ -587,8 +612,9 @@ def _layer(tl, plan, layer, i, x, shared, dims, pas=None, masks=None, j0=0):
         else:
             y = tl.zeros((rows, hidden))
     with tl.region("attn_all_reduce"):
-        x = x + _bias(tl, _all_reduce_into(tl, plan, y, shared, dims, rows),
-                      layer.get("o_bias"), hidden, dt)
+        _all_reduce(tl, plan, y, shared, dims, rows)
+        del y  # its TCM is free before the sum lands
+        x = x + _bias(tl, _summed(tl, shared, dims, rows), layer.get("o_bias"), hidden, dt)
     with tl.region("rmsnorm"):
         h = _rmsnorm(tl, x, layer["norm_post"], hidden, eps).to(dt)
     with tl.region("mlp"):
@@ -599,12 +625,15 @@ def _layer(tl, plan, layer, i, x, shared, dims, pas=None, masks=None, j0=0):
             up = _bias(tl, _project(tl, h, layer["up"], hidden, fn, dims),
                        layer.get("up_bias"), fn, dt)
             act = (_act(tl, gate, dims["act"]) * up).to(dt)
+            del h, gate, up
             y = _project(tl, act, layer["down"], fn, hidden, dims)
         else:
             y = tl.zeros((rows, hidden))
     with tl.region("mlp_all_reduce"):
-        return x + _bias(tl, _all_reduce_into(tl, plan, y, shared, dims, rows),
-                         layer.get("down_bias"), hidden, dt)
+        _all_reduce(tl, plan, y, shared, dims, rows)
+        del y
+        residual.x = x + _bias(tl, _summed(tl, shared, dims, rows), layer.get("down_bias"),
+                               hidden, dt)
 
 
 def _is_max(tl, x, m):
@@ -668,18 +697,19 @@ def _pass(tl, plan, shared, dims, p0, t, prompt, out, last):
     rows = b * t
     if plan["prev"] is None:  # the pass's prompt rows: this PE's part, gathered
         _, n = plan["take"][rows]
-        x = _gathered(tl, plan, shared, dims, rows,
-                      tl.load(prompt, shape=(n,), dtype=dt).to("f32") if n else None)
+        residual = _Residual(_gathered(tl, plan, shared, dims, rows, tl.load(
+            prompt, shape=(n,), dtype=dt).to("f32") if n else None))
     else:
-        x = _take(tl, plan, shared, dims, rows)
+        residual = _Residual(_take(tl, plan, shared, dims, rows))
     masks = None
     for i, layer in plan["layers"]:
         if masks is None:
             masks = _future(tl, shared, layer, p0, t)
         with tl.region(f"layer{i}") if dims["per_layer"] else contextlib.nullcontext():
-            x = _layer(tl, plan, layer, i, x, shared, dims, (p0, t), masks)
+            _layer(tl, plan, layer, i, residual, shared, dims, (p0, t), masks)
             if last and tl.pid == plan["stage"][0]:  # each sequence's last token, checked
-                tl.store(out + i * b * hidden * 4, x[t - 1::t])
+                tl.store(out + i * b * hidden * 4, residual.x[t - 1::t])
+    x = residual.take()
     if plan["next"] is not None:
         _hand_on(tl, plan, x, rows)
     return x
@@ -709,16 +739,18 @@ def _decode(tl, plan, shared, dims):
     token = None
     for j0 in range(0, b, rows):  # micro-batch by micro-batch: the stages overlap
         if plan["prev"] is None:
-            x = tl.load(tl.shard(shared["x"]) + (at + j0) * hidden * tl.itemsize(dims["dt"]),
-                        shape=(rows, hidden), dtype=dims["dt"]).to("f32")
+            residual = _Residual(tl.load(
+                tl.shard(shared["x"]) + (at + j0) * hidden * tl.itemsize(dims["dt"]),
+                shape=(rows, hidden), dtype=dims["dt"]).to("f32"))
         else:  # the hidden state from the stage before
-            x = _take(tl, plan, shared, dims, rows)
+            residual = _Residual(_take(tl, plan, shared, dims, rows))
         for i, layer in plan["layers"]:
             with tl.region(f"layer{i}") if dims["per_layer"] else contextlib.nullcontext():
-                x = _layer(tl, plan, layer, i, x, shared, dims, j0=j0)
+                _layer(tl, plan, layer, i, residual, shared, dims, j0=j0)
                 if last:  # the state after the layer, checked: each PE keeps its part
-                    _keep(tl, plan, x, out + (i * dims["state_stride"] + j0 // rows
-                                              * dims["state_slot"]) * 4, rows)
+                    _keep(tl, plan, residual.x, out + (i * dims["state_stride"] + j0 // rows
+                                                       * dims["state_slot"]) * 4, rows)
+        x = residual.take()
         if plan["next"] is not None:
             _hand_on(tl, plan, x, rows)
             continue

@@ -89,6 +89,11 @@ class Pool:
         return None
 
 
+#: Requests of this many bytes or more are placed from the top of a `FreeListPool`: 1/16 of
+#: the shipped 2 MiB TCM (a [16, 8192] f32 hidden state is 512 KiB, a 128x128 f32 tile 64).
+LARGE = 128 * 1024
+
+
 class FreeListPool:
     """First-fit allocation with free, over ``[base, base + size)`` (a PE's TCM).
 
@@ -97,7 +102,29 @@ class FreeListPool:
     same tile sizes again and again; they return to the free list (and
     coalesce) only when a request finds no room otherwise, or when the free
     space is asked for. A request the cache cannot serve takes the
-    lowest-addressed free block it fits in at an aligned address.
+    lowest-addressed free block it fits in at an aligned address; a large one
+    (`large` bytes or more) the highest-addressed, at the highest aligned
+    address there. Small tensors and large ones so keep to their own ends: a
+    small tensor left between two large ones would split the room a third
+    needs (a kernel's [rows, hidden] states, at 16 rows or more of a large
+    model).
+
+    A block is kept where it was placed from, the bottom or the top, and the
+    two never cross: a block from the bottom ends below every block from the
+    top in use. A request that finds no room on its size's side is placed from
+    the other (a large tensor below small ones that sit high, a small one among
+    large ones), and fails only when neither has room; its error gives the
+    largest free block either side has.
+
+    A block is named by its *handle*, what `alloc` returns and `free` takes: a
+    block from the bottom by its address; one from the top by its address less
+    ``base + size``, a negative number, its place counted from the top (never
+    the streams' NONE: a block of 1 byte is only placed from the bottom). A
+    command stream that keeps the handles so keeps a large tensor at the top of
+    any TCM it is timed on, as a run there would place it. `peak` is the TCM
+    such a stream needs: the most, at any time, of the highest end of a block
+    from the bottom (from `base`) plus the deepest start of one from the top
+    (from the top).
 
     The free list is three lists by address: block starts, sizes, and the
     room from a block's first `DEFAULT_ALIGN`-aligned byte to its end. Tensors
@@ -107,53 +134,104 @@ class FreeListPool:
     while over the room the first block that fits is the first found, in C.
     """
 
-    def __init__(self, name: str, base: int, size: int):
+    def __init__(self, name: str, base: int, size: int, large: int = LARGE):
         self.name = name
         self.base = base
         self.size = size
+        self.large = large
+        self._top = base + size
         self._starts: list[int] = [base]  # free blocks, by address
         self._lengths: list[int] = [size]
         self._room: list[int] = [_room(base, size)]  # from the first aligned byte to the end
-        self._sizes: dict[int, int] = {}  # allocated block -> its size
-        self._cached: dict[int, list[int]] = {}  # size -> freed blocks of that size
+        self._sizes: dict[int, int] = {}  # allocated block's handle -> its size
+        self._cached: dict[int, list[int]] = {}  # size -> freed blocks' handles of that size
+        self._tops: set[int] = set()  # the handles of the blocks from the top, in use
+        self._deep = 0  # the deepest start of a block from the top in use, from the top
         self.used = 0
-        self.peak = 0  # the end of the highest block ever allocated, from `base`
+        self.peak = 0  # bytes of TCM the blocks need, each kept at its own end
 
     def largest_free(self) -> int:
         self._flush()
         return max(self._lengths, default=0)
 
     def allocations(self) -> dict[int, int]:
-        """{address: bytes} of every block in use."""
+        """{handle: bytes} of every block in use."""
         return dict(self._sizes)
 
     def alloc(self, nbytes: int, what: str, align: int = DEFAULT_ALIGN) -> int:
+        """The handle of `nbytes` fresh bytes aligned to `align`; AddressError when full."""
         if nbytes < 1:
             nbytes = 1
         cached = self._cached.get(nbytes)
         if cached:
-            addr = cached.pop()
-            self._sizes[addr] = nbytes
-            self.used += nbytes
-            return addr
-        addr = self._first_fit(nbytes, align)
-        if addr is None and self._cached:
+            handle = cached[-1]
+            if handle >= 0 and handle + nbytes + self._deep <= self._top:
+                cached.pop()
+                return self._took_low(handle, nbytes)
+            if handle < 0 and self._top + handle >= self.base + self._low():
+                cached.pop()
+                return self._took_high(handle, nbytes)
+        small = nbytes < self.large
+        handle = self._fit(nbytes, align, small)
+        if handle is None and self._cached:
             self._flush()
-            addr = self._first_fit(nbytes, align)
-        if addr is None:
-            raise AddressError(
-                f"{self.name} is full: {what} needs {format_size(nbytes)} ({nbytes} B); "
-                f"{self.size - self.used} B of {format_size(self.size)} free, the largest free "
-                f"block is {self.largest_free()} B")
+            handle = self._fit(nbytes, align, small)
+        if handle is None:
+            self._full(nbytes, what)
+        return self._took_low(handle, nbytes) if handle >= 0 else self._took_high(handle, nbytes)
+
+    def _fit(self, nbytes: int, align: int, small: bool) -> int | None:
+        """The handle of a fit for `nbytes` on the side of its size, else on the other."""
+        for low in (small, not small):
+            if not low and nbytes < 2:  # from the top, its handle could be -1 (NONE)
+                continue
+            if low:
+                addr = self._first_fit(nbytes, align, self._top - self._deep)
+                if addr is not None:
+                    return addr
+            else:
+                addr = self._top_fit(nbytes, align, self.base + self._low())
+                if addr is not None:
+                    return addr - self._top
+        return None
+
+    def _took_low(self, addr: int, nbytes: int) -> int:
         self._sizes[addr] = nbytes
         self.used += nbytes
-        if addr + nbytes - self.base > self.peak:
-            self.peak = addr + nbytes - self.base
+        if addr - self.base + nbytes + self._deep > self.peak:
+            self.peak = addr - self.base + nbytes + self._deep
         return addr
 
-    def _first_fit(self, nbytes: int, align: int) -> int | None:
+    def _took_high(self, handle: int, nbytes: int) -> int:
+        self._sizes[handle] = nbytes
+        self.used += nbytes
+        self._tops.add(handle)
+        if -handle > self._deep:
+            self._deep = -handle
+        if self._low() + self._deep > self.peak:
+            self.peak = self._low() + self._deep
+        return handle
+
+    def _low(self) -> int:
+        """The end of the highest block in use counted from the bottom, from `base`."""
+        base = self.base
+        return max((h - base + n for h, n in self._sizes.items() if h >= 0), default=0)
+
+    def _full(self, nbytes: int, what: str) -> None:
+        """Raise the error of a request that found no room on either side."""
+        self._flush()
+        sides = ((self.base, self._top - self._deep), (self.base + self._low(), self._top))
+        room = max((min(s + n, end) - max(s, start) for start, end in sides
+                    for s, n in zip(self._starts, self._lengths, strict=True)), default=0)
+        raise AddressError(
+            f"{self.name} is full: {what} needs {format_size(nbytes)} ({nbytes} B); "
+            f"{self.size - self.used} B of {format_size(self.size)} free, the largest free "
+            f"block it may take is {max(room, 0)} B")
+
+    def _first_fit(self, nbytes: int, align: int, limit: int) -> int | None:
         """The address of `nbytes` in the lowest-addressed free block they fit in at an
-        address aligned to `align` (the block split around them); None if none fits."""
+        address aligned to `align`, ending at or below `limit` (the block split around
+        them); None if none fits."""
         starts = self._starts
         if align == DEFAULT_ALIGN:  # the room says it: the first block with enough fits
             i = next(itertools.compress(itertools.count(), map(nbytes.__le__, self._room)),
@@ -169,8 +247,24 @@ class FreeListPool:
                     break
             else:
                 return None
+        if addr + nbytes > limit:  # the lowest fit is above it: so is every other
+            return None
         self._split(i, addr, nbytes)
         return addr
+
+    def _top_fit(self, nbytes: int, align: int, floor: int) -> int | None:
+        """The address of `nbytes` at the highest address aligned to `align` where they fit
+        in the highest-addressed free block they fit in, at or above `floor`; None if none
+        fits."""
+        starts, lengths = self._starts, self._lengths
+        for i in range(len(starts) - 1, -1, -1):
+            addr = (starts[i] + lengths[i] - nbytes) // align * align
+            if addr < floor:  # the highest fit is below it: so is every other
+                return None
+            if addr >= starts[i]:
+                self._split(i, addr, nbytes)
+                return addr
+        return None
 
     def _split(self, i: int, addr: int, nbytes: int) -> None:
         """Free block `i` less ``[addr, addr + nbytes)``: the head and tail left of it."""
@@ -190,21 +284,25 @@ class FreeListPool:
         else:
             del starts[i], lengths[i], room[i]
 
-    def free(self, addr: int) -> None:
-        nbytes = self._sizes.pop(addr)
+    def free(self, handle: int) -> None:
+        nbytes = self._sizes.pop(handle)
         self.used -= nbytes
+        if handle < 0:
+            self._tops.discard(handle)
+            self._deep = -min(self._tops, default=0)
         cached = self._cached.get(nbytes)
         if cached is None:
-            self._cached[nbytes] = [addr]
+            self._cached[nbytes] = [handle]
         else:
-            cached.append(addr)
+            cached.append(handle)
 
     def _flush(self) -> None:
         """Return every cached block to the free list, by address, joining touching blocks."""
         if not self._cached:
             return
         blocks = [*zip(self._starts, self._lengths, strict=True),
-                  *((addr, size) for size, addrs in self._cached.items() for addr in addrs)]
+                  *((h if h >= 0 else self._top + h, size)
+                    for size, handles in self._cached.items() for h in handles)]
         self._cached.clear()
         blocks.sort()
         starts, lengths = [blocks[0][0]], [blocks[0][1]]

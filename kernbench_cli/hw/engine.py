@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kernbench_cli.stream import NONE
+
 
 def cycles_to_ps(cycles: int, clock_hz: int) -> int:
     """Picoseconds of `cycles` at `clock_hz`, rounded up (exact at 1 GHz, 1.25 GHz, …)."""
@@ -34,6 +36,10 @@ class InOrderEngine:
         return start, end
 
 
-def tcm_at(base: int, offset: int) -> int | None:
-    """The address of TCM offset `offset` (None for NONE: a view has no TCM of its own)."""
-    return None if offset < 0 else base + offset
+def tcm_at(base: int, offset: int, size: int) -> int | None:
+    """The address of a tensor's TCM offset in the stream, `offset`, in the TCM of `size`
+    bytes at `base`: from `base`, or, negative, from the top (a large tensor's: see
+    `FreeListPool`); None for NONE (a view has no TCM of its own)."""
+    if offset >= 0:
+        return base + offset
+    return None if offset == NONE else base + size + offset

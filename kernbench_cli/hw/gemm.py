@@ -187,8 +187,8 @@ def dot_step(walk: Walk) -> Callable:
         starts[i], end[i] = start, done
         if log is not None:
             log.append(proc.pid, PE_GEMM, walk.codes["dot"], t, start, done, 0, size[i],
-                       tcm_at(walk.tcm_base, stream.src[i]),
-                       tcm_at(walk.tcm_base, stream.dst[i]), i, True,
+                       tcm_at(walk.tcm_base, stream.src[i], walk.timing.tcm_bytes),
+                       tcm_at(walk.tcm_base, stream.dst[i], walk.timing.tcm_bytes), i, True,
                        shape=log.gemm_shape(*shapes[shape][:3]))
         return t, done
 

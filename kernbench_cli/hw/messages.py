@@ -160,7 +160,8 @@ class Ipcq:
             if log is not None:
                 amap = self.system.amap
                 log.append(pe.pid, PE_DMA, log.code("send"), t, start, end, size, 0,
-                           tcm_at(amap.pe_tcm_addr(*pe.coord, 0), stream.src[i]),
+                           tcm_at(amap.pe_tcm_addr(*pe.coord, 0), stream.src[i],
+                                  self.timing.tcm_bytes),
                            amap.pe_ipcq_slot_addr(*self.system.coords[dst], direction, slot),
                            i, index == 0, (dma.stream_at, dma.free_at), log.path(route[0]))
         pe.scheduler.hold(first, me)
@@ -264,7 +265,8 @@ class Ipcq:
             amap = self.system.amap
             log.append(pe.pid, PE_CPU, log.code("recv"), t, t, done, nbytes, 0,
                        amap.pe_ipcq_slot_addr(*pe.coord, direction, 0),
-                       tcm_at(amap.pe_tcm_addr(*pe.coord, 0), stream.dst[i]), i)
+                       tcm_at(amap.pe_tcm_addr(*pe.coord, 0), stream.dst[i], self.timing.tcm_bytes),
+                       i)
         proc.end[i] = done
         return t, done
 
@@ -278,6 +280,7 @@ class Ipcq:
         cpu, dma, log, amap = pe.cpu, pe.dma, self.timing.oplog, self.system.amap
         slot_bytes = ring.slot_bytes
         tcm_base = amap.pe_tcm_addr(*pe.coord, 0) if log is not None else 0  # op log only
+        tcm_size = self.timing.tcm_bytes
         copy_code = log.code("recv copy") if log is not None else 0
         copies = proc.copies.setdefault(i, [])
         region = self.leaves[pe.pid][i] if self.leaves else 0
@@ -303,7 +306,7 @@ class Ipcq:
             if log is not None:
                 log.append(pe.pid, PE_DMA, copy_code, ready, start, end, size, 0,
                            amap.pe_ipcq_slot_addr(*pe.coord, direction, chunk.slot),
-                           tcm_at(tcm_base, stream.dst[i]), i, False,
+                           tcm_at(tcm_base, stream.dst[i], tcm_size), i, False,
                            (dma.stream_at, dma.free_at))
             return end
 

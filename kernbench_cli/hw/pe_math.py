@@ -94,7 +94,7 @@ def math_step(walk: Walk) -> Callable:
         starts[i], end[i] = start, done
         if log is not None:
             log.append(pid, PE_MATH, kinds[key[0]][1], t, start, done, 0, key[1], None,
-                       tcm_at(walk.tcm_base, stream.dst[i]), i, True,
+                       tcm_at(walk.tcm_base, stream.dst[i], walk.timing.tcm_bytes), i, True,
                        (start, done - costs[1]))
         return t, done
 

@@ -217,8 +217,9 @@ class CompositeRuns:
             i = running.index
             desc = self.program.composites[stream.arg[i]]
             tcm_base = self.system.amap.pe_tcm_addr(*pe.coord, 0)
-            src = stream.src[i] if not desc.a_tcm else tcm_at(tcm_base, stream.src[i]) or 0
-            dst = stream.dst[i] if desc.out_addr >= 0 else tcm_base + stream.dst[i]
+            size = self.timing.tcm_bytes
+            src = stream.src[i] if not desc.a_tcm else tcm_at(tcm_base, stream.src[i], size) or 0
+            dst = stream.dst[i] if desc.out_addr >= 0 else tcm_at(tcm_base, stream.dst[i], size)
             log.append(pe.pid, PE_SCHEDULER, log.code("composite"), running.issued,
                        running.dispatched, done, stream.size[i], 2 * desc.m * desc.k * desc.n, src,
                        dst, i, True)

@@ -65,7 +65,7 @@ class Tensor:
         self.dtype = dtype
         self.value = value
         self.cmd = cmd
-        self.tcm = tcm  # TCM offset, None for a view
+        self.tcm = tcm  # TCM offset (negative: from the top), None for a view
         self._base = base
         if nbytes is None:
             nbytes = math.prod(shape) * dtype.itemsize if dtype.__class__ is not Narrow else \

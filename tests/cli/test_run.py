@@ -162,8 +162,8 @@ def test_deadlock_names_the_waiting_pe_and_what_it_waits_for(cli):
                       "by 224 B"),
     ("tcm_overflow", "tcm_overflow:12: PE (rack=0 sip=0 cube=0 pe=0) at t=4ns: tensors "
                      "overflow TCM: TCM of PE (rack=0 sip=0 cube=0 pe=0) is full: tl.load needs "
-                     "4MiB (4194304 B); 2097152 B of 2MiB free, the largest free block is "
-                     "2097152 B"),
+                     "4MiB (4194304 B); 2097152 B of 2MiB free, the largest free block it may "
+                     "take is 2097152 B"),
     ("bad_dot", "bad_dot:7: PE (rack=0 sip=0 cube=0 pe=0) at t=8ns: tl.dot: shapes [8, 8] "
                 "and [4, 16] do not match (8 != 4)"),
     ("no_neighbour", "no_neighbour:6: PE (rack=0 sip=0 cube=0 pe=0) at t=4ns: tl.send: PE "

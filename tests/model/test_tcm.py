@@ -30,7 +30,8 @@ def test_a_full_tcm_names_what_holds_it(cli):
     assert code == 1
     assert err == (f"error: {path}:19: PE (rack=0 sip=0 cube=0 pe=0) at t=16ns: tensors overflow "
                    "TCM: TCM of PE (rack=0 sip=0 cube=0 pe=0) is full: tl.load needs 256KiB "
-                   "(262144 B); 0 B of 2MiB free, the largest free block is 0 B; held by: 1MiB "
+                   "(262144 B); 0 B of 2MiB free, the largest free block it may take is 0 B; "
+                   "held by: 1MiB "
                    "tl.load (line 16), 512KiB tl.load (line 17), 512KiB multiply (PE_MATH) "
                    "(line 18)\n")
 

@@ -167,6 +167,28 @@ def test_a_composite_replayed_with_other_tcm_plans_as_a_run_there(run, tmp_path)
     assert replayed.oplog == direct.oplog
 
 
+def test_a_large_tensor_replayed_with_other_tcm_stays_at_the_top_as_a_run_there_places_it(
+        run, tmp_path):
+    """A tensor of 128 KiB or more is placed from the top of TCM, and the stream keeps its
+    place from the top: replayed on a TCM half the size, its address is where a run there
+    puts it (the A operand, [512, 256] bf16 = 256 KiB, just under the top), not the
+    recording's."""
+    from kernbench_cli.hw.oplog import OP_FIELDS
+
+    small = _default_with_tcm(tmp_path, "1MiB")
+    params = ("mode=composite", "M=512", "K=256", "N=2048")
+    recorded = run("sharded_gemm", "default", params)
+    direct = run("sharded_gemm", str(small), params)
+    replayed = replay_trace(recorded.trace, load_address_map(str(small)), "t", oplog=True)
+    assert replayed.oplog == direct.oplog
+    pid, kind, dst = (OP_FIELDS.index(name) for name in ("pid", "kind", "dst"))
+    for result, top in ((recorded, 2 << 20), (replayed, 1 << 20)):
+        tcm = load_address_map(test_topology("default")).pe_tcm_addr(0, 0, 0, 0, 0)
+        load = next(r for r in result.oplog if r[pid] == 0 and r[kind] == "load")
+        assert load[dst] == tcm + top - 512 * 256 * 2
+    assert recorded.trace.program.tcm_peak[0] == 512 * 256 * 2
+
+
 def _trace_bytes(header: dict, columns: bytes = b"") -> bytes:
     head = json.dumps(header).encode()
     return gzip.compress(MAGIC + len(head).to_bytes(8, "little") + head + columns, mtime=0)

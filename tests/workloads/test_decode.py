@@ -414,6 +414,17 @@ def test_a_request_is_its_prefill_and_its_decode_steps(run):
     assert "prefill" in by and by["prefill"].energy_aj > 0
 
 
+@pytest.mark.slow  # llama3-8b on sip, one layer at 32 rows (about 20 s)
+def test_a_micro_batch_of_32_rows_of_llama3_8b_fits_a_2_mib_tcm(run):
+    """Three [32, 4096] f32 tensors (512 KiB each) at a residual add, beside the small
+    ones, in a 2 MiB TCM: they fit as the large ones keep to the top and each is dropped
+    after its last use (before, 28 rows ran: the free TCM was in pieces)."""
+    result = run("llama_decode", "sip", ("model=llama3-8b", "layers=1", "batch=32"),
+                 timing_only=True)
+    assert result.metrics["tokens_per_s"][0] == 32 * 1e12 / result.metrics["tpot_ps"][0]
+    assert max(result.trace.program.tcm_peak) <= 2 << 20
+
+
 @pytest.mark.slow  # a full 4-layer prefill beside its scaled one (13 s)
 def test_a_scaled_prefill_bounds_the_full_one(run):
     """Ten layers' prefill in full, and four scaled to ten: TTFT within its bound."""

@@ -165,7 +165,8 @@ class Core:
         _ARG_AT.pack_into(self._rows, _ROW_BYTES * i + _ARG_AT_OFFSET, arg)
 
     def _holders(self) -> str:
-        """'; held by: SIZE CALL (line N), …' for the live tensors, largest first."""
+        """'; held by: SIZE CALL (line N), …' for the live tensors, largest first, then in
+        the order they were made."""
         live = self._tcm.allocations()
         if not live:
             return ""
@@ -175,7 +176,8 @@ class Core:
             dst = dsts[i]
             if dst in live and dst not in made and ops[i] != STORE:
                 made[dst] = i
-        held = sorted(live.items(), key=lambda item: (-item[1], item[0]))
+        held = sorted(live.items(),
+                      key=lambda item: (-item[1], made.get(item[0], len(ops)), item[0]))
         parts = []
         for offset, size in held[:5]:
             i = made.get(offset)
