@@ -1,0 +1,71 @@
+"""The fair-share solver's progressive filling (`hw.flows._fill`) against the same rule
+written plainly: every round scans every rising flow and resource."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kernbench_cli.hw.flows import Flow, _fill
+from kernbench_cli.hw.network import PS_PER_S
+from kernbench_cli.hw.ratio import Ratio, approx, ratio
+
+
+class Resource:
+    """A calendar as the solver sees it: a bandwidth, hashed by identity."""
+
+    def __init__(self, bandwidth: int):
+        self.bandwidth = bandwidth
+
+
+def plain_fill(flows) -> None:
+    """Each round: the lowest cap or fair share is the level; the flows at that cap and
+    those crossing a resource whose share it is stop there."""
+    room = {cal: cal.bandwidth for flow in flows for cal in flow.links}
+    count = {cal: sum(cal in flow.links for flow in flows) for cal in room}
+    rising = list(flows)
+    while rising:
+        level = min([flow.cap for flow in rising]
+                    + [ratio(room[c], count[c]) for c in room if count[c]])
+        full = {c for c in room if count[c] and ratio(room[c], count[c]) == level}
+        still = []
+        for flow in rising:
+            crossed = [cal for cal in flow.links if cal in full]
+            if not crossed and flow.cap != level:
+                still.append(flow)
+                continue
+            flow.rate, flow.speed = level, float(level)
+            if crossed and level < flow.slowest:
+                flow.slowest, flow.limit = level, crossed[0]
+            for cal in flow.links:
+                count[cal] -= 1
+                room[cal] -= level
+        rising = still
+
+
+def _flows(spec, resources):
+    flows = []
+    for fid, (nbytes, solo, links) in enumerate(spec):
+        flow = Flow(fid, 0, nbytes, tuple(resources[i] for i in links), solo, 0)
+        flow.cap = flow.rate = flow.slowest = Ratio(nbytes * PS_PER_S, solo)
+        flows.append(flow)
+    return flows
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([10**9, 2 * 10**9, 3 * 10**9, 7 * 10**9, 64 * 10**9]),
+                min_size=1, max_size=6),
+       st.lists(st.tuples(st.sampled_from([64, 4096, 65536, 1000, 3 * 4096]),
+                          st.sampled_from([1, 3, 7, 64, 1000, 4096, 65536]),
+                          st.lists(st.integers(0, 5), min_size=1, max_size=3, unique=True)),
+                min_size=1, max_size=25))
+def test_fill_gives_the_rates_the_plain_rule_gives(bandwidths, spec):
+    resources = [Resource(b) for b in bandwidths]
+    spec = [(n, s, [i % len(resources) for i in links]) for n, s, links in spec]
+    spec = [(n, s, sorted(set(links))) for n, s, links in spec]
+    fast, plain = _flows(spec, resources), _flows(spec, resources)
+    _fill(fast, 0)
+    plain_fill(plain)
+    for a, b in zip(fast, plain, strict=True):
+        assert (a.rate, a.slowest, a.limit, a.speed) == (b.rate, b.slowest, b.limit, b.speed)
+        assert a.speed == approx(a.rate.n, a.rate.d)
