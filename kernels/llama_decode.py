@@ -675,7 +675,8 @@ def _lm_head(tl, plan, x, shared, dims, out=("logits", "token"), j0=0):
 def _prefill(tl, plan, shared, dims):
     """The prompt, pass by pass through this stage's layers (each pass's hidden state
     handed on to the next stage, which takes it while this one goes on to the next
-    pass); the last stage's LM head makes the first token from the prompt's last one."""
+    pass); the last stage's LM head makes the first token from the prompt's last one (on
+    its PEs, the token; on the others, None)."""
     prompt, out = tl.shard(shared["prompt"]), tl.shard(shared["prefill_out"])
     slot_bytes = dims["prompt_slot"] * tl.itemsize(dims["dt"])
     x = t = None
@@ -686,7 +687,23 @@ def _prefill(tl, plan, shared, dims):
                       c == len(dims["chunks"]) - 1)
     if plan["next"] is None:
         with tl.region("lm_head"):
-            _lm_head(tl, plan, x[t - 1::t], shared, dims, ("prefill_logits", "prefill_token"))
+            return _lm_head(tl, plan, x[t - 1::t], shared, dims,
+                            ("prefill_logits", "prefill_token"))
+    return None
+
+
+def _first_token(tl, plan, token, dims):
+    """With stages, the decode step after the prompt starts when the prompt's token,
+    which the last stage's LM head chose, reaches the first stage: each PE of the last
+    stage sends it to its peer there, which waits for it (else the first stage would
+    start the step while the last still drains the prefill)."""
+    if plan["wrap"] is None:
+        return
+    with tl.region("pp_handoff"):
+        if plan["next"] is None:
+            tl.send(token, to=plan["wrap"])
+        else:
+            tl.recv(frm=plan["wrap"], shape=(dims["b"],), dtype="f32")
 
 
 def _pass(tl, plan, shared, dims, p0, t, prompt, out, last):
@@ -719,7 +736,9 @@ def kernel(tl, plans, shared, dims):
     plan = plans[tl.pid]
     if dims["chunks"]:
         with tl.region("prefill"):
-            _prefill(tl, plan, shared, dims)
+            token = _prefill(tl, plan, shared, dims)
+        _first_token(tl, plan, token, dims)
+        del token  # its TCM is free before the step, as it was when it was not kept
     for s in range(dims["steps"]):
         token = _decode(tl, plan, shared, {**dims, "ctx": dims["ctx"] + s, "step": s}
                         if s else dims)

@@ -428,6 +428,9 @@ class Layout:
                     "gather_algo": gathers, "qkv_algo": qkv_algo, "stage": stage,
                     "prev": self.stages[k - 1][stage.index(pid)] if k else None,
                     "next": None if last else self.stages[k + 1][stage.index(pid)],
+                    # the prompt's first token goes from the last stage to the first
+                    "wrap": self.stages[-1 if k == 0 else 0][stage.index(pid)]
+                    if len(self.stages) > 1 and (k == 0 or last) else None,
                     "take": {rows: parts[pid] for rows, parts in take.items()},
                     "give": {} if last else {
                         rows: parts[self.stages[k + 1][stage.index(pid)]]
