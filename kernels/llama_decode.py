@@ -109,7 +109,9 @@ PARAM_INFO = {
            "tensor-parallel groups, each running a share of the layers; without "
            "micro-batches the stages run one after another", "stages"),
     "microbatches": ("the decode step's batch in this many equal parts, each through the "
-                     "stages in turn, so that the stages overlap (needs pp > 1)", "parts"),
+                     "stages in turn, so that the stages overlap; on one stage, one after "
+                     "another (for a batch whose rows the TCM does not hold at once; each "
+                     "part reads the weights again)", "parts"),
     "passes": ("representative prefill passes (timing only): run this many (3 or more) "
                "spread over the prompt, the first and the last among them, and take each "
                "pass between at the time and energy interpolated from its neighbours, "
@@ -757,6 +759,7 @@ def _decode(tl, plan, shared, dims):
     at = dims["step"] * b  # this step's rows of the inputs, logits and tokens
     token = None
     for j0 in range(0, b, rows):  # micro-batch by micro-batch: the stages overlap
+        token = None  # the micro-batch before's is kept in memory, not TCM
         if plan["prev"] is None:
             residual = _Residual(tl.load(
                 tl.shard(shared["x"]) + (at + j0) * hidden * tl.itemsize(dims["dt"]),
@@ -772,9 +775,10 @@ def _decode(tl, plan, shared, dims):
         x = residual.take()
         if plan["next"] is not None:
             _hand_on(tl, plan, x, rows)
-            continue
-        with tl.region("lm_head"):
-            token = _lm_head(tl, plan, x, shared, dims, j0=at + j0)
+        else:
+            with tl.region("lm_head"):
+                token = _lm_head(tl, plan, x, shared, dims, j0=at + j0)
+        del x  # its TCM is free before the next micro-batch's state lands
     return token
 
 

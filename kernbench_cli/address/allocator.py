@@ -100,14 +100,16 @@ class FreeListPool:
     Kernel tensors come and go; a block is freed when its tensor is dropped.
     Freed blocks wait in a cache by size, since a kernel's loop allocates the
     same tile sizes again and again; they return to the free list (and
-    coalesce) only when a request finds no room otherwise, or when the free
-    space is asked for. A request the cache cannot serve takes the
-    lowest-addressed free block it fits in at an aligned address; a large one
-    (`large` bytes or more) the highest-addressed, at the highest aligned
-    address there. Small tensors and large ones so keep to their own ends: a
-    small tensor left between two large ones would split the room a third
-    needs (a kernel's [rows, hidden] states, at 16 rows or more of a large
-    model).
+    coalesce) only when a request finds no room otherwise, when the free space
+    is asked for, or, while a block from the top is in use, when the cache
+    cannot serve a request (so that a small tensor is not placed high, past
+    freed room not yet joined, where it would hold the large ones above it). A
+    request the cache cannot serve takes the lowest-addressed free block it fits
+    in at an aligned address; a large one (`large` bytes or more) the
+    highest-addressed, at the highest aligned address there. Small tensors and
+    large ones so keep to their own ends: a small tensor left between two large
+    ones would split the room a third needs (a kernel's [rows, hidden] states,
+    at 16 rows or more of a large model).
 
     A block is kept where it was placed from, the bottom or the top, and the
     two never cross: a block from the bottom ends below every block from the
@@ -172,6 +174,8 @@ class FreeListPool:
                 cached.pop()
                 return self._took_high(handle, nbytes)
         small = nbytes < self.large
+        if self._tops and self._cached:  # large blocks in use: freed room joined first
+            self._flush()
         handle = self._fit(nbytes, align, small)
         if handle is None and self._cached:
             self._flush()

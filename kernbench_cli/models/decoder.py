@@ -172,10 +172,9 @@ def run_of(topology, p) -> Run:
                          "(the first, the last and one between, to see how a pass's time "
                          "grows along the prompt), on one pipeline stage")
     m = p["microbatches"]
-    if m > 1 and (p["pp"] < 2 or p["scale_to"]):
-        raise ValueError(f"microbatches = {m}: micro-batches overlap pipeline stages, so they "
-                         "need pp > 1; and each layer then runs once per micro-batch, "
-                         "overlapped, so no scale_to")
+    if m > 1 and p["scale_to"]:
+        raise ValueError(f"microbatches = {m}: each layer runs once per micro-batch (with "
+                         "stages, overlapped), so no scale_to")
     if p["prompt"] and p["scale_to"] and p["pp"] > 1:
         raise ValueError("scale_to with a prompt and pp > 1: the stages take the prefill's "
                          "passes in a pipeline, so a layer's time there is no share of the "

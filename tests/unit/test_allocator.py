@@ -63,7 +63,8 @@ class FirstFit:
     from that cache, else the lowest-addressed free block where it fits at an aligned
     address (one of `large` bytes or more: the highest-addressed, as high as it fits
     aligned, and named by its address less the top), else returns the cache to the free
-    list, joining touching blocks, and tries once more. A small block never ends above a
+    list, joining touching blocks, and tries once more (while a block from the top is in
+    use, it returns the cache before the first try). A small block never ends above a
     large block in use, nor a large one starts below a small one in use. The peak: after
     each request, the highest end of a small block in use plus the deepest start of a
     large one."""
@@ -90,6 +91,8 @@ class FirstFit:
                        else self.at(cached[-1]) >= self.low()):
             handle = cached.pop()
         else:
+            if any(h < 0 for h in self.sizes):  # blocks from the top in use: join first
+                self.flush()
             handle = self.fit(nbytes, align)
             if handle is None:
                 self.flush()

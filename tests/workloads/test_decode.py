@@ -433,14 +433,16 @@ def test_with_stages_the_step_after_the_prompt_waits_for_the_prompts_token(run):
     assert m["tpot_ps"] == pytest.approx(alone.latency_ps, rel=0.01)
 
 
-@pytest.mark.slow  # llama3-8b on sip, one layer at 32 rows (about 20 s)
-def test_a_micro_batch_of_32_rows_of_llama3_8b_fits_a_2_mib_tcm(run):
+@pytest.mark.slow  # llama3-8b on sip, one layer at 32 rows a micro-batch (20 to 40 s)
+@pytest.mark.parametrize("batch", [32, 64])
+def test_a_micro_batch_of_32_rows_of_llama3_8b_fits_a_2_mib_tcm(run, batch):
     """Three [32, 4096] f32 tensors (512 KiB each) at a residual add, beside the small
     ones, in a 2 MiB TCM: they fit as the large ones keep to the top and each is dropped
-    after its last use (before, 28 rows ran: the free TCM was in pieces)."""
-    result = run("llama_decode", "sip", ("model=llama3-8b", "layers=1", "batch=32"),
-                 timing_only=True)
-    assert result.metrics["tokens_per_s"][0] == 32 * 1e12 / result.metrics["tpot_ps"][0]
+    after its last use (before, 28 rows ran: the free TCM was in pieces). A batch of 64
+    runs on one stage as two micro-batches of 32."""
+    result = run("llama_decode", "sip", ("model=llama3-8b", "layers=1", f"batch={batch}",
+                                         f"microbatches={batch // 32}"), timing_only=True)
+    assert result.metrics["tokens_per_s"][0] == batch * 1e12 / result.metrics["tpot_ps"][0]
     assert max(result.trace.program.tcm_peak) <= 2 << 20
 
 
@@ -506,16 +508,34 @@ def test_micro_batches_overlap_the_stages(run, m):
     assert (met["steady_tokens_per_s"] > unpipelined) == (m <= 4)
 
 
-def test_micro_batches_verify(run):
-    result = run("llama_decode", "default", ("batch=4", "pp=2", "microbatches=2"))
+@pytest.mark.parametrize("pp", [1, 2])
+def test_micro_batches_verify(run, pp):
+    result = run("llama_decode", "default", ("batch=4", f"pp={pp}", "microbatches=2"))
     _passed(result)
     assert next(c for c in result.checks if c.name == "next_token").max_abs_err == 0
 
 
+def test_micro_batches_on_one_stage_run_one_after_another(run):
+    """On one stage, batch 8 in 4 micro-batches of 2 rows: each reads the weights again,
+    one after another, so the step is 4 micro-batches' time (`stage_ps` apart, nothing
+    overlapped: no bubble to speak of), slower than the batch at once, and the steady
+    figures are the step's."""
+    one = run("llama_decode", "default", ("batch=8",), timing_only=True)
+    result = run("llama_decode", "default", ("batch=8", "microbatches=4"), timing_only=True)
+    from kernbench_cli.sim.run import _timed
+
+    ends = [end for _, end in _timed(result).region_passes["lm_head"]]
+    met = {k: v for k, (v, _) in result.metrics.items()}
+    assert len(ends) == 4 and met["stage_ps"] == (ends[-1] - ends[0]) / 3
+    assert met["steady_tpot_ps"] == 4 * met["stage_ps"]
+    assert abs(met["pipeline_bubble"]) < 0.02
+    assert met["tpot_ps"] == result.latency_ps > one.latency_ps
+
+
 @pytest.mark.parametrize(("params", "message"), [
-    (("batch=4", "microbatches=2"), "microbatches = 2: micro-batches overlap pipeline "
-     "stages, so they need pp > 1; and each layer then runs once per micro-batch, "
-     "overlapped, so no scale_to"),
+    ((f"config={TEN}", "batch=4", "microbatches=2", "layers=4", "scale_to=10"),
+     "microbatches = 2: each layer runs once per micro-batch (with stages, overlapped), so "
+     "no scale_to"),
     (("batch=3", "pp=2", "microbatches=2"), "microbatches = 2: batch 3 does not split into "
      "2 equal micro-batches"),
 ])
