@@ -6,9 +6,11 @@ The aim: batch 1 and batch 16, context 8192, timing only, all 80 layers timed
 run of `llama_decode -t rack -p model=llama3-70b -p context=8192 -p pp=16 -p
 batch=B` (16 stages of 5 layers), both passes as `kernbench run --timing-only`
 makes them. Printed: CPU and wall seconds, the commands timed, CPU microseconds
-a command, the step's TPOT, and the ratio to the aim; or why the run stopped (at
-batch 16 the TCM overflows: one micro-batch's f32 hidden state is 512 KiB, and
-a layer holds several at once).
+a command, the step's TPOT, and the ratio to the aim; or why the run stopped.
+Batch 16 holds one micro-batch's f32 hidden state of 512 KiB, a quarter of a
+PE's TCM, several times over at a residual add: it fits as large tensors keep
+to the top of TCM. (docs/benchmarks.md says which batches were measured: batch 1
+alone peaks at 18.2 GB of this machine's 24 GiB.)
 
     python benchmarks/rack_decode.py [--batch 1 --batch 16]
 """
