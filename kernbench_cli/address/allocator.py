@@ -301,23 +301,32 @@ class FreeListPool:
             cached.append(handle)
 
     def _flush(self) -> None:
-        """Return every cached block to the free list, by address, joining touching blocks."""
+        """Return every cached block to the free list, by address, joining touching blocks
+        (each put in its place: a flush usually returns a few blocks to a list of tens)."""
         if not self._cached:
             return
-        blocks = [*zip(self._starts, self._lengths, strict=True),
-                  *((h if h >= 0 else self._top + h, size)
-                    for size, handles in self._cached.items() for h in handles)]
+        starts, lengths, room, top = self._starts, self._lengths, self._room, self._top
+        for size, handles in self._cached.items():
+            for h in handles:
+                addr = h if h >= 0 else top + h
+                end = addr + size
+                i = bisect.bisect_left(starts, addr)
+                if i and starts[i - 1] + lengths[i - 1] == addr:  # joins the block before
+                    i -= 1
+                    lengths[i] += size
+                    if i + 1 < len(starts) and starts[i + 1] == end:  # ... and the one after
+                        lengths[i] += lengths[i + 1]
+                        del starts[i + 1], lengths[i + 1], room[i + 1]
+                    room[i] = _room(starts[i], lengths[i])
+                elif i < len(starts) and starts[i] == end:  # joins the block after
+                    starts[i] = addr
+                    lengths[i] += size
+                    room[i] = _room(addr, lengths[i])
+                else:
+                    starts.insert(i, addr)
+                    lengths.insert(i, size)
+                    room.insert(i, _room(addr, size))
         self._cached.clear()
-        blocks.sort()
-        starts, lengths = [blocks[0][0]], [blocks[0][1]]
-        for start, size in blocks[1:]:
-            if starts[-1] + lengths[-1] == start:
-                lengths[-1] += size
-            else:
-                starts.append(start)
-                lengths.append(size)
-        self._starts, self._lengths = starts, lengths
-        self._room = [_room(start, size) for start, size in zip(starts, lengths, strict=True)]
 
 
 def _room(start: int, size: int) -> int:
