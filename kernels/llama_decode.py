@@ -62,6 +62,7 @@ from kernbench_cli.models.decoder import (
     Maker,
     Run,
     as_stored,
+    check_rows,
     largest,
     limit_of,
     run_of,
@@ -146,6 +147,7 @@ PARAM_INFO = {
 
 def setup(host, p):
     run = run_of(host.topology, p)
+    check_rows(host.topology, run)
     lay = Layout(host.topology, run)
     lay.check(host.grid)
     host.expect(len(lay.shared) * host.num_pes + sum(

@@ -217,6 +217,34 @@ def run_of(topology, p) -> Run:
                p["kv"] if p["kv"] != p["dtype"] else "", p["steps"])
 
 
+def check_rows(topology, run: Run) -> None:
+    """Refuse a pass with more rows than a PE's TCM can hold at a layer's residual add:
+    its input, the sum and the result, each [rows, hidden] in f32, in TCM at once (a
+    necessary bound only: other tensors share TCM, so a pass under it can still
+    overflow, with the overflow's own error naming what holds TCM)."""
+    tcm, hidden = topology.pe.tcm.size, run.cfg.hidden
+    most = tcm // (3 * hidden * 4)  # rows that fit
+    if run.rows > most:
+        split = f"microbatches = {run.microbatches}, " if run.microbatches > 1 else ""
+        raise ValueError(
+            f"batch = {run.batch}: {split}a micro-batch of {run.rows} rows holds three "
+            f"[{run.rows}, {hidden}] f32 tensors at a layer's residual add "
+            f"({3 * run.rows * hidden * 4:,} B), more than a PE's {tcm:,} B of TCM: split "
+            f"the batch into micro-batches of at most {most} rows (-p microbatches; other "
+            "tensors share TCM, so it may take fewer)")
+    rows = max((run.batch * t for _, t in run.chunks), default=0)
+    if rows > most:
+        if most < run.batch:
+            raise ValueError(f"batch = {run.batch}: a prefill pass of one token a sequence "
+                             f"({run.batch} rows) holds three [{run.batch}, {hidden}] f32 "
+                             "tensors at a layer's residual add, more than a PE's "
+                             f"{tcm:,} B of TCM")
+        raise ValueError(f"chunk = {run.chunk}: a prefill pass of batch x chunk = {rows} "
+                         f"rows holds three [{rows}, {hidden}] f32 tensors at a layer's "
+                         f"residual add ({3 * rows * hidden * 4:,} B), more than a PE's "
+                         f"{tcm:,} B of TCM: lower -p chunk to at most {most // run.batch}")
+
+
 def _check_formats(cfg: ModelConfig, p) -> None:
     """`-p weights` and `-p kv`: the run's dtype or a narrow one; a scaled format's rows
     (a projection's K: the hidden size, a PE's share of the heads' and the MLP's

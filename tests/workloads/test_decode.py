@@ -544,6 +544,32 @@ def test_micro_batches_that_cannot_be_are_refused(cli, params, message):
     assert (code, err) == (2, f"error: llama_decode: {message}\n")
 
 
+@pytest.mark.parametrize(("params", "message"), [
+    (("batch=64",), "batch = 64: a micro-batch of 64 rows holds three [64, 4096] f32 "
+     "tensors at a layer's residual add (3,145,728 B), more than a PE's 2,097,152 B of TCM: "
+     "split the batch into micro-batches of at most 42 rows (-p microbatches; other tensors "
+     "share TCM, so it may take fewer)"),
+    (("batch=128", "microbatches=2"), "batch = 128: microbatches = 2, a micro-batch of 64 "
+     "rows holds three [64, 4096] f32 tensors at a layer's residual add (3,145,728 B), more "
+     "than a PE's 2,097,152 B of TCM: split the batch into micro-batches of at most 42 rows "
+     "(-p microbatches; other tensors share TCM, so it may take fewer)"),
+    (("batch=2", "prompt=64", "context=0"), "chunk = 64: a prefill pass of batch x chunk = "
+     "128 rows holds three [128, 4096] f32 tensors at a layer's residual add (6,291,456 B), "
+     "more than a PE's 2,097,152 B of TCM: lower -p chunk to at most 21"),
+    (("batch=43", "prompt=8", "context=0", "microbatches=43"), "batch = 43: a prefill pass "
+     "of one token a sequence (43 rows) holds three [43, 4096] f32 tensors at a layer's "
+     "residual add, more than a PE's 2,097,152 B of TCM"),
+])
+def test_a_pass_whose_rows_cannot_fit_tcm_is_refused_before_it_runs(cli, params, message):
+    """Three [rows, hidden] f32 tensors are in TCM at once at a residual add (the input,
+    the sum, the result): a decode micro-batch or prefill pass with more rows than that
+    allows is refused at once, naming the key and what to change (llama3-8b on sip: 16 KiB
+    a row, 42 rows in 2 MiB)."""
+    code, _, err = cli("run", "llama_decode", "-t", "sip", "-p", "model=llama3-8b", "-p",
+                       "layers=1", "--timing-only", *sum((("-p", p) for p in params), ()))
+    assert (code, err) == (2, f"error: llama_decode: {message}\n")
+
+
 def test_representative_passes_bound_the_full_prefill(run):
     """A prompt of 8 passes, 4 of them timed (the first, the last, two between): each pass
     not timed on the line between its timed neighbours (attention grows with the
