@@ -65,6 +65,7 @@ from kernbench_cli.models.decoder import (
     check_rows,
     largest,
     limit_of,
+    most_rows,
     run_of,
     weights,
 )
@@ -1005,8 +1006,9 @@ def metrics(topology, p, run):
             "hbm_free_bytes": (float(len(used) * have - sum(used)), ""),
             "max_batch": (float(most_batch), f"(at context {step.positions - 1}: the largest "
                                              "batch whose weights, KV cache and buffers "
-                                             "fit HBM; the TCM its rows need is not "
-                                             "counted)"),
+                                             "fit HBM; TCM bounds a micro-batch apart, "
+                                             "to at most "
+                                             f"{most_rows(topology, step.cfg)} rows)"),
             "max_context": (float(most_context), f"(at batch {b}" + (
                 ": the model's max_position_embeddings, not its HBM, bounds it)"
                 if most_context == limit_of(whole, "context") else ")")),

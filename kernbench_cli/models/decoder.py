@@ -217,13 +217,18 @@ def run_of(topology, p) -> Run:
                p["kv"] if p["kv"] != p["dtype"] else "", p["steps"])
 
 
+def most_rows(topology, cfg: ModelConfig) -> int:
+    """The most rows a pass through a layer can have: three [rows, hidden] f32 tensors
+    are in a PE's TCM at once at a residual add (its input, the sum, the result)."""
+    return topology.pe.tcm.size // (3 * cfg.hidden * 4)
+
+
 def check_rows(topology, run: Run) -> None:
     """Refuse a pass with more rows than a PE's TCM can hold at a layer's residual add:
     its input, the sum and the result, each [rows, hidden] in f32, in TCM at once (a
     necessary bound only: other tensors share TCM, so a pass under it can still
     overflow, with the overflow's own error naming what holds TCM)."""
-    tcm, hidden = topology.pe.tcm.size, run.cfg.hidden
-    most = tcm // (3 * hidden * 4)  # rows that fit
+    tcm, hidden, most = topology.pe.tcm.size, run.cfg.hidden, most_rows(topology, run.cfg)
     if run.rows > most:
         split = f"microbatches = {run.microbatches}, " if run.microbatches > 1 else ""
         raise ValueError(
