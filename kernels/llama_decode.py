@@ -762,7 +762,7 @@ def _decode(tl, plan, shared, dims):
     at = dims["step"] * b  # this step's rows of the inputs, logits and tokens
     token = None
     for j0 in range(0, b, rows):  # micro-batch by micro-batch: the stages overlap
-        token = None  # the micro-batch before's is kept in memory, not TCM
+        token = None  # the micro-batch before's is stored already: its TCM is free
         if plan["prev"] is None:
             residual = _Residual(tl.load(
                 tl.shard(shared["x"]) + (at + j0) * hidden * tl.itemsize(dims["dt"]),

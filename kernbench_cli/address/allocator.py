@@ -174,7 +174,7 @@ class FreeListPool:
                 cached.pop()
                 return self._took_high(handle, nbytes)
         small = nbytes < self.large
-        if self._tops and self._cached:  # large blocks in use: freed room joined first
+        if self._tops and self._cached:  # blocks from the top in use: freed room joined first
             self._flush()
         handle = self._fit(nbytes, align, small)
         if handle is None and self._cached:
@@ -212,8 +212,9 @@ class FreeListPool:
         self._tops.add(handle)
         if -handle > self._deep:
             self._deep = -handle
-        if self._low() + self._deep > self.peak:
-            self.peak = self._low() + self._deep
+        need = self._low() + self._deep
+        if need > self.peak:
+            self.peak = need
         return handle
 
     def _low(self) -> int:
