@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from kernbench_cli.config.schema import DmaConfig
 from kernbench_cli.hw.causes import ENGINE, ISSUED, PRODUCER, SCHEDULER, because, by
-from kernbench_cli.hw.engine import InOrderEngine, tcm_at
+from kernbench_cli.hw.engine import InOrderEngine
 from kernbench_cli.hw.engines import PE_DMA
 from kernbench_cli.hw.network import Calendar, Path, book, pages_opened, transfer_ps
 
@@ -214,7 +214,7 @@ def transfer_step(walk: Walk) -> Callable:
         if not load and done > walk.landed[0]:
             walk.landed = (done, i)
         if log is not None:
-            tcm = tcm_at(walk.tcm_base, dst[i] if load else src[i], walk.timing.tcm_bytes)
+            tcm = walk.tcm(dst[i] if load else src[i])
             log.append(proc.pid, PE_DMA, walk.codes["load" if load else "store"], t, start,
                        done, size[i], 0, addr if load else tcm, tcm if load else addr, i,
                        True, (dma.stream_at, dma.free_at), log.path(route[0]))

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from kernbench_cli.config.schema import GemmConfig
 from kernbench_cli.formats import F32, FORMATS
 from kernbench_cli.hw.causes import ENGINE, ISSUED, PRODUCER, SCHEDULER, because
-from kernbench_cli.hw.engine import InOrderEngine, cycles_to_ps, tcm_at
+from kernbench_cli.hw.engine import InOrderEngine, cycles_to_ps
 from kernbench_cli.hw.engines import PE_GEMM
 
 if TYPE_CHECKING:
@@ -187,8 +187,8 @@ def dot_step(walk: Walk) -> Callable:
         starts[i], end[i] = start, done
         if log is not None:
             log.append(proc.pid, PE_GEMM, walk.codes["dot"], t, start, done, 0, size[i],
-                       tcm_at(walk.tcm_base, stream.src[i], walk.timing.tcm_bytes),
-                       tcm_at(walk.tcm_base, stream.dst[i], walk.timing.tcm_bytes), i, True,
+                       walk.tcm(stream.src[i]),
+                       walk.tcm(stream.dst[i]), i, True,
                        shape=log.gemm_shape(*shapes[shape][:3]))
         return t, done
 

@@ -160,13 +160,16 @@ class Ipcq:
             if log is not None:
                 amap = self.system.amap
                 log.append(pe.pid, PE_DMA, log.code("send"), t, start, end, size, 0,
-                           tcm_at(amap.pe_tcm_addr(*pe.coord, 0), stream.src[i],
-                                  self.timing.tcm_bytes),
+                           self._tcm(pe, stream.src[i]),
                            amap.pe_ipcq_slot_addr(*self.system.coords[dst], direction, slot),
                            i, index == 0, (dma.stream_at, dma.free_at), log.path(route[0]))
         pe.scheduler.hold(first, me)
         proc.end[i] = last
         return t, last
+
+    def _tcm(self, pe: Pe, offset: int) -> int | None:
+        """The address of a TCM offset in the stream on `pe` (op log only)."""
+        return tcm_at(self.system.amap.pe_tcm_addr(*pe.coord, 0), offset, self.timing.tcm_bytes)
 
     def _credit(self, proc: PeProcess, pe: Pe, i: int, dst: int, ring: Ring) -> Iterator[None]:
         """A credit of `ring` for send `i` of `pe` to PE `dst`: the earliest, waited for if
@@ -265,8 +268,7 @@ class Ipcq:
             amap = self.system.amap
             log.append(pe.pid, PE_CPU, log.code("recv"), t, t, done, nbytes, 0,
                        amap.pe_ipcq_slot_addr(*pe.coord, direction, 0),
-                       tcm_at(amap.pe_tcm_addr(*pe.coord, 0), stream.dst[i], self.timing.tcm_bytes),
-                       i)
+                       self._tcm(pe, stream.dst[i]), i)
         proc.end[i] = done
         return t, done
 
@@ -279,8 +281,7 @@ class Ipcq:
         stream, me = self.program.streams[pe.pid], pe.pid << PE_SHIFT | i
         cpu, dma, log, amap = pe.cpu, pe.dma, self.timing.oplog, self.system.amap
         slot_bytes = ring.slot_bytes
-        tcm_base = amap.pe_tcm_addr(*pe.coord, 0) if log is not None else 0  # op log only
-        tcm_size = self.timing.tcm_bytes
+        tcm = self._tcm(pe, stream.dst[i]) if log is not None else None  # op log only
         copy_code = log.code("recv copy") if log is not None else 0
         copies = proc.copies.setdefault(i, [])
         region = self.leaves[pe.pid][i] if self.leaves else 0
@@ -306,7 +307,7 @@ class Ipcq:
             if log is not None:
                 log.append(pe.pid, PE_DMA, copy_code, ready, start, end, size, 0,
                            amap.pe_ipcq_slot_addr(*pe.coord, direction, chunk.slot),
-                           tcm_at(tcm_base, stream.dst[i], tcm_size), i, False,
+                           tcm, i, False,
                            (dma.stream_at, dma.free_at))
             return end
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from kernbench_cli.config.schema import MathConfig
 from kernbench_cli.hw.causes import ENGINE, ISSUED, PRODUCER, SCHEDULER, because, by
-from kernbench_cli.hw.engine import InOrderEngine, cycles_to_ps, tcm_at
+from kernbench_cli.hw.engine import InOrderEngine, cycles_to_ps
 from kernbench_cli.hw.engines import PE_MATH
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ def math_step(walk: Walk) -> Callable:
         starts[i], end[i] = start, done
         if log is not None:
             log.append(pid, PE_MATH, kinds[key[0]][1], t, start, done, 0, key[1], None,
-                       tcm_at(walk.tcm_base, stream.dst[i], walk.timing.tcm_bytes), i, True,
+                       walk.tcm(stream.dst[i]), i, True,
                        (start, done - costs[1]))
         return t, done
 

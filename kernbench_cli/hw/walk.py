@@ -31,7 +31,7 @@ from kernbench_cli.hw.causes import (
     by,
 )
 from kernbench_cli.hw.dma import transfer_step
-from kernbench_cli.hw.engine import cycles_to_ps
+from kernbench_cli.hw.engine import cycles_to_ps, tcm_at
 from kernbench_cli.hw.engines import PE_CPU
 from kernbench_cli.hw.gemm import dot_step
 from kernbench_cli.hw.network import Path
@@ -168,6 +168,10 @@ class Walk:
         if log is not None:
             self.marks.append(cpu.time)
             log.cpu.extend(self.timing.cpu_slices(proc, self.marks))
+
+    def tcm(self, offset: int) -> int | None:
+        """The address of a TCM offset in the stream on this PE (op log only)."""
+        return tcm_at(self.tcm_base, offset, self.timing.tcm_bytes)
 
     def _room(self, i: int, peak: int) -> Iterator[None]:
         """Before command `i`, with composites holding tile buffers: run the tile operations

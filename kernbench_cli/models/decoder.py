@@ -418,6 +418,14 @@ class Layout:
                                          for rows in self.run.pass_rows}
         return found
 
+    def _peers(self, k: int, at: int) -> tuple[int | None, int | None, int | None]:
+        """The peers of the PE at place `at` of stage `k`: in the stage before and the stage
+        after (which hand it the hidden state and take it), and, on the first and the last
+        of several stages, in the other one (which the prompt's first token goes across)."""
+        stages, last = self.stages, len(self.stages) - 1
+        return (stages[k - 1][at] if k else None, stages[k + 1][at] if k < last else None,
+                stages[last if k == 0 else 0][at] if last and k in (0, last) else None)
+
     def _stage(self, k: int, stage: list[int]) -> None:
         run, cfg, grid = self.run, self.run.cfg, self.grid
         first, count = coll.part(run.timed, run.pp, k)
@@ -446,6 +454,7 @@ class Layout:
                 seqs[window] = (lo, coll.layout(grid, run.positions - lo, members))
             for pid in members:
                 self.stage_of[pid] = k
+                prev, after, wrap = self._peers(k, stage.index(pid))
                 qkv = {}  # per pass's rows: (its part of the gather, the columns it covers)
                 for rows, parts in qkv_parts.items():
                     e0, n = parts[pid]
@@ -458,15 +467,9 @@ class Layout:
                     "mlp": mlp[pid], "lm": lm.get(pid, (0, 0)),
                     "arg": {n: parts[pid] for n, parts in arg.items()},
                     "gather_algo": gathers, "qkv_algo": qkv_algo, "stage": stage,
-                    "prev": self.stages[k - 1][stage.index(pid)] if k else None,
-                    "next": None if last else self.stages[k + 1][stage.index(pid)],
-                    # the prompt's first token goes from the last stage to the first
-                    "wrap": self.stages[-1 if k == 0 else 0][stage.index(pid)]
-                    if len(self.stages) > 1 and (k == 0 or last) else None,
+                    "prev": prev, "next": after, "wrap": wrap,
                     "take": {rows: parts[pid] for rows, parts in take.items()},
-                    "give": {} if last else {
-                        rows: parts[self.stages[k + 1][stage.index(pid)]]
-                        for rows, parts in give.items()},
+                    "give": {rows: parts[after] for rows, parts in give.items()},
                     "seq": {w: (lo, *seq[pid]) for w, (lo, seq) in seqs.items()},
                     "layers": [(i, cfg.window(i)) for i in range(first, first + count)]}
                 extra = []
