@@ -99,7 +99,8 @@ class FreeListPool:
 
     Kernel tensors come and go; a block is freed when its tensor is dropped.
     Freed blocks wait in a cache by size, since a kernel's loop allocates the
-    same tile sizes again and again; they return to the free list (and
+    same tile sizes again and again (the one nearest the end it was placed from
+    is taken first, whatever order they were freed in); they return to the free list (and
     coalesce) only when a request finds no room otherwise, when the free space
     is asked for, or, while a block from the top is in use, when the cache
     cannot serve a request (so that a small tensor is not placed high, past
@@ -159,6 +160,23 @@ class FreeListPool:
     def allocations(self) -> dict[int, int]:
         """{handle: bytes} of every block in use."""
         return dict(self._sizes)
+
+    def state(self) -> tuple:
+        """What decides where every later block goes, hashable: the free list, the blocks
+        in use and the cache in its order (`peak`, a record of the past, is not in it)."""
+        return (tuple(self._starts), tuple(self._lengths), tuple(sorted(self._sizes.items())),
+                tuple(sorted((n, tuple(handles)) for n, handles in self._cached.items())))
+
+    def restore(self, state: tuple) -> None:
+        """Take `state` (one `state` returned); `peak` is left as it is."""
+        starts, lengths, sizes, cached = state
+        self._starts, self._lengths = list(starts), list(lengths)
+        self._room = [_room(s, n) for s, n in zip(starts, lengths, strict=True)]
+        self._sizes = dict(sizes)
+        self._cached = {n: list(handles) for n, handles in cached}
+        self._tops = {h for h in self._sizes if h < 0}
+        self._deep = -min(self._tops, default=0)
+        self.used = sum(self._sizes.values())
 
     def alloc(self, nbytes: int, what: str, align: int = DEFAULT_ALIGN) -> int:
         """The handle of `nbytes` fresh bytes aligned to `align`; AddressError when full."""
@@ -298,8 +316,16 @@ class FreeListPool:
         cached = self._cached.get(nbytes)
         if cached is None:
             self._cached[nbytes] = [handle]
-        else:
-            cached.append(handle)
+        else:  # nearest its own end last, where `alloc` takes it
+            bisect.insort(cached, handle, key=self._farthest_first)
+
+    def _farthest_first(self, handle: int) -> int:
+        """The order of a size's cache, which `alloc` takes from the end: a block farther
+        from the end it was placed from first (of two as far, the one from the bottom).
+        Freed blocks so return to a cache in an order that does not depend on the order
+        they were freed in: a loop whose body frees the same blocks in another order
+        leaves the allocator as it found it."""
+        return -2 * (handle - self.base) if handle >= 0 else 2 * handle + 1
 
     def _flush(self) -> None:
         """Return every cached block to the free list, by address, joining touching blocks

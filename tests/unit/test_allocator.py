@@ -59,7 +59,9 @@ def test_system_allocator_pools_live_in_each_pes_own_ranges(amap):
 
 class FirstFit:
     """The TCM allocator's rule written plainly, to check `FreeListPool` against: a freed
-    block waits in a cache by its exact size (the latest freed first); a request takes
+    block waits in a cache by its exact size (the one nearest the end it was placed from
+    first: the lowest address from the bottom, the highest from the top, one from the top
+    of two as near); a request takes
     from that cache, else the lowest-addressed free block where it fits at an aligned
     address (one of `large` bytes or more: the highest-addressed, as high as it fits
     aligned, and named by its address less the top), else returns the cache to the free
@@ -87,9 +89,12 @@ class FirstFit:
     def alloc(self, nbytes: int, align: int) -> int | None:
         nbytes = max(nbytes, 1)
         cached = self.cached.get(nbytes)
-        if cached and (cached[-1] + nbytes <= self.high() if cached[-1] >= 0
-                       else self.at(cached[-1]) >= self.low()):
-            handle = cached.pop()
+        nearest = min(cached, key=lambda h: 2 * (h - self.base) + 1 if h >= 0 else -2 * h) \
+            if cached else None
+        if cached and (nearest + nbytes <= self.high() if nearest >= 0
+                       else self.at(nearest) >= self.low()):
+            handle = nearest
+            cached.remove(handle)
         else:
             if any(h < 0 for h in self.sizes):  # blocks from the top in use: join first
                 self.flush()
@@ -199,7 +204,7 @@ def test_tcm_allocator_gives_the_addresses_plain_first_fit_gives(pool_range, lar
 def test_tcm_fragmented_by_small_tensors_freed_out_of_order():
     """32 tensors of 16 B, one per 64 B slot, leave a 48 B sliver after each: long enough
     for a 48 B request, but with no aligned address in it. Every other one is freed,
-    backwards: the cache serves their size, latest freed first; other sizes skip the
+    backwards: the cache serves their size, lowest first; other sizes skip the
     slivers; a request nothing fits merges the cache back, each freed 16 B joining the
     slivers on both sides of it (112 B from 128j + 16), and fails when even that is short."""
     pool = FreeListPool("TCM of PE (rack=0 sip=0 cube=0 pe=0)", 0, 4096)
@@ -207,7 +212,7 @@ def test_tcm_fragmented_by_small_tensors_freed_out_of_order():
     for addr in range(31 * 64, 0, -128):  # 1984, 1856, ..., 64
         pool.free(addr)
     assert pool.alloc(48, "a") == 2048  # past every sliver, after the last tensor's
-    assert pool.alloc(16, "b") == 64  # the cache: the latest freed 16 B block
+    assert pool.alloc(16, "b") == 64  # the cache: the lowest freed 16 B block
     assert pool.alloc(1984, "c") == 2112  # the rest of TCM, from 2048 + 64
     assert (pool.used, pool.peak) == (16 * 16 + 48 + 16 + 1984, 4096)
     with pytest.raises(AddressError) as info:
