@@ -11,9 +11,11 @@ Per case, two measures:
   the timing pass: energy counts, the invariants, the critical path, regions);
   then `--repeat` less one replays of its trace, each split the same way; the
   least of each, and the bare SimPy + greenlet loop
-  (`sim_throughput.bare_loop_times`) on as many PEs and commands, in the same run.
-  Printed: seconds, us a command and the ratio to the bare loop (aims: timing pass
-  <= 4x, post-pass <= 1x).
+  (`sim_throughput.bare_loop_times`) on as many PEs and commands, in the same run;
+  and the functional pass once more with shortcuts off (every layer run, none
+  copied: `--no-shortcuts`), stopped where its timing pass would begin.
+  Printed: seconds, us a command and the ratio to the bare loop (aims: functional
+  pass <= 2x, timing pass <= 4x, post-pass <= 1x).
 - instructions (`--instructions`, valgrind's cachegrind; independent of the
   machine's load): the streams are recorded once, then each of the timing pass,
   the replay (timing pass and post-pass) and the bare loop runs once and twice
@@ -55,18 +57,26 @@ def commands(program) -> int:
 
 
 class Marks:
-    """CPU seconds where each timing pass began and ended (`Timing.run` wrapped)."""
+    """CPU seconds where each timing pass began and ended (`Timing.run` wrapped); with
+    `stop` set, the run stops (`Stopped`) where its timing pass would begin."""
 
     def __init__(self) -> None:
         self.began = self.ended = 0.0
+        self.stop = False
         run = Timing.run
 
         def timed(timing: Timing) -> None:
             self.began = time.process_time()
+            if self.stop:
+                raise Stopped
             run(timing)
             self.ended = time.process_time()
 
         Timing.run = timed
+
+
+class Stopped(Exception):
+    """The run stopped before its timing pass (`Marks.stop`)."""
 
 
 def cpu(layers: int, repeat: int) -> None:
@@ -86,12 +96,19 @@ def cpu(layers: int, repeat: int) -> None:
         ended = time.process_time()
         timed.append(marks.ended - marks.began)
         post.append(ended - marks.ended)
+    marks.stop, began = True, time.process_time()
+    try:
+        run_kernel(kernel, amap, parse_params(kernel, params(layers)), timing_only=True,
+                   shortcuts=False)
+    except Stopped:
+        every = marks.began - began
     bare = min(bare_loop_times(pes, n // pes)[0] for _ in range(repeat)) / (n // pes * pes)
     print(f"llama_decode llama3-8b, {layers} layers, on sip: {n:,} commands on {pes} PEs "
           f"(CPU, least of {repeat})")
     print(f"{'':<28} {'s':>8} {'us/command':>10} {'vs bare':>8}")
     for name, seconds in (("bare SimPy + greenlet loop", bare * n),
                           ("functional pass (once)", functional),
+                          ("  without shortcuts", every),
                           ("timing pass", min(timed)), ("post-pass", min(post))):
         print(f"{name:<28} {seconds:>8.2f} {seconds / n * 1e6:>10.2f} {seconds / n / bare:>7.2f}x")
 

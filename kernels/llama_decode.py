@@ -567,29 +567,17 @@ def _act(tl, gate, name):
     return gate * (tl.tanh(inner) + 1.0) * 0.5
 
 
-class _Residual:
-    """The residual stream [rows, hidden] (f32) a stage carries through its layers, kept in
-    one place: a layer takes it out (`take`) and puts its output back, so that the
-    layer's input leaves TCM as soon as the layer's first residual add has used it. (A
-    caller's variable would hold the input across the whole layer: a second [rows,
-    hidden] f32 in TCM, 512 KiB of a 2 MiB TCM at 16 rows of llama3-70b.)"""
-
-    __slots__ = ("x",)
-
-    def __init__(self, x):
-        self.x = x
-
-    def take(self):
-        x, self.x = self.x, None
-        return x
-
-
-def _layer(tl, plan, layer, i, residual, shared, dims, pas=None, masks=None, j0=0):
-    """Layer `i` of the decode step for the micro-batch from sequence `j0` (`pas` None), or
-    of a prefill pass (`pas`: its first position and tokens a sequence), on the
-    `residual` stream [rows, hidden] (f32), which it replaces with its output."""
+def _layer(tl, layer, residual, plan, shared, dims, pas=None, masks=None, j0=0):
+    """A layer (`layer`: its weights and KV cache) of the decode step for the micro-batch
+    from sequence `j0` (`pas` None), or of a prefill pass (`pas`: its first position and
+    tokens a sequence), on the residual stream [rows, hidden] (f32), which it takes from
+    the list `residual` and replaces there with its output: so the input leaves TCM as
+    soon as the first residual add has used it (a caller's variable would hold it across
+    the layer: a second [rows, hidden] f32, 512 KiB of a 2 MiB TCM at 16 rows of
+    llama3-70b). Called through `tl.repeat`: in a timing-only run a layer alike to two
+    before it is copied, not run; what differs between layers is `layer` alone."""
     b, g, d, dt, hidden, eps = (dims[k] for k in ("b", "g", "d", "dt", "hidden", "eps"))
-    x = residual.take()
+    x = residual.pop()
     rows = b * pas[1] if pas else dims["mb"]
     with tl.region("rmsnorm"):
         h = _rmsnorm(tl, x, layer["norm_in"], hidden, eps).to(dt)
@@ -637,8 +625,8 @@ def _layer(tl, plan, layer, i, residual, shared, dims, pas=None, masks=None, j0=
     with tl.region("mlp_all_reduce"):
         _all_reduce(tl, plan, y, shared, dims, rows)
         del y
-        residual.x = x + _bias(tl, _summed(tl, shared, dims, rows), layer.get("down_bias"),
-                               hidden, dt)
+        residual.append(x + _bias(tl, _summed(tl, shared, dims, rows),
+                                  layer.get("down_bias"), hidden, dt))
 
 
 def _is_max(tl, x, m):
@@ -719,19 +707,19 @@ def _pass(tl, plan, shared, dims, p0, t, prompt, out, last):
     rows = b * t
     if plan["prev"] is None:  # the pass's prompt rows: this PE's part, gathered
         _, n = plan["take"][rows]
-        residual = _Residual(_gathered(tl, plan, shared, dims, rows, tl.load(
-            prompt, shape=(n,), dtype=dt).to("f32") if n else None))
+        residual = [_gathered(tl, plan, shared, dims, rows, tl.load(
+            prompt, shape=(n,), dtype=dt).to("f32") if n else None)]
     else:
-        residual = _Residual(_take(tl, plan, shared, dims, rows))
+        residual = [_take(tl, plan, shared, dims, rows)]
     masks = None
     for i, layer in plan["layers"]:
         if masks is None:
             masks = _future(tl, shared, layer, p0, t)
         with tl.region(f"layer{i}") if dims["per_layer"] else contextlib.nullcontext():
-            _layer(tl, plan, layer, i, residual, shared, dims, (p0, t), masks)
+            tl.repeat(_layer, layer, residual, plan, shared, dims, (p0, t), masks)
             if last and tl.pid == plan["stage"][0]:  # each sequence's last token, checked
-                tl.store(out + i * b * hidden * 4, residual.x[t - 1::t])
-    x = residual.take()
+                tl.store(out + i * b * hidden * 4, residual[0][t - 1::t])
+    x = residual.pop()
     if plan["next"] is not None:
         _hand_on(tl, plan, x, rows)
     return x
@@ -764,18 +752,18 @@ def _decode(tl, plan, shared, dims):
     for j0 in range(0, b, rows):  # micro-batch by micro-batch: the stages overlap
         token = None  # the micro-batch before's is stored already: its TCM is free
         if plan["prev"] is None:
-            residual = _Residual(tl.load(
+            residual = [tl.load(
                 tl.shard(shared["x"]) + (at + j0) * hidden * tl.itemsize(dims["dt"]),
-                shape=(rows, hidden), dtype=dims["dt"]).to("f32"))
+                shape=(rows, hidden), dtype=dims["dt"]).to("f32")]
         else:  # the hidden state from the stage before
-            residual = _Residual(_take(tl, plan, shared, dims, rows))
+            residual = [_take(tl, plan, shared, dims, rows)]
         for i, layer in plan["layers"]:
             with tl.region(f"layer{i}") if dims["per_layer"] else contextlib.nullcontext():
-                _layer(tl, plan, layer, i, residual, shared, dims, j0=j0)
+                tl.repeat(_layer, layer, residual, plan, shared, dims, j0=j0)
                 if last:  # the state after the layer, checked: each PE keeps its part
-                    _keep(tl, plan, residual.x, out + (i * dims["state_stride"] + j0 // rows
+                    _keep(tl, plan, residual[0], out + (i * dims["state_stride"] + j0 // rows
                                                        * dims["state_slot"]) * 4, rows)
-        x = residual.take()
+        x = residual.pop()
         if plan["next"] is not None:
             _hand_on(tl, plan, x, rows)
         else:

@@ -137,11 +137,13 @@ def run():
 
     def go(kernel: str, topology: str = "one", params: tuple[str, ...] = (),
            costs: Path | None = None, seed: int = 0, timing_only: bool = False,
-           oplog: bool = True, sets: tuple[str, ...] = (), dedup: bool = True):
+           oplog: bool = True, sets: tuple[str, ...] = (), dedup: bool = True,
+           shortcuts: bool = True):
         path = TESTS / "kernels" / f"{kernel}.py"
         module = load_kernel(str(path) if path.is_file() else kernel)
         amap = load_address_map(test_topology(topology), costs, sets)
         return run_kernel(module, amap, parse_params(module, list(params)), seed=seed,
-                          timing_only=timing_only, oplog=oplog, dedup=dedup)
+                          timing_only=timing_only, oplog=oplog, dedup=dedup,
+                          shortcuts=shortcuts)
 
     return go

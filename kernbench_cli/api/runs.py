@@ -145,7 +145,7 @@ def run(kernel: str | Path | KernelModule, topology: str | Path | Topology | Non
         per_pe: bool = False, races: bool = False, oplog: bool = False,
         max_commands: int = DEFAULT_MAX_COMMANDS,
         kernel_timeout: float = DEFAULT_KERNEL_TIMEOUT, watch: Watch | None = None,
-        check: bool = True, dedup: bool = True) -> Result:
+        check: bool = True, dedup: bool = True, shortcuts: bool = True) -> Result:
     """Run `kernel` on every PE of `topology` and verify it: `kernbench run`.
 
     ``result.to_dict()`` is what ``run --json`` prints for the same arguments (with
@@ -156,11 +156,14 @@ def run(kernel: str | Path | KernelModule, topology: str | Path | Topology | Non
     exception's ``result`` is the result. Every other error is raised as the CLI's.
     `dedup` (the default; ``--no-dedup`` is `dedup=False`) times one PE per class of
     PEs that time alike: the same results, sooner where PEs repeat each other.
+    `shortcuts` (the default; ``--no-shortcuts`` is `shortcuts=False`) copies, timing
+    only, the repetitions of a loop body proven alike to the ones before (`tl.repeat`,
+    a decoder layer): the same results, sooner.
     """
     check_kernel_timeout(kernel_timeout)
     _check_counts(seed, max_commands)
     args.flags(timing_only=timing_only, per_pe=per_pe, races=races, oplog=oplog, check=check,
-               dedup=dedup)
+               dedup=dedup, shortcuts=shortcuts)
     args.watch(watch)
     from kernbench_cli.sim.kernels import KernelModule, param_items, parse_params
     from kernbench_cli.sim.run import run_kernel
@@ -170,7 +173,7 @@ def run(kernel: str | Path | KernelModule, topology: str | Path | Topology | Non
     values = parse_params(module, param_items(params), amap.topology.num_pes)
     raw = run_kernel(module, amap, values, seed=seed, timing_only=timing_only,
                      max_commands=max_commands, oplog=oplog, watch=watch, races=races,
-                     kernel_timeout=kernel_timeout, dedup=dedup)
+                     kernel_timeout=kernel_timeout, dedup=dedup, shortcuts=shortcuts)
     return _result(raw, amap, per_pe, module.shown, check)
 
 

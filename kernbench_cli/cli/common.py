@@ -73,6 +73,12 @@ DedupOpt = Annotated[bool, typer.Option(
     "--dedup/--no-dedup", help="Time one PE per class of PEs that time alike, or every PE in "
                                "full (the results are the same).")]
 
+SHORTCUTS_DEFAULT = True  # copy a repetition proven alike (`tl.repeat`)
+ShortcutsOpt = Annotated[bool, typer.Option(
+    "--shortcuts/--no-shortcuts", help="Timing only: copy a loop body's repetitions (a "
+                                       "decoder layer's) proven alike to the ones before, or "
+                                       "run every one (the results are the same).")]
+
 ProgressOpt = Annotated[bool, typer.Option(
     "--progress", help="With stderr not a terminal (piped, a log), print plain progress "
                        f"lines there: as each pass begins, after {PROGRESS_FIRST:g} s and every "

@@ -10,6 +10,7 @@ import typer
 
 from kernbench_cli.cli.common import (
     DEDUP_DEFAULT,
+    SHORTCUTS_DEFAULT,
     CostsOpt,
     DedupOpt,
     JsonOpt,
@@ -18,6 +19,7 @@ from kernbench_cli.cli.common import (
     ProgressOpt,
     SeedOpt,
     SetOpt,
+    ShortcutsOpt,
     TopologyOpt,
     echo_rich,
     following,
@@ -80,6 +82,7 @@ def run(
                               "better, and rank what each saves.")] = False,
     progress: ProgressOpt = False,
     dedup: DedupOpt = DEDUP_DEFAULT,
+    shortcuts: ShortcutsOpt = SHORTCUTS_DEFAULT,
     bounds_only: BoundsOnlyOpt = False,
 ) -> None:
     """Run KERNEL on every PE of the topology, verify it, and report the time."""
@@ -109,7 +112,8 @@ def run(
         result = api.run(module, topo, params=param or (), seed=seed, timing_only=timing_only,
                          max_commands=max_commands, kernel_timeout=kernel_timeout,
                          oplog=chrome_trace is not None or oplog is not None, watch=watch,
-                         races=races, per_pe=per_pe, check=False, dedup=dedup)
+                         races=races, per_pe=per_pe, check=False, dedup=dedup,
+                         shortcuts=shortcuts)
     if save is not None:
         _save_npz(save, {**result.inputs, **result.outputs})
     if record is not None:

@@ -159,6 +159,12 @@ class Memory:
         del self._recent[4:]
         return name
 
+    def extent(self, addr: int, what: str) -> tuple[int, int]:
+        """(base, bytes) of the allocation holding `addr`; AddressError if none (`what`
+        names the address in it)."""
+        i, offset = self._find(addr, 1, what)
+        return addr - offset, self._sizes[i]
+
     def _find(self, addr: int, nbytes: int, what: str) -> tuple[int, int]:
         """(allocation, offset in it) of the allocation holding ``[addr, addr + nbytes)``."""
         order = self._index()

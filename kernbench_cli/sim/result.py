@@ -92,6 +92,8 @@ class RunResult:
     #: per PE, the most TCM its tensors and tile buffers held: (bytes, when in ps, kernel line)
     tcm_high_water: tuple[tuple[int, int, int], ...] = ()
     tcm_bytes: int = 0  # a PE's TCM
+    #: `tl.repeat`'s repetitions: recorded, proven alike, copied, run (`Launch.repeats`)
+    repeats: dict[str, int] = field(default_factory=dict)
     races: list[Race] | None = None  # data races between PEs, when looked for
     lines: list = field(default_factory=list)  # per PE, the kernel line of each command
     energy: Energy | None = None  # attojoules, by part (sim.energy)

@@ -40,7 +40,7 @@ from kernbench_cli.hw.timing import Stuck, Timing, TimingError
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
 from kernbench_cli.lang.confine import Interrupted, confined, printing_to_stderr
 from kernbench_cli.lang.memory import Memory
-from kernbench_cli.lang.tl import Launch, functional_pass, kernel_line
+from kernbench_cli.lang.tl import Launch, ShortcutMissed, functional_pass, kernel_line
 from kernbench_cli.lang.watchdog import DEFAULT_KERNEL_TIMEOUT, KernelTimeout, watchdog
 from kernbench_cli.sim import bounds as stated_bounds
 from kernbench_cli.sim import energy, hooks, invariants
@@ -95,7 +95,8 @@ class Timed:
 def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], seed: int = 0,
                timing_only: bool = False, max_commands: int = DEFAULT_MAX_COMMANDS,
                oplog: bool = False, watch: Watch | None = None, races: bool = False,
-               kernel_timeout: float = DEFAULT_KERNEL_TIMEOUT, dedup: bool = True) -> RunResult:
+               kernel_timeout: float = DEFAULT_KERNEL_TIMEOUT, dedup: bool = True,
+               shortcuts: bool = True) -> RunResult:
     """Run `kernel` on every PE of `amap`'s topology and verify it (unless timing only).
 
     With `oplog`, `result.oplog` lists every engine occupation; with `races`,
@@ -103,31 +104,20 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     `kernbench run --record` writes. `watch` follows the progress. A kernel
     whose Python issues no command for `kernel_timeout` seconds is stopped
     (`lang.watchdog`). `dedup` (the default) times one PE per class of PEs that
-    time alike (`hw.symmetry`; the same results), without it every PE.
+    time alike (`hw.symmetry`; the same results), without it every PE. `shortcuts` (the
+    default) copies a timing-only run's repetitions of a loop body proven alike
+    (`tl.repeat`; the same streams), without it runs every one.
     """
     watch = watch or Watch()
     wall = time.perf_counter()
-    watch.begin("setting up", None)
-    system = System(amap)
-    memory = Memory(backed=not timing_only)
-    watch.host = host = Host(system, memory, seed, timing_only)
-    args = hooks.setup(kernel, host, params)
-    fn = hooks.kernel_fn(kernel, args)
-    kernel_file = fn.__code__.co_filename
-    launch = Launch(system, memory, timing_only, kernel_file, max_commands)
-    failures: dict[int, BaseException] = {}
-
-    def body(tl) -> None:
-        try:
-            with np.errstate(all="ignore"):  # a greenlet has its own context: see `_quiet`
-                fn(tl, **args)
-        except (Interrupted, KernelTimeout, GreenletExit):
-            raise
-        except BaseException as exc:  # sys.exit(), KeyboardInterrupt: the kernel's errors too
-            failures[tl.pid] = exc
-
-    watch.begin("functional pass", launch)
-    _functional(kernel, kernel_file, launch, body, kernel_timeout, failures)
+    try:
+        system, memory, host, args, kernel_file, launch, failures = _set_up_and_run(
+            kernel, amap, params, seed, timing_only, max_commands, watch, kernel_timeout,
+            shortcuts)
+    except ShortcutMissed:  # it stopped inside a copy: run it as it would run without
+        system, memory, host, args, kernel_file, launch, failures = _set_up_and_run(
+            kernel, amap, params, seed, timing_only, max_commands, watch, kernel_timeout,
+            False)
     outputs, unread = {}, None
     if not timing_only and not failures:  # read now: simulated memory goes before timing
         try:
@@ -159,6 +149,7 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     result = _collect(kernel.name, system, timing, params, seed, timing_only, checks)
     _analyse(result, system, timing, counts, model_checks, races, by_region)
     result.switches = launch.hub.switches
+    result.repeats = dict(launch.repeats)
     result.inputs, result.outputs = host.inputs, outputs
     _stated(kernel, amap.topology, params, result)
     if not timing_only and hasattr(kernel.module, "quality"):  # after metrics: beside them
@@ -167,6 +158,35 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     result.trace = _trace(kernel, system, params, seed, memory, program)
     result.wall_s = time.perf_counter() - wall
     return result
+
+
+def _set_up_and_run(kernel: KernelModule, amap: AddressMap, params: dict[str, Any],
+                    seed: int, timing_only: bool, max_commands: int, watch: Watch,
+                    kernel_timeout: float, shortcuts: bool) -> tuple:
+    """The host's setup and the functional pass (`run_kernel`'s arguments): the system,
+    memory, host, the kernel's arguments, its file, the launch and the PEs' failures."""
+    watch.begin("setting up", None)
+    system = System(amap)
+    memory = Memory(backed=not timing_only)
+    watch.host = host = Host(system, memory, seed, timing_only)
+    args = hooks.setup(kernel, host, params)
+    fn = hooks.kernel_fn(kernel, args)
+    kernel_file = fn.__code__.co_filename
+    launch = Launch(system, memory, timing_only, kernel_file, max_commands, shortcuts)
+    failures: dict[int, BaseException] = {}
+
+    def body(tl) -> None:
+        try:
+            with np.errstate(all="ignore"):  # a greenlet has its own context: see `_quiet`
+                fn(tl, **args)
+        except (Interrupted, KernelTimeout, GreenletExit, ShortcutMissed):
+            raise
+        except BaseException as exc:  # sys.exit(), KeyboardInterrupt: the kernel's errors too
+            failures[tl.pid] = exc
+
+    watch.begin("functional pass", launch)
+    _functional(kernel, kernel_file, launch, body, kernel_timeout, failures)
+    return system, memory, host, args, kernel_file, launch, failures
 
 
 def _functional(kernel: KernelModule, kernel_file: str, launch: Launch, body,

@@ -308,3 +308,44 @@ def test_the_peak_is_what_blocks_in_use_at_once_need_each_at_its_end():
     assert pool.peak == 2168
     assert pool.alloc(2048, "large again") == -2048  # the freed one, from the cache
     assert pool.peak == 2168 + 2048
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([(0, 5000), (0x4000_0000, 20_000)]), st.sampled_from([64, 1000, 4096]),
+       _STEPS, _STEPS)
+def test_a_restored_state_places_every_later_block_alike(pool_range, large, before, after):
+    """`state` holds all that decides the next placements: a pool given another's state
+    by `restore` places every later request where that one does, frees and flushes
+    included (what `tl.repeat` relies on when it sets the state after a copied layer)."""
+    base, size = pool_range
+    pool = FreeListPool("tcm", base, size, large)
+    live: list[int] = []
+
+    def step(pools, op, n, align):
+        if op == "alloc":
+            got = set()
+            for p in pools:
+                try:
+                    got.add(p.alloc(n, "t", align))
+                except AddressError as exc:
+                    got.add(str(exc))
+            assert len(got) == 1
+            handle = got.pop()
+            if isinstance(handle, int):
+                live.append(handle)
+        elif op == "free" and live:
+            handle = live.pop(n % len(live))
+            for p in pools:
+                p.free(handle)
+        elif op == "largest":
+            assert len({p.largest_free() for p in pools}) == 1
+
+    for op, n, align in before:
+        step([pool], op, n, align)
+    copy = FreeListPool("tcm", base, size, large)
+    copy.restore(pool.state())
+    assert (copy.state(), copy.used, copy.allocations()) == \
+        (pool.state(), pool.used, pool.allocations())
+    for op, n, align in after:
+        step([pool, copy], op, n, align)
+        assert copy.state() == pool.state()

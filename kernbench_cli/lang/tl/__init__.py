@@ -17,7 +17,8 @@ Semantics kept simple on purpose, and documented in docs/model.md:
 The language is split by concern, a module each: `memory` (load, store, ref,
 views), `gemm` (dot, composite), `pe_math` (elementwise, reductions, fills,
 casts), `messages` (send, recv), `ordering` (fence, wait, cycles, reading a
-value), `regions`, `grid` (where the PE is); `checks` holds the argument
+value), `regions`, `repeat` (a loop body emitted once), `grid` (where the PE is);
+`checks` holds the argument
 checks they share. Each concern is a mixin class on `core.Core`, which holds
 the PE's state (stream rows, TCM, region) and the steps every command takes;
 `TL` is their sum. Mixins rather than an object per concern, because a
@@ -42,11 +43,12 @@ from kernbench_cli.lang.tl.messages import MessageOps
 from kernbench_cli.lang.tl.ordering import Ordering
 from kernbench_cli.lang.tl.pe_math import MathOps
 from kernbench_cli.lang.tl.regions import Regions
+from kernbench_cli.lang.tl.repeat import Repeats, ShortcutMissed
 
-__all__ = ["TL", "Launch", "functional_pass", "kernel_line"]
+__all__ = ["TL", "Launch", "ShortcutMissed", "functional_pass", "kernel_line"]
 
 
-class TL(Grid, MemoryOps, GemmOps, MathOps, MessageOps, Ordering, Regions):
+class TL(Grid, MemoryOps, GemmOps, MathOps, MessageOps, Ordering, Regions, Repeats):
     """The `tl` object of one PE. See docs/kernels.md for the full list of calls."""
 
     f16, bf16, f32 = "f16", "bf16", "f32"
@@ -58,8 +60,10 @@ def functional_pass(launch: Launch, kernel: Callable[[TL], None],
     """Run `kernel(tl)` on every PE of `launch` until each has ended or waits for good.
 
     `kernel` handles its own errors (it is the launcher's wrapper around the
-    kernel); streams end where a PE stopped. The kernels run inside `guard`
-    (the watchdog), their streams are made after it. Returns each PE's `TL`.
+    kernel); streams end where a PE stopped. `ShortcutMissed` if a PE stopped inside a
+    repetition `tl.repeat` copied (the run is to be made again without shortcuts). The
+    kernels run inside `guard` (the watchdog), their streams are made after it. Returns
+    each PE's `TL`.
     The garbage collector stays on, out of the way (`gc_control.deferred`): the
     kernel's own Python may leave cycles to free.
     """
@@ -69,5 +73,7 @@ def functional_pass(launch: Launch, kernel: Callable[[TL], None],
         tls = [TL(launch, pid, thread) for pid, thread in enumerate(threads)]
         with guard or nullcontext():
             hub.run(threads, [(lambda tl=tl: kernel(tl)) for tl in tls])
+        if any(tl._copying and tl._thread.waiting for tl in tls):
+            raise ShortcutMissed  # deadlocked inside a copy: its stream would not end there
         launch.finish(tls)
     return tls

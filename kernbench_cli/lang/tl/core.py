@@ -58,10 +58,15 @@ class Launch:
     """What every PE of one functional pass shares: the system, memory, the program, mail."""
 
     def __init__(self, system: System, memory: Memory, timing_only: bool, kernel_file: str,
-                 max_commands: int = DEFAULT_MAX_COMMANDS):
+                 max_commands: int = DEFAULT_MAX_COMMANDS, shortcuts: bool = True):
         self.system = system
         self.memory = memory
         self.timing_only = timing_only
+        #: timing only, whether `tl.repeat` copies a proven repetition instead of running it
+        self.shortcuts = shortcuts
+        #: `tl.repeat`'s repetitions: run and recorded, run and proven alike, copied, run
+        #: (not repeatable, or alike to none recorded)
+        self.repeats = {"recorded": 0, "proven": 0, "copied": 0, "run": 0}
         self.kernel_file = kernel_file  # co_filename of the kernel's code: how lines are found
         #: id of a code object of the kernel's file -> (the code, {instruction offset:
         #: line}): the cache of `_line`, shared by every PE (they run the same code)
@@ -110,6 +115,10 @@ class Core:
         self._gemm = (topo.pe.gemm.rows, topo.pe.gemm.cols, topo.pe.gemm.dataflow)
         self._region = 0  # the region its next command belongs to
         self._pinned = 0  # inside a `library_call`: the kernel line of its commands
+        self._take = None  # the repetition `tl.repeat` records, while it runs
+        self._copying = False  # whether `tl.repeat` copies a repetition (and may wait in it)
+        self._repeats: dict = {}  # `tl.repeat`'s records, by key
+        self._held: dict = {}  # the dicts `tl.repeat` keys by identity, by id
 
     def _emit(self, op: int, a: int, b: int, size: int, arg: int, src: int = NONE,
               dst: int = NONE, depth: int = 2, block: int = 0) -> int:

@@ -38,6 +38,8 @@ class MessageOps(Core):
         if box is None:
             box = launch.mail[(self._pid, dst)] = deque()
         box.append((tensor.nbytes, tensor.dtype, tensor.value))
+        if self._take is not None:  # a repetition recorded (`tl.repeat`)
+            self._take.sent.append(tensor.dtype)
         receiver = launch.receivers.get(dst)
         if receiver is not None:
             receiver.wake()

@@ -27,13 +27,17 @@ class Regions(Core):
             raise KernelError(f"tl.region: {problem}, got {clip(name)}")
         return _Region(self, name)
 
-    def _enter_region(self, region: int) -> None:
-        """The next commands belong to `region` (an index of the program's regions)."""
+    def _enter_region(self, region: int, at: int | None = None) -> None:
+        """The commands from the next (or from command `at`) belong to `region` (an index
+        of the program's regions)."""
         if region == self._region:
             return
         self._region = region
         marks = self._launch.program.region_marks[self._pid]
-        at = self._issued()
+        if at is None:
+            at = self._issued()
+        if self._take is not None:  # a repetition recorded (`tl.repeat`)
+            self._take.regions.append((at, region))
         if marks and marks[-1][0] == at:  # nothing issued in the region just left
             marks.pop()
         if not marks or marks[-1][1] != region:

@@ -1,0 +1,146 @@
+"""`tl.repeat`: a loop body emitted once, its repetitions copied, in timing-only runs.
+
+The oracle is the same run with shortcuts off: the program (every stream column, the
+composites, the regions and their marks, the TCM peaks), the hub's switches and the
+JSON report must be equal, whatever was copied."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kernbench_cli.errors import DeadlockError, KernelError
+from tests.conftest import TESTS
+
+SMALL_LLAMA = str(TESTS / "configs" / "tiny_10_layers.json")
+
+
+def _program(result) -> tuple:
+    program = result.trace.program
+    return ([[column.tobytes() for column in stream.columns()] for stream in program.streams],
+            program.composites, program.regions, program.region_marks, program.tcm_peak,
+            program.gemm_shapes, result.switches)
+
+
+def _both(run, kernel, topology, params):
+    """The timing-only run with shortcuts and without."""
+    return [run(kernel, topology, params, timing_only=True, oplog=False, shortcuts=on)
+            for on in (True, False)]
+
+
+def test_copied_repetitions_are_what_running_them_gives(run):
+    """Each PE's six layers alternate between two TCM states (the state tensor ping-pongs
+    between two blocks), and the first starts from a third: three recorded (first of a
+    key), two proven alike (the second of a key), one copied, per PE."""
+    copied, oracle = _both(run, "repeated", "default", ())
+    assert _program(copied) == _program(oracle)
+    assert copied.latency_ps == oracle.latency_ps
+    assert copied.repeats == {"recorded": 48, "proven": 32, "copied": 16, "run": 0}
+    assert oracle.repeats == {"recorded": 0, "proven": 0, "copied": 0, "run": 0}
+
+
+def test_runs_with_values_run_every_repetition(run):
+    result = run("repeated", "default", ())
+    assert all(check.passed for check in result.checks)
+    assert result.repeats == {"recorded": 0, "proven": 0, "copied": 0, "run": 0}
+
+
+@pytest.mark.parametrize("mode, counts", [
+    # cycles counted in a global: the second of a key differs, so none is copied
+    ("hidden", {"recorded": 48, "proven": 0, "copied": 0, "run": 48}),
+    # a tensor the body was not given, or a dict of tensors given: never recorded
+    ("outside", {"recorded": 0, "proven": 0, "copied": 0, "run": 96}),
+    ("held", {"recorded": 0, "proven": 0, "copied": 0, "run": 96}),
+])
+def test_what_cannot_be_proven_alike_runs(run, mode, counts):
+    copied, oracle = _both(run, "repeated", "default", (f"mode={mode}",))
+    assert _program(copied) == _program(oracle)
+    assert copied.repeats == counts
+
+
+def test_a_run_stopping_inside_a_copy_is_made_again_without_shortcuts(amap, monkeypatch):
+    """The command limit reached inside the last layers (copies): the functional pass is
+    made again without shortcuts, and stops where it stops without them."""
+    from kernbench_cli.sim import run as sim_run
+    from kernbench_cli.sim.kernels import load_kernel, parse_params
+
+    kernel = load_kernel(str(TESTS / "kernels" / "repeated.py"))
+    full = sim_run.run_kernel(kernel, amap, parse_params(kernel, []), timing_only=True)
+    passes = []
+    made = sim_run._set_up_and_run
+    monkeypatch.setattr(sim_run, "_set_up_and_run",
+                        lambda *a: passes.append(a[-1]) or made(*a))
+    errors = []
+    for on in (True, False):
+        with pytest.raises(KernelError) as info:
+            sim_run.run_kernel(kernel, amap, parse_params(kernel, []), timing_only=True,
+                               max_commands=full.commands - 3, shortcuts=on)
+        errors.append(str(info.value))
+    assert passes == [True, False, False]  # with shortcuts: missed, made again without
+    assert errors[0] == errors[1]
+    assert errors[0].endswith(f"the kernel issued more than {full.commands - 3} commands; "
+                              "an endless loop? (--max-commands raises the limit)")
+
+
+def test_a_deadlock_inside_a_copy_is_the_deadlock_without_shortcuts(run, monkeypatch):
+    """PE 0 leaves before the last layer, a copy on every other PE: the receive from it
+    waits for good. Made again without shortcuts, each stream ends where it waits."""
+    from kernbench_cli.sim import run as sim_run
+
+    passes = []
+    made = sim_run._set_up_and_run
+    monkeypatch.setattr(sim_run, "_set_up_and_run",
+                        lambda *a: passes.append(a[-1]) or made(*a))
+    errors = []
+    for on in (True, False):
+        with pytest.raises(DeadlockError) as info:
+            run("repeated", "default", ("mode=quit",), timing_only=True, shortcuts=on)
+        errors.append(str(info.value))
+    assert passes == [True, False, False]
+    assert errors[0] == errors[1]
+    assert errors[0].startswith("deadlock: 1 of 16 PEs still wait and nothing is left to run: "
+                                "PE (rack=0 sip=0 cube=0 pe=1) at ")
+
+
+@pytest.mark.parametrize("mode, message", [
+    ("misuse", "repeated.py:61: PE (rack=0 sip=0 cube=0 pe=0) at t=8ns: "
+               "tl.repeat(body, moves, state, ...): moves is a dict and state a list"),
+    ("stray", "repeated.py:65: PE (rack=0 sip=0 cube=0 pe=0) at t=8ns: "
+              "tl.repeat: moves['w'] at 0x3039: no allocation holds this address"),
+])
+@pytest.mark.parametrize("timing_only", [True, False])
+def test_misuse_is_the_kernels_error_in_every_run(run, mode, message, timing_only):
+    with pytest.raises(KernelError) as info:
+        run("repeated", "default", (f"mode={mode}",), timing_only=timing_only)
+    assert str(info.value) == f"{TESTS / 'kernels' / message}"
+
+
+@pytest.mark.parametrize("params", [
+    ("batch=2", "context=37"),
+    ("batch=4", "context=20", "pp=2", "microbatches=2"),
+    ("batch=2", "context=5", "prompt=12", "chunk=5"),
+    ("batch=2", "context=9", "layers=6", "scale_to=10", "weights=fp8", "kv=fp8"),
+])
+def test_llama_decode_layers_copied_are_the_layers_run(run, params):
+    copied, oracle = _both(run, "llama_decode", "default", (f"config={SMALL_LLAMA}", *params))
+    assert _program(copied) == _program(oracle)
+    assert copied.repeats["copied"] > 0
+    assert copied.repeats["run"] == 0 or "prompt=12" in params  # a prefill pass's masks
+
+
+def test_cli_json_is_the_same_with_and_without_shortcuts(cli):
+    outs = []
+    for flag in ("--shortcuts", "--no-shortcuts"):
+        code, out, _ = cli("run", "llama_decode", "-p", f"config={SMALL_LLAMA}", "-p",
+                           "context=30", "--timing-only", "--json", flag)
+        assert code == 0
+        outs.append(json.loads(out))
+    assert outs[0] == outs[1]
+
+
+def test_api_takes_shortcuts_as_a_bool():
+    import kernbench_cli as kb
+
+    with pytest.raises(kb.KernbenchError, match="shortcuts"):
+        kb.run("llama_decode", "default", timing_only=True, shortcuts="no")
