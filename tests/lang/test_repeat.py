@@ -23,6 +23,16 @@ def _program(result) -> tuple:
             program.gemm_shapes, result.switches)
 
 
+@pytest.fixture
+def passes(monkeypatch) -> list[bool]:
+    """Whether each functional pass made while it is in use took shortcuts."""
+    from kernbench_cli.sim import run as sim_run
+
+    made, flags = sim_run._set_up_and_run, []
+    monkeypatch.setattr(sim_run, "_set_up_and_run", lambda *a: flags.append(a[-1]) or made(*a))
+    return flags
+
+
 def _both(run, kernel, topology, params):
     """The timing-only run with shortcuts and without."""
     return [run(kernel, topology, params, timing_only=True, oplog=False, shortcuts=on)
@@ -59,7 +69,7 @@ def test_what_cannot_be_proven_alike_runs(run, mode, counts):
     assert copied.repeats == counts
 
 
-def test_a_run_stopping_inside_a_copy_is_made_again_without_shortcuts(amap, monkeypatch):
+def test_a_run_stopping_inside_a_copy_is_made_again_without_shortcuts(amap, passes):
     """The command limit reached inside the last layers (copies): the functional pass is
     made again without shortcuts, and stops where it stops without them."""
     from kernbench_cli.sim import run as sim_run
@@ -67,10 +77,7 @@ def test_a_run_stopping_inside_a_copy_is_made_again_without_shortcuts(amap, monk
 
     kernel = load_kernel(str(TESTS / "kernels" / "repeated.py"))
     full = sim_run.run_kernel(kernel, amap, parse_params(kernel, []), timing_only=True)
-    passes = []
-    made = sim_run._set_up_and_run
-    monkeypatch.setattr(sim_run, "_set_up_and_run",
-                        lambda *a: passes.append(a[-1]) or made(*a))
+    passes.clear()
     errors = []
     for on in (True, False):
         with pytest.raises(KernelError) as info:
@@ -83,15 +90,9 @@ def test_a_run_stopping_inside_a_copy_is_made_again_without_shortcuts(amap, monk
                               "an endless loop? (--max-commands raises the limit)")
 
 
-def test_a_deadlock_inside_a_copy_is_the_deadlock_without_shortcuts(run, monkeypatch):
+def test_a_deadlock_inside_a_copy_is_the_deadlock_without_shortcuts(run, passes):
     """PE 0 leaves before the last layer, a copy on every other PE: the receive from it
     waits for good. Made again without shortcuts, each stream ends where it waits."""
-    from kernbench_cli.sim import run as sim_run
-
-    passes = []
-    made = sim_run._set_up_and_run
-    monkeypatch.setattr(sim_run, "_set_up_and_run",
-                        lambda *a: passes.append(a[-1]) or made(*a))
     errors = []
     for on in (True, False):
         with pytest.raises(DeadlockError) as info:
@@ -144,3 +145,20 @@ def test_api_takes_shortcuts_as_a_bool():
 
     with pytest.raises(kb.KernbenchError, match="shortcuts"):
         kb.run("llama_decode", "default", timing_only=True, shortcuts="no")
+
+
+@pytest.mark.slow
+def test_llama3_8b_on_sip_copied_layers_time_as_run_layers(run):
+    """Six layers of llama3-8b on `sip` at batch 4, timing only, with the op log: on each
+    PE the first layers run and the last three are copies; the program, the golden
+    record (its op-log digest covers every record) and the op log are the same."""
+    from kernbench_cli.golden import record as rec
+
+    params = ("model=llama3-8b", "layers=6", "batch=4", "context=1024")
+    copied, oracle = (run("llama_decode", "sip", params, timing_only=True, oplog=True,
+                          shortcuts=on) for on in (True, False))
+    assert copied.repeats["copied"] >= 3 * 128
+    assert _program(copied) == _program(oracle)
+    assert rec.dumps(rec.make_record("case", copied)) == \
+        rec.dumps(rec.make_record("case", oracle))
+    assert list(copied.oplog) == list(oracle.oplog)

@@ -20,7 +20,7 @@ repetition given what an earlier one was need not run:
   weak reference (a repetition after it is gone is a new key).
 
 A repetition's key is all of that (the addresses by their allocations), with the PE's
-TCM allocator state (`FreeListPool.state`). The first repetition of a key runs and is
+TCM allocator state (`FreeListPool.state`) and the kernel line it is called from. The first repetition of a key runs and is
 recorded: its command rows, region marks, messages, composites, the allocator's state
 after it and its outputs. The second runs too, and is checked against the first
 relocated: command indexes shifted, the addresses that lie in the first's allocations of
@@ -49,7 +49,7 @@ import numpy as np
 from kernbench_cli.address.allocator import Sharded
 from kernbench_cli.errors import KernelError
 from kernbench_cli.lang.tensor import Tensor
-from kernbench_cli.lang.tl.core import _ROW_BYTES, _ROW_DTYPE, Core
+from kernbench_cli.lang.tl.core import _ROW_BYTES, _ROW_DTYPE, Core, _line
 from kernbench_cli.stream import COMPOSITE, LOAD, READ, RECV, SEND, STORE
 
 #: values a key holds as they are
@@ -234,7 +234,9 @@ class Repeats(Core):
                 self._key_of(args, tensors, keep),
                 tuple(sorted((k, self._key_of(v, tensors, keep)) for k, v in kwargs.items())),
                 tuple(_first_equal([t.cmd for t in tensors])), self._region == 0,
-                self._tcm.state())
+                self._tcm.state(),
+                # the kernel line a command of code outside the kernel's file gets
+                self._pinned or _line(sys._getframe(2), self._kernel_file, self._lines))
 
     def _key_of(self, x: Any, tensors: list, keep: list) -> tuple:
         cls = x.__class__
