@@ -115,8 +115,10 @@ def following(message: str, watch, progress: bool = False):
     def began(watch) -> None:
         if plain:
             done = watch.functional
+            copied = f", {done[2]:,} of them copied" if done and done[2] else ""
             say(f"{message}: {watch.phase}" + (
-                f" (functional pass: {done[0]:,} commands in {done[1]:.1f} s)" if done else ""))
+                f" (functional pass: {done[0]:,} commands{copied} in {done[1]:.1f} s)"
+                if done else ""))
         line = estimate(watch)
         if line is not None:
             say(f"{message}: {line}")

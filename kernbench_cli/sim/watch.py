@@ -39,14 +39,15 @@ class Watch:
         self.timing: Any = None  # the timing pass's Timing, once it runs
         self.since = time.perf_counter()
         self.began = False  # whether a phase began (a replay's first is its timing pass)
-        #: the functional pass's (commands, wall seconds), once it has ended
-        self.functional: tuple[int, float] | None = None
+        #: the functional pass's (commands, wall seconds, commands of them copied, not run:
+        #: `tl.repeat`), once it has ended
+        self.functional: tuple[int, float, int] | None = None
         self.on_begin = on_begin
 
     def begin(self, phase: str, what: Any) -> None:
         now = time.perf_counter()
         if self.phase == "functional pass" and self.launch is not None:
-            self.functional = (self.launch.commands, now - self.since)
+            self.functional = (self.launch.commands, now - self.since, self.launch.copied)
         self.phase = phase
         if phase == "setting up":
             self.host = what
@@ -82,9 +83,11 @@ class Watch:
 def estimate(watch: Watch) -> str | None:
     """The line a big run prints as its timing pass begins: the commands it is to time and,
     after a functional pass, about how long that takes (`TIMING_PER_FUNCTIONAL` times the
-    functional pass's time). With dedup on it is an upper bound, and says so: the classes
-    of PEs that time alike, each timed once, are found inside the pass. None before the
-    timing pass, or under `ESTIMATE_FROM` commands."""
+    functional pass's time a command it ran; the commands it copied, `tl.repeat`, cost it
+    next to nothing, and the timing pass times them as any other). With dedup on it is an
+    upper bound, and says so: the classes of PEs that time alike, each timed once, are
+    found inside the pass. None before the timing pass, or under `ESTIMATE_FROM`
+    commands."""
     if watch.phase != "timing pass" or watch.timing is None:
         return None
     program = watch.timing.program
@@ -97,11 +100,12 @@ def estimate(watch: Watch) -> str | None:
     alike = "; less where PEs time alike" if getattr(watch.timing, "dedup", False) else ""
     if watch.functional is None:
         return text + f" (a replay: no functional pass to time it by{alike})"
-    issued, seconds = watch.functional
-    rate = max(issued, 1) / max(seconds, 1e-9)
+    issued, seconds, copied = watch.functional
+    rate = max(issued - copied, 1) / max(seconds, 1e-9)  # a copied command costs next to none
     expected = commands / rate * TIMING_PER_FUNCTIONAL
+    run = f" run ({copied:,} more copied)" if copied else ""
     return (f"{text}: about {_duration(expected)} ({TIMING_PER_FUNCTIONAL:g}x the functional "
-            f"pass's {rate:,.0f} commands/s{alike})")
+            f"pass's {rate:,.0f} commands/s{run}{alike})")
 
 
 def _setup(host: Any) -> str:

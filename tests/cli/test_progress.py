@@ -23,7 +23,7 @@ def _streams(*lengths: int) -> list[Stream]:
     return streams
 
 
-def _watch(functional: tuple[int, float] | None, *lengths: int,
+def _watch(functional: tuple[int, float, int] | None, *lengths: int,
            dedup: bool = False) -> watching.Watch:
     w = watching.Watch()
     w.phase, w.functional = "timing pass", functional
@@ -35,22 +35,26 @@ def _watch(functional: tuple[int, float] | None, *lengths: int,
 def test_the_estimate_is_the_commands_at_the_functional_pass_rate_times_three():
     """150,000 commands on 2 of 3 PEs; the functional pass issued 100,000 in 20 s (5,000 a
     second): 150,000 / 5,000 x 3 = 90 s = 1.5 min. Below 100,000 commands: no line."""
-    assert watching.estimate(_watch((100_000, 20.0), 100_000, 50_000, 0)) == (
+    assert watching.estimate(_watch((100_000, 20.0, 0), 100_000, 50_000, 0)) == (
         "estimate: 150,000 commands to time on 2 PEs: about 1.5 min (3x the functional "
         "pass's 5,000 commands/s)")
-    assert watching.estimate(_watch((100_000, 2.0), 100_000)) == (
+    assert watching.estimate(_watch((100_000, 2.0, 0), 100_000)) == (
         "estimate: 100,000 commands to time on 1 PE: about 6 s (3x the functional pass's "
         "50,000 commands/s)")
     assert watching.estimate(_watch(None, 60_000, 60_000)) == (
         "estimate: 120,000 commands to time on 2 PEs (a replay: no functional pass to time "
         "it by)")
-    assert watching.estimate(_watch((100_000, 2.0), 100_000, dedup=True)) == (
+    assert watching.estimate(_watch((100_000, 2.0, 0), 100_000, dedup=True)) == (
         "estimate: 100,000 commands to time on 1 PE: about 6 s (3x the functional pass's "
         "50,000 commands/s; less where PEs time alike)")  # dedup: an upper bound
     assert watching.estimate(_watch(None, 60_000, 60_000, dedup=True)) == (
         "estimate: 120,000 commands to time on 2 PEs (a replay: no functional pass to time "
         "it by; less where PEs time alike)")
-    assert watching.estimate(_watch((1, 1.0), 99_999)) is None
+    # 90,000 of 100,000 commands copied (`tl.repeat`): the 10,000 run in 2 s set the rate
+    assert watching.estimate(_watch((100_000, 2.0, 90_000), 100_000)) == (
+        "estimate: 100,000 commands to time on 1 PE: about 60 s (3x the functional pass's "
+        "5,000 commands/s run (90,000 more copied))")
+    assert watching.estimate(_watch((1, 1.0, 0), 99_999)) is None
     assert watching.estimate(watching.Watch()) is None  # not yet timing
 
 
@@ -61,13 +65,13 @@ def test_the_watch_keeps_the_functional_pass_s_commands_and_time(monkeypatch):
     monkeypatch.setattr(watching, "time", SimpleNamespace(perf_counter=lambda: now[0]))
     seen = []
     w = watching.Watch(on_begin=lambda w: seen.append((w.phase, w.functional)))
-    launch = SimpleNamespace(commands=0)
+    launch = SimpleNamespace(commands=0, copied=0)
     now[0] = 10.0
     w.begin("functional pass", launch)
-    launch.commands = 1234
+    launch.commands, launch.copied = 1234, 1000
     now[0] = 12.5
     w.begin("timing pass", SimpleNamespace(procs=[], env=SimpleNamespace(now=0)))
-    assert seen == [("functional pass", None), ("timing pass", (1234, 2.5))]
+    assert seen == [("functional pass", None), ("timing pass", (1234, 2.5, 1000))]
 
 
 def test_a_big_run_prints_its_estimate_before_the_timing_pass(cli, monkeypatch):
@@ -197,7 +201,7 @@ def test_progress_names_the_pass_and_how_far_it_got():
 
     watch = Watch()
     assert watch.text() == "setting up"
-    watch.begin("functional pass", SimpleNamespace(commands=12_345))
+    watch.begin("functional pass", SimpleNamespace(commands=12_345, copied=0))
     assert watch.text().startswith("functional pass: 12,345 commands, ")
     procs = [SimpleNamespace(done=True), SimpleNamespace(done=False)]
     watch.begin("timing pass", SimpleNamespace(procs=procs, env=SimpleNamespace(now=2_500_000)))

@@ -67,6 +67,7 @@ class Launch:
         #: `tl.repeat`'s repetitions: run and recorded, run and proven alike, copied, run
         #: (not repeatable, or alike to none recorded)
         self.repeats = {"recorded": 0, "proven": 0, "copied": 0, "run": 0}
+        self.copied = 0  # commands `tl.repeat` copied (counted in `commands` too)
         self.kernel_file = kernel_file  # co_filename of the kernel's code: how lines are found
         #: id of a code object of the kernel's file -> (the code, {instruction offset:
         #: line}): the cache of `_line`, shared by every PE (they run the same code)

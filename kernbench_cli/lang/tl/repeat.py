@@ -20,20 +20,20 @@ repetition given what an earlier one was need not run:
   weak reference (a repetition after it is gone is a new key).
 
 A repetition's key is all of that (the addresses by their allocations), with the PE's
-TCM allocator state (`FreeListPool.state`) and the kernel line it is called from. The first repetition of a key runs and is
-recorded: its command rows, region marks, messages, composites, the allocator's state
-after it and its outputs. The second runs too, and is checked against the first
-relocated: command indexes shifted, the addresses that lie in the first's allocations of
-`moves` (and its composites' operands there) moved by D, regions renamed under the one
-the repetition runs in. If they are equal, the key is proven and every later repetition
-is the first's rows relocated: its messages posted and taken in order (a receive still
-waits for its message, as it would), its composites appended and regions entered where
-they would be, the allocator set to the state after, its outputs made. If not, every
-repetition of that key runs. Either way the streams, the program's tables and the
-hub's switches are what running every repetition gives (the oracle: ``--no-shortcuts``).
-A run that would stop inside a copy (the command limit reached, a receive that waits for
-good) cannot stop there as running would: it is made again without shortcuts
-(`ShortcutMissed`).
+TCM allocator state (`FreeListPool.state`) and the kernel line it is called from. The
+first repetition of a key runs and is recorded: its command rows, region marks,
+messages, composites, the allocator's state after it and its outputs. The second runs
+too, and is checked against the first relocated: command indexes shifted, the addresses
+that lie in the first's allocations of `moves` (and its composites' operands there)
+moved by D, regions renamed under the one the repetition runs in. If they are equal, the
+key is proven and every later repetition is the first's rows relocated: its messages
+posted and taken in order (a receive still waits for its message, as it would), its
+composites appended and regions entered where they would be, the allocator set to the
+state after, its outputs made. If not, every repetition of that key runs. Either way the
+streams, the program's tables and the hub's switches are what running every repetition
+gives (the oracle: ``--no-shortcuts``). A run that would stop inside a copy (the command
+limit reached, a receive that waits for good) cannot stop there as running would: it is
+made again without shortcuts (`ShortcutMissed`).
 """
 
 from __future__ import annotations
@@ -373,6 +373,7 @@ class Repeats(Core):
                                       f"({launch.system.coords[src]}) but its message is "
                                       f"{sent} B")
         self._count(take.commands - counted)
+        launch.copied += take.commands
         state.clear()  # the inputs go (their TCM with them), the state after comes
         tcm = self._tcm
         tcm.restore(take.after)
