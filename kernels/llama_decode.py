@@ -385,12 +385,14 @@ def _append_pass(tl, layer, new, dims, p0, t):
 def _flash(tl, layer, q1, q2, j, rows, n_keys, dims, masks=None):
     """Flash attention of `rows` queries (q in halves) over the first `n_keys` rows of this
     member's shard of sequence j, `kv_chunk` keys at a time: (max, sum, output). `masks`
-    maps a block's first row to its mask (1 where a key is after the query) or None."""
+    pairs a block's first row with its mask (1 where a key is after the query); a block
+    not in them has no key after any query."""
     g_rows, d, dt, chunk, kvdt = rows, dims["d"], dims["dt"], dims["kv_chunk"], dims["kvdt"]
     _lo, _s0, sn = layer["seq"]
     if n_keys <= 0:
         return tl.full((g_rows,), NEG), tl.zeros((g_rows,)), tl.zeros((g_rows, d))
     m = lsum = o = None
+    masks = dict(masks or ())
     for c0 in range(0, n_keys, chunk):
         n = min(chunk, n_keys - c0)
         at = tl.nbytes(kvdt, (j * sn + c0) * d)
@@ -399,7 +401,7 @@ def _flash(tl, layer, q1, q2, j, rows, n_keys, dims, masks=None):
                     stride=d)
         scores = tl.composite(op="gemm", a=q1, b=k1, trans_b=True, out_dtype="f32").out + \
             tl.composite(op="gemm", a=q2, b=k2, trans_b=True, out_dtype="f32").out
-        future = masks(c0, n) if masks is not None else None
+        future = masks.get(c0)
         if future is not None:
             scores = scores + future * NEG
         m_c = tl.max(scores, axis=1)
@@ -480,25 +482,25 @@ def _attention_pass(tl, plan, layer, new, shared, dims, p0, t, masks):
                    algo="tree")
 
 
-def _future(tl, shared, layer, p0, t):
-    """The masks of a prefill pass's attention blocks: `mask(c0, n)` for the block of n keys
-    from row c0 of this member's shard is 1 where a key is after the query, else 0 (None:
-    no key of the block is after any query); made once a block, for every layer and
-    head."""
-    lo, s0, _sn = layer["seq"]
-    first, made = lo + s0, {}
+def _future(tl, shared, layer, dims, p0, t):
+    """The masks of a prefill pass's attention blocks, made before its first layer for
+    every layer and head: (first row of a block of this member's shard, its mask: 1 where
+    a key is after the query, else 0) for each block with a key after a query. Made
+    before the layers, not in the first's attention when it first needs them, so that
+    every layer is given them alike (`tl.repeat`)."""
+    lo, s0, sn = layer["seq"]
+    first, chunk = lo + s0, dims["kv_chunk"]
     positions = tl.shard(shared["positions"])
-
-    def mask(c0, n):
+    n_keys = min(sn, p0 + t - first)
+    masks = []
+    for c0 in range(0, max(n_keys, 0), chunk):
+        n = min(chunk, n_keys - c0)
         if first + c0 + n - 1 <= p0:  # every key at or before the first query
-            return None
-        if c0 not in made:
-            keys = tl.load(positions + (first + c0) * 4, shape=(1, n), dtype="f32")
-            queries = tl.load(positions + p0 * 4, shape=(t, 1), dtype="f32")
-            made[c0] = tl.minimum(tl.maximum(keys - queries, 0.0) * 1e30, 1.0)
-        return made[c0]
-
-    return mask
+            continue
+        keys = tl.load(positions + (first + c0) * 4, shape=(1, n), dtype="f32")
+        queries = tl.load(positions + p0 * 4, shape=(t, 1), dtype="f32")
+        masks.append((c0, tl.minimum(tl.maximum(keys - queries, 0.0) * 1e30, 1.0)))
+    return tuple(masks)
 
 
 def _all_reduce(tl, plan, y, shared, dims, rows):
@@ -711,10 +713,8 @@ def _pass(tl, plan, shared, dims, p0, t, prompt, out, last):
             prompt, shape=(n,), dtype=dt).to("f32") if n else None)]
     else:
         residual = [_take(tl, plan, shared, dims, rows)]
-    masks = None
+    masks = _future(tl, shared, plan["layers"][0][1], dims, p0, t)
     for i, layer in plan["layers"]:
-        if masks is None:
-            masks = _future(tl, shared, layer, p0, t)
         with tl.region(f"layer{i}") if dims["per_layer"] else contextlib.nullcontext():
             tl.repeat(_layer, layer, residual, plan, shared, dims, (p0, t), masks)
             if last and tl.pid == plan["stage"][0]:  # each sequence's last token, checked
