@@ -1,18 +1,20 @@
 """A loop body run through `tl.repeat`, `layers` times: each PE scales its state by the
-layer's weights (a region "mix"), passes it round a ring of every PE (region "ring":
-a send east, a receive from the west), and multiplies it by the layer's matrix on the
+layer's weights (a region "mix"), passes it round a ring of every PE (region "ring": a
+send east, a receive from the west), and multiplies it by the layer's matrix on the
 scheduler (a composite from memory, stored to the layer's output). `mode` makes the
 repetitions unlike in a way the key cannot see (`hidden`: cycles counted in a global),
 or not copyable (`outside`: a tensor the body was not given; `held`: a dict of tensors
-given by identity); or misuses it (`misuse`: moves not a dict; `stray`: an address in no
-allocation); or deadlocks in the last layer (`quit`: PE 0 leaves before it)."""
+given by identity), or copyable with a tensor given in a list (`given`); or misuses it
+(`misuse`: moves not a dict; `stray`: an address in no allocation); or deadlocks in the
+last layer (`quit`: PE 0 leaves before it)."""
 
 import ml_dtypes
 import numpy as np
 
 PARAMS = {"layers": 6, "n": 64, "mode": "alike"}
-CHOICES = {"mode": ("alike", "hidden", "outside", "held", "misuse", "stray", "quit")}
+CHOICES = {"mode": ("alike", "hidden", "outside", "given", "held", "misuse", "stray", "quit")}
 CALLS = []  # `hidden`: what the key cannot see
+OUTSIDE = {}  # `outside`: each PE's tensor, not given to the body
 
 
 def setup(host, p):
@@ -33,6 +35,8 @@ def _layer(tl, layer, state, n, mode, extra):
             CALLS.append(None)
             tl.cycles(len(CALLS))
         if mode == "outside":
+            y = y + OUTSIDE[tl.pid]
+        if mode == "given":  # a tensor given in a list: a repetition is keyed by it
             y = y + extra[0]
     with tl.region("ring"):
         tl.send(y, to=(tl.pid + 1) % tl.num_pes)
@@ -49,6 +53,7 @@ def kernel(tl, x, layers, n, mode):
     state = [tl.load(tl.shard(x), (1, n), "f32")]
     extra = [tl.zeros((1, n))]
     held = {"extra": extra[0]}
+    OUTSIDE[tl.pid] = extra[0]
     for i, layer in enumerate(layers):
         if mode == "quit" and tl.pid == 0 and i == len(layers) - 1:
             return
@@ -62,7 +67,7 @@ def kernel(tl, x, layers, n, mode):
             if mode == "held":
                 tl.repeat(_layer, moves, state, n, mode, held)
             else:
-                tl.repeat(_layer, moves, state, n, mode, None if mode != "outside" else extra)
+                tl.repeat(_layer, moves, state, n, mode, extra if mode == "given" else None)
     tl.store(tl.shard(x), state.pop())
 
 

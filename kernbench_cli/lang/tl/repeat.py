@@ -247,13 +247,13 @@ class Repeats(Core):
             return (Tensor, x.shape, x.dtype, x.tcm, x.nbytes, sys.getrefcount(x))
         if cls in _BY_VALUE:
             return (cls, x)
-        if cls is tuple:
+        if cls is tuple or cls is list:
             return (cls, *(self._key_of(y, tensors, keep) for y in x))
         try:
             keep.append(weakref.ref(x))
-        except TypeError:  # a dict or list: kept for the run if it holds plain values only
+        except TypeError:  # a dict: kept for the run if it holds plain values only
             if self._held.get(id(x)) is not x:
-                if cls not in (dict, list) or not _inert(x):
+                if cls is not dict or not _inert(x):
                     raise _NotRepeatable from None
                 self._held[id(x)] = x
         return (cls, id(x))
