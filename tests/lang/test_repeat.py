@@ -59,11 +59,22 @@ def test_runs_with_values_run_every_repetition(run):
 @pytest.mark.parametrize("mode, counts", [
     # cycles counted in a global: the second of a key differs, so none is copied
     ("hidden", {"recorded": 48, "proven": 0, "copied": 0, "run": 48}),
-    # a tensor the body was not given, or a dict of tensors given: never recorded
+    # -0.0 in the last two layers: keyed apart from 0.0 (equal by value), so recorded
+    ("signed", {"recorded": 80, "proven": 16, "copied": 0, "run": 0}),
+    # a tensor the body was not given, a dict of tensors given, a tensor given left in
+    # the state (a copy would make a second holder of its TCM), a dict given changed (a
+    # copy would not change it), a list holding itself: never recorded
     ("outside", {"recorded": 0, "proven": 0, "copied": 0, "run": 96}),
     ("held", {"recorded": 0, "proven": 0, "copied": 0, "run": 96}),
+    ("keep", {"recorded": 0, "proven": 0, "copied": 0, "run": 96}),
+    ("mutate", {"recorded": 0, "proven": 0, "copied": 0, "run": 96}),
+    ("loop", {"recorded": 0, "proven": 0, "copied": 0, "run": 96}),
     # the same tensor given in a list, item by item: keyed by it, copied as "alike" is
     ("given", {"recorded": 48, "proven": 32, "copied": 16, "run": 0}),
+    # layers 0 1 2 1 2 3: the two keys proven with their first two sharing addresses (a
+    # shift of 0) hold for 0 only; layer 3, one shift away, runs and is compared: its
+    # load of layer 1's weights at a fixed address does not move, so it is unlike
+    ("fixed", {"recorded": 48, "proven": 32, "copied": 0, "run": 16}),
 ])
 def test_what_cannot_be_proven_alike_runs_and_what_can_is_copied(run, mode, counts):
     copied, oracle = _both(run, "repeated", "default", (f"mode={mode}",))
@@ -71,25 +82,31 @@ def test_what_cannot_be_proven_alike_runs_and_what_can_is_copied(run, mode, coun
     assert copied.repeats == counts
 
 
-def test_a_run_stopping_inside_a_copy_is_made_again_without_shortcuts(amap, passes):
+@pytest.mark.parametrize("mode", ["alike", "catch"])
+def test_a_run_stopping_inside_a_copy_is_made_again_without_shortcuts(amap, passes, mode):
     """The command limit reached inside the last layers (copies): the functional pass is
-    made again without shortcuts, and stops where it stops without them."""
+    made again without shortcuts, and stops where it stops without them; a kernel taking
+    every Exception tl.repeat raises (`catch`) does not take that (without shortcuts it
+    takes the limit's error and fails after, its state emptied)."""
     from kernbench_cli.sim import run as sim_run
     from kernbench_cli.sim.kernels import load_kernel, parse_params
 
     kernel = load_kernel(str(TESTS / "kernels" / "repeated.py"))
-    full = sim_run.run_kernel(kernel, amap, parse_params(kernel, []), timing_only=True)
+    params = parse_params(kernel, [f"mode={mode}"])
+    full = sim_run.run_kernel(kernel, amap, params, timing_only=True)
     passes.clear()
     errors = []
     for on in (True, False):
         with pytest.raises(KernelError) as info:
-            sim_run.run_kernel(kernel, amap, parse_params(kernel, []), timing_only=True,
+            sim_run.run_kernel(kernel, amap, params, timing_only=True,
                                max_commands=full.commands - 3, shortcuts=on)
         errors.append(str(info.value))
     assert passes == [True, False, False]  # with shortcuts: missed, made again without
     assert errors[0] == errors[1]
-    assert errors[0].endswith(f"the kernel issued more than {full.commands - 3} commands; "
-                              "an endless loop? (--max-commands raises the limit)")
+    assert errors[0].endswith(
+        f"the kernel issued more than {full.commands - 3} commands; an endless loop? "
+        "(--max-commands raises the limit)" if mode == "alike" else
+        "IndexError: pop from empty list")
 
 
 def test_a_deadlock_inside_a_copy_is_the_deadlock_without_shortcuts(run, passes):
@@ -106,10 +123,25 @@ def test_a_deadlock_inside_a_copy_is_the_deadlock_without_shortcuts(run, passes)
                                 "PE (rack=0 sip=0 cube=0 pe=1) at ")
 
 
+def test_a_short_message_taken_inside_a_copy_is_the_error_without_shortcuts(run, passes):
+    """PE 0 sends PE 1 a 4 B message before the last layer, a copy on PE 1: its receive
+    takes it. Made again without shortcuts, the error is the receive's, at its line."""
+    errors = []
+    for on in (True, False):
+        with pytest.raises(KernelError) as info:
+            run("repeated", "default", ("mode=short",), timing_only=True, shortcuts=on)
+        errors.append(str(info.value))
+    assert passes == [True, False, False]
+    assert errors[0] == errors[1]
+    assert errors[0] == (f"{TESTS / 'kernels' / 'repeated.py'}:59: PE (rack=0 sip=0 cube=0 "
+                         "pe=1) at t=4.545us: tl.recv expects 256 B from PE (rack=0 sip=0 "
+                         "cube=0 pe=0) but its message is 4 B")
+
+
 @pytest.mark.parametrize("mode, message", [
-    ("misuse", "repeated.py:66: PE (rack=0 sip=0 cube=0 pe=0) at t=8ns: "
+    ("misuse", "repeated.py:92: PE (rack=0 sip=0 cube=0 pe=0) at t=8ns: "
                "tl.repeat(body, moves, state, ...): moves is a dict and state a list"),
-    ("stray", "repeated.py:70: PE (rack=0 sip=0 cube=0 pe=0) at t=8ns: "
+    ("stray", "repeated.py:97: PE (rack=0 sip=0 cube=0 pe=0) at t=8ns: "
               "tl.repeat: moves['w'] at 0x3039: no allocation holds this address"),
 ])
 @pytest.mark.parametrize("timing_only", [True, False])

@@ -12,12 +12,25 @@ repetition given what an earlier one was need not run:
   other values (None, tuples) alike.
 - `state`: a list of tensors the body takes (pops) and leaves holding its outputs (a
   layer's residual stream: from a list the body can drop its input before it ends).
-- `args`, `kwargs`: alike in every repetition: numbers, strings and None by value, tuples
-  and lists item by item, tensors by shape, dtype, place in TCM and holders; anything else
-  (a plan, a table) by identity, and it must not change while the loop runs: a dict
+- `args`, `kwargs`: alike in every repetition: numbers, strings and None by value (a
+  float with its sign: 0.0 is not -0.0), tuples and lists item by item (a list holding
+  itself cannot be keyed), tensors by shape, dtype, place in TCM and holders; anything
+  else (a plan, a table) by identity, and it must not change while the loop runs: a dict
   (which no weak reference can follow) is then kept for the run, so it may hold only
   plain values (no tensor: its TCM would stay taken), and anything else is followed by a
   weak reference (a repetition after it is gone is a new key).
+
+What the body may do to be copied: leave in `state` only tensors it made (each once),
+return nothing, end in the region it began in, use only tensors it was given, and change
+no list or dict of `moves`, `args` or `kwargs` (a copy would not change them). A
+repetition that does otherwise is run, and so is every later one of its key. What the key
+cannot see is the kernel's contract: the body's commands follow from what it is given
+(not from a global or closure that changes between repetitions, nor from the value of
+an address of `moves` beyond using it as one: whatever it does with one, it does with
+each), and the PEs' kernels do not count on when Python collects their cyclic garbage
+(a tensor in a reference cycle frees its TCM then, in a copy as in a run). A run made
+again without shortcuts (below) runs the kernel's module code again: a kernel keeping
+state in its module between calls sees it twice.
 
 A repetition's key is all of that (the addresses by their allocations), with the PE's
 TCM allocator state (`FreeListPool.state`) and the kernel line it is called from. The
@@ -29,15 +42,19 @@ moved by D, regions renamed under the one the repetition runs in. If they are eq
 key is proven and every later repetition is the first's rows relocated: its messages
 posted and taken in order (a receive still waits for its message, as it would), its
 composites appended and regions entered where they would be, the allocator set to the
-state after, its outputs made. If not, every repetition of that key runs. Either way the
+state after, its outputs made. If not, every repetition of that key runs. A proof with D
+= 0 (the two shared their addresses) holds for D = 0 only (an address that does not move
+may lie in the first's allocations; only a shift tells the two apart) until a later
+repetition one shift away is proven alike too. Either way the
 streams, the program's tables and the hub's switches are what running every repetition
 gives (the oracle: ``--no-shortcuts``). A run that would stop inside a copy (the command
-limit reached, a receive that waits for good) cannot stop there as running would: it is
-made again without shortcuts (`ShortcutMissed`).
+limit reached, a receive that waits for good or takes a message of another size) cannot
+stop there as running would: it is made again without shortcuts (`ShortcutMissed`).
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import weakref
 from collections import deque
@@ -56,19 +73,24 @@ from kernbench_cli.stream import COMPOSITE, LOAD, READ, RECV, SEND, STORE
 _BY_VALUE = frozenset((int, float, str, bool, type(None), complex, bytes))
 #: what a container held for the run (`Repeats._key_of`) may hold: no TCM (a tensor's)
 _INERT = _BY_VALUE | {Sharded}
+#: how far a key is proven: not yet; for a shift of 0 (the first two repetitions shared
+#: their addresses), other shifts untried; for 0, a shift tried and refuted; every shift
+_UNPROVEN, _ZERO, _ZERO_ONLY, _SHIFTS = range(4)
 #: what a repetition's events are, in the order of one command's (a region is entered
 #: before the command it starts with is issued)
 _REGION, _COMPOSITE, _SEND, _RECV = range(4)
 
 
-class ShortcutMissed(Exception):
-    """A run stopped inside a copied repetition (the command limit reached in it, or a
-    deadlock in one of its receives), where a copy cannot stop as running would: the
-    launcher runs it again without shortcuts."""
+class ShortcutMissed(BaseException):
+    """A run stopped inside a copied repetition (the command limit reached in it, a
+    deadlock in one of its receives, a message of another size), where a copy cannot stop
+    as running would: the launcher runs it again without shortcuts. Not an `Exception`, so
+    that a kernel's ``except Exception`` does not take it."""
 
 
 class _NotRepeatable(Exception):
-    """A repetition that cannot be keyed (a view of a tensor among what it is given)."""
+    """A repetition that cannot be keyed (a view of a tensor among what it is given, a
+    list holding itself)."""
 
 
 class _Take:
@@ -196,24 +218,30 @@ class Repeats(Core):
             known = None  # an object it was given by identity is gone: its id is another's
         if known is None:
             out, take = self._record(body, moves, state, args, kwargs, ext, addrs, extents)
-            self._repeats[key] = [take, False, keep]
+            self._repeats[key] = [take, _UNPROVEN, keep]
             counts["recorded" if take is not None else "run"] += 1
             return out
         take, proven, _ = known
         delta = _delta(take, addrs) if take is not None else None
-        if delta is None:  # not repeatable, or not one shift from the first
-            counts["run"] += 1
+        if delta is None or (proven == _ZERO_ONLY and delta):
+            counts["run"] += 1  # not repeatable, not one shift from the first, refuted
             return body(self, moves, state, *args, **kwargs)
-        if proven:
+        if proven == _SHIFTS or (proven != _UNPROVEN and delta == 0):
             self._copy(take, state, ext, delta)
             counts["copied"] += 1
             return None
+        # the second of a key, or the first one shift away after a proof for 0 only (an
+        # address that does not move may lie in the first's allocations: only a shift
+        # that is not 0 tells the two apart)
         out, second = self._record(body, moves, state, args, kwargs, ext, addrs, extents)
         if second is not None and self._alike(take, second, delta):
-            known[1] = True
+            known[1] = _SHIFTS if delta or not addrs else _ZERO
             counts["proven"] += 1
         else:
-            known[0] = None
+            if proven == _UNPROVEN:
+                known[0] = None
+            else:
+                known[1] = _ZERO_ONLY
             counts["run"] += 1
         return out
 
@@ -246,9 +274,17 @@ class Repeats(Core):
             tensors.append(x)
             return (Tensor, x.shape, x.dtype, x.tcm, x.nbytes, sys.getrefcount(x))
         if cls in _BY_VALUE:
-            return (cls, x)
+            if cls is float:
+                return (cls, x, math.copysign(1.0, x))
+            return (cls, repr(x)) if cls is complex else (cls, x)
         if cls is tuple or cls is list:
-            return (cls, *(self._key_of(y, tensors, keep) for y in x))
+            if id(x) in self._keying:  # a list holding itself
+                raise _NotRepeatable
+            self._keying.add(id(x))
+            try:
+                return (cls, *(self._key_of(y, tensors, keep) for y in x))
+            finally:
+                self._keying.discard(id(x))
         try:
             keep.append(weakref.ref(x))
         except TypeError:  # a dict: kept for the run if it holds plain values only
@@ -268,6 +304,9 @@ class Repeats(Core):
         take = _Take(start)
         peak, tcm.peak = tcm.peak, 0
         self._take = take
+        held = (moves, args, kwargs)
+        before = _contents(held)  # what a copy would not change
+        state_out: list[Tensor] = []
         try:
             out = body(self, moves, state, *args, **kwargs)
         finally:
@@ -285,16 +324,13 @@ class Repeats(Core):
             if not given.issuperset(outside.tolist()):
                 return out, None
         outputs = []
-        for t in state:
+        for t in state:  # tensors it made, each once: a copy makes them anew
             if t.__class__ is not Tensor or t._tl is not self or t._base is not None \
-                    or t.tcm is None:
+                    or t.tcm is None or t.cmd < start or any(o is t for o in state_out):
                 return out, None
-            made = ("made", t.cmd - start) if t.cmd >= start else \
-                ("given", ext.index(t.cmd)) if t.cmd in given else None
-            if made is None:
-                return out, None
-            outputs.append((t.shape, t.dtype, t.tcm, t.nbytes, made))
-        if out is not None or self._region != region:
+            state_out.append(t)
+            outputs.append((t.shape, t.dtype, t.tcm, t.nbytes, t.cmd - start))
+        if out is not None or self._region != region or _changed(before, _contents(held)):
             return out, None
         program = self._launch.program
         take.outputs, take.after = outputs, tcm.state()
@@ -367,20 +403,17 @@ class Repeats(Core):
                     self._copying = False
                     del launch.receivers[pid]
                     box = mail.get((src, pid))
-                sent = box.popleft()[0]
-                if sent != nbytes:
-                    raise KernelError(f"tl.recv expects {nbytes} B from PE "
-                                      f"({launch.system.coords[src]}) but its message is "
-                                      f"{sent} B")
+                if box[0][0] != nbytes:  # the receive's error, at its own line: run it
+                    raise ShortcutMissed
+                box.popleft()
         self._count(take.commands - counted)
         launch.copied += take.commands
         state.clear()  # the inputs go (their TCM with them), the state after comes
         tcm = self._tcm
         tcm.restore(take.after)
         tcm.peak = max(tcm.peak, take.peak)
-        for shape, dtype, handle, nbytes, (how, cmd) in take.outputs:
-            cmd = start + cmd if how == "made" else ext[cmd]
-            state.append(Tensor(self, shape, dtype, None, cmd, handle, None, nbytes))
+        for shape, dtype, handle, nbytes, cmd in take.outputs:
+            state.append(Tensor(self, shape, dtype, None, start + cmd, handle, None, nbytes))
 
     def _count(self, commands: int) -> None:
         """Count `commands` issued (`ShortcutMissed` past the limit)."""
@@ -390,15 +423,47 @@ class Repeats(Core):
         launch.commands += commands
 
 
-def _inert(x: Any) -> bool:
-    """Whether `x` holds, through dicts, lists and tuples, plain values only (no TCM)."""
+def _inert(x: Any, within: frozenset = frozenset()) -> bool:
+    """Whether `x` holds, through dicts, lists and tuples, plain values only (no TCM; not
+    itself)."""
     if x.__class__ in _INERT:
         return True
+    if id(x) in within:
+        return False
+    within = within | {id(x)}
     if x.__class__ is dict:
-        return all(_inert(k) and _inert(v) for k, v in x.items())
+        return all(_inert(k, within) and _inert(v, within) for k, v in x.items())
     if x.__class__ in (list, tuple):
-        return all(_inert(v) for v in x)
+        return all(_inert(v, within) for v in x)
     return False
+
+
+def _contents(x: Any, seen: dict | None = None) -> dict:
+    """What the lists and dicts reached from `x` through lists, tuples and dicts hold, by
+    identity: {id: its items' ids, or its keys' and values'} (``seen[None]`` keeps them,
+    so that no id is another's while the result is kept)."""
+    seen = {None: []} if seen is None else seen
+    cls = x.__class__
+    if cls is tuple or cls is list or cls is dict:
+        if id(x) in seen:
+            return seen
+        seen[None].append(x)
+        if cls is dict:
+            seen[id(x)] = (tuple(map(id, x.keys())), tuple(map(id, x.values())))
+            items = x.values()
+        else:
+            if cls is list:
+                seen[id(x)] = tuple(map(id, x))
+            items = x
+        for y in items:
+            _contents(y, seen)
+    return seen
+
+
+def _changed(before: dict, after: dict) -> bool:
+    """Whether two `_contents` differ (a list or dict changed, came or went)."""
+    return before.keys() != after.keys() or any(before[k] != after[k] for k in before
+                                                if k is not None)
 
 
 def _delta(take: _Take, addrs: list[int]) -> int | None:
