@@ -193,9 +193,6 @@ class Walk:
         elif used > peak:
             proc.tcm_peak = (used, t, i)
 
-
-
-
     def _wait(self, i: int) -> tuple[int, int]:
         """WAIT `i` on a composite, or (tl.fence) on every store before it; (issue, end)."""
         cpu = self.cpu

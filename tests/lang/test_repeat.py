@@ -11,6 +11,7 @@ import json
 import pytest
 
 from kernbench_cli.errors import DeadlockError, KernelError
+from kernbench_cli.golden.cases import CASES
 from tests.conftest import TESTS
 
 SMALL_LLAMA = str(TESTS / "configs" / "tiny_10_layers.json")
@@ -197,3 +198,25 @@ def test_llama3_8b_on_sip_copied_layers_time_as_run_layers(run):
     assert rec.dumps(rec.make_record("case", copied)) == \
         rec.dumps(rec.make_record("case", oracle))
     assert list(copied.oplog) == list(oracle.oplog)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_every_golden_case_timing_only_is_the_same_without_shortcuts(case):
+    """Every golden case run timing-only (where `tl.repeat` copies), with the op log: its
+    golden record (the op-log digest covers every record) with shortcuts and without."""
+    from kernbench_cli.address import load_address_map
+    from kernbench_cli.golden import record as rec
+    from kernbench_cli.sim.kernels import load_kernel, parse_params
+    from kernbench_cli.sim.run import run_kernel
+
+    kernel = load_kernel(case.kernel)
+    amap = load_address_map(case.topology)
+    params = parse_params(kernel, list(case.params), amap.topology.num_pes)
+    copied, oracle = (run_kernel(kernel, amap, params, seed=case.seed, timing_only=True,
+                                 oplog=True, shortcuts=on) for on in (True, False))
+    if case.kernel == "llama_decode":  # what engages: each case runs 2 layers or more
+        assert copied.repeats["recorded"] > 0
+    assert _program(copied) == _program(oracle)
+    assert rec.dumps(rec.make_record(case.name, copied)) == \
+        rec.dumps(rec.make_record(case.name, oracle))
