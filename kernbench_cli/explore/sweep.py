@@ -700,12 +700,19 @@ def run_local(spec: Spec, todo: list[Point], jobs: int,
     context = _worker_context()
     while pending:
         suspects: list[Point] = []
+        broken = False
         with _pool(jobs, context) as pool:
             running: dict[Future, Point] = {}
             while (pending or running) and not suspects:
                 while pending and len(running) < jobs:
-                    point = pending.pop(0)
-                    running[_submit(pool, worker, spec, point)] = point
+                    try:
+                        future = _submit(pool, worker, spec, pending[0])
+                    except BrokenProcessPool:  # a worker died since the last wait
+                        broken = True
+                        break
+                    running[future] = pending.pop(0)
+                if broken:
+                    break
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in finished:
                     point = running.pop(future)
@@ -714,7 +721,8 @@ def run_local(spec: Spec, todo: list[Point], jobs: int,
                     except BrokenProcessPool:
                         suspects.append(point)
                 emit()
-            suspects += running.values()  # still running when the pool broke
+            suspects += running.values()  # running when the pool broke: the point not
+            # yet submitted stays pending, for the next pool
         for point in sorted(suspects, key=lambda p: p.index):
             row = _alone(spec, point, worker)
             ready[point.index] = row if row is not None else {

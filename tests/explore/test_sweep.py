@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -169,6 +170,39 @@ def test_a_killed_worker_is_retried_and_the_sweep_completes(tmp_path):
         (0, None), (1, "its worker process died, and again when it ran alone (killed, or out "
                        "of memory)"),
         (2, None), (3, None)]
+
+
+def _dies_late(spec: Spec, point: Point) -> dict:
+    """Point 1 SIGKILLs its worker half a second in, after point 0 has returned."""
+    if point.index == 1 and not Path(spec.costs).exists():
+        Path(spec.costs).write_text("killed")
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"point": point.index, "axes": point.axes, "error": None, "result": {"pid": 0}}
+
+
+def test_a_pool_broken_between_results_and_the_next_point_is_replaced(tmp_path, monkeypatch):
+    """Point 0 returns, point 1's worker dies, and only then is point 2 submitted (to the
+    broken pool, which refuses it): point 1 runs alone, point 2 in a new pool."""
+    from kernbench_cli.explore import sweep
+
+    submit, held = sweep._submit, []
+
+    def late(pool, worker, spec, point):
+        if point.index == 2 and not held:  # the first time: once the pool has broken
+            held.append(point)
+            for _ in range(200):
+                if pool._broken:
+                    break
+                time.sleep(0.05)
+        return submit(pool, worker, spec, point)
+
+    monkeypatch.setattr(sweep, "_submit", late)
+    rows = []
+    run_local(Spec("k", costs=str(tmp_path / "marker")), points(["a=1,2,3,4"], []), 2,
+              rows.append, worker=_dies_late)
+    assert [(r["point"], r["error"]) for r in rows] == [(0, None), (1, None), (2, None),
+                                                        (3, None)]
 
 
 def test_a_failing_point_is_a_row_not_a_crash(cli):
