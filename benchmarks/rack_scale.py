@@ -61,9 +61,8 @@ def main() -> int:
                 ("replay of that trace", *measure(["replay", trace, "--json"]))]
     result = json.loads(rows[0][4])
     commands, pes = result["commands"], result["pes"]
-    bare_cpu, bare_wall = bare_loop_times(pes, commands // pes)
-    bare_cpu, bare_wall = bare_cpu * commands / (commands // pes * pes), \
-        bare_wall * commands / (commands // pes * pes)
+    scale = commands / (commands // pes * pes)  # the loop runs as many on every PE
+    bare_cpu, bare_wall = (s * scale for s in bare_loop_times(pes, commands // pes))
     print(f"gqa_attention llama3-8b seq_len={args.seq_len} on rack: {commands:,} commands on "
           f"{pes:,} PEs; latency {result['latency_ns']:.0f} ns")
     print(f"{'':<40} {'CPU s':>8} {'wall s':>8} {'vs bare':>8} {'peak RSS':>10}  aim")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -142,11 +143,13 @@ def test_the_printed_table_in_other_formats(cli, monkeypatch):
     assert "│ # │ hbm.      │" not in out and "┃   ┃ hbm.      ┃" in out
 
 
-def _dies_once(spec: Spec, point: Point) -> dict:
-    """A worker that SIGKILLs its own process the first time it meets point 1."""
+def _dies_once(spec: Spec, point: Point, delay: float = 0.0) -> dict:
+    """A worker that SIGKILLs its own process the first time it meets point 1, `delay`
+    seconds in."""
     marker = Path(spec.costs)  # (the test passes a marker path here)
     if point.index == 1 and not marker.exists():
         marker.write_text("killed")
+        time.sleep(delay)
         os.kill(os.getpid(), signal.SIGKILL)
     return {"point": point.index, "axes": point.axes, "error": None, "result": {"pid": 0}}
 
@@ -172,13 +175,8 @@ def test_a_killed_worker_is_retried_and_the_sweep_completes(tmp_path):
         (2, None), (3, None)]
 
 
-def _dies_late(spec: Spec, point: Point) -> dict:
-    """Point 1 SIGKILLs its worker half a second in, after point 0 has returned."""
-    if point.index == 1 and not Path(spec.costs).exists():
-        Path(spec.costs).write_text("killed")
-        time.sleep(0.5)
-        os.kill(os.getpid(), signal.SIGKILL)
-    return {"point": point.index, "axes": point.axes, "error": None, "result": {"pid": 0}}
+#: point 1 kills its worker half a second in, after point 0 has returned
+_dies_late = functools.partial(_dies_once, delay=0.5)
 
 
 def test_a_pool_broken_between_results_and_the_next_point_is_replaced(tmp_path, monkeypatch):

@@ -120,7 +120,6 @@ class Core:
         self._copying = False  # whether `tl.repeat` copies a repetition (and may wait in it)
         self._repeats: dict = {}  # `tl.repeat`'s records, by key
         self._held: dict = {}  # the dicts `tl.repeat` keys by identity, by id
-        self._keying: set[int] = set()  # the lists `tl.repeat` keys, while it keys them
 
     def _emit(self, op: int, a: int, b: int, size: int, arg: int, src: int = NONE,
               dst: int = NONE, depth: int = 2, block: int = 0) -> int:

@@ -266,7 +266,8 @@ class Repeats(Core):
                 # the kernel line a command of code outside the kernel's file gets
                 self._pinned or _line(sys._getframe(2), self._kernel_file, self._lines))
 
-    def _key_of(self, x: Any, tensors: list, keep: list) -> tuple:
+    def _key_of(self, x: Any, tensors: list, keep: list,
+                within: frozenset = frozenset()) -> tuple:
         cls = x.__class__
         if cls is Tensor:
             if x._tl is not self or x._base is not None or x.tcm is None:
@@ -278,13 +279,10 @@ class Repeats(Core):
                 return (cls, x, math.copysign(1.0, x))
             return (cls, repr(x)) if cls is complex else (cls, x)
         if cls is tuple or cls is list:
-            if id(x) in self._keying:  # a list holding itself
+            if id(x) in within:  # a list holding itself
                 raise _NotRepeatable
-            self._keying.add(id(x))
-            try:
-                return (cls, *(self._key_of(y, tensors, keep) for y in x))
-            finally:
-                self._keying.discard(id(x))
+            within = within | {id(x)}
+            return (cls, *(self._key_of(y, tensors, keep, within) for y in x))
         try:
             keep.append(weakref.ref(x))
         except TypeError:  # a dict: kept for the run if it holds plain values only
