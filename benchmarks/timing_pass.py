@@ -13,7 +13,10 @@ Per case, two measures:
   least of each, and the bare SimPy + greenlet loop
   (`sim_throughput.bare_loop_times`) on as many PEs and commands, in the same run;
   and the functional pass once more with shortcuts off (every layer run, none
-  copied: `--no-shortcuts`), stopped where its timing pass would begin.
+  copied: `--no-shortcuts`), stopped where its timing pass would begin: its program
+  (every stream column, composites, regions, TCM peaks) must be the one the run
+  with shortcuts timed, or the script says so and exits 1 (the shortcuts' oracle on
+  this case; equal programs time alike).
   Printed: seconds, us a command and the ratio to the bare loop (aims: functional
   pass <= 2x, timing pass <= 4x, post-pass <= 1x).
 - instructions (`--instructions`, valgrind's cachegrind; independent of the
@@ -30,6 +33,7 @@ Per case, two measures:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import re
 import subprocess
 import sys
@@ -56,6 +60,19 @@ def commands(program) -> int:
     return sum(len(stream.op) for stream in program.streams)
 
 
+def program_digest(program) -> str:
+    """A digest of everything the timing pass reads of `program`: equal digests, equal
+    timing."""
+    digest = hashlib.sha256()
+    for stream in program.streams:
+        for column in stream.columns():
+            digest.update(column.tobytes())
+            digest.update(b"|")
+    digest.update(repr((program.gemm_shapes, program.math_kinds, program.composites,
+                        program.tcm_peak, program.regions, program.region_marks)).encode())
+    return digest.hexdigest()
+
+
 class Marks:
     """CPU seconds where each timing pass began and ended (`Timing.run` wrapped); with
     `stop` set, the run stops (`Stopped`) where its timing pass would begin."""
@@ -63,11 +80,13 @@ class Marks:
     def __init__(self) -> None:
         self.began = self.ended = 0.0
         self.stop = False
+        self.digest = ""  # the stopped run's program's
         run = Timing.run
 
         def timed(timing: Timing) -> None:
             self.began = time.process_time()
             if self.stop:
+                self.digest = program_digest(timing.program)
                 raise Stopped
             run(timing)
             self.ended = time.process_time()
@@ -79,7 +98,8 @@ class Stopped(Exception):
     """The run stopped before its timing pass (`Marks.stop`)."""
 
 
-def cpu(layers: int, repeat: int) -> None:
+def cpu(layers: int, repeat: int) -> bool:
+    """Print the passes' figures; whether the run without shortcuts made the same program."""
     marks = Marks()
     amap = load_address_map("sip")
     kernel = load_kernel("llama_decode")
@@ -87,6 +107,7 @@ def cpu(layers: int, repeat: int) -> None:
     result = run_kernel(kernel, amap, parse_params(kernel, params(layers)), timing_only=True)
     ended = time.process_time()
     trace, program = result.trace, result.trace.program
+    copied = program_digest(program)
     functional = marks.began - began
     timed, post = [marks.ended - marks.began], [ended - marks.ended]
     n, pes = commands(program), len(program.streams)
@@ -111,6 +132,10 @@ def cpu(layers: int, repeat: int) -> None:
                           ("  without shortcuts", every),
                           ("timing pass", min(timed)), ("post-pass", min(post))):
         print(f"{name:<28} {seconds:>8.2f} {seconds / n * 1e6:>10.2f} {seconds / n / bare:>7.2f}x")
+    same = marks.digest == copied
+    print("programs with and without shortcuts: " +
+          ("equal" if same else f"DIFFERENT ({copied[:12]} against {marks.digest[:12]})"))
+    return same
 
 
 # ---------------------------------------------------------------- instructions
@@ -172,9 +197,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.instructions:
         counted(args.layers)
-    else:
-        cpu(args.layers, args.repeat)
-    return 0
+        return 0
+    return 0 if cpu(args.layers, args.repeat) else 1
 
 
 if __name__ == "__main__":
