@@ -20,14 +20,20 @@ functional pass); blocking and waking PEs is the timing pass's business.
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 DIRECTIONS = ("E", "W", "N", "S")
 OPPOSITE = {"E": "W", "W": "E", "N": "S", "S": "N"}
+
+
+@functools.cache
+def _all_free(slots: int) -> tuple[tuple[int, int, int, int], ...]:
+    """A ring's credits before anything is sent: each slot free at 0 (a sorted heap)."""
+    return tuple((0, s, -1, 0) for s in range(slots))
 
 
 def chunks_for(nbytes: int, slot_bytes: int) -> int:
@@ -46,28 +52,37 @@ class Chunk(NamedTuple):
     who: int = -1  # the send that moved it (the timing pass's op reference)
 
 
-@dataclass
 class Ring:
-    """One inbound ring: `credits` are the times at which its free slots free up."""
+    """One inbound ring: `credits` are the times at which its free slots free up.
 
-    slots: int
-    slot_bytes: int
-    # heap of (time the slot is free, slot, the receive that freed it or -1, when that
-    # receive's copy out of the slot ended)
-    credits: list[tuple[int, int, int, int]] = field(default_factory=list)
-    chunks: deque[Chunk] = field(default_factory=deque)
-    sender_waiting: list = field(default_factory=list)  # PEs out of credits, to wake
-    receiver_waiting: Any = None  # the PE waiting for a chunk, to wake
-    #: with an op log: (time, +1) when a sender uses a credit, (time, -1) when it is back
-    trail: list[tuple[int, int]] | None = None
-    #: the timing pass's (PE, direction) of it, and (time, PE) of the last PE that used
-    #: its credits or its chunks (keyed by the timing pass)
-    where: tuple = ()
-    seen: dict = field(default_factory=dict)
-    gave: list | None = None  # if a list, `take` adds the credits it gives back
+    A plain class with slots, not a dataclass: a rack builds 32,768 of them per
+    system (`hw.system`), and a timing pass that splits its classes builds the system
+    again."""
 
-    def __post_init__(self) -> None:
-        self.credits = [(0, s, -1, 0) for s in range(self.slots)]
+    __slots__ = ("bytes", "chunks", "credits", "gave", "ops", "receiver_waiting", "seen",
+                 "sender_waiting", "slot_bytes", "slot_ps", "slots", "stash", "trail", "where")
+
+    def __init__(self, slots: int, slot_bytes: int):
+        self.slots = slots
+        self.slot_bytes = slot_bytes
+        #: heap of (time the slot is free, slot, the receive that freed it or -1, when
+        #: that receive's copy out of the slot ended); every slot free at 0 to begin with
+        self.credits: list[tuple[int, int, int, int]] = list(_all_free(slots))
+        self.chunks: deque[Chunk] = deque()
+        self.sender_waiting: list = []  # PEs out of credits, to wake
+        self.receiver_waiting: Any = None  # the PE waiting for a chunk, to wake
+        #: with an op log: (time, +1) when a sender uses a credit, (time, -1) when it is back
+        self.trail: list[tuple[int, int]] | None = None
+        #: the timing pass's (PE, direction) of it, and (time, PE) of the last PE that used
+        #: its credits or its chunks (keyed by the timing pass)
+        self.where: tuple = ()
+        self.seen: dict = {}
+        self.gave: list | None = None  # if a list, `take` adds the credits it gives back
+        #: taken for a later recv: (chunk, when its copy out of the slot ended), by sender
+        self.stash: dict[int, deque[tuple[Chunk, int]]] = {}
+        self.slot_ps = 0  # slot-time chunks sat in slots, arrival to copied out, summed
+        self.ops = 0  # chunks that passed through
+        self.bytes = 0  # and their bytes
 
     def chunks_for(self, nbytes: int) -> int:
         return chunks_for(nbytes, self.slot_bytes)
@@ -79,12 +94,6 @@ class Ring:
 
     def give_credit(self, t: int, slot: int, who: int = -1, copied: int = 0) -> None:
         heapq.heappush(self.credits, (t, slot, who, copied))
-
-    # taken for a later recv: (chunk, when its copy out of the slot ended), by sender
-    stash: dict[int, deque[tuple[Chunk, int]]] = field(default_factory=dict)
-    slot_ps: int = 0  # slot-time chunks sat in slots, arrival to copied out, summed
-    ops: int = 0  # chunks that passed through
-    bytes: int = 0  # and their bytes
 
     @property
     def busy_ps(self) -> int:

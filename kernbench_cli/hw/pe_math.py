@@ -38,12 +38,11 @@ class MathEngine(InOrderEngine):
     def __init__(self, config: MathConfig, clock_hz: int):
         super().__init__()
         self.elements = 0  # elements computed (the timing pass counts them)
-        self.by_class = {f.name: 0 for f in fields(config.op_cycles)}  # and by op class
         self.lanes, self.clock_hz = config.lanes, clock_hz
-        self.op_cycles = {f.name: getattr(config.op_cycles, f.name)
-                          for f in fields(config.op_cycles)}
-        self.latency = {f.name: cycles_to_ps(getattr(config.latency, f.name), clock_hz)
-                        for f in fields(config.latency)}
+        # per op class: cycles a lane-group, latency; shared by every PE of a system (read
+        # only), made once per configuration
+        self.op_cycles, self.latency = _tables(config, clock_hz)
+        self.by_class = dict.fromkeys(self.op_cycles, 0)  # elements by op class
 
     def duration_ps(self, kind: str, elements: int) -> int:
         """Issue time of a command: how long it holds the unit."""
@@ -54,6 +53,23 @@ class MathEngine(InOrderEngine):
         """(start, when the result is ready)."""
         start, end = self.occupy(ready, self.duration_ps(kind, elements))
         return start, end + self.latency[kind]
+
+
+#: the last configuration `_tables` was asked for, and its tables
+_last: list = [None, 0, None]
+
+
+def _tables(config: MathConfig, clock_hz: int) -> tuple[dict[str, int], dict[str, int]]:
+    """`MathEngine`'s op cycles and latencies (in ps) by op class; those of the last
+    configuration asked for again without a look at its fields (every PE of a system has
+    the one configuration object; hashing it walks every field)."""
+    if _last[0] is not config or _last[1] != clock_hz:
+        op_cycles = {f.name: getattr(config.op_cycles, f.name)
+                     for f in fields(config.op_cycles)}
+        latency = {f.name: cycles_to_ps(getattr(config.latency, f.name), clock_hz)
+                   for f in fields(config.latency)}
+        _last[:] = config, clock_hz, (op_cycles, latency)
+    return _last[2]
 
 
 def math_step(walk: Walk) -> Callable:
