@@ -81,6 +81,11 @@ NARROW_ARRAYS = ("fp8", "int8", "fp4", "int4")
 DEQUANTISED = F16  # the array's format for two narrow operands it cannot pair: bf16
 
 
+#: Per stream format: (bytes of a block, elements of a block): `count` elements take
+#: ``count * bytes // elements`` bytes (`Format.nbytes`), for loops that cannot afford a call
+SIZES: dict[int, tuple[int, int]] = {code: (f.block_bytes, f.block) for code, f in FORMATS.items()}
+
+
 def nbytes(code: int, count: int) -> int:
     """Bytes of `count` elements of stream format `code`."""
     return FORMATS[code].nbytes(count)

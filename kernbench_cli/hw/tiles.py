@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from heapq import heappush
 from typing import TYPE_CHECKING
 
-from kernbench_cli.formats import gemm_datapath
+from kernbench_cli.formats import SIZES, gemm_datapath
 from kernbench_cli.formats import nbytes as bytes_of
 from kernbench_cli.hw.causes import ENGINE, ISSUED, PE_SHIFT, PRODUCER, SCHEDULER, TCM, because
 from kernbench_cli.hw.composite import (
@@ -290,8 +290,9 @@ class Tiles:
         where it is fair-shared with other PEs' transfers, a generator to run for them."""
         if inbound:
             op, r0, c0, rows, cols = where
-            addr = op.addr + bytes_of(op.code, r0 * op.row_stride + c0)
-            row_bytes, stride = bytes_of(op.code, cols), bytes_of(op.code, op.row_stride)
+            size, block = SIZES[op.code]  # `formats.nbytes`, inlined: bytes of so many elements
+            addr = op.addr + (r0 * op.row_stride + c0) * size // block
+            row_bytes, stride = cols * size // block, op.row_stride * size // block
             largest = self.running.sizes[0]  # a dequantised tile has its wide copy beside it
             wide = bytes_of(op.dequant, rows * cols) if op.dequant else 0
             if rows * row_bytes + wide > largest.get(id(op), 0):
