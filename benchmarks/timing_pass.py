@@ -33,7 +33,6 @@ Per case, two measures:
 from __future__ import annotations
 
 import argparse
-import hashlib
 import re
 import subprocess
 import sys
@@ -42,6 +41,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+from programs import Stopped, functional_only, program_digest
 from sim_throughput import bare_loop_times
 
 from kernbench_cli.address import load_address_map
@@ -60,42 +60,19 @@ def commands(program) -> int:
     return sum(len(stream.op) for stream in program.streams)
 
 
-def program_digest(program) -> str:
-    """A digest of everything the timing pass reads of `program`: equal digests, equal
-    timing."""
-    digest = hashlib.sha256()
-    for stream in program.streams:
-        for column in stream.columns():
-            digest.update(column.tobytes())
-            digest.update(b"|")
-    digest.update(repr((program.gemm_shapes, program.math_kinds, program.composites,
-                        program.tcm_peak, program.regions, program.region_marks)).encode())
-    return digest.hexdigest()
-
-
 class Marks:
-    """CPU seconds where each timing pass began and ended (`Timing.run` wrapped); with
-    `stop` set, the run stops (`Stopped`) where its timing pass would begin."""
+    """CPU seconds where each timing pass began and ended (`Timing.run` wrapped)."""
 
     def __init__(self) -> None:
         self.began = self.ended = 0.0
-        self.stop = False
-        self.digest = ""  # the stopped run's program's
         run = Timing.run
 
         def timed(timing: Timing) -> None:
             self.began = time.process_time()
-            if self.stop:
-                self.digest = program_digest(timing.program)
-                raise Stopped
             run(timing)
             self.ended = time.process_time()
 
         Timing.run = timed
-
-
-class Stopped(Exception):
-    """The run stopped before its timing pass (`Marks.stop`)."""
 
 
 def cpu(layers: int, repeat: int) -> bool:
@@ -117,12 +94,13 @@ def cpu(layers: int, repeat: int) -> bool:
         ended = time.process_time()
         timed.append(marks.ended - marks.began)
         post.append(ended - marks.ended)
-    marks.stop, began = True, time.process_time()
+    began = time.process_time()
     try:
-        run_kernel(kernel, amap, parse_params(kernel, params(layers)), timing_only=True,
-                   shortcuts=False)
-    except Stopped:
-        every = marks.began - began
+        with functional_only():
+            run_kernel(kernel, amap, parse_params(kernel, params(layers)), timing_only=True,
+                       shortcuts=False)
+    except Stopped as stopped:
+        every, digest = stopped.cpu - began, stopped.digest
     bare = min(bare_loop_times(pes, n // pes)[0] for _ in range(repeat)) / (n // pes * pes)
     print(f"llama_decode llama3-8b, {layers} layers, on sip: {n:,} commands on {pes} PEs "
           f"(CPU, least of {repeat})")
@@ -132,9 +110,9 @@ def cpu(layers: int, repeat: int) -> bool:
                           ("  without shortcuts", every),
                           ("timing pass", min(timed)), ("post-pass", min(post))):
         print(f"{name:<28} {seconds:>8.2f} {seconds / n * 1e6:>10.2f} {seconds / n / bare:>7.2f}x")
-    same = marks.digest == copied
+    same = digest == copied
     print("programs with and without shortcuts: " +
-          ("equal" if same else f"DIFFERENT ({copied[:12]} against {marks.digest[:12]})"))
+          ("equal" if same else f"DIFFERENT ({copied[:12]} against {digest[:12]})"))
     return same
 
 
