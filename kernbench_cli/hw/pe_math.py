@@ -55,21 +55,24 @@ class MathEngine(InOrderEngine):
         return start, end + self.latency[kind]
 
 
-#: the last configuration `_tables` was asked for, and its tables
-_last: list = [None, 0, None]
+#: (configuration, clock, its tables) of the last `_tables` made: one tuple, replaced
+#: whole, so that a thread sees a configuration with its own tables
+_last: tuple = (None, 0, None)
 
 
 def _tables(config: MathConfig, clock_hz: int) -> tuple[dict[str, int], dict[str, int]]:
     """`MathEngine`'s op cycles and latencies (in ps) by op class; those of the last
     configuration asked for again without a look at its fields (every PE of a system has
     the one configuration object; hashing it walks every field)."""
-    if _last[0] is not config or _last[1] != clock_hz:
-        op_cycles = {f.name: getattr(config.op_cycles, f.name)
-                     for f in fields(config.op_cycles)}
-        latency = {f.name: cycles_to_ps(getattr(config.latency, f.name), clock_hz)
-                   for f in fields(config.latency)}
-        _last[:] = config, clock_hz, (op_cycles, latency)
-    return _last[2]
+    global _last
+    last = _last
+    if last[0] is config and last[1] == clock_hz:
+        return last[2]
+    tables = ({f.name: getattr(config.op_cycles, f.name) for f in fields(config.op_cycles)},
+              {f.name: cycles_to_ps(getattr(config.latency, f.name), clock_hz)
+               for f in fields(config.latency)})
+    _last = (config, clock_hz, tables)
+    return tables
 
 
 def math_step(walk: Walk) -> Callable:
