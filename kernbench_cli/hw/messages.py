@@ -283,7 +283,7 @@ class Ipcq:
         slot_bytes = ring.slot_bytes
         tcm = self._tcm(pe, stream.dst[i]) if log is not None else None  # op log only
         copy_code = log.code("recv copy") if log is not None else 0
-        copies = proc.copies.setdefault(i, [])
+        add = proc.copies.add
         region = self.leaves[pe.pid][i] if self.leaves else 0
         row = dma.ledger[region]
 
@@ -299,7 +299,7 @@ class Ipcq:
             why = (because(ENGINE, busy_with) if start > ready and busy_with >= 0 else
                    because(MESSAGE, chunk.who) if chunk.arrival > cpu.time else
                    because(ISSUED, me))
-            copies.append((start, end, why))
+            add(i, start, end, why)
             if start > began[2]:  # PE_DMA was not busy with this receive's copies
                 began[0], began[1] = start, why
             began[2] = end

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from heapq import heappush
@@ -93,6 +94,59 @@ class TileOps:
         return tuple(self.data[5 * k:5 * k + 5])
 
 
+class Copies:
+    """A PE's receives' copies out of ring slots, in the order made: per copy its receive's
+    index, and its start, end and why, in two flat arrays (32 B a copy; as a list of
+    tuples per receive they took about 160 B). A receive makes its copies before the next
+    one starts (the walk is in order), so the receives' column is sorted."""
+
+    __slots__ = ("data", "recv")
+
+    def __init__(self) -> None:
+        self.recv = array("q")
+        self.data = array("q")
+
+    def add(self, i: int, start: int, end: int, why: int) -> None:
+        self.recv.append(i)
+        self.data.extend((start, end, why))
+
+    def get(self, i: int, default=None) -> list[tuple[int, int, int]] | None:
+        """Receive `i`'s copies as (start, end, why), in order; `default` if it made none."""
+        lo, hi = bisect_left(self.recv, i), bisect_right(self.recv, i)
+        data = self.data
+        return [(data[3 * k], data[3 * k + 1], data[3 * k + 2]) for k in range(lo, hi)] \
+            if hi > lo else default
+
+
+class After:
+    """Per command that PE_CPU waited after issuing, until when and why (`proc.after[i] =
+    (until, why)`, `proc.after.get(i)`), in flat arrays (24 B a command; as a dict of
+    tuples about 130 B). The walk sets them in command order; setting the last again
+    replaces it."""
+
+    __slots__ = ("data", "index")
+
+    def __init__(self) -> None:
+        self.index = array("q")
+        self.data = array("q")
+
+    def __setitem__(self, i: int, value: tuple[int, int]) -> None:
+        index = self.index
+        if index and index[-1] >= i:
+            if index[-1] != i:
+                raise ValueError(f"command {i} after command {index[-1]}: out of order")
+            self.data[-2:] = array("q", value)
+            return
+        index.append(i)
+        self.data.extend(value)
+
+    def get(self, i: int, default=None) -> tuple[int, int] | None:
+        k = bisect_left(self.index, i)
+        if k == len(self.index) or self.index[k] != i:
+            return default
+        return self.data[2 * k], self.data[2 * k + 1]
+
+
 class PeProcess:
     """One PE's walk over its stream as a SimPy-style process: event callbacks resume it."""
 
@@ -121,14 +175,14 @@ class PeProcess:
         self.start = array("q")
         self.why = array("q")
         self.cpu = array("q")
-        self.after: dict[int, tuple[int, int]] = {}
+        self.after = After()
         self.tiles = TileOps()
         self.made: dict[int, int] = {}  # composite -> its last tile operation
         self.waits: dict[int, tuple] = {}  # op -> (the resource a transfer waited for, ps)
-        # a receive's copies out of ring slots: receive -> [(start, end, why)], in order;
-        # and when the copy that freed a credit ended, for a send whose first chunk waited
-        # for it (send -> end) or after which PE_CPU did (~send -> end)
-        self.copies: dict[int, list[tuple[int, int, int]]] = {}
+        # its receives' copies out of ring slots (`Copies`); and when the copy that freed a
+        # credit ended, for a send whose first chunk waited for it (send -> end) or after
+        # which PE_CPU did (~send -> end)
+        self.copies = Copies()
         self.credited: dict[int, int] = {}
         self.tcm_wait = NOBODY  # PE_CPU waited for TCM held by this op (-1: no)
         self.events = 0
