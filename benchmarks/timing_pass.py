@@ -26,18 +26,23 @@ Per case, two measures:
   and reading the trace cancel out. Printed: instructions a command and the
   ratio to the bare loop's. Slow: the timing pass runs some 50x slower under
   cachegrind (`--layers 1`, 71,322 commands, takes about ten minutes).
+- memory (`--memory`, tracemalloc): what the timing pass keeps a command once it
+  ends (its records: per command, per tile operation, per receive's copy), replaying
+  the run's trace; the traced memory a command before it (streams and the rest) beside.
 
-    python benchmarks/timing_pass.py [--layers N] [--repeat N] [--instructions]
+    python benchmarks/timing_pass.py [--layers N] [--repeat N] [--instructions | --memory]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import re
 import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -163,6 +168,36 @@ def counted(layers: int) -> None:
         print(f"{name:<28} {count / n:>13,.0f} {count / n / bare:>7.2f}x")
 
 
+def memory(layers: int) -> None:
+    amap = load_address_map("sip")
+    kernel = load_kernel("llama_decode")
+    trace = run_kernel(kernel, amap, parse_params(kernel, params(layers)),
+                       timing_only=True).trace
+    n = commands(trace.program)
+    kept: list[int] = []
+    run = Timing.run
+
+    def traced(timing: Timing) -> None:
+        gc.collect()
+        kept.append(tracemalloc.get_traced_memory()[0])
+        run(timing)
+        gc.collect()
+        kept.append(tracemalloc.get_traced_memory()[0])
+
+    Timing.run = traced
+    tracemalloc.start()
+    try:
+        replay_trace(trace, amap, "the run")
+    finally:
+        tracemalloc.stop()
+        Timing.run = run
+    before, after = kept
+    print(f"llama_decode llama3-8b, {layers} layers, on sip: {n:,} commands on "
+          f"{len(trace.program.streams)} PEs (tracemalloc, a replay of the run's trace)")
+    print(f"traced before the timing pass: {before / n:.0f} B a command; kept by the pass: "
+          f"{(after - before) / n:.0f} B a command")
+
+
 def main() -> int:
     if sys.argv[1:2] == ["--inner"]:
         inner(sys.argv[2], sys.argv[3], int(sys.argv[4]))
@@ -172,9 +207,14 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--instructions", action="store_true",
                         help="count instructions with cachegrind (slow)")
+    parser.add_argument("--memory", action="store_true",
+                        help="what the timing pass keeps a command (tracemalloc)")
     args = parser.parse_args()
     if args.instructions:
         counted(args.layers)
+        return 0
+    if args.memory:
+        memory(args.layers)
         return 0
     return 0 if cpu(args.layers, args.repeat) else 1
 
