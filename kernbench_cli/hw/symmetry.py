@@ -82,9 +82,17 @@ def _numbered(keys: list) -> list[int]:
     return [ids.setdefault(k, len(ids)) for k in keys]
 
 
-def stream_keys(program, slice_base: list[int], slice_bytes: int, page: int) -> list[bytes]:
-    """Per PE, its stream relocated (see the module docstring) as bytes: equal bytes, equal
-    streams up to relocation (the comparison is exact, not a hash's)."""
+def stream_keys(program, slice_base: list[int], slice_bytes: int, page: int,
+                leaves: list | None = None, limit: int | None = None) -> list[bytes] | None:
+    """Per PE, its stream relocated (see the module docstring) as bytes, and with `leaves`
+    its commands' regions after it: equal bytes, equal streams up to relocation (the
+    comparison is exact, not a hash's); equal keys are one bytes object. None as soon as
+    more than `limit` keys differ.
+
+    Made stream by stream: a run whose streams all differ (a decode step: every PE its
+    own ring position) stops after `limit` + 1 of them, and no more than one stream's
+    columns are copied at once (all at once took some 300 B a command, 10 GB on a rack
+    decode step, at the start of its timing pass)."""
     descs = program.composites
     reloc_ok = slice_bytes > 0 and (not page or all(b % page == 0 for b in slice_base))
     comp_rest = _numbered([(d.m, d.k, d.n, d.a_format, d.b_format, d.out_format,
@@ -94,40 +102,40 @@ def stream_keys(program, slice_base: list[int], slice_bytes: int, page: int) -> 
                          np.zeros((0, 3)), dtype=np.int64).reshape(-1, 3)
     comp_a_tcm = np.array([d.a_tcm for d in descs], dtype=bool)
     rest = np.array(comp_rest, dtype=np.int64)
-    streams = program.streams
-    ends = np.cumsum([len(stream.op) for stream in streams]).tolist()
-    cols = {name: np.concatenate([np.frombuffer(col, dtype=col.typecode) for col in
-                                  (getattr(stream, name) for stream in streams)] or
-                                 [np.zeros(0)]).astype(np.int64) for name in _FIELDS}
-    lengths = np.diff([0, *ends])
-    pid = np.repeat(np.arange(len(streams), dtype=np.int64), lengths)
-    base = np.repeat(np.array(slice_base, dtype=np.int64), lengths)
+    seen: dict[bytes, bytes] = {}
+    keys = []
+    for pid, stream in enumerate(program.streams):
+        base = slice_base[pid]
 
-    def rel(values: np.ndarray, where: np.ndarray, base: np.ndarray) -> np.ndarray:
-        """Addresses in their PE's own slice, relative (flagged by a 2^62 offset)."""
-        if not reloc_ok:
-            return values
-        own = where & (values >= base) & (values < base + slice_bytes)
-        return np.where(own, values - base - (1 << 62), values)
+        def rel(values: np.ndarray, where: np.ndarray, base: int = base) -> np.ndarray:
+            """Addresses in the PE's own slice, relative (flagged by a 2^62 offset)."""
+            if not reloc_ok:
+                return values
+            own = where & (values >= base) & (values < base + slice_bytes)
+            return np.where(own, values - base - (1 << 62), values)
 
-    op, arg = cols["op"], cols["arg"].copy()
-    ipcq = (op == SEND) | (op == RECV)
-    arg[ipcq] -= pid[ipcq]
-    comp = op == COMPOSITE
-    planned = comp & (arg != NONE)
-    extra = np.zeros((len(op), 3), dtype=np.int64)
-    src_is_addr = op == LOAD
-    if planned.any():
-        idx = arg[planned]
-        arg[planned] = rest[idx]
-        extra[planned] = rel(comp_addr[idx], np.ones((len(idx), 3), dtype=bool),
-                             base[planned][:, None])
-        src_is_addr[planned] = ~comp_a_tcm[idx]
-    cols["arg"] = arg
-    cols["src"] = rel(cols["src"], src_is_addr, base)
-    cols["dst"] = rel(cols["dst"], (op == STORE) | comp & (cols["dst"] != NONE), base)
-    rows = np.column_stack([cols[name] for name in _FIELDS] + [extra])
-    return [rows[start:end].tobytes() for start, end in zip([0, *ends], ends, strict=False)]
+        cols = {name: np.frombuffer(col, dtype=col.typecode).astype(np.int64)
+                for name, col in ((name, getattr(stream, name)) for name in _FIELDS)}
+        op, arg = cols["op"], cols["arg"]
+        arg[(op == SEND) | (op == RECV)] -= pid
+        comp = op == COMPOSITE
+        planned = comp & (arg != NONE)
+        extra = np.zeros((len(op), 3), dtype=np.int64)
+        src_is_addr = op == LOAD
+        if planned.any():
+            idx = arg[planned]
+            arg[planned] = rest[idx]
+            extra[planned] = rel(comp_addr[idx], np.ones((len(idx), 3), dtype=bool))
+            src_is_addr[planned] = ~comp_a_tcm[idx]
+        cols["src"] = rel(cols["src"], src_is_addr)
+        cols["dst"] = rel(cols["dst"], (op == STORE) | comp & (cols["dst"] != NONE))
+        key = np.column_stack([cols[name] for name in _FIELDS] + [extra]).tobytes()
+        if leaves is not None:
+            key += leaves[pid].tobytes()
+        keys.append(seen.setdefault(key, key))
+        if limit is not None and len(seen) > limit:
+            return None
+    return keys
 
 
 def few_enough(streams, limit: int) -> bool:
@@ -285,12 +293,10 @@ def partition(timing, forced: set[int], split: dict[int, tuple]) -> Classes:
     if timing.around is None:
         # the classes split the PEs at least as finely as their relocated streams do
         system = timing.system
+        # (and by their commands' regions: a class's energy is booked to its own)
         keys = stream_keys(timing.program, system.slice_bases, system.amap.slice_bytes,
-                           system.topology.hbm.page_size)
-        if timing.leaves is not None:  # a class's energy is booked to its commands' regions
-            keys = [key + leaves.tobytes() for key, leaves in zip(keys, timing.leaves,
-                                                                   strict=True)]
-        if len(set(keys)) > n // WORTH:
+                           system.topology.hbm.page_size, timing.leaves, n // WORTH)
+        if keys is None:
             return Classes(list(range(n)))
         timing.around = _Surroundings(timing, keys)
     around = timing.around
