@@ -40,6 +40,7 @@ for a receive's copies out of ring slots the receive's (the DMA engines' ledger,
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -145,22 +146,25 @@ def by_region(system: System, timing: Timing) -> list[Counts]:
     commands (`pes`, `cubes` and `latency_ps` are 0: static energy is the run's)."""
     program = timing.program
     regions = len(program.regions)
-    op, arg, size = _columns(timing)
-    leaf = _leaves(timing, len(op))
-    commands = np.bincount(leaf[op != READ], minlength=regions)
-    queued = np.bincount(leaf[np.isin(op, QUEUED)], minlength=regions)
-    work = [dict.fromkeys(("", *NARROW), 0) for _ in range(regions)]  # exact integers
-    for kind, table in _gemm_tables(system, timing):
-        picked = (op == kind) & (arg != NONE)
-        if picked.any():
-            pairs = np.unique(np.stack([leaf[picked], arg[picked]]), axis=1, return_counts=True)
-            for (r, j), n in zip(pairs[0].T.tolist(), pairs[1].tolist(), strict=True):
-                datapath, amount = table[j]
-                work[r][datapath] += amount * n
     kinds = program.math_kinds
-    is_math = op == MATH
+    commands = np.zeros(regions, dtype=np.int64)
+    queued = np.zeros(regions, dtype=np.int64)
+    work = [dict.fromkeys(("", *NARROW), 0) for _ in range(regions)]  # exact integers
     elements = np.zeros((regions, len(kinds)), dtype=np.int64)
-    np.add.at(elements, (leaf[is_math], arg[is_math]), size[is_math])
+    tables = _gemm_tables(system, timing)
+    for op, arg, size, leaf in _chunks(timing):
+        commands += np.bincount(leaf[op != READ], minlength=regions)
+        queued += np.bincount(leaf[np.isin(op, QUEUED)], minlength=regions)
+        for kind, table in tables:
+            picked = (op == kind) & (arg != NONE)
+            if picked.any():
+                pairs = np.unique(np.stack([leaf[picked], arg[picked]]), axis=1,
+                                  return_counts=True)
+                for (r, j), n in zip(pairs[0].T.tolist(), pairs[1].tolist(), strict=True):
+                    datapath, amount = table[j]
+                    work[r][datapath] += amount * n
+        is_math = op == MATH
+        np.add.at(elements, (leaf[is_math], arg[is_math]), size[is_math])
     fixes = [0] * regions  # composites' dequantised tiles, in the composite's region
     for pid, proc in enumerate(timing.procs):
         for i, n in proc.dequant.items():
@@ -182,17 +186,6 @@ def by_region(system: System, timing: Timing) -> list[Counts]:
     return out
 
 
-def _leaves(timing: Timing, total: int) -> np.ndarray:
-    """The region of every command of every stream, end to end (`_columns`' order; uint32)."""
-    if not timing.leaves:
-        return np.zeros(total, dtype=np.uint32)
-    return np.concatenate([
-        np.frombuffer(leaf, dtype=np.uint32) if leaf is not None else
-        np.zeros(len(stream.op), dtype=np.uint32)
-        for leaf, stream in zip(timing.leaves, timing.program.streams, strict=True)]
-        or [np.zeros(0, dtype=np.uint32)])
-
-
 def _gemm_tables(system: System, timing: Timing) -> list[tuple[int, list[tuple[str, int]]]]:
     """(DOT, its gemm shapes' `gemm_work`), (COMPOSITE, its composites')."""
     program, gemm = timing.program, system.topology.pe.gemm
@@ -205,15 +198,18 @@ def _gemm_tables(system: System, timing: Timing) -> list[tuple[int, list[tuple[s
 def asked_gemm_work(system: System, timing: Timing) -> tuple[int, dict[str, int]]:
     """(MACs times array passes on the 16-bit datapath, MACs on each narrow one) over every
     DOT and composite the streams hold."""
-    op, arg, _ = _columns(timing)
+    tables = _gemm_tables(system, timing)
+    uses = [np.zeros(len(table), dtype=np.int64) for _, table in tables]  # per entry
+    for op, arg, _, _ in _chunks(timing):
+        for (kind, table), used in zip(tables, uses, strict=True):
+            picked = arg[(op == kind) & (arg != NONE)]
+            if picked.size:
+                used += np.bincount(picked, minlength=len(table))
     work = dict.fromkeys(("", *NARROW), 0)
-    for kind, table in _gemm_tables(system, timing):
-        picked = arg[(op == kind) & (arg != NONE)]
-        if picked.size:  # how often each table entry ran, then exact Python integers
-            uses = np.bincount(picked, minlength=len(table))
-            for j in np.flatnonzero(uses):
-                datapath, amount = table[j]
-                work[datapath] += amount * int(uses[j])
+    for (_, table), used in zip(tables, uses, strict=True):
+        for j in np.flatnonzero(used):  # then exact Python integers
+            datapath, amount = table[j]
+            work[datapath] += amount * int(used[j])
     return work.pop(""), {k: n for k, n in work.items() if n}
 
 
@@ -221,10 +217,10 @@ def asked_elements(timing: Timing) -> dict[str, int]:
     """MATH elements over every stream, by op class, and the elements the composites'
     plans dequantise (`dequant`)."""
     kinds = timing.program.math_kinds
-    op, arg, size = _columns(timing)
-    math = op == MATH
     by_kind = np.zeros(len(kinds), dtype=np.int64)  # exact: no float weights
-    np.add.at(by_kind, arg[math], size[math])
+    for op, arg, size, _ in _chunks(timing):
+        math = op == MATH
+        np.add.at(by_kind, arg[math], size[math])
     out = dict.fromkeys(MATH_CLASSES, 0)
     for (op_class, _), n in zip(kinds, by_kind, strict=True):
         out[op_class] += int(n)
@@ -232,13 +228,39 @@ def asked_elements(timing: Timing) -> dict[str, int]:
     return out
 
 
-def _columns(timing: Timing) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The `op` (uint8), `arg` and `size` (int64) columns of every stream, end to end: in
-    their own types, copied once (17 B a command; a rack's decode step has 34 million)."""
-    streams = timing.program.streams
-    return tuple(np.concatenate([np.frombuffer(getattr(s, name), dtype=dtype) for s in streams]
-                                or [np.zeros(0, dtype=dtype)])
-                 for name, dtype in (("op", np.uint8), ("arg", np.int64), ("size", np.int64)))
+#: Commands whose columns the counts read at once (`_chunks`), at about 22 B each
+CHUNK = 1 << 20
+
+
+def _chunks(timing: Timing) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray,
+                                              np.ndarray]]:
+    """The `op` (uint8), `arg` and `size` (int64) columns of the streams and their commands'
+    regions (uint32), end to end, a run of streams at a time (at most `CHUNK` commands, or
+    one stream): the counts never hold a copy of every stream (a rack's decode step has
+    34 million commands)."""
+    streams, leaves = timing.program.streams, timing.leaves
+
+    def joined(pids: list[int]) -> tuple[np.ndarray, ...]:
+        cols = tuple(np.concatenate([np.frombuffer(getattr(streams[pid], name), dtype=dtype)
+                                     for pid in pids])
+                     for name, dtype in (("op", np.uint8), ("arg", np.int64),
+                                         ("size", np.int64)))
+        leaf = np.concatenate([np.frombuffer(leaves[pid], dtype=np.uint32)
+                               if leaves[pid] is not None else
+                               np.zeros(len(streams[pid].op), dtype=np.uint32) for pid in pids]) \
+            if leaves else np.zeros(len(cols[0]), dtype=np.uint32)
+        return (*cols, leaf)
+
+    group: list[int] = []
+    held = 0
+    for pid, stream in enumerate(streams):
+        if group and held + len(stream.op) > CHUNK:
+            yield joined(group)
+            group, held = [], 0
+        group.append(pid)
+        held += len(stream.op)
+    if group:
+        yield joined(group)
 
 
 def account(counts: Counts, table: EnergyConfig) -> Energy:

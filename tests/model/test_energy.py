@@ -210,3 +210,28 @@ def test_a_sweep_table_leaves_columns_out_rather_than_split_them():
         assert table.caption == caption
         assert all(name in text for name in kept) and "5.62mJ" in text
         assert max(len(line.rstrip()) for line in text.splitlines()) <= width
+
+
+def test_counts_read_the_streams_a_run_of_streams_at_a_time(monkeypatch):
+    """The energy counts read the columns a run of streams at a time (`energy.CHUNK`
+    commands at most): a chunk of one stream or of all of them gives the same counts, and
+    the regions' counts add up to the run's."""
+    import kernbench_cli as kb
+    from kernbench_cli.hw.timing import Timing
+    from kernbench_cli.sim import energy
+
+    timed, run = [], Timing.run
+    monkeypatch.setattr(Timing, "run", lambda self: (run(self), timed.append(self)))
+    kb.run("llama_decode", topology="default", timing_only=True,
+           params={"model": "tiny", "layers": 2})
+    timing = timed[0]
+    system = timing.system
+    whole = energy.count(system, timing), energy.by_region(system, timing)
+    monkeypatch.setattr(energy, "CHUNK", 1)  # one stream a chunk
+    assert len(list(energy._chunks(timing))) == len(timing.program.streams) > 1
+    assert (energy.count(system, timing), energy.by_region(system, timing)) == whole
+    counts, regions = whole
+    assert len(regions) > 1
+    assert sum(r.commands for r in regions) == counts.commands
+    assert sum(sum(r.elements.values()) for r in regions) == sum(counts.elements.values())
+    assert sum(r.mac_passes for r in regions) == counts.mac_passes > 0
