@@ -53,6 +53,7 @@ from kernbench_cli.stream import COLUMNS, COMPOSITE, LOAD, NONE, RECV, SEND, STO
 WORTH = 8
 
 _FIELDS = [name for name, _ in COLUMNS if name != "line"]  # the kernel line does not time
+_TYPECODES = [(name, code) for name, code in COLUMNS if name != "line"]
 
 
 class Classes:
@@ -105,17 +106,9 @@ def stream_keys(program, slice_base: list[int], slice_bytes: int, page: int,
     seen: dict[bytes, bytes] = {}
     keys = []
     for pid, stream in enumerate(program.streams):
-        base = slice_base[pid]
-
-        def rel(values: np.ndarray, where: np.ndarray, base: int = base) -> np.ndarray:
-            """Addresses in the PE's own slice, relative (flagged by a 2^62 offset)."""
-            if not reloc_ok:
-                return values
-            own = where & (values >= base) & (values < base + slice_bytes)
-            return np.where(own, values - base - (1 << 62), values)
-
-        cols = {name: np.frombuffer(col, dtype=col.typecode).astype(np.int64)
-                for name, col in ((name, getattr(stream, name)) for name in _FIELDS)}
+        own = (slice_base[pid], slice_bytes) if reloc_ok else None
+        cols = {name: np.frombuffer(getattr(stream, name), dtype=typecode).astype(np.int64)
+                for name, typecode in _TYPECODES}
         op, arg = cols["op"], cols["arg"]
         arg[(op == SEND) | (op == RECV)] -= pid
         comp = op == COMPOSITE
@@ -125,10 +118,11 @@ def stream_keys(program, slice_base: list[int], slice_bytes: int, page: int,
         if planned.any():
             idx = arg[planned]
             arg[planned] = rest[idx]
-            extra[planned] = rel(comp_addr[idx], np.ones((len(idx), 3), dtype=bool))
+            extra[planned] = _relative(comp_addr[idx], np.ones((len(idx), 3), dtype=bool),
+                                       own)
             src_is_addr[planned] = ~comp_a_tcm[idx]
-        cols["src"] = rel(cols["src"], src_is_addr)
-        cols["dst"] = rel(cols["dst"], (op == STORE) | comp & (cols["dst"] != NONE))
+        cols["src"] = _relative(cols["src"], src_is_addr, own)
+        cols["dst"] = _relative(cols["dst"], (op == STORE) | comp & (cols["dst"] != NONE), own)
         key = np.column_stack([cols[name] for name in _FIELDS] + [extra]).tobytes()
         if leaves is not None:
             key += leaves[pid].tobytes()
@@ -136,6 +130,16 @@ def stream_keys(program, slice_base: list[int], slice_bytes: int, page: int,
         if limit is not None and len(seen) > limit:
             return None
     return keys
+
+
+def _relative(values: np.ndarray, where: np.ndarray, own: tuple[int, int] | None) -> np.ndarray:
+    """`values` that are addresses (`where`) in a PE's own slice (`own`: its base and size;
+    None: none are relocated) made relative to it, flagged by a 2^62 offset."""
+    if own is None:
+        return values
+    base, size = own
+    mine = where & (values >= base) & (values < base + size)
+    return np.where(mine, values - base - (1 << 62), values)
 
 
 def few_enough(streams, limit: int) -> bool:
