@@ -72,6 +72,9 @@ def oracle(batch: int, layers: int | None) -> bool:
             digests.append(stopped.digest)
             print(f"batch {batch}, shortcuts {'on' if shortcuts else 'off'}: functional pass "
                   f"{stopped.cpu - began:.1f} s CPU, program {stopped.digest[:16]}", flush=True)
+        except KernbenchError as exc:
+            print(f"batch {batch} does not run: {str(exc).splitlines()[0]}", flush=True)
+            return False
     same = digests[0] == digests[1]
     print(f"batch {batch}: programs with and without shortcuts "
           f"{'equal' if same else 'DIFFERENT'}", flush=True)
