@@ -28,7 +28,7 @@ Per case, two measures:
   cachegrind (`--layers 1`, 71,322 commands, takes about ten minutes).
 - memory (`--memory`, tracemalloc): what the timing pass keeps a command once it
   ends (its records: per command, per tile operation, per receive's copy), replaying
-  the run's trace; the traced memory a command before it (streams and the rest) beside.
+  the run's trace (the streams were made before tracing began: not counted).
 
     python benchmarks/timing_pass.py [--layers N] [--repeat N] [--instructions | --memory]
 """
@@ -194,8 +194,7 @@ def memory(layers: int) -> None:
     before, after = kept
     print(f"llama_decode llama3-8b, {layers} layers, on sip: {n:,} commands on "
           f"{len(trace.program.streams)} PEs (tracemalloc, a replay of the run's trace)")
-    print(f"traced before the timing pass: {before / n:.0f} B a command; kept by the pass: "
-          f"{(after - before) / n:.0f} B a command")
+    print(f"kept by the timing pass: {(after - before) / n:.0f} B a command")
 
 
 def main() -> int:

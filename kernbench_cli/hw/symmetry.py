@@ -52,8 +52,9 @@ from kernbench_cli.stream import COLUMNS, COMPOSITE, LOAD, NONE, RECV, SEND, STO
 #: times every PE (its cost per PE is that of classing it, or less).
 WORTH = 8
 
-_FIELDS = [name for name, _ in COLUMNS if name != "line"]  # the kernel line does not time
+#: (column, typecode) of what a key holds: the kernel line does not time
 _TYPECODES = [(name, code) for name, code in COLUMNS if name != "line"]
+_FIELDS = [name for name, _ in _TYPECODES]
 
 
 class Classes:
@@ -92,8 +93,8 @@ def stream_keys(program, slice_base: list[int], slice_bytes: int, page: int,
 
     Made stream by stream: a run whose streams all differ (a decode step: every PE its
     own ring position) stops after `limit` + 1 of them, and no more than one stream's
-    columns are copied at once (all at once took some 300 B a command, 10 GB on a rack
-    decode step, at the start of its timing pass)."""
+    columns are copied at once (all at once took some 300 B a command at the start of
+    the timing pass: gigabytes on a rack decode step)."""
     descs = program.composites
     reloc_ok = slice_bytes > 0 and (not page or all(b % page == 0 for b in slice_base))
     comp_rest = _numbered([(d.m, d.k, d.n, d.a_format, d.b_format, d.out_format,
