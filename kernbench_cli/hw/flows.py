@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from heapq import heapify, heappop, heappush
 
 import simpy
 
@@ -275,18 +276,25 @@ class FairShare:
         return [flows[k] for k in sorted(flows)]
 
     def _solve(self, flows: list[Flow], t: int) -> None:
-        """Progressive filling over `flows` at time `t`; moves their end events."""
-        for flow in flows:  # bytes crossed since the last solve, at the old rate
+        """Progressive filling over `flows` at time `t`; moves the end events of those whose
+        rate it changed. A flow's bytes left are counted at its last change of rate
+        (`since`): at an unchanged rate its end stays where it was."""
+        rates = []
+        for flow in flows:
             if flow.cap is None:
                 flow.cap = flow.rate = flow.slowest = Ratio(flow.nbytes * PS_PER_S,
                                                             flow.solo_ps)
-            if t > flow.since:
-                flow.left -= flow.rate * (t - flow.since)
+            rates.append(flow.rate)
+        _fill(flows, self.on)
+        for flow, was in zip(flows, rates, strict=True):
+            rate = flow.rate
+            if (rate is was or rate == was) and flow.end != UNSOLVED:
+                continue
+            if t > flow.since:  # bytes crossed since its last change, at the old rate
+                flow.left -= was * (t - flow.since)
                 flow.since = t
-        _fill(flows, t)
-        for flow in flows:
             left = flow.left
-            end = t if left <= 0 else t + ceil_div(left, flow.rate)
+            end = t if left <= 0 else t + ceil_div(left, rate)
             if end != flow.end:
                 flow.end = end
                 if flow.armed is not None:
@@ -305,55 +313,105 @@ class FairShare:
             flow.armed(flow)
 
 
-def _fill(flows: list[Flow], t: int) -> None:
+def _fill(flows: list[Flow], on: dict[Calendar, list[Flow]]) -> None:
     """Progressive filling: each round finds the level at which the next flows stop
     rising (the lowest cap, or the lowest fair share of what a resource has left) and
-    fixes those flows at it.
+    fixes those flows at it. `on` holds each resource's flows (all among `flows`).
 
-    Exact, but cheap where it can be: a resource's share is known as a float (its room
-    over its rising flows, correctly rounded), a cap's float sits beside it, and as
-    floats order rationals weakly (`hw.ratio`), only the values whose float ties the
-    smallest are made and compared as Ratios. A resource's room drops once per round,
-    by the level times the flows fixed on it.
+    Exact, and in the order of the flows it fixes, not of rounds times flows: the caps
+    are grouped by value and sorted once; the resources' shares (room over rising
+    flows, as floats, correctly rounded) sit in a heap, pushed again only where a round
+    fixed a flow (older entries are skipped as stale). As floats order rationals weakly
+    (`hw.ratio`), only the shares whose float ties the smallest are made and compared as
+    Ratios. A resource's room drops once per round, by the level times the flows fixed
+    on it; a full resource's flows are all fixed, so it leaves the heap.
+
+    A resource whose flows' caps sum to at most its bandwidth is left out: it is never
+    full below their caps (room over rising flows is then at least the level, as fixed
+    flows take at most their caps and rising ones have caps at or above the level), so
+    its flows stop at their caps or elsewhere, as with it. Alone on a resource, a flow's
+    cap is compared as a float, exactly on a tie; shared, the caps' floats are summed,
+    each within 2^-53 of its cap, and a resource kept unless the sum is 10^-9 below its
+    bandwidth.
     """
+    by_cap: dict[tuple[int, int], list[Flow]] = {}
+    for flow in flows:
+        cap = flow.cap
+        same = by_cap.get((cap.n, cap.d))
+        if same is None:
+            by_cap[cap.n, cap.d] = [flow]
+        else:
+            same.append(flow)
+    groups = sorted(by_cap.values(), key=lambda same: (same[0].approx, same[0].cap))
+    rising = {flow: k for k, same in enumerate(groups) for flow in same}  # -> its group
+    unfixed = [len(same) for same in groups]
     room: dict[Calendar, Ratio | int] = {}
     count: dict[Calendar, int] = {}
-    for flow in flows:
-        for cal in flow.links:
-            count[cal] = count.get(cal, 0) + 1
-            room.setdefault(cal, cal.bandwidth)
-    shares = {cal: approx(room[cal], n) for cal, n in count.items()}  # floats
-    rising = flows
+    serial: dict[Calendar, int] = {}  # the heap entry that is a resource's share now
+    heap = []
+    for cal in dict.fromkeys([cal for flow in flows for cal in flow.links]):
+        there, bandwidth = on[cal], cal.bandwidth
+        if len(there) == 1:
+            alone, fair = there[0], float(bandwidth)
+            if alone.approx < fair or (alone.approx == fair and alone.cap <= bandwidth):
+                continue
+        elif sum([flow.approx for flow in there]) <= bandwidth * (1 - 1e-9):
+            continue
+        k = len(heap)
+        room[cal], count[cal], serial[cal] = bandwidth, len(there), k
+        heap.append((approx(bandwidth, len(there)), k, cal))
+    heapify(heap)
+    made = len(heap)
+    g = 0
     while rising:
-        low = min(flow.approx for flow in rising)
-        level = min(flow.cap for flow in rising if flow.approx == low)
-        tight = min(shares.values(), default=low)
-        if tight <= low:
-            level = min([level, *(ratio(room[c], count[c]) for c, a in shares.items()
-                                  if a == tight)])
-        low = float(level)
-        full = {cal for cal, a in shares.items()
-                if a == low and ratio(room[cal], count[cal]) == level}
-        still = []
+        while not unfixed[g]:
+            g += 1
+        level = groups[g][0].cap
+        low = groups[g][0].approx
+        full: list[Calendar] = []
+        while heap and serial.get(heap[0][2]) != heap[0][1]:
+            heappop(heap)  # stale: its resource's share moved, or it is full
+        if heap and heap[0][0] <= low:
+            tight = heap[0][0]
+            tied = []
+            while heap and heap[0][0] == tight:
+                entry = heappop(heap)
+                cal = entry[2]
+                if serial.get(cal) == entry[1]:
+                    share = ratio(room[cal], count[cal])
+                    tied.append((entry, share))
+                    if share < level:
+                        level = share
+            for entry, share in tied:
+                if share == level:
+                    full.append(entry[2])
+                else:
+                    heappush(heap, entry)
+            low = float(level)
+        fixing = [flow for cal in full for flow in on[cal]]
+        if level == groups[g][0].cap:
+            fixing += groups[g]
         fixed: dict[Calendar, int] = {}
-        for flow in rising:
-            if full.isdisjoint(flow.links):
-                if flow.approx != low or flow.cap != level:
-                    still.append(flow)
-                    continue
-                limit = None  # it stops at its cap
-            else:
-                limit = next(cal for cal in flow.links if cal in full)
+        for flow in fixing:
+            k = rising.pop(flow, None)
+            if k is None:  # fixed already (this round, through another resource)
+                continue
+            unfixed[k] -= 1
             flow.rate, flow.speed = level, low
-            if limit is not None and level < flow.slowest:
-                flow.slowest, flow.limit = level, limit
+            if full and level < flow.slowest:
+                limit = next((cal for cal in flow.links if cal in full), None)
+                if limit is not None:
+                    flow.slowest, flow.limit = level, limit
             for cal in flow.links:
-                fixed[cal] = fixed.get(cal, 0) + 1
+                if cal in count:
+                    fixed[cal] = fixed.get(cal, 0) + 1
         for cal, k in fixed.items():
-            count[cal] -= k
-            if count[cal]:
+            left = count[cal] - k
+            count[cal] = left
+            if left:
                 room[cal] -= level * k
-                shares[cal] = approx(room[cal], count[cal])
+                serial[cal] = made
+                heappush(heap, (approx(room[cal], left), made, cal))
+                made += 1
             else:
-                del shares[cal]
-        rising = still
+                del serial[cal]
