@@ -45,9 +45,9 @@ from kernbench_cli.hw.ratio import Ratio, approx, ceil_div, ratio
 class Flow:
     """One transfer's bytes streaming; `end` is when it ends at the rates known so far."""
 
-    __slots__ = ("approx", "armed", "cap", "carried", "end", "id", "left", "limit", "links",
-                 "metered", "metered_at", "metered_f", "nbytes", "owner", "rate", "since",
-                 "slowest", "solo_ps", "speed", "start", "version")
+    __slots__ = ("approx", "armed", "cap", "carried", "ceiling", "end", "id", "left", "limit",
+                 "links", "metered", "metered_at", "metered_f", "nbytes", "owner", "rate",
+                 "since", "slowest", "solo_ps", "speed", "start", "version")
 
     def __init__(self, fid: int, start: int, nbytes: int, links: tuple[Calendar, ...],
                  solo_ps: int, owner: int):
@@ -61,6 +61,8 @@ class Flow:
         self.cap: Ratio | None = None
         # float(cap), correctly rounded, to compare caps cheaply (`_fill`)
         self.approx = nbytes * PS_PER_S / solo_ps if solo_ps > 0 else math.inf
+        # the least int at or above its cap (B/s), to sum caps exactly (`FairShare.demand`)
+        self.ceiling = -(-nbytes * PS_PER_S // solo_ps) if solo_ps > 0 else UNBOUNDED
         self.rate: Ratio | None = None  # None: its cap
         self.speed = self.approx  # float(rate), to sum rates cheaply (`FairShare._fits`)
         self.left: Ratio | int = nbytes * PS_PER_S  # bytes x ps/s still to cross
@@ -78,6 +80,8 @@ class Flow:
         self.carried: Ratio | int | None = None
 
 
+#: A flow's `ceiling` with no time to stream in: above any resource's bandwidth.
+UNBOUNDED = 1 << 200
 #: A flow's `end` while the solve that sets it waits for the other events at its instant.
 UNSOLVED = (1 << 63) - 1
 #: The priority of that solve's event: after every PE's at the same time (theirs are PE
@@ -102,6 +106,9 @@ class FairShare:
     def __init__(self, env: simpy.Environment):
         self.env = env
         self.on: dict[Calendar, list[Flow]] = {}  # resource -> flows crossing it now
+        # resource -> its flows' caps summed, each rounded up to an int B/s: at most its
+        # bandwidth, it cannot fill (`_fill`)
+        self.demand: dict[Calendar, int] = {}
         self.now = 0  # the time of the last start or end solved
         self.flows = 0
         #: the resources whose flows' rates wait for the solve at `now` (None: none wait)
@@ -113,15 +120,17 @@ class FairShare:
         self._at(t)
         flow = Flow(self.flows, t, nbytes, links, solo_ps, owner)
         self.flows += 1
-        on = self.on
+        on, demand, ceiling = self.on, self.demand, flow.ceiling
         alone = True
         for cal in links:
             there = on.get(cal)
             if there:
                 alone = False
                 there.append(flow)
+                demand[cal] += ceiling
             else:
                 on[cal] = [flow]
+                demand[cal] = ceiling
         if alone or (self.dirty is None and self._fits(flow)):
             self._meter((flow,), t)
         elif self._later(links, t):
@@ -142,14 +151,15 @@ class FairShare:
     def finish(self, flow: Flow, t: int) -> None:
         """`flow` ends at `t` (its `end`): it leaves its resources, the rest re-solve."""
         self._at(t)
-        on = self.on
+        on, demand = self.on, self.demand
         shared = False
         for cal in flow.links:
             there = on[cal]
             if len(there) == 1:
-                del on[cal]
+                del on[cal], demand[cal]
             else:
                 there.remove(flow)
+                demand[cal] -= flow.ceiling
                 shared = True
             cal.occupy(flow.start, t)
             cal.bytes += flow.nbytes
@@ -285,7 +295,7 @@ class FairShare:
                 flow.cap = flow.rate = flow.slowest = Ratio(flow.nbytes * PS_PER_S,
                                                             flow.solo_ps)
             rates.append(flow.rate)
-        _fill(flows, self.on)
+        _fill(flows, self.on, self.demand)
         for flow, was in zip(flows, rates, strict=True):
             rate = flow.rate
             if (rate is was or rate == was) and flow.end != UNSOLVED:
@@ -313,10 +323,12 @@ class FairShare:
             flow.armed(flow)
 
 
-def _fill(flows: list[Flow], on: dict[Calendar, list[Flow]]) -> None:
+def _fill(flows: list[Flow], on: dict[Calendar, list[Flow]], demand: dict[Calendar, int],
+          ) -> None:
     """Progressive filling: each round finds the level at which the next flows stop
     rising (the lowest cap, or the lowest fair share of what a resource has left) and
-    fixes those flows at it. `on` holds each resource's flows (all among `flows`).
+    fixes those flows at it. `on` holds each resource's flows (all among `flows`), and
+    `demand` their caps' sum, each cap rounded up to an int.
 
     Exact, and in the order of the flows it fixes, not of rounds times flows: the caps
     are grouped by value and sorted once; the resources' shares (room over rising
@@ -326,13 +338,12 @@ def _fill(flows: list[Flow], on: dict[Calendar, list[Flow]]) -> None:
     Ratios. A resource's room drops once per round, by the level times the flows fixed
     on it; a full resource's flows are all fixed, so it leaves the heap.
 
-    A resource whose flows' caps sum to at most its bandwidth is left out: it is never
-    full below their caps (room over rising flows is then at least the level, as fixed
-    flows take at most their caps and rising ones have caps at or above the level), so
-    its flows stop at their caps or elsewhere, as with it. Alone on a resource, a flow's
-    cap is compared as a float, exactly on a tie; shared, the caps' floats are summed,
-    each within 2^-53 of its cap, and a resource kept unless the sum is 10^-9 below its
-    bandwidth.
+    A resource whose flows' caps sum to at most its bandwidth (`demand`, an upper bound
+    on the sum, exact where the caps are whole B/s, as a link's share of a transfer
+    alone on it mostly is) is left out: it is never full below their caps (room over
+    rising flows is then at least the level, as fixed flows take at most their caps and
+    rising ones have caps at or above the level), so its flows stop at their caps or
+    elsewhere, as with it.
     """
     by_cap: dict[tuple[int, int], list[Flow]] = {}
     for flow in flows:
@@ -350,13 +361,10 @@ def _fill(flows: list[Flow], on: dict[Calendar, list[Flow]]) -> None:
     serial: dict[Calendar, int] = {}  # the heap entry that is a resource's share now
     heap = []
     for cal in dict.fromkeys([cal for flow in flows for cal in flow.links]):
-        there, bandwidth = on[cal], cal.bandwidth
-        if len(there) == 1:
-            alone, fair = there[0], float(bandwidth)
-            if alone.approx < fair or (alone.approx == fair and alone.cap <= bandwidth):
-                continue
-        elif sum([flow.approx for flow in there]) <= bandwidth * (1 - 1e-9):
+        bandwidth = cal.bandwidth
+        if demand[cal] <= bandwidth:
             continue
+        there = on[cal]
         k = len(heap)
         room[cal], count[cal], serial[cal] = bandwidth, len(there), k
         heap.append((approx(bandwidth, len(there)), k, cal))

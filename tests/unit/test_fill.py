@@ -52,13 +52,14 @@ def _flows(spec, resources):
     return flows
 
 
-def _on(flows) -> dict:
-    """Each resource's flows, as `FairShare.on` holds them."""
+def _on(flows) -> tuple[dict, dict]:
+    """Each resource's flows and their caps' ceilings summed, as `FairShare.on` and
+    `FairShare.demand` hold them."""
     on: dict = {}
     for flow in flows:
         for cal in flow.links:
             on.setdefault(cal, []).append(flow)
-    return on
+    return on, {cal: sum(flow.ceiling for flow in there) for cal, there in on.items()}
 
 
 @settings(max_examples=300, deadline=None)
@@ -73,26 +74,45 @@ def test_fill_gives_the_rates_the_plain_rule_gives(bandwidths, spec):
     spec = [(n, s, [i % len(resources) for i in links]) for n, s, links in spec]
     spec = [(n, s, sorted(set(links))) for n, s, links in spec]
     fast, plain = _flows(spec, resources), _flows(spec, resources)
-    _fill(fast, _on(fast))
+    _fill(fast, *_on(fast))
     plain_fill(plain)
     for a, b in zip(fast, plain, strict=True):
         assert (a.rate, a.slowest, a.limit, a.speed) == (b.rate, b.slowest, b.limit, b.speed)
         assert a.speed == approx(a.rate.n, a.rate.d)
 
 
-@settings(max_examples=20, deadline=None)
-@given(st.randoms(use_true_random=False), st.integers(2, 300))
-def test_fill_on_a_mesh_of_equal_links_gives_the_plain_rules_rates(rng, n):
+def test_a_resource_its_flows_overfill_shares_its_bandwidth_fairly():
+    """Caps of 32 and 48 GB/s on one 64 GB/s link (their sum 1.25x its bandwidth): each
+    gets 32 GB/s, the second held there by the link; the first stops at its cap."""
+    link = Resource(64 * 10**9)
+    slow, fast = _flows([(65536, 2_048_000, [0]), (65536, 1_365_333, [0])], [link])
+    _fill([slow, fast], *_on([slow, fast]))
+    assert (slow.rate, slow.limit, fast.rate, fast.limit, fast.slowest) == (
+        32 * 10**9, None, 32 * 10**9, link, 32 * 10**9)
+
+
+def test_a_resource_its_flows_cannot_fill_holds_none():
+    """Caps of 32 and 16 GB/s on a 64 GB/s link, the second also on a 16 GB/s link that
+    it fills alone: both stream at their caps, neither held by the wide link."""
+    wide, narrow = Resource(64 * 10**9), Resource(16 * 10**9)
+    a, b = _flows([(65536, 2_048_000, [0]), (65536, 4_096_000, [0, 1])], [wide, narrow])
+    _fill([a, b], *_on([a, b]))
+    assert (a.rate, a.limit, b.rate, b.limit) == (32 * 10**9, None, 16 * 10**9, None)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.randoms(use_true_random=False), st.integers(2, 300), st.integers(2, 64))
+def test_fill_on_a_mesh_of_equal_links_gives_the_plain_rules_rates(rng, n, links):
     """The decode's NoC case: hundreds of flows, most at a cap of one link's bandwidth,
     crossing a few of many equal links (shares tie at every round) and some wider ones
     (which some rounds leave with room: left out of the filling where they cannot fill)."""
-    bandwidths = [64 * 10**9] * 50 + [100 * 10**9] * 10 + [256 * 10**9] * 4
+    bandwidths = ([64 * 10**9] * 50 + [100 * 10**9] * 10 + [256 * 10**9] * 4)[-links:]
     spec = [(65536, rng.choice([1_024_000, 1_024_000, 1_365_333, 2_048_000]),
-             sorted(rng.sample(range(len(bandwidths)), rng.randint(1, 6))))
+             sorted(rng.sample(range(links), rng.randint(1, min(6, links)))))
             for _ in range(n)]
     resources = [Resource(b) for b in bandwidths]
     fast, plain = _flows(spec, resources), _flows(spec, resources)
-    _fill(fast, _on(fast))
+    _fill(fast, *_on(fast))
     plain_fill(plain)
     for a, b in zip(fast, plain, strict=True):
         assert (a.rate, a.slowest, a.limit, a.speed) == (b.rate, b.slowest, b.limit, b.speed)
