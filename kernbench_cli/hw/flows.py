@@ -273,16 +273,16 @@ class FairShare:
     def _component(self, links: tuple[Calendar, ...]) -> list[Flow]:
         """The active flows that share a resource with `links`, directly or through others,
         in the order they started."""
-        on, flows, seen, todo = self.on, {}, set(), list(links)
+        on, flows, seen = self.on, {}, set(links)
+        todo = list(seen)
         while todo:
-            cal = todo.pop()
-            if cal in seen:
-                continue
-            seen.add(cal)
-            for flow in on.get(cal, ()):
+            for flow in on.get(todo.pop(), ()):
                 if flow.id not in flows:
                     flows[flow.id] = flow
-                    todo.extend(flow.links)
+                    for cal in flow.links:
+                        if cal not in seen:
+                            seen.add(cal)
+                            todo.append(cal)
         return [flows[k] for k in sorted(flows)]
 
     def _solve(self, flows: list[Flow], t: int) -> None:
