@@ -26,11 +26,15 @@ Per case, two measures:
   and reading the trace cancel out. Printed: instructions a command and the
   ratio to the bare loop's. Slow: the timing pass runs some 50x slower under
   cachegrind (`--layers 1`, 71,322 commands, takes about ten minutes).
+- `--batch 16`: sixteen sequences a step; the messages are 16x larger, so the NoC's
+  transfers overlap and the fair-share solver re-solves components of tens of flows
+  (batch 1: a few).
 - memory (`--memory`, tracemalloc): what the timing pass keeps a command once it
   ends (its records: per command, per tile operation, per receive's copy), replaying
   the run's trace (the streams were made before tracing began: not counted).
 
-    python benchmarks/timing_pass.py [--layers N] [--repeat N] [--instructions | --memory]
+    python benchmarks/timing_pass.py [--layers N] [--batch B] [--repeat N]
+                                     [--instructions | --memory]
 """
 
 from __future__ import annotations
@@ -57,8 +61,12 @@ from kernbench_cli.sim.run import replay_address_map, replay_trace, run_kernel
 from kernbench_cli.sim.trace_file import read_trace, write_trace
 
 
-def params(layers: int) -> list[str]:
-    return ["model=llama3-8b", "context=8192", f"layers={layers}"]
+def params(layers: int, batch: int) -> list[str]:
+    return ["model=llama3-8b", "context=8192", f"layers={layers}", f"batch={batch}"]
+
+
+def named(layers: int, batch: int) -> str:
+    return f"llama_decode llama3-8b, {layers} layers, batch {batch}, on sip"
 
 
 def commands(program) -> int:
@@ -80,13 +88,13 @@ class Marks:
         Timing.run = timed
 
 
-def cpu(layers: int, repeat: int) -> bool:
+def cpu(layers: int, batch: int, repeat: int) -> bool:
     """Print the passes' figures; whether the run without shortcuts made the same program."""
     marks = Marks()
     amap = load_address_map("sip")
     kernel = load_kernel("llama_decode")
     began = time.process_time()
-    result = run_kernel(kernel, amap, parse_params(kernel, params(layers)), timing_only=True)
+    result = run_kernel(kernel, amap, parse_params(kernel, params(layers, batch)), timing_only=True)
     ended = time.process_time()
     trace, program = result.trace, result.trace.program
     copied = program_digest(program)
@@ -102,13 +110,12 @@ def cpu(layers: int, repeat: int) -> bool:
     began = time.process_time()
     try:
         with functional_only():
-            run_kernel(kernel, amap, parse_params(kernel, params(layers)), timing_only=True,
+            run_kernel(kernel, amap, parse_params(kernel, params(layers, batch)), timing_only=True,
                        shortcuts=False)
     except Stopped as stopped:
         every, digest = stopped.cpu - began, stopped.digest
     bare = min(bare_loop_times(pes, n // pes)[0] for _ in range(repeat)) / (n // pes * pes)
-    print(f"llama_decode llama3-8b, {layers} layers, on sip: {n:,} commands on {pes} PEs "
-          f"(CPU, least of {repeat})")
+    print(f"{named(layers, batch)}: {n:,} commands on {pes} PEs (CPU, least of {repeat})")
     print(f"{'':<28} {'s':>8} {'us/command':>10} {'vs bare':>8}")
     for name, seconds in (("bare SimPy + greenlet loop", bare * n),
                           ("functional pass (once)", functional),
@@ -147,10 +154,10 @@ def instructions(what: str, path: Path, times: int) -> int:
     return int(re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)[1].replace(",", ""))
 
 
-def counted(layers: int) -> None:
+def counted(layers: int, batch: int) -> None:
     amap = load_address_map("sip")
     kernel = load_kernel("llama_decode")
-    result = run_kernel(kernel, amap, parse_params(kernel, params(layers)), timing_only=True)
+    result = run_kernel(kernel, amap, parse_params(kernel, params(layers, batch)), timing_only=True)
     program = result.trace.program
     n, pes = commands(program), len(program.streams)
     with tempfile.TemporaryDirectory() as tmp:
@@ -160,7 +167,7 @@ def counted(layers: int) -> None:
         one = {what: instructions(what, path, 2) - instructions(what, path, 1)
                for what in ("bare", "timing", "replay")}
     bare = one["bare"] / (n // pes * pes)
-    print(f"llama_decode llama3-8b, {layers} layers, on sip: {n:,} commands on {pes} PEs "
+    print(f"{named(layers, batch)}: {n:,} commands on {pes} PEs "
           "(cachegrind, two runs less one)")
     print(f"{'':<28} {'instr/command':>13} {'vs bare':>8}")
     for name, count in (("bare SimPy + greenlet loop", bare * n), ("timing pass", one["timing"]),
@@ -168,10 +175,10 @@ def counted(layers: int) -> None:
         print(f"{name:<28} {count / n:>13,.0f} {count / n / bare:>7.2f}x")
 
 
-def memory(layers: int) -> None:
+def memory(layers: int, batch: int) -> None:
     amap = load_address_map("sip")
     kernel = load_kernel("llama_decode")
-    trace = run_kernel(kernel, amap, parse_params(kernel, params(layers)),
+    trace = run_kernel(kernel, amap, parse_params(kernel, params(layers, batch)),
                        timing_only=True).trace
     n = commands(trace.program)
     kept: list[int] = []
@@ -192,7 +199,7 @@ def memory(layers: int) -> None:
         tracemalloc.stop()
         Timing.run = run
     before, after = kept
-    print(f"llama_decode llama3-8b, {layers} layers, on sip: {n:,} commands on "
+    print(f"{named(layers, batch)}: {n:,} commands on "
           f"{len(trace.program.streams)} PEs (tracemalloc, a replay of the run's trace)")
     print(f"kept by the timing pass: {(after - before) / n:.0f} B a command")
 
@@ -203,6 +210,8 @@ def main() -> int:
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=1,
+                        help="sequences a step (16: larger messages, the fair-share solver busy)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--instructions", action="store_true",
                         help="count instructions with cachegrind (slow)")
@@ -210,12 +219,12 @@ def main() -> int:
                         help="what the timing pass keeps a command (tracemalloc)")
     args = parser.parse_args()
     if args.instructions:
-        counted(args.layers)
+        counted(args.layers, args.batch)
         return 0
     if args.memory:
-        memory(args.layers)
+        memory(args.layers, args.batch)
         return 0
-    return 0 if cpu(args.layers, args.repeat) else 1
+    return 0 if cpu(args.layers, args.batch, args.repeat) else 1
 
 
 if __name__ == "__main__":
