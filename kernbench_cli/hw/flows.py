@@ -65,7 +65,7 @@ class Flow:
         self.ceiling = -(-nbytes * PS_PER_S // solo_ps) if solo_ps > 0 else UNBOUNDED
         self.rate: Ratio | None = None  # None: its cap
         self.speed = self.approx  # float(rate), to sum rates cheaply (`FairShare._fits`)
-        self.left: Ratio | int = nbytes * PS_PER_S  # bytes x ps/s still to cross
+        self.left: Ratio | int = nbytes * PS_PER_S  # bytes x ps/s still to cross at `since`
         self.end = start + solo_ps
         self.limit: Calendar | None = None  # the resource that held it slowest, if any
         self.slowest: Ratio | None = None  # ... and that rate
