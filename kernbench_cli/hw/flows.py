@@ -32,8 +32,10 @@ circuit model.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable
 from heapq import heapify, heappop, heappush
+from itertools import chain
 
 import simpy
 
@@ -360,7 +362,7 @@ def _fill(flows: list[Flow], on: dict[Calendar, list[Flow]], demand: dict[Calend
     count: dict[Calendar, int] = {}
     serial: dict[Calendar, int] = {}  # the heap entry that is a resource's share now
     heap = []
-    for cal in dict.fromkeys([cal for flow in flows for cal in flow.links]):
+    for cal in dict.fromkeys(chain.from_iterable([flow.links for flow in flows])):
         bandwidth = cal.bandwidth
         if demand[cal] <= bandwidth:
             continue
@@ -399,7 +401,7 @@ def _fill(flows: list[Flow], on: dict[Calendar, list[Flow]], demand: dict[Calend
         fixing = [flow for cal in full for flow in on[cal]]
         if level == groups[g][0].cap:
             fixing += groups[g]
-        fixed: dict[Calendar, int] = {}
+        crossed = []  # the links of the flows fixed
         for flow in fixing:
             k = rising.pop(flow, None)
             if k is None:  # fixed already (this round, through another resource)
@@ -407,14 +409,16 @@ def _fill(flows: list[Flow], on: dict[Calendar, list[Flow]], demand: dict[Calend
             unfixed[k] -= 1
             flow.rate, flow.speed = level, low
             if full and level < flow.slowest:
-                limit = next((cal for cal in flow.links if cal in full), None)
-                if limit is not None:
-                    flow.slowest, flow.limit = level, limit
-            for cal in flow.links:
-                if cal in count:
-                    fixed[cal] = fixed.get(cal, 0) + 1
-        for cal, k in fixed.items():
-            left = count[cal] - k
+                for cal in flow.links:
+                    if cal in full:
+                        flow.slowest, flow.limit = level, cal
+                        break
+            crossed.append(flow.links)
+        for cal, k in Counter(chain.from_iterable(crossed)).items():
+            left = count.get(cal)
+            if left is None:  # left out: it cannot fill
+                continue
+            left -= k
             count[cal] = left
             if left:
                 room[cal] -= level * k
