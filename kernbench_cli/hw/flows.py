@@ -341,8 +341,8 @@ def _fill(flows: list[Flow], on: dict[Calendar, list[Flow]], demand: dict[Calend
     on it; a full resource's flows are all fixed, so it leaves the heap.
 
     A resource whose flows' caps sum to at most its bandwidth (`demand`, an upper bound
-    on the sum, exact where the caps are whole B/s, as a link's share of a transfer
-    alone on it mostly is) is left out: it is never full below their caps (room over
+    on the sum, exact where the caps are whole B/s, as a cap at a link's bandwidth is)
+    is left out: it is never full below their caps (room over
     rising flows is then at least the level, as fixed flows take at most their caps and
     rising ones have caps at or above the level), so its flows stop at their caps or
     elsewhere, as with it.

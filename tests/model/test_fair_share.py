@@ -263,6 +263,29 @@ def test_the_meter_follows_each_resources_summed_rate():
     assert link.flow_short == (1, c.end, c.end + ns, 1000 * ns)
 
 
+def test_each_resources_demand_sums_its_flows_caps_rounded_up():
+    """What lets the filling leave out a resource that cannot fill (`FairShare.demand`):
+    each resource's flows' caps, each rounded up to a whole B/s, summed as they start and
+    end. Here a wide link's 1,000 + 3,334 B/s overfill its 3,000, so the second flow gets
+    the 2,000 B/s the first leaves it; when it ends, the first keeps its rate and end."""
+    import simpy
+
+    from kernbench_cli.hw.flows import FairShare
+    from kernbench_cli.hw.network import Calendar
+
+    link, wide = Calendar("noc", "narrow", 1000, 0), Calendar("noc", "wide", 3000, 0)
+    flows = FairShare(simpy.Environment())
+    a = flows.start(0, 1, (link, wide), 10**9, 0)  # 1,000 B/s alone
+    b = flows.start(0, 1, (wide,), 3 * 10**8, 1)  # 3,333.3 B/s alone
+    assert flows.demand == {link: 1000, wide: 1000 + 3334}
+    assert (a.end, b.end) == (10**9, 5 * 10**8)  # 1,000 and 2,000 B/s
+    flows.finish(b, b.end)
+    assert flows.demand == {link: 1000, wide: 1000}
+    assert a.end == 10**9
+    flows.finish(a, a.end)
+    assert flows.demand == {}
+
+
 # ------------------------------------------------- what the checks catch, and odd orders
 
 def test_a_shared_slice_is_taken_in_order_of_issue_time_not_of_pe_index(run):
