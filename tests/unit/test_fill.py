@@ -85,9 +85,9 @@ def test_a_resource_its_flows_overfill_shares_its_bandwidth_fairly():
     """Caps of 32 and 48 GB/s on one 64 GB/s link (their sum 1.25x its bandwidth): each
     gets 32 GB/s, the second held there by the link; the first stops at its cap."""
     link = Resource(64 * 10**9)
-    slow, fast = _flows([(65536, 2_048_000, [0]), (65536, 1_365_333, [0])], [link])
-    _fill([slow, fast], *_on([slow, fast]))
-    assert (slow.rate, slow.limit, fast.rate, fast.limit, fast.slowest) == (
+    low, high = _flows([(65536, 2_048_000, [0]), (65536, 1_365_333, [0])], [link])
+    _fill([low, high], *_on([low, high]))
+    assert (low.rate, low.limit, high.rate, high.limit, high.slowest) == (
         32 * 10**9, None, 32 * 10**9, link, 32 * 10**9)
 
 
@@ -105,7 +105,7 @@ def test_a_resource_its_flows_cannot_fill_holds_none():
 def test_fill_on_a_mesh_of_equal_links_gives_the_plain_rules_rates(rng, n, links):
     """The decode's NoC case: hundreds of flows, most at a cap of one link's bandwidth,
     crossing a few of many equal links (shares tie at every round) and some wider ones
-    (which some rounds leave with room: left out of the filling where they cannot fill)."""
+    (some of which their flows cannot fill: left out of the filling)."""
     bandwidths = ([64 * 10**9] * 50 + [100 * 10**9] * 10 + [256 * 10**9] * 4)[-links:]
     spec = [(65536, rng.choice([1_024_000, 1_024_000, 1_365_333, 2_048_000]),
              sorted(rng.sample(range(links), rng.randint(1, min(6, links)))))
