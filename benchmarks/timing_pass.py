@@ -61,8 +61,10 @@ from kernbench_cli.sim.run import replay_address_map, replay_trace, run_kernel
 from kernbench_cli.sim.trace_file import read_trace, write_trace
 
 
-def params(layers: int, batch: int) -> list[str]:
-    return ["model=llama3-8b", "context=8192", f"layers={layers}", f"batch={batch}"]
+def params(kernel, layers: int, batch: int) -> dict:
+    """The case's parameters, parsed for `kernel` (llama_decode)."""
+    return parse_params(kernel, ["model=llama3-8b", "context=8192", f"layers={layers}",
+                                 f"batch={batch}"])
 
 
 def named(layers: int, batch: int) -> str:
@@ -94,7 +96,7 @@ def cpu(layers: int, batch: int, repeat: int) -> bool:
     amap = load_address_map("sip")
     kernel = load_kernel("llama_decode")
     began = time.process_time()
-    result = run_kernel(kernel, amap, parse_params(kernel, params(layers, batch)), timing_only=True)
+    result = run_kernel(kernel, amap, params(kernel, layers, batch), timing_only=True)
     ended = time.process_time()
     trace, program = result.trace, result.trace.program
     copied = program_digest(program)
@@ -110,7 +112,7 @@ def cpu(layers: int, batch: int, repeat: int) -> bool:
     began = time.process_time()
     try:
         with functional_only():
-            run_kernel(kernel, amap, parse_params(kernel, params(layers, batch)), timing_only=True,
+            run_kernel(kernel, amap, params(kernel, layers, batch), timing_only=True,
                        shortcuts=False)
     except Stopped as stopped:
         every, digest = stopped.cpu - began, stopped.digest
@@ -157,7 +159,7 @@ def instructions(what: str, path: Path, times: int) -> int:
 def counted(layers: int, batch: int) -> None:
     amap = load_address_map("sip")
     kernel = load_kernel("llama_decode")
-    result = run_kernel(kernel, amap, parse_params(kernel, params(layers, batch)), timing_only=True)
+    result = run_kernel(kernel, amap, params(kernel, layers, batch), timing_only=True)
     program = result.trace.program
     n, pes = commands(program), len(program.streams)
     with tempfile.TemporaryDirectory() as tmp:
@@ -178,7 +180,7 @@ def counted(layers: int, batch: int) -> None:
 def memory(layers: int, batch: int) -> None:
     amap = load_address_map("sip")
     kernel = load_kernel("llama_decode")
-    trace = run_kernel(kernel, amap, parse_params(kernel, params(layers, batch)),
+    trace = run_kernel(kernel, amap, params(kernel, layers, batch),
                        timing_only=True).trace
     n = commands(trace.program)
     kept: list[int] = []

@@ -347,57 +347,16 @@ def _fill(flows: list[Flow], on: dict[Calendar, list[Flow]], demand: dict[Calend
     rising ones have caps at or above the level), so its flows stop at their caps or
     elsewhere, as with it.
     """
-    by_cap: dict[tuple[int, int], list[Flow]] = {}
-    for flow in flows:
-        cap = flow.cap
-        same = by_cap.get((cap.n, cap.d))
-        if same is None:
-            by_cap[cap.n, cap.d] = [flow]
-        else:
-            same.append(flow)
-    groups = sorted(by_cap.values(), key=lambda same: (same[0].approx, same[0].cap))
+    groups = _by_cap(flows)
     rising = {flow: k for k, same in enumerate(groups) for flow in same}  # -> its group
     unfixed = [len(same) for same in groups]
-    room: dict[Calendar, Ratio | int] = {}
-    count: dict[Calendar, int] = {}
-    serial: dict[Calendar, int] = {}  # the heap entry that is a resource's share now
-    heap = []
-    for cal in dict.fromkeys(chain.from_iterable([flow.links for flow in flows])):
-        bandwidth = cal.bandwidth
-        if demand[cal] <= bandwidth:
-            continue
-        there = on[cal]
-        k = len(heap)
-        room[cal], count[cal], serial[cal] = bandwidth, len(there), k
-        heap.append((approx(bandwidth, len(there)), k, cal))
-    heapify(heap)
-    made = len(heap)
+    shares = _Shares(flows, on, demand)
     g = 0
     while rising:
         while not unfixed[g]:
             g += 1
-        level = groups[g][0].cap
-        low = groups[g][0].approx
-        full: list[Calendar] = []
-        while heap and serial.get(heap[0][2]) != heap[0][1]:
-            heappop(heap)  # stale: its resource's share moved, or it is full
-        if heap and heap[0][0] <= low:
-            tight = heap[0][0]
-            tied = []
-            while heap and heap[0][0] == tight:
-                entry = heappop(heap)
-                cal = entry[2]
-                if serial.get(cal) == entry[1]:
-                    share = ratio(room[cal], count[cal])
-                    tied.append((entry, share))
-                    if share < level:
-                        level = share
-            for entry, share in tied:
-                if share == level:
-                    full.append(entry[2])
-                else:
-                    heappush(heap, entry)
-            low = float(level)
+        level, full = shares.lowest(groups[g][0])
+        low = float(level)
         fixing = [flow for cal in full for flow in on[cal]]
         if level == groups[g][0].cap:
             fixing += groups[g]
@@ -414,7 +373,74 @@ def _fill(flows: list[Flow], on: dict[Calendar, list[Flow]], demand: dict[Calend
                         flow.slowest, flow.limit = level, cal
                         break
             crossed.append(flow.links)
-        for cal, k in Counter(chain.from_iterable(crossed)).items():
+        shares.fixed(level, Counter(chain.from_iterable(crossed)))
+
+
+def _by_cap(flows: list[Flow]) -> list[list[Flow]]:
+    """`flows` grouped by cap (equal values, one group), the groups lowest cap first."""
+    by_cap: dict[tuple[int, int], list[Flow]] = {}
+    for flow in flows:
+        cap = flow.cap
+        same = by_cap.get((cap.n, cap.d))
+        if same is None:
+            by_cap[cap.n, cap.d] = [flow]
+        else:
+            same.append(flow)
+    return sorted(by_cap.values(), key=lambda same: (same[0].approx, same[0].cap))
+
+
+class _Shares:
+    """The resources a filling can fill: each one's room, its rising flows' count, and
+    its fair share as a float in a heap (`serial`: the entry that is its share now)."""
+
+    __slots__ = ("count", "heap", "made", "room", "serial")
+
+    def __init__(self, flows: list[Flow], on: dict[Calendar, list[Flow]],
+                 demand: dict[Calendar, int]):
+        self.room: dict[Calendar, Ratio | int] = {}
+        self.count: dict[Calendar, int] = {}
+        self.serial: dict[Calendar, int] = {}
+        self.heap: list[tuple[float, int, Calendar]] = []
+        for cal in dict.fromkeys(chain.from_iterable([flow.links for flow in flows])):
+            bandwidth = cal.bandwidth
+            if demand[cal] <= bandwidth:
+                continue  # it cannot fill
+            n, k = len(on[cal]), len(self.heap)
+            self.room[cal], self.count[cal], self.serial[cal] = bandwidth, n, k
+            self.heap.append((approx(bandwidth, n), k, cal))
+        heapify(self.heap)
+        self.made = len(self.heap)
+
+    def lowest(self, first: Flow) -> tuple[Ratio, list[Calendar]]:
+        """The round's level: the lowest share, or `first`'s cap (the lowest rising) if
+        lower; and the resources whose share it is (full at it), out of the heap."""
+        heap, serial, room, count = self.heap, self.serial, self.room, self.count
+        level, full = first.cap, []
+        while heap and serial.get(heap[0][2]) != heap[0][1]:
+            heappop(heap)  # stale: its resource's share moved, or it is full
+        if heap and heap[0][0] <= first.approx:
+            tight = heap[0][0]
+            tied = []
+            while heap and heap[0][0] == tight:
+                entry = heappop(heap)
+                cal = entry[2]
+                if serial.get(cal) == entry[1]:
+                    share = ratio(room[cal], count[cal])
+                    tied.append((entry, share))
+                    if share < level:
+                        level = share
+            for entry, share in tied:
+                if share == level:
+                    full.append(entry[2])
+                else:
+                    heappush(heap, entry)
+        return level, full
+
+    def fixed(self, level: Ratio, crossed: Counter) -> None:
+        """A round fixed `crossed[cal]` flows crossing `cal` at `level`: their rates leave
+        its room, and its share moves (it leaves the heap once none rise on it)."""
+        count, room, serial, heap = self.count, self.room, self.serial, self.heap
+        for cal, k in crossed.items():
             left = count.get(cal)
             if left is None:  # left out: it cannot fill
                 continue
@@ -422,8 +448,8 @@ def _fill(flows: list[Flow], on: dict[Calendar, list[Flow]], demand: dict[Calend
             count[cal] = left
             if left:
                 room[cal] -= level * k
-                serial[cal] = made
-                heappush(heap, (approx(room[cal], left), made, cal))
-                made += 1
+                serial[cal] = self.made
+                heappush(heap, (approx(room[cal], left), self.made, cal))
+                self.made += 1
             else:
                 del serial[cal]
