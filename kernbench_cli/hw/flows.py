@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable
-from heapq import heapify, heappop, heappush
+from heapq import heapify, heappop, heappush, heapreplace
 from itertools import chain
 
 import simpy
@@ -334,11 +334,12 @@ def _fill(flows: list[Flow], on: dict[Calendar, list[Flow]], demand: dict[Calend
 
     Exact, and in the order of the flows it fixes, not of rounds times flows: the caps
     are grouped by value and sorted once; the resources' shares (room over rising
-    flows, as floats, correctly rounded) sit in a heap, pushed again only where a round
-    fixed a flow (older entries are skipped as stale). As floats order rationals weakly
-    (`hw.ratio`), only the shares whose float ties the smallest are made and compared as
-    Ratios. A resource's room drops once per round, by the level times the flows fixed
-    on it; a full resource's flows are all fixed, so it leaves the heap.
+    flows, as floats, correctly rounded) sit in a heap (`_Shares`), made again only for
+    a resource that reaches its head after a round fixed flows on it (shares only rise).
+    As floats order rationals weakly (`hw.ratio`), only the shares whose float ties the
+    smallest are made and compared as Ratios. A resource's room drops by the level
+    times the flows fixed on it, each round's; a full resource's flows are all fixed,
+    so it leaves the heap.
 
     A resource whose flows' caps sum to at most its bandwidth (`demand`, an upper bound
     on the sum, exact where the caps are whole B/s, as a cap at a link's bandwidth is)
@@ -391,65 +392,80 @@ def _by_cap(flows: list[Flow]) -> list[list[Flow]]:
 
 class _Shares:
     """The resources a filling can fill: each one's room, its rising flows' count, and
-    its fair share as a float in a heap (`serial`: the entry that is its share now)."""
+    its fair share as a float in a heap, one entry a resource.
 
-    __slots__ = ("count", "heap", "made", "room", "serial")
+    Lazily: a share only rises during a filling (a round's level is at most every
+    share, so a resource that gives `k` flows the level keeps at least its share for
+    the rest), so an entry's key is at most its resource's share. A round's changes
+    are noted (`debits`: the level and the flows it fixed there) and applied only when
+    the entry reaches the heap's head, where its key is made the share again and it
+    sinks to its place; a resource whose flows are all fixed leaves `count` (and its
+    entry is dropped when it surfaces)."""
+
+    __slots__ = ("count", "debits", "heap", "room")
 
     def __init__(self, flows: list[Flow], on: dict[Calendar, list[Flow]],
                  demand: dict[Calendar, int]):
         self.room: dict[Calendar, Ratio | int] = {}
         self.count: dict[Calendar, int] = {}
-        self.serial: dict[Calendar, int] = {}
+        self.debits: dict[Calendar, list[tuple[Ratio, int]]] = {}
         self.heap: list[tuple[float, int, Calendar]] = []
         for cal in dict.fromkeys(chain.from_iterable([flow.links for flow in flows])):
             bandwidth = cal.bandwidth
             if demand[cal] <= bandwidth:
                 continue  # it cannot fill
-            n, k = len(on[cal]), len(self.heap)
-            self.room[cal], self.count[cal], self.serial[cal] = bandwidth, n, k
-            self.heap.append((approx(bandwidth, n), k, cal))
+            n = len(on[cal])
+            self.room[cal], self.count[cal] = bandwidth, n
+            self.heap.append((approx(bandwidth, n), len(self.heap), cal))
         heapify(self.heap)
-        self.made = len(self.heap)
 
     def lowest(self, first: Flow) -> tuple[Ratio, list[Calendar]]:
         """The round's level: the lowest share, or `first`'s cap (the lowest rising) if
         lower; and the resources whose share it is (full at it), out of the heap."""
-        heap, serial, room, count = self.heap, self.serial, self.room, self.count
-        level, full = first.cap, []
-        while heap and serial.get(heap[0][2]) != heap[0][1]:
-            heappop(heap)  # stale: its resource's share moved, or it is full
-        if heap and heap[0][0] <= first.approx:
-            tight = heap[0][0]
-            tied = []
-            while heap and heap[0][0] == tight:
-                entry = heappop(heap)
-                cal = entry[2]
-                if serial.get(cal) == entry[1]:
-                    share = ratio(room[cal], count[cal])
-                    tied.append((entry, share))
-                    if share < level:
-                        level = share
-            for entry, share in tied:
-                if share == level:
-                    full.append(entry[2])
-                else:
-                    heappush(heap, entry)
+        heap, count, debits, room = self.heap, self.count, self.debits, self.room
+        level, full, tied, tight = first.cap, [], [], None
+        while heap:
+            key, _, cal = entry = heap[0]
+            if cal not in count:  # its flows all fixed
+                heappop(heap)
+                continue
+            if key > (first.approx if tight is None else tight):
+                break  # its share is at least its key: above the cap, or not tied
+            if cal in debits:  # its share rose since the key was made: make it again
+                left = room[cal]
+                for at, k in debits.pop(cal):
+                    left -= at * k
+                room[cal] = left
+                heapreplace(heap, (approx(left, count[cal]), entry[1], cal))
+                continue
+            tight = key
+            heappop(heap)
+            share = ratio(room[cal], count[cal])
+            tied.append((entry, share))
+            if share < level:
+                level = share
+        for entry, share in tied:
+            if share == level:
+                full.append(entry[2])
+            else:
+                heappush(heap, entry)
         return level, full
 
     def fixed(self, level: Ratio, crossed: Counter) -> None:
-        """A round fixed `crossed[cal]` flows crossing `cal` at `level`: their rates leave
-        its room, and its share moves (it leaves the heap once none rise on it)."""
-        count, room, serial, heap = self.count, self.room, self.serial, self.heap
+        """A round fixed `crossed[cal]` flows crossing `cal` at `level`: their rates are to
+        leave its room (`debits`); a resource with none rising leaves."""
+        count, debits = self.count, self.debits
         for cal, k in crossed.items():
             left = count.get(cal)
-            if left is None:  # left out: it cannot fill
+            if left is None:  # left out (it cannot fill), or none rising on it
                 continue
-            left -= k
-            count[cal] = left
-            if left:
-                room[cal] -= level * k
-                serial[cal] = self.made
-                heappush(heap, (approx(room[cal], left), self.made, cal))
-                self.made += 1
+            if left > k:
+                count[cal] = left - k
+                owed = debits.get(cal)
+                if owed is None:
+                    debits[cal] = [(level, k)]
+                else:
+                    owed.append((level, k))
             else:
-                del serial[cal]
+                del count[cal]
+                debits.pop(cal, None)
