@@ -92,6 +92,10 @@ PARAMS = {
     "kv": "",
     "steps": 1,
 }
+#: -p model or -p config, not both (the one given is the model; the other reads empty)
+ONE_OF = (("model", "config"),)
+#: -p config names a file the kernel reads
+FILES = ("config",)
 CHOICES = {"model": ("tiny", "llama3-8b", "llama3-70b"), "dtype": ("bf16", "f16"),
            "algo": ("ring", "direct", "tree", "rhd", "hier")}
 PARAM_INFO = {

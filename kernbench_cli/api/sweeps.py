@@ -208,12 +208,13 @@ def load_sweep(path: str | Path) -> SweepResult:
 
 def check_options(kernel: str | Path, topology: str | Path | None, costs: str | Path | None,
                   replay: str | Path | None, out: Path | None, resume: bool, jobs: int | None,
-                  dask: str | None, plot: Path | None = None) -> None:
+                  dask: str | None, plot: Path | None = None, params: Axes = None) -> None:
     """What can be checked before any point runs: the options, the kernel, and that the
     outputs (`out`, and `plot`, the figure the CLI draws) may be written, not over a file
-    the points read."""
+    the points read (the kernel, topology, cost table, recording, and the files `params`
+    name: a model's config)."""
     from kernbench_cli.fileio import check_outputs, note_input
-    from kernbench_cli.sim.kernels import kernel_file
+    from kernbench_cli.sim.kernels import kernel_file, param_items
 
     if out is not None and out.suffix not in (".jsonl", ".csv"):
         raise KernbenchError(f"--out {str(out)!r}: the results file must end in .jsonl or .csv")
@@ -233,10 +234,38 @@ def check_options(kernel: str | Path, topology: str | Path | None, costs: str | 
 
         check_dask_address(dask)
     kernel_file(str(kernel))  # an unknown kernel is bad input, before any point runs
-    for given in (kernel, topology, costs, replay):  # files the points read
+    named = _param_files(kernel, [item for axis in _axes(params, "-p", param_items)
+                                  for item in axis])
+    for given in (kernel, topology, costs, replay, *named):  # files the points read
         if given is not None and Path(given).is_file():
             note_input(Path(given))
     check_outputs({"--out": out, "--plot": plot}, rewrites=("--out",) if resume else ())
+
+
+def _param_files(kernel: str | Path, items: list[str]) -> list[str]:
+    """The files the ``KEY=value`` items name for parameters the kernel reads a file from
+    (its `FILES`), each once, in order."""
+    from kernbench_cli.sim.kernels import load_kernel
+
+    files = load_kernel(str(kernel)).files
+    if not files:
+        return []
+    named = (item.split("=", 1) for item in items if "=" in item)
+    return list(dict.fromkeys(value.strip() for key, value in named
+                              if key.strip() in files and value.strip()))
+
+
+def _check_points(kernel: str | Path, todo: list) -> None:
+    """Each point's parameters read as a run would read them (names, types, choices,
+    alternatives): bad input is refused before any point runs (`ParamError`)."""
+    from kernbench_cli.sim.kernels import load_kernel, parse_params
+
+    module = load_kernel(str(kernel))
+    for params in dict.fromkeys(point.params for point in todo):
+        try:
+            parse_params(module, list(params))
+        except ParamError as exc:
+            raise ParamError(f"-p {' '.join(params)}: {exc}") from None
 
 
 def sweep_points(sets: Axes, params: Axes, zipped: bool = False,
@@ -309,10 +338,11 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
     args.one_of(prune_above, "prune_above", (str, type(None)),
                 "a latency such as '50us' or a factor such as 'x1.5' (or None)")
     out = Path(out) if out is not None else None
-    check_options(kernel, topology, costs, replay, out, resume, jobs, dask)
+    check_options(kernel, topology, costs, replay, out, resume, jobs, dask, params=params)
     from kernbench_cli.explore.sweep import Results, Spec, numbered, prune_limit
 
     todo = sweep_points(set, params, zip, pair)
+    _check_points(kernel, todo)
     spec = Spec(str(kernel), str(topology) if topology is not None else None,
                 str(costs) if costs is not None else None, seed, timing_only,
                 str(replay) if replay is not None else None)
@@ -321,7 +351,8 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
     module = _bounded(kernel, replay, bounds_only, limit is not None, out, resume)
     if bounds_only:
         return _bounds_only(spec, module, todo, axis_keys, on_start, on_row)
-    results = Results(out, axis_keys, _identity(spec) if out is not None else "")
+    read = _param_files(kernel, [item for point in todo for item in point.params])
+    results = Results(out, axis_keys, _identity(spec, read) if out is not None else "")
     if resume:
         results.load()
     rows = {p.index: numbered({**results.done[p.key], "point": p.index})
@@ -467,9 +498,9 @@ def _run_points(spec, todo: list, left: list, record_once: bool, jobs: int | Non
             scratch.cleanup()
 
 
-def _identity(spec) -> str:
+def _identity(spec, read: list[str]) -> str:
     """The sweep's identity (`explore.sweep.identity`), its kernel and configuration
-    checked."""
+    checked; `read`: the other files its points read (a model's config)."""
     from kernbench_cli.address import load_address_map
     from kernbench_cli.explore.sweep import identity
     from kernbench_cli.sim.kernels import kernel_file
@@ -484,4 +515,4 @@ def _identity(spec) -> str:
 
         amap = replay_address_map(read_trace(Path(spec.trace)), spec.trace, spec.topology,
                                   costs)
-    return identity(spec, path, amap)
+    return identity(spec, path, amap, read)

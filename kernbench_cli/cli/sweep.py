@@ -84,7 +84,8 @@ def sweep(
     from kernbench_cli.api import sweeps as api
 
     fmt = chosen_format(fmt, as_json)
-    api.check_options(kernel, topology, costs, replay, out, resume, jobs, dask, plot=plot)
+    api.check_options(kernel, topology, costs, replay, out, resume, jobs, dask, plot=plot,
+                      params=param)
     if bounds_only:
         _bounds_only(kernel, topology, costs, sets, param, zipped, pair, plot, prune_above,
                      out, resume, fmt)

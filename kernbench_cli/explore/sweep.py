@@ -572,7 +572,8 @@ class Results:
                                  "--resume needs one") from None
         if any(row["sweep"] != self.sweep for row in rows):
             raise KernbenchError(f"{self.path}: its rows are results of another sweep (another "
-                                 "kernel, topology, cost table, --timing-only, seed or "
+                                 "kernel, topology, cost table, file a parameter names, "
+                                 "--timing-only, seed or "
                                  "recording); --resume needs the file this sweep wrote")
         kept = [row for row in rows if row["error"] is None and not row.get("pruned")]
         for row in kept:
@@ -659,10 +660,11 @@ class Results:
 
 # ---------------------------------------------------------------------- the pool
 
-def identity(spec: Spec, kernel_file: Path, amap) -> str:
+def identity(spec: Spec, kernel_file: Path, amap, read: Sequence[str] = ()) -> str:
     """16 hex digits naming what a sweep's rows are results of: the kernel file's bytes, the
-    topology and cost table (resolved, `--set` axes not included), --timing-only, the seed
-    and the recording replayed (its bytes)."""
+    topology and cost table (resolved, `--set` axes not included), --timing-only, the seed,
+    the recording replayed (its bytes), and the bytes of each file in `read` (those the
+    points' parameters name: a model's config; one that cannot be read, by its name)."""
     import hashlib
 
     from kernbench_cli.config.loader import config_digest
@@ -671,9 +673,24 @@ def identity(spec: Spec, kernel_file: Path, amap) -> str:
     for part in (kernel_file.read_bytes(), config_digest(amap.topology).encode(),
                  config_digest(amap.topology.cost_table).encode(),
                  repr((spec.timing_only, spec.seed)).encode(),
-                 Path(spec.trace).read_bytes() if spec.trace else b""):
+                 Path(spec.trace).read_bytes() if spec.trace else b"",
+                 *(_bytes_of(name) for name in read)):
         digest.update(hashlib.sha256(part).digest())
     return digest.hexdigest()[:16]
+
+
+def _bytes_of(name: str) -> bytes:
+    """A file's name and its bytes' digest for a sweep's identity; its name alone if it is
+    not a regular file that can be read (the points then fail saying why)."""
+    import hashlib
+
+    try:
+        if Path(name).is_file():
+            with open(name, "rb") as handle:
+                return name.encode() + b"\0" + hashlib.file_digest(handle, "sha256").digest()
+    except OSError:
+        pass
+    return name.encode()
 
 
 def run_local(spec: Spec, todo: list[Point], jobs: int,

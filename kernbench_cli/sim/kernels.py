@@ -78,6 +78,18 @@ class KernelModule:
         return getattr(self.module, "PRESETS", {})
 
     @property
+    def one_of(self) -> tuple[tuple[str, ...], ...]:
+        """Groups of parameters of which a run is given at most one (`ONE_OF`: a shipped
+        model or a config file); those of a group not given then read empty."""
+        return getattr(self.module, "ONE_OF", ())
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The parameters whose value names a file the kernel reads (`FILES`), an input of
+        the command: no output may go there, and a sweep's rows are of its bytes."""
+        return getattr(self.module, "FILES", ())
+
+    @property
     def tolerance(self) -> dict[str, tuple[float, float]]:
         """The tolerances the kernel declares, by output (`TOLERANCE`; none: ``{}``)."""
         return getattr(self.module, "TOLERANCE", {})
@@ -259,6 +271,13 @@ def parse_params(kernel: KernelModule, overrides: list[str],
                              f"-p {' -p '.join(clash)} contradicts it (give one or the other)")
         params.update(table[choice])
     params.update(given)
+    for group in kernel.one_of:
+        named = [name for name in group if name in given]
+        if len(named) > 1:
+            raise ParamError(f"parameters {' and '.join(named)}: alternatives (each names "
+                             "what the run is of); give only one")
+        if named:  # the others do not describe this run
+            params.update({name: type(params[name])() for name in group if name != named[0]})
     return params
 
 

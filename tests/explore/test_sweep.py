@@ -521,9 +521,50 @@ def test_resume_refuses_another_sweeps_rows_and_leaves_them(cli, tmp_path, other
     before = out.read_bytes()
     code, _, err = cli("sweep", *other, *axes, "--out", str(out), "--resume")
     assert (code, err) == (2, f"error: {out}: its rows are results of another sweep (another "
-                              "kernel, topology, cost table, --timing-only, seed or "
-                              "recording); --resume needs the file this sweep wrote\n")
+                              "kernel, topology, cost table, file a parameter names, "
+                              "--timing-only, seed or recording); --resume needs the file "
+                              "this sweep wrote\n")
     assert out.read_bytes() == before
+
+
+def test_resume_refuses_rows_of_a_model_config_since_changed(cli, tmp_path):
+    """The rows are of the config's bytes, not its name: a config changed since is another
+    sweep's, and its rows are left as they were."""
+    config, out = tmp_path / "model.json", tmp_path / "r.jsonl"
+    config.write_text((TESTS / "configs" / "hf" / "llama.json").read_text())
+    axes = ("-p", f"config={config}", "-p", "layers=1", "-p", "batch=1,2")
+    assert cli("sweep", "llama_decode", "--timing-only", "-j", "1", *axes,
+               "--out", str(out))[0] == 0
+    out.write_text(out.read_text().splitlines(keepends=True)[0])  # one point done
+    before = out.read_bytes()
+    data = json.loads(config.read_text())
+    config.write_text(json.dumps({**data, "intermediate_size": 2 * data["intermediate_size"]}))
+    code, _, err = cli("sweep", "llama_decode", "--timing-only", "-j", "1", *axes,
+                       "--out", str(out), "--resume")
+    assert (code, err.startswith(f"error: {out}: its rows are results of another sweep")) == \
+        (2, True)
+    assert out.read_bytes() == before
+
+
+@pytest.mark.parametrize("option", ["--out", "--plot"])
+def test_an_output_over_a_config_the_points_read_is_refused_before_any_runs(cli, tmp_path,
+                                                                               option):
+    config = tmp_path / "model.jsonl"
+    config.write_text((TESTS / "configs" / "hf" / "llama.json").read_text())
+    before = config.read_bytes()
+    code, _, err = cli("sweep", "llama_decode", "--timing-only", "-j", "1",
+                       "-p", f"config={config}", "-p", "layers=1", "-p", "batch=1,2",
+                       option, str(config))
+    assert (code, err) == (2, f"error: {option} {config}: is an input of this command; "
+                              "write the output elsewhere\n")
+    assert config.read_bytes() == before
+
+
+def test_a_points_bad_parameters_are_refused_before_any_point_runs(cli):
+    code, out, err = cli("sweep", "softmax", "--timing-only", "-j", "1", "-p", "rows=16",
+                         "-p", "foo=1,2")
+    assert (code, out, err) == (2, "", "error: -p rows=16 foo=1: softmax has no parameter "
+                                       "'foo' (parameters: rows, cols, block, dtype)\n")
 
 
 def test_resume_runs_failed_points_again(cli, tmp_path):

@@ -93,6 +93,18 @@ def test_a_bad_config_is_one_line(cli, tmp_path):
                               "intermediate_size\n")
 
 
+def test_a_model_and_a_config_together_are_refused_and_a_config_alone_names_no_model(cli):
+    config = HF / "llama.json"
+    code, _, err = cli("run", "llama_decode", "-p", "model=llama3-8b", "-p", f"config={config}")
+    assert (code, err) == (2, "error: parameters model and config: alternatives (each names "
+                              "what the run is of); give only one\n")
+    code, out, err = cli("run", "llama_decode", "--timing-only", "--json", "-p", "layers=1",
+                         "-p", f"config={config}")
+    assert code == 0, err
+    assert (json.loads(out)["params"]["model"], json.loads(out)["params"]["config"]) == \
+        ("", str(config))
+
+
 def test_a_replay_states_the_same_time_per_token(cli, tmp_path):
     trace = tmp_path / "step.kbt"
     code, out, err = cli("run", "llama_decode", "--timing-only", "--json", "--record",
