@@ -26,7 +26,7 @@ none. What each family reads, after transformers 5:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +108,7 @@ class Rope:
     mscale: float | None = None
     mscale_all_dim: float | None = None
     truncate: bool = True
+    where: str = field(default="", compare=False)  # the config and key, for errors
 
 
 @dataclass(frozen=True)
@@ -314,13 +315,14 @@ def _rope(raw: dict[str, Any], c: _Reader, where: str, head_dim: int) -> Rope:
         raise ParamError(f"{where}: partial_rotary_factor {_shown(partial)}: kernbench rotates "
                          "whole heads only (1.0)")
 
-    def number(name: str, default: Any, low: float = 0.0) -> Any:
+    def number(name: str, default: Any, low: float = 0.0, above: bool = False) -> Any:
         value = params.get(name, default)
         if value is None:
             return None
         if not isinstance(value, (int, float)) or isinstance(value, bool) or \
-                not math.isfinite(value) or value < low:
-            raise c.fail(f"{key}.{name}", f"a number of at least {low:g}", value)
+                not math.isfinite(value) or value < low or (above and value == low):
+            raise c.fail(f"{key}.{name}", f"a number {'above' if above else 'of at least'} "
+                         f"{low:g}", value)
         return value
 
     max_positions = c.positive_int("max_position_embeddings")
@@ -331,13 +333,14 @@ def _rope(raw: dict[str, Any], c: _Reader, where: str, head_dim: int) -> Rope:
     if not isinstance(truncate, bool):
         raise c.fail(f"{key}.truncate", "true or false", truncate)
     rope = Rope(kind, float(theta), factor=number("factor", 1.0, 1.0),
-                low_freq_factor=number("low_freq_factor", 1.0),
+                low_freq_factor=number("low_freq_factor", 1.0, above=True),
                 high_freq_factor=number("high_freq_factor", 4.0),
                 original_max=original, max_positions=max_positions,
                 attention_factor=number("attention_factor", None),
-                beta_fast=number("beta_fast", 32.0), beta_slow=number("beta_slow", 1.0),
+                beta_fast=number("beta_fast", 32.0, above=True),
+                beta_slow=number("beta_slow", 1.0, above=True),
                 mscale=number("mscale", None), mscale_all_dim=number("mscale_all_dim", None),
-                truncate=truncate)
+                truncate=truncate, where=f"{where}: {key}")
     if kind == "llama3" and rope.high_freq_factor <= rope.low_freq_factor:
         raise ParamError(f"{where}: {key}: high_freq_factor {rope.high_freq_factor} must be "
                          f"above low_freq_factor {rope.low_freq_factor}")

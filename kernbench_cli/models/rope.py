@@ -47,11 +47,27 @@ def inv_freq(rope: Rope, dim: int, seq_len: int) -> tuple[np.ndarray, float]:
     return freq, 1.0
 
 
+#: the largest finite float32: cos and sin beyond it are refused (the kernel rotates in f32)
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
 def cos_sin(rope: Rope, dim: int, position: int) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin of each pair's angle for the token at `position` (float64, dim / 2)."""
-    freq, scale = inv_freq(rope, dim, position + 1)
-    angle = position * freq
-    return np.cos(angle) * scale, np.sin(angle) * scale
+    """cos and sin of each pair's angle for the token at `position` (float64, dim / 2). A
+    RoPE that gives none finite in float32 there (a scaling that overflows) is a
+    `ValueError` naming the config's key."""
+    try:
+        with np.errstate(over="raise", divide="raise", invalid="raise"):
+            freq, scale = inv_freq(rope, dim, position + 1)
+            angle = position * freq
+            cos, sin = np.cos(angle) * scale, np.sin(angle) * scale
+        fine = bool(np.abs(cos).max(initial=0) <= _F32_MAX and
+                    np.abs(sin).max(initial=0) <= _F32_MAX)
+    except (OverflowError, ZeroDivisionError, FloatingPointError, ValueError):
+        fine = False
+    if not fine:
+        raise ValueError(f"{rope.where or 'rope'}: rope_type {rope.kind} gives no finite cos "
+                         f"and sin in float32 at position {position}; refused")
+    return cos, sin
 
 
 def _llama3(rope: Rope, freq: np.ndarray) -> np.ndarray:

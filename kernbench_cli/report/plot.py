@@ -39,8 +39,11 @@ METRICS = {
     "hbm_gbps": ("HBM bandwidth achieved (GB/s)", lambda r: r["hbm_gbps"]),
     "energy": ("energy (uJ)", lambda r: r["energy_pj"]["total"] / 1e6),
     "power": ("average power (W)", lambda r: r["average_power_w"]),
-    # performance per watt: (runs/s) / W = runs per joule
-    "perf_per_watt": ("runs per joule ((runs/s)/W)", lambda r: 1e12 / r["energy_pj"]["total"]),
+    # performance per watt: (runs/s) / W = runs per joule; none for a run that took no
+    # energy (a cost table of zero energies): not a point on the line
+    "perf_per_watt": ("runs per joule ((runs/s)/W)",
+                      lambda r: 1e12 / r["energy_pj"]["total"] if r["energy_pj"]["total"]
+                      else None),
 }
 
 

@@ -344,6 +344,19 @@ def _row(point: int, cols: int, bandwidth: str, latency_ps: int) -> dict:
                        "roofline": [{"resource": "gemm", "ps": latency_ps // 2}]}}
 
 
+def test_runs_per_joule_leaves_out_a_run_that_took_no_energy():
+    """A cost table of zero energies: that point has no runs per joule (it was a division
+    by zero); the others are 1e12 / pJ."""
+    pytest.importorskip("matplotlib")
+    from kernbench_cli.report.plot import figure
+
+    rows = [_row(n, cols, "102.4GB/s", 1_000_000) for n, cols in enumerate((8, 16, 32))]
+    for row, pj in zip(rows, (0, 2e6, 4e6), strict=True):
+        row["result"]["energy_pj"] = {"total": pj}
+    (line,) = figure(rows, "pe.gemm.cols", "perf_per_watt", "k").axes[0].get_lines()
+    assert line.get_xydata().tolist() == [[16, 5e5], [32, 2.5e5]]
+
+
 def test_the_plots_panels_hold_the_sweeps_numbers():
     """The figure's data, not its pixels: the latency per line, its tightest bound dashed,
     a log2 axis for powers of two labelled by the key and its values, busy bars side by side

@@ -206,6 +206,32 @@ def test_rope_yarn_scales_cos_and_sin_by_its_mscale():
     assert (sin == 0).all()
 
 
+@pytest.mark.parametrize(("name", "scaling"), [
+    ("beta_fast", {"rope_type": "yarn", "factor": 4.0, "beta_fast": 0}),
+    ("beta_slow", {"rope_type": "yarn", "factor": 4.0, "beta_slow": 0.0}),
+    ("low_freq_factor", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 0,
+                         "high_freq_factor": 4.0}),
+])
+def test_a_rope_divisor_of_zero_is_refused_naming_it(name, scaling):
+    """transformers divides by these: 0 was a ZeroDivisionError in the kernel's setup."""
+    value = scaling[name]
+    refused(f"rope_scaling.{name} must be a number above 0, got {value}", rope_scaling=scaling)
+
+
+@pytest.mark.parametrize(("scaling", "position"), [
+    ({"rope_type": "yarn", "factor": 4.0, "beta_fast": 1e-320}, 0),  # log(inf) in the ramp
+    ({"rope_type": "dynamic", "factor": 1e300}, 5000),  # its base past the trained context
+    ({"rope_type": "yarn", "factor": 4.0, "attention_factor": 1e300}, 0),  # beyond float32
+])
+def test_a_rope_with_no_finite_cos_and_sin_is_refused_naming_the_key(scaling, position):
+    rope = cfg(max_position_embeddings=2048, rope_scaling=scaling).rope
+    with pytest.raises(ValueError) as err:
+        cos_sin(rope, 16, position)
+    assert str(err.value) == (f"config c.json: rope_scaling: rope_type {scaling['rope_type']} "
+                              f"gives no finite cos and sin in float32 at position {position}; "
+                              "refused")
+
+
 def test_the_shipped_test_configs_are_read(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**BASE, "torch_dtype": "bfloat16",
