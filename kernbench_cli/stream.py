@@ -163,6 +163,10 @@ class Program:
     #: and per PE where its commands change region: (first command, region index) pairs
     regions: list[str] = field(default_factory=lambda: [""])
     region_marks: list[list[tuple[int, int]]] = field(default_factory=list)
+    #: the IPCQ ring capacity (slots, slot bytes) the kernel read (`tl.ring_capacity`) to
+    #: cut its messages, None if it read none: a replay on rings of another capacity
+    #: would time a program a run there would not make
+    ring_capacity: tuple[int, int] | None = None
 
     @classmethod
     def empty(cls, pes: int) -> Program:

@@ -6,7 +6,9 @@ After a run, its recorded command streams are re-timed with one key made
 setup or the issue costs halved): every key the timing pass reads and the
 functional pass does not, so a replay gives exactly what ``kernbench run
 --set KEY=VALUE`` would (the tests check it key by key). Link levels and
-engines the run did not use are left out (no change is possible there). The
+engines the run did not use are left out (no change is possible there), and so are
+the IPCQ rings' keys where the kernel read their capacity (`tl.ring_capacity`: the
+collectives cut their messages by it, so a replay on other rings is refused). The
 rows are ranked by the latency saved, each with what then bounds the run.
 """
 
@@ -76,6 +78,9 @@ def sensitivity(result: Result, keys: tuple[str, ...] | None = None) -> Sensitiv
         raise KernbenchError(f"{result.kernel}: sensitivity needs a result of kb.run or "
                              "kb.replay (this one holds no recording)")
     used = {name for name, engine in result.engines.items() if engine.ops}
+    trace = getattr(result.raw, "trace", None)
+    if trace is not None and trace.program.ring_capacity is not None:
+        used.discard("ipcq")  # its kernel cut its messages for the rings: a replay cannot say
     chosen = [k for k in KEYS if (keys is None and (k[2] is None or k[2] in used))
               or (keys is not None and k[0] in keys)]
     unknown = set(keys or ()) - {k[0] for k in KEYS}

@@ -239,6 +239,10 @@ def check_options(kernel: str | Path, topology: str | Path | None, costs: str | 
     for given in (kernel, topology, costs, replay, *named):  # files the points read
         if given is not None and Path(given).is_file():
             note_input(Path(given))
+    if replay is not None:  # a recording every point would fail to read is bad input
+        from kernbench_cli.sim.trace_file import read_trace
+
+        read_trace(Path(replay))
     check_outputs({"--out": out, "--plot": plot}, rewrites=("--out",) if resume else ())
 
 

@@ -360,12 +360,19 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
         if peak > topo.pe.tcm.size:
             raise TraceError(f"{source}: PE ({system.coords[pid]}) uses {peak} B of TCM; "
                              f"topology {topo.name!r} has {topo.pe.tcm.size} B")
+    read = program.ring_capacity
+    if read is not None and read != (topo.pe.ipcq.slots, topo.pe.ipcq.slot_size):
+        raise TraceError(f"{source}: the kernel cut its messages for IPCQ rings of {read[0]} "
+                         f"slots of {read[1]} B (tl.ring_capacity); topology {topo.name!r} has "
+                         f"{topo.pe.ipcq.slots} of {topo.pe.ipcq.slot_size} B, where a run "
+                         "would make another program: run it there instead")
     extra = len(system.pes) - pes
     if extra:  # the topology's other PEs run nothing
         program = Program(program.streams + [Stream() for _ in range(extra)],
                           program.gemm_shapes, program.math_kinds, program.composites,
                           program.tcm_peak + [0] * extra, program.regions,
-                          program.region_marks + [[] for _ in range(extra)])
+                          program.region_marks + [[] for _ in range(extra)],
+                          program.ring_capacity)
     timing = Timing(system, program, oplog=oplog, dedup=dedup)
     (watch or Watch()).begin("timing pass", timing)
     try:

@@ -117,6 +117,8 @@ def write_trace(path: Path, trace: Trace, version: int = VERSION) -> None:
         "math_kinds": [list(k) for k in program.math_kinds], "tcm_peak": program.tcm_peak,
         **(packed[0] if packed else {"composites": [list(c) for c in program.composites]}),
     }
+    if program.ring_capacity is not None:  # absent: the kernel read none (older traces too)
+        header["ring_capacity"] = list(program.ring_capacity)
     if len(program.regions) > 1:  # named regions: a version-5 trace without them has none
         header["regions"] = program.regions
         header["region_marks"] = [[x for mark in marks for x in mark]
@@ -240,6 +242,9 @@ def _trace(header: dict[str, Any], columns: memoryview) -> Trace:
         _ints(header["tcm_peak"], "tcm_peak"))
     if len(program.tcm_peak) != len(streams):
         raise ValueError("tcm_peak does not have one entry per PE")
+    if "ring_capacity" in header:
+        slots, slot = _ints(header["ring_capacity"], "ring_capacity")
+        program.ring_capacity = (slots, slot)
     _regions(header, program)
     memory = [(_int(a, "memory"), _int(n, "memory"), _str(name, "memory"))
               for a, n, name in _list(header["memory"], "memory")]

@@ -294,6 +294,18 @@ def test_a_cost_only_sweep_records_once_and_replays_each_point(cli):
     assert latency["8ns", "40ns"] > latency["4ns", "40ns"]  # PE_CPU issues MATH on the path
 
 
+def test_a_recording_the_points_cannot_read_is_refused_before_any_runs(cli, tmp_path):
+    """A missing or foreign --replay file: exit 2 at once, not a failed row per point."""
+    missing, foreign = tmp_path / "none.kbt", tmp_path / "foreign.kbt"
+    foreign.write_bytes(b"PK\x03\x04 not a trace")
+    axes = ("--set", "hbm.bandwidth=100GB/s,200GB/s", "-j", "1")
+    assert cli("sweep", "softmax", "--replay", str(missing), *axes) == \
+        (2, "", f"error: {missing}: no such file\n")
+    code, out, err = cli("sweep", "softmax", "--replay", str(foreign), *axes)
+    assert (code, out, err.startswith(f"error: {foreign}: not a kernbench trace")) == \
+        (2, "", True)
+
+
 def test_replay_sweeps_take_no_parameter_axes(cli, tmp_path):
     trace = tmp_path / "t.kbtrace"
     assert cli("run", LOAD_DOT, "--record", str(trace))[0] == 0

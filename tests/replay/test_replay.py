@@ -154,6 +154,30 @@ def test_a_trace_needing_more_tcm_than_the_topology_has_is_refused(cli, tmp_path
                    "topology 'default' has 4096 B\n")
 
 
+def test_a_trace_cut_for_other_ipcq_rings_is_refused_and_its_sensitivity_skips_them(
+        cli, tmp_path):
+    """The collectives cut messages by `tl.ring_capacity`: on rings of another slot size a
+    run makes another program (here the replay deadlocked, or timed the old cut), so the
+    replay is refused; sensitivity leaves the rings' keys out. A kernel that reads no
+    capacity (softmax) replays on any rings."""
+    import kernbench_cli as kb
+
+    trace = tmp_path / "t.trace"
+    assert cli("run", "all_reduce", "--timing-only", "--record", str(trace))[0] == 0
+    assert read_trace(trace).program.ring_capacity == (4, 4096)
+    code, _, err = cli("replay", str(trace), "--set", "pe.ipcq.slot_size=16B")
+    assert (code, err) == (2, f"error: {trace}: the kernel cut its messages for IPCQ rings "
+                              "of 4 slots of 4096 B (tl.ring_capacity); topology 'default' "
+                              "has 4 of 16 B, where a run would make another program: run "
+                              "it there instead\n")
+    keys = {c.key for c in kb.sensitivity(kb.run("all_reduce", timing_only=True)).changes}
+    assert "hbm.bandwidth" in keys and not {"pe.ipcq.slots", "pe.ipcq.slot_size"} & keys
+    other = tmp_path / "s.trace"
+    assert cli("run", "softmax", "--timing-only", "--record", str(other))[0] == 0
+    assert read_trace(other).program.ring_capacity is None
+    assert cli("replay", str(other), "--set", "pe.ipcq.slot_size=16B")[0] == 0
+
+
 def test_a_composite_replayed_with_other_tcm_plans_as_a_run_there(run, tmp_path):
     """The trace keeps the TCM free at each composite as (hole, top), not as bytes: with
     another TCM size the replay tiles exactly as a run on that topology does."""

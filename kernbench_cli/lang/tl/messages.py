@@ -72,6 +72,7 @@ class MessageOps(Core):
         """(slots, slot bytes) of each inbound IPCQ ring: a sender may have that much of
         messages not yet taken by a receiver before its `send` waits for a credit."""
         ipcq = self._launch.system.topology.pe.ipcq
+        self._launch.program.ring_capacity = (ipcq.slots, ipcq.slot_size)  # the program reads it
         return ipcq.slots, ipcq.slot_size
 
     def _peer(self, who: str | int, what: str) -> PeCoord:
