@@ -26,7 +26,7 @@ from typing import Any
 from kernbench_cli.api import arguments as args
 from kernbench_cli.api.bounds import Bounds
 from kernbench_cli.api.result import Result
-from kernbench_cli.errors import KernbenchError, ParamError, SweepError
+from kernbench_cli.errors import ArgumentError, KernbenchError, ParamError, SweepError, clip
 
 MAX_JOBS = 1024  # worker processes a sweep may start
 Axes = Mapping[str, Any] | Sequence[str] | None
@@ -176,7 +176,10 @@ class SweepResult:
         names the figure in errors. Needs matplotlib (the ``plot`` extra)."""
         from kernbench_cli.report.plot import check_figure, check_x, metric, plot
 
-        path = Path(path)
+        path = args.path(path, "path", required=True)
+        x = args.name_or_path(x, "x", "an axis key (a str) or None")
+        y = args.name_or_path(y, "y", "a metric name (a str)", required=True)
+        title = args.name_or_path(title, "title", "a str or None")
         check_figure(path, option)
         check_x(x, list(self.axes))
         rows = self.to_dicts()
@@ -196,7 +199,7 @@ def load_sweep(path: str | Path) -> SweepResult:
     one that is not a sweep's rows, rows of two sweeps, or no rows."""
     from kernbench_cli.explore.sweep import read_results
 
-    path = Path(path)
+    path = args.path(path, "path", required=True)
     rows = read_results(path)
     kernel = next((str(r["result"].get("kernel")) for r in rows if r["result"]), path.stem)
     try:
@@ -226,8 +229,10 @@ def check_options(kernel: str | Path, topology: str | Path | None, costs: str | 
         raise KernbenchError(f"the working folder cannot be read ({exc.strerror or exc}: "
                              "deleted since the shell went there?); the sweep's workers "
                              "start in it: cd to a folder that exists") from None
-    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int)
-                             or not 1 <= jobs <= MAX_JOBS):
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int)):
+        raise ArgumentError(f"jobs={clip(jobs)}: expected an int (1 to {MAX_JOBS}) or "
+                                 f"None, got {type(jobs).__name__}")
+    if jobs is not None and not 1 <= jobs <= MAX_JOBS:
         raise KernbenchError(f"--jobs {jobs}: needs 1 to {MAX_JOBS} workers")
     if dask:
         from kernbench_cli.explore.sweep import check_dask_address
