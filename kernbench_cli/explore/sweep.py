@@ -503,6 +503,11 @@ def _result_row(line: str, where: str, checked: Callable[[dict, str], dict]) -> 
             and isinstance(row.get("result", 0), dict | None)):
         raise KernbenchError(f"{where}: not a row of a sweep's .jsonl results file (a row "
                              "has point, axes, result and error)")
+    long = next((k for k, v in row["axes"].items()
+                 if len(k) > MAX_VALUE_CHARS or len(v) > MAX_VALUE_CHARS), None)
+    if long is not None:  # no sweep writes one; a table or figure of it takes minutes
+        raise KernbenchError(f"{where}: axis {clip(long, 24)}: a key or value of more than "
+                             f"{MAX_VALUE_CHARS} characters; not a row a sweep writes")
     if row["result"] is not None:
         if "latency_ps" not in row["result"]:
             raise KernbenchError(f"{where}: its result is not a `run --json` object")

@@ -198,6 +198,7 @@ def compare_table(runs: list[tuple[str, dict[str, Any]]], changes: list[dict[str
     where that would not fit `width` columns, a row per run instead (as a sweep's table)."""
     from kernbench_cli.report.fit import fits
 
+    changes = [{_setting(k): _setting(v) for k, v in change.items()} for change in changes]
     table = _by_metric(runs, changes)
     if width is None or fits(table, Console(width=10_000), width):
         return table
@@ -210,6 +211,20 @@ def compare_table(runs: list[tuple[str, dict[str, Any]]], changes: list[dict[str
     table.caption = (f"a row per run to fit {width} columns; --format csv or json has every "
                      "metric")
     return table
+
+
+#: a setting's text in the table at most this long: a longer one is cut in the middle
+SETTING_CHARS = 60
+
+
+def _setting(text: str) -> str:
+    """A setting as the table shows it: control characters escaped (a file's text must not
+    move the terminal's cursor or colour it), one longer than `SETTING_CHARS` cut in the
+    middle with its length (a cell of 10^4 characters took the table minutes to fit)."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    if len(text) <= SETTING_CHARS:
+        return text
+    return f"{text[:SETTING_CHARS // 2]}…{text[-12:]} ({len(text):,} characters)"
 
 
 def _by_metric(runs: list[tuple[str, dict[str, Any]]], changes: list[dict[str, str]]) -> Table:

@@ -44,6 +44,24 @@ def test_two_runs_side_by_side(cli, tmp_path):
     assert got["changed"] == [{"hbm.bandwidth": "not set"}, {"hbm.bandwidth": "204.8GB/s"}]
 
 
+def test_a_long_or_control_setting_is_shown_cut_and_escaped_but_kept_whole_in_json(cli,
+                                                                                   tmp_path):
+    """A file's params of 15,000 characters took the table over a minute to fit, and an
+    escape in its kernel name reached the terminal: the table cuts and escapes them; the
+    JSON keeps what the files hold."""
+    a = _run(cli, tmp_path / "a.json")
+    b = {**a, "kernel": "load\x1b[31mdot", "params": {**a["params"], "n": "9" * 15_000}}
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    code, text, _ = cli("compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"))
+    assert code == 0 and "\x1b" not in text and "load\\x1b[31mdot" in text
+    assert "9" * 100 not in text  # cut (how much of it a line shows is the table's say)
+    from kernbench_cli.report.compare import _setting
+
+    assert _setting("9" * 15_000) == f"{'9' * 30}…{'9' * 12} (15,000 characters)"
+    code, out, _ = cli("compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json")
+    assert json.loads(out)["changed"][1]["n"] == "9" * 15_000
+
+
 def test_compare_formats(cli, tmp_path):
     import csv
     import io

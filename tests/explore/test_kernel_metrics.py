@@ -239,6 +239,9 @@ def test_plot_errors_are_one_line_and_leave_no_figure(cli, swept, tmp_path):
     empty.write_text("")
     failed.write_text(json.dumps({"point": 0, "axes": {"a": "1"}, "result": None,
                                   "error": "boom", "sweep": "s"}) + "\n")
+    long = tmp_path / "l.jsonl"  # an axis value no sweep writes: the figure took minutes
+    long.write_text(json.dumps({"point": 0, "axes": {"a": "1" * 5000}, "result": None,
+                                "error": "boom", "sweep": "s"}) + "\n")
     figure = tmp_path / "fig.png"
     cases = [
         ((str(tmp_path / "none.jsonl"),), f"{tmp_path / 'none.jsonl'}: no such file"),
@@ -246,6 +249,8 @@ def test_plot_errors_are_one_line_and_leave_no_figure(cli, swept, tmp_path):
                           "has point, axes, result and error)"),
         ((str(empty),), f"{empty}: no rows (an empty sweep): nothing to read"),
         ((str(failed),), "no point has a result to plot: all 1 failed"),
+        ((str(long),), f"{long}:1: axis 'a': a key or value of more than 256 characters; "
+                       "not a row a sweep writes"),
         ((str(out), "--x", "hbm.latency"),
          "--x 'hbm.latency': not a swept axis (axes: extra, hbm.bandwidth)"),
         ((str(out), "--y", "tpot_ps"),
@@ -261,7 +266,8 @@ def test_plot_errors_are_one_line_and_leave_no_figure(cli, swept, tmp_path):
     assert cli("plot", str(out), "-o", str(tmp_path / "f.gif")) == (
         2, "", f"error: --out '{tmp_path / 'f.gif'}': the figure must end in .png, .svg, "
                ".pdf\n")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.jsonl", "f.jsonl", "x.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.jsonl", "f.jsonl", "l.jsonl",
+                                                          "x.jsonl"]
 
 
 def test_an_interrupted_plot_leaves_no_file(cli, swept, tmp_path, monkeypatch):
