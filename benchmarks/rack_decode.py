@@ -9,8 +9,8 @@ makes them. Printed: CPU and wall seconds, the commands timed, CPU microseconds
 a command, the step's TPOT, and the ratio to the aim; or why the run stopped.
 Batch 16 holds one micro-batch's f32 hidden state of 512 KiB, a quarter of a
 PE's TCM, several times over at a residual add: it fits as large tensors keep
-to the top of TCM. (docs/benchmarks.md says which batches were measured: batch 1
-alone peaks at 18.2 GB of this machine's 24 GiB.)
+to the top of TCM. (docs/benchmarks.md says which batches were measured, and their
+peak memory.)
 
 With `--layers K`, representative layers: K layers timed (K / 16 a stage, at least 3)
 and the step scaled to 80 (`-p layers=K -p scale_to=80`); the aim is then 15 s CPU, and
