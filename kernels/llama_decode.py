@@ -981,7 +981,7 @@ def metrics(topology, p, run):
     used = [sum(lay.need(pid).values()) for pid in range(topology.num_pes)]
     whole = {**p, "microbatches": 1}  # what fits does not hang on how the batch is split
     most_batch = largest(topology, whole, "batch")
-    most_context = largest(topology, {**whole, "batch": b, "prompt": 0}, "context")
+    most_context = largest(topology, {**whole, "batch": b, "prompt": 0, "passes": 0}, "context")
     have = topology.hbm.slice_size
     decode = "the decode step" + (" after the prompt" if step.prompt else "")
     return {"tpot_ps": (tpot, f"({decode}: {how})"),

@@ -431,6 +431,9 @@ def _check_meshes(topo: Topology, path: Path) -> list[str]:
                 f"{path}: system.{mesh_key}: [{cols}, {rows}] holds {cols * rows} {what} "
                 f"but system.{count_key} is {count}")
     hbm = topo.hbm
+    if hbm.page_size & (hbm.page_size - 1):  # rows are whole columns of a power of two
+        problems.append(f"{path}: hbm.page_size: {hbm.page_size:,} B is not a power of two "
+                        "(a DRAM row is 2^n bytes; kernels align per-layer buffers to it)")
     if hbm.refresh_time >= hbm.refresh_interval:
         problems.append(f"{path}: hbm.refresh_time: {hbm.refresh_time:,} ps is not shorter than "
                         f"hbm.refresh_interval ({hbm.refresh_interval:,} ps): the slice would "

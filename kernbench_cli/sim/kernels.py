@@ -250,6 +250,8 @@ def parse_params(kernel: KernelModule, overrides: list[str],
         if name not in kernel.params:
             raise ParamError(f"{kernel.name} has no parameter {name!r} (parameters: "
                               f"{', '.join(kernel.params)})")
+        if name in given:  # the last would win unseen (a sweep refuses it too)
+            raise ParamError(f"parameter {name} is given twice; give it once")
         given[name] = _convert(name, text.strip(), kernel.params[name])
         allowed = kernel.choices.get(name)
         if allowed is not None and given[name] not in allowed:

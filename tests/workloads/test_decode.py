@@ -607,6 +607,19 @@ def test_representative_passes_need_timing_only(cli):
     code, _, err = cli("run", "llama_decode", "-p", "prompt=32", "-p", "chunk=8", "-p",
                        "passes=2", "--timing-only")
     assert code == 2 and "representative prefill passes are 3 or more" in err
+    for items, message in ((("prompt=32", "chunk=8", "pp=2"), "pp = 2: representative "
+                            "prefill passes (passes = 3) run on one pipeline stage"),
+                           ((), "passes = 3: representative prefill passes need a prompt to "
+                            "pass over (-p prompt)")):
+        code, _, err = cli("run", "llama_decode", "--timing-only", "-p", "passes=3",
+                           *(x for item in items for x in ("-p", item)))
+        assert (code, err) == (2, f"error: llama_decode: {message}\n")
+
+
+def test_a_parameter_given_twice_is_refused(cli):
+    code, _, err = cli("run", "llama_decode", "--timing-only", "-p", "layers=1", "-p",
+                       "layers=2")
+    assert (code, err) == (2, "error: parameter layers is given twice; give it once\n")
 
 
 # ---------------------------------------------------------------- quantised weights and KV
