@@ -173,9 +173,10 @@ def from_dict(raw: dict[str, Any], name: str, where: str) -> ModelConfig:
                                                      "rope_parameters"}
     for key in raw:
         if key not in known:
-            raise ParamError(f"{where}: key {key!r} ({_shown(raw[key])}) is not one kernbench "
-                             f"models for model_type {family!r}; it may change the math, so the "
-                             "config is refused (see the config table in docs/workloads.md)")
+            raise ParamError(f"{where}: key {_shown(key)} ({_shown(raw[key])}) is not one "
+                             f"kernbench models for model_type {family!r}; it may change the "
+                             "math, so the config is refused (see the config table in "
+                             "docs/workloads.md)")
     c = _Reader(raw, defaults, where)
     sizes = {k: c.positive_int(k) for k in _SIZES}
     heads = sizes["num_attention_heads"]
@@ -201,7 +202,7 @@ def from_dict(raw: dict[str, Any], name: str, where: str) -> ModelConfig:
                          f"models ({MAX_LAYERS:,})")
     act = c.string("hidden_act")
     if act not in ACTIVATIONS:
-        raise ParamError(f"{where}: hidden_act {act!r} is not one kernbench models "
+        raise ParamError(f"{where}: hidden_act {_shown(act)} is not one kernbench models "
                          f"({', '.join(ACTIVATIONS)})")
     eps = c.positive_float("rms_norm_eps")
     rope = _rope(raw, c, where, head_dim)
@@ -233,7 +234,7 @@ def _family(raw: dict[str, Any], where: str) -> str:
                              f"models ({', '.join(by_class)})")
         if model_type is not None and by_class[arch[0]] != model_type:
             raise ParamError(f"{where}: architectures {arch[0]} does not go with model_type "
-                             f"{model_type!r}")
+                             f"{_shown(model_type)}")
         model_type = by_class[arch[0]]
     return model_type
 

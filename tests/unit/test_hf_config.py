@@ -126,6 +126,17 @@ def test_what_is_refused_and_how_it_is_said(message, keys):
     refused(message, **keys)
 
 
+def test_a_long_value_or_key_is_cut_in_the_message():
+    """A hidden_act of 100,000 characters was printed whole."""
+    refused("hidden_act 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx… (a string) is not one "
+            "kernbench models (silu, swish, gelu, gelu_new, gelu_pytorch_tanh)",
+            hidden_act="x" * 100_000)
+    with pytest.raises(ParamError) as err:
+        cfg(**{"k" * 1000: 1})
+    assert str(err.value).startswith("config c.json: key 'kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk… "
+                                     "(a string) (1) is not one kernbench models")
+
+
 def test_a_missing_size_is_named():
     with pytest.raises(ParamError, match=r"^config c.json: missing vocab_size$"):
         from_dict({k: v for k, v in BASE.items() if k != "vocab_size"}, "c",
