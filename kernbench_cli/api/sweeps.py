@@ -92,10 +92,14 @@ class SweepResult:
         points = []
         for row in json.loads(text):
             whole = row["result"] is not None and "schema_version" in row["result"]
+            try:
+                result = Result.from_dict(row["result"]) if whole else None
+            except ArgumentError as exc:  # which point's result is not one
+                raise ArgumentError(f"point {row['point']}: {exc}") from None
             points.append(SweepPoint(
                 row["point"],
                 MappingProxyType({k: read_set_value(v) for k, v in row["axes"].items()}),
-                Result.from_dict(row["result"]) if whole else None, row["error"],
+                result, row["error"],
                 bool(row.get("replayed", False)),
                 Bounds.from_dict(row["bounds"]) if row.get("bounds") else None,
                 bool(row.get("pruned")), MappingProxyType(row["axis_numbers"]),
@@ -204,6 +208,8 @@ def load_sweep(path: str | Path) -> SweepResult:
     kernel = next((str(r["result"].get("kernel")) for r in rows if r["result"]), path.stem)
     try:
         return SweepResult.from_rows(kernel, list(rows[0]["axes"]), rows)
+    except ArgumentError as exc:
+        raise KernbenchError(f"{path}: {exc}") from None
     except (KeyError, TypeError, ValueError, AttributeError):
         raise KernbenchError(f"{path}: not a sweep's .jsonl results file (a result that is "
                              "not a `run --json` object)") from None

@@ -243,12 +243,19 @@ def test_plot_errors_are_one_line_and_leave_no_figure(cli, swept, tmp_path):
     long.write_text(json.dumps({"point": 0, "axes": {"a": "1" * 5000}, "result": None,
                                 "error": "boom", "sweep": "s"}) + "\n")
     figure = tmp_path / "fig.png"
+    row = json.loads(out.read_text().splitlines()[0])
+    name = next(iter(row["result"]["metrics"]))
+    row["result"]["metrics"][name] = "x"
+    bad = tmp_path / "b.jsonl"  # a result that is not one: which file and point
+    bad.write_text(json.dumps(row) + "\n")
     cases = [
         ((str(tmp_path / "none.jsonl"),), f"{tmp_path / 'none.jsonl'}: no such file"),
         ((str(foreign),), f"{foreign}:1: not a row of a sweep's .jsonl results file (a row "
                           "has point, axes, result and error)"),
         ((str(empty),), f"{empty}: no rows (an empty sweep): nothing to read"),
         ((str(failed),), "no point has a result to plot: all 1 failed"),
+        ((str(bad),), f"{bad}: point {row['point']}: Result.from_dict: metrics[{name!r}]: "
+                      "expected float, got 'x'"),
         ((str(long),), f"{long}:1: axis 'a': a key or value of more than 256 characters; "
                        "not a row a sweep writes"),
         ((str(out), "--x", "hbm.latency"),
@@ -266,8 +273,8 @@ def test_plot_errors_are_one_line_and_leave_no_figure(cli, swept, tmp_path):
     assert cli("plot", str(out), "-o", str(tmp_path / "f.gif")) == (
         2, "", f"error: --out '{tmp_path / 'f.gif'}': the figure must end in .png, .svg, "
                ".pdf\n")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.jsonl", "f.jsonl", "l.jsonl",
-                                                          "x.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.jsonl", "e.jsonl", "f.jsonl",
+                                                          "l.jsonl", "x.jsonl"]
 
 
 def test_an_interrupted_plot_leaves_no_file(cli, swept, tmp_path, monkeypatch):
