@@ -90,6 +90,10 @@ def _run(only: str | None, directory: Path | None, costs: Path | None, write: bo
     cases = select(only)
     if not cases:
         raise KernbenchError(f"no golden case matches {only!r}")
+    if costs is not None or sets:  # a bad table or item is said once, before any case runs
+        from kernbench_cli.address import load_address_map
+
+        load_address_map(cases[0].topology, costs, list(sets))
     err = Console(stderr=True)
     numbers = {case.name: n for n, case in enumerate(cases, 1)}
 

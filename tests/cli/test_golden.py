@@ -132,6 +132,13 @@ def test_no_case_matches(cli):
     assert (code, err) == (2, "error: no golden case matches 'nothing*'\n")
 
 
+def test_a_bad_cost_table_is_said_once_before_any_case_runs(cli, goldens, tmp_path):
+    costs = tmp_path / "bad.toml"
+    costs.write_text("x = \n")
+    assert cli("golden", "check", "--dir", str(goldens), "--costs", str(costs)) == (
+        2, "", f"error: {costs}: invalid TOML: Invalid value (at line 1, column 5)\n")
+
+
 def test_oplog_digest_is_of_every_field():
     a = [(0, 1, "dma", "load", 0, 5, 9, 64, 0, 10, None)]
     b = [(0, 1, "dma", "load", 0, 5, 9, 64, 0, 11, None)]
