@@ -130,7 +130,7 @@ def following(message: str, watch, progress: bool = False):
         if tty:
             from rich.console import Console
 
-            status = stack.enter_context(Console(stderr=True).status(message))
+            status = stack.enter_context(Console(stderr=True, markup=False).status(message))
             first, tick, update = 0.5, 0.5, lambda: status.update(f"{message}: {watch.text()}")
         else:
             first, tick, update = (min(PROGRESS_FIRST, PROGRESS_EVERY), PROGRESS_EVERY,
@@ -161,14 +161,16 @@ def echo_rich(*renderables) -> None:
     """Print Rich renderables: as they are on a terminal; piped, without the padding Rich
     puts at the end of lines (so `grep`, `diff` and files see clean text). Every table is
     fitted to the terminal's width without breaking a number or a name in a cell, or shown
-    in its long form where it cannot be (`report.fit`)."""
+    in its long form where it cannot be (`report.fit`). Strings are not Rich markup (names,
+    paths and values come from the user's files): style goes in `Text` or a style
+    argument."""
     import sys
 
     from rich.console import Console
 
     from kernbench_cli.report.fit import fitted
 
-    console = Console()
+    console = Console(markup=False)  # a cell's text is text: a file's "[/b]" is no tag
     renderables = [fitted(item, console, console.width) for item in renderables]
     if console.is_terminal:
         console.print(*renderables, sep="\n")

@@ -200,7 +200,7 @@ def compare_table(runs: list[tuple[str, dict[str, Any]]], changes: list[dict[str
 
     changes = [{_setting(k): _setting(v) for k, v in change.items()} for change in changes]
     table = _by_metric(runs, changes)
-    if width is None or fits(table, Console(width=10_000), width):
+    if width is None or fits(table, Console(width=10_000, markup=False), width):
         return table
     from kernbench_cli.report.sweep import sweep_table
 
@@ -218,13 +218,15 @@ SETTING_CHARS = 60
 
 
 def _setting(text: str) -> str:
-    """A setting as the table shows it: control characters escaped (a file's text must not
-    move the terminal's cursor or colour it), one longer than `SETTING_CHARS` cut in the
-    middle with its length (a cell of 10^4 characters took the table minutes to fit)."""
+    """A setting as the table shows it (not as Rich markup: `cli.common.echo_rich`):
+    control characters escaped (a file's text must not move the terminal's cursor or
+    colour it), one longer
+    than `SETTING_CHARS` cut in the middle with its length (a cell of 10^4 characters took
+    the table minutes to fit)."""
     text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    if len(text) <= SETTING_CHARS:
-        return text
-    return f"{text[:SETTING_CHARS // 2]}…{text[-12:]} ({len(text):,} characters)"
+    if len(text) > SETTING_CHARS:
+        text = f"{text[:SETTING_CHARS // 2]}…{text[-12:]} ({len(text):,} characters)"
+    return text
 
 
 def _by_metric(runs: list[tuple[str, dict[str, Any]]], changes: list[dict[str, str]]) -> Table:

@@ -119,7 +119,7 @@ def drop_to_fit(build: Callable[[Sequence[str]], Table], optional: Sequence[str]
     fits `width` (or none are left to leave out); the table and what was left out."""
     dropped: list[str] = []
     table = build(dropped)
-    console = Console(width=10_000)
+    console = Console(width=10_000, markup=False)
     for name in optional:
         if width is None or fits(table, console, width):
             break

@@ -27,7 +27,7 @@ def markdown(table: Table) -> str:
     """`table` as a Markdown table: its title as a paragraph above, each cell's text on one
     line (a header's lines joined by spaces; `|` escaped), numbers right-aligned as in the
     table, its caption below."""
-    console = Console(width=10_000)
+    console = Console(width=10_000, markup=False)
 
     def plain(item) -> str:
         text = item.plain if hasattr(item, "plain") else console.render_str(str(item)).plain

@@ -5,6 +5,7 @@ from __future__ import annotations
 from itertools import groupby
 
 from rich.table import Table
+from rich.text import Text
 
 
 def _cell(value) -> str:
@@ -27,7 +28,7 @@ def difference_table(differences) -> Table:
     table.add_column("new", justify="right")
     table.add_column("delta %", justify="right")
     for case, rows in groupby(differences, key=lambda d: d.case):
-        table.add_row(f"[bold]{case}[/bold]", "", "", "")
+        table.add_row(Text(case, style="bold"), "", "", "")
         for d in rows:
             pct = d.delta_pct
             table.add_row(f"  {d.field}", _cell(d.old), _cell(d.new),

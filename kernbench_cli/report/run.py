@@ -194,7 +194,7 @@ def energy_text(result: RunResult) -> str:
 def energy_table(result: RunResult) -> Table:
     """Each part of the run's energy with what it counted (count x the `[energy]` entry)."""
     total = result.energy.total
-    out = Table(title=f"Energy: {format_energy_aj(total)} (each count x its \\[energy] "
+    out = Table(title=f"Energy: {format_energy_aj(total)} (each count x its [energy] "
                       "entry)")
     for col in ("part", "energy", "share", "counted"):
         out.add_column(col, justify="right" if col in ("energy", "share") else "left",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 from rich.tree import Tree
 
 from kernbench_cli.address import AddressMap
@@ -22,7 +23,8 @@ def _link(cfg) -> str:
 def system_tree(amap: AddressMap) -> Tree:
     topo = amap.topology
     s, pe, costs = topo.system, topo.pe, topo.cost_table
-    tree = Tree(f"[bold]{topo.name}[/bold]: {topo.num_pes} PEs  {topo.description}".rstrip())
+    tree = Tree(Text.assemble((topo.name, "bold"),
+                              f": {topo.num_pes} PEs  {topo.description}".rstrip()))
     racks = tree.add(f"rack x{s.racks}  (rack_link {_link(topo.rack_link)})")
     sips = racks.add(f"SIP x{s.sips_per_rack}  (sip_link {_link(topo.sip_link)})")
     cubes = sips.add(f"cube x{s.cubes_per_sip}, mesh {s.cube_mesh[0]}x{s.cube_mesh[1]}  "
@@ -30,10 +32,11 @@ def system_tree(amap: AddressMap) -> Tree:
     pes = cubes.add(f"PE x{s.pes_per_cube}, mesh {s.pe_mesh[0]}x{s.pe_mesh[1]}  "
                     f"(NoC {_link(topo.noc)} per hop; clock {format_frequency(pe.clock)})")
     issue = costs.issue
-    pes.add(f"cpu        issue: composite {t(issue.composite)}, load {t(issue.load)}, "
-            f"store {t(issue.store)}, dot {t(issue.dot)}, math {t(issue.math)}, "
-            f"send {t(issue.send)}, recv {t(issue.recv)}, wait {t(issue.wait)}  "
-            f"[dim](costs: {costs.name})[/dim]")
+    pes.add(Text.assemble(
+        f"cpu        issue: composite {t(issue.composite)}, load {t(issue.load)}, "
+        f"store {t(issue.store)}, dot {t(issue.dot)}, math {t(issue.math)}, "
+        f"send {t(issue.send)}, recv {t(issue.recv)}, wait {t(issue.wait)}  ",
+        (f"(costs: {costs.name})", "dim")))
     pes.add(f"scheduler  queue {pe.scheduler.queue_depth}, plan {t(costs.scheduler.plan)}")
     pes.add(f"dma        setup {t(pe.dma.setup)}")
     pes.add(f"gemm       {pe.gemm.rows}x{pe.gemm.cols} {_DATAFLOWS[pe.gemm.dataflow]} "

@@ -50,10 +50,12 @@ def test_a_long_or_control_setting_is_shown_cut_and_escaped_but_kept_whole_in_js
     escape in its kernel name reached the terminal: the table cuts and escapes them; the
     JSON keeps what the files hold."""
     a = _run(cli, tmp_path / "a.json")
-    b = {**a, "kernel": "load\x1b[31mdot", "params": {**a["params"], "n": "9" * 15_000}}
+    b = {**a, "kernel": "load\x1b[31mdot", "params": {**a["params"], "n": "9" * 15_000,
+                                                      "tag": "[/b]x[bold]"}}
     (tmp_path / "b.json").write_text(json.dumps(b))
     code, text, _ = cli("compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"))
     assert code == 0 and "\x1b" not in text and "load\\x1b[31mdot" in text
+    assert "[/b]x[bold]" in text  # text, not Rich markup (a closing tag was an internal error)
     assert "9" * 100 not in text  # cut (how much of it a line shows is the table's say)
     from kernbench_cli.report.compare import _setting
 

@@ -585,6 +585,14 @@ def test_an_output_over_a_config_the_points_read_is_refused_before_any_runs(cli,
     assert config.read_bytes() == before
 
 
+def test_an_axis_value_that_looks_like_markup_is_shown_as_it_is(cli):
+    """A config path "[/b]none.json" closed no Rich tag: the table was an internal error."""
+    code, out, err = cli("sweep", "llama_decode", "--timing-only", "-j", "1",
+                         "-p", "config=[/b]none.json", "-p", "layers=1,2")
+    assert code == 1 and "internal error" not in err
+    assert "config=[/b]none.json" in out.replace("\n", "")
+
+
 def test_a_points_bad_parameters_are_refused_before_any_point_runs(cli):
     code, out, err = cli("sweep", "softmax", "--timing-only", "-j", "1", "-p", "rows=16",
                          "-p", "foo=1,2")
