@@ -237,7 +237,7 @@ def check_options(kernel: str | Path, topology: str | Path | None, costs: str | 
                              "start in it: cd to a folder that exists") from None
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int)):
         raise ArgumentError(f"jobs={clip(jobs)}: expected an int (1 to {MAX_JOBS}) or "
-                                 f"None, got {type(jobs).__name__}")
+                            f"None, got {type(jobs).__name__}")
     if jobs is not None and not 1 <= jobs <= MAX_JOBS:
         raise KernbenchError(f"--jobs {jobs}: needs 1 to {MAX_JOBS} workers")
     if dask:

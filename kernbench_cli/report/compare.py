@@ -220,9 +220,8 @@ SETTING_CHARS = 60
 def _setting(text: str) -> str:
     """A setting as the table shows it (not as Rich markup: `cli.common.echo_rich`):
     control characters escaped (a file's text must not move the terminal's cursor or
-    colour it), one longer
-    than `SETTING_CHARS` cut in the middle with its length (a cell of 10^4 characters took
-    the table minutes to fit)."""
+    colour it), one longer than `SETTING_CHARS` cut in the middle with its length (a cell
+    of 10^4 characters took the table minutes to fit)."""
     text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
     if len(text) > SETTING_CHARS:
         text = f"{text[:SETTING_CHARS // 2]}…{text[-12:]} ({len(text):,} characters)"
