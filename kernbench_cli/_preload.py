@@ -3,11 +3,32 @@
 It ignores Ctrl-C first: the server shares the sweep's process group, and a Ctrl-C while it
 imports must not print a traceback (the sweep stops its workers itself). The fork server
 ignores Ctrl-C from then on anyway; each worker sets its own handling.
+
+A worker the server forks as an interrupted sweep ends may find the sweep's semaphores
+already gone: its start-up (unpickling the pool's queues, before any kernbench code runs)
+fails with FileNotFoundError, which the server's child prints through `sys.excepthook`.
+That worker had no point to run and the sweep has said "interrupted", so that one failure
+is quiet (`_quiet`); any other is printed as ever.
 """
 
 import signal
+import sys
 
 signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _quiet(kind, value, tb) -> None:
+    """`sys.excepthook` of the fork server and the workers it forks (see the module)."""
+    import traceback
+
+    last = traceback.extract_tb(tb)[-1:] if tb is not None else []
+    if issubclass(kind, FileNotFoundError) and last and last[0].name == "__setstate__" \
+            and last[0].filename.endswith("synchronize.py"):
+        return  # a semaphore of a sweep that has ended
+    sys.__excepthook__(kind, value, tb)
+
+
+sys.excepthook = _quiet
 
 import kernbench_cli.explore.sweep  # noqa: E402
 import kernbench_cli.report.run  # noqa: E402
