@@ -167,16 +167,7 @@ def run_of(topology, p) -> Run:
                       ("scale_to", 0), ("pp", 1), ("passes", 0), ("steps", 1)):
         if p[name] < low:
             raise ValueError(f"{name} = {p[name]}: must be at least {low}")
-    if 0 < p["passes"] < 3:
-        raise ValueError(f"passes = {p['passes']}: representative prefill passes are 3 or more "
-                         "(the first, the last and one between, to see how a pass's time "
-                         "grows along the prompt)")
-    if p["passes"] and p["pp"] > 1:
-        raise ValueError(f"pp = {p['pp']}: representative prefill passes (passes = "
-                         f"{p['passes']}) run on one pipeline stage")
-    if p["passes"] and not p["prompt"]:
-        raise ValueError(f"passes = {p['passes']}: representative prefill passes need a "
-                         "prompt to pass over (-p prompt)")
+    _check_passes(p)
     m = p["microbatches"]
     if m > 1 and p["scale_to"]:
         raise ValueError(f"microbatches = {m}: each layer runs once per micro-batch (with "
@@ -221,6 +212,20 @@ def run_of(topology, p) -> Run:
                p["algo"], p["prompt"], p["chunk"], p["new_tokens"], m, p["passes"],
                p["weights"] if p["weights"] != p["dtype"] else "",
                p["kv"] if p["kv"] != p["dtype"] else "", p["steps"])
+
+
+def _check_passes(p) -> None:
+    """Representative prefill passes (`passes`) as they can be run (ValueError)."""
+    if 0 < p["passes"] < 3:
+        raise ValueError(f"passes = {p['passes']}: representative prefill passes are 3 or more "
+                         "(the first, the last and one between, to see how a pass's time "
+                         "grows along the prompt)")
+    if p["passes"] and p["pp"] > 1:
+        raise ValueError(f"pp = {p['pp']}: representative prefill passes (passes = "
+                         f"{p['passes']}) run on one pipeline stage")
+    if p["passes"] and not p["prompt"]:
+        raise ValueError(f"passes = {p['passes']}: representative prefill passes need a "
+                         "prompt to pass over (-p prompt)")
 
 
 def most_rows(topology, cfg: ModelConfig) -> int:

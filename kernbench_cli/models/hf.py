@@ -25,6 +25,7 @@ none. What each family reads, after transformers 5:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -286,6 +287,21 @@ class _Reader:
         return value
 
 
+def _rope_number(c: _Reader, key: str, params: dict[str, Any], name: str, default: Any,
+                 low: float = 0.0, above: bool = False) -> Any:
+    """`params[name]` (`default` if absent; None stays None): a finite number of at least
+    `low`, or with `above` more than it (a divisor); else the reader's error naming
+    ``key.name``."""
+    value = params.get(name, default)
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or \
+            not math.isfinite(value) or value < low or (above and value == low):
+        raise c.fail(f"{key}.{name}", f"a number {'above' if above else 'of at least'} "
+                     f"{low:g}", value)
+    return value
+
+
 def _rope(raw: dict[str, Any], c: _Reader, where: str, head_dim: int) -> Rope:
     """RoPE's parameters: `rope_scaling` (or `rope_parameters`) over `rope_theta`."""
     if raw.get("rope_scaling") is not None and raw.get("rope_parameters") is not None:
@@ -315,17 +331,7 @@ def _rope(raw: dict[str, Any], c: _Reader, where: str, head_dim: int) -> Rope:
     if partial != 1.0:
         raise ParamError(f"{where}: partial_rotary_factor {_shown(partial)}: kernbench rotates "
                          "whole heads only (1.0)")
-
-    def number(name: str, default: Any, low: float = 0.0, above: bool = False) -> Any:
-        value = params.get(name, default)
-        if value is None:
-            return None
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or \
-                not math.isfinite(value) or value < low or (above and value == low):
-            raise c.fail(f"{key}.{name}", f"a number {'above' if above else 'of at least'} "
-                         f"{low:g}", value)
-        return value
-
+    number = functools.partial(_rope_number, c, key, params)
     max_positions = c.positive_int("max_position_embeddings")
     original = number("original_max_position_embeddings", max_positions, 1)
     if original is not None and not isinstance(original, int):
