@@ -112,6 +112,11 @@ def verify(kernel: KernelModule, host: Host, params: dict[str, Any],
     if unknown:
         raise ParamError(f"{kernel.shown}: TOLERANCE names {unknown[0]!r}, which is not an "
                          f"output (outputs: {', '.join(sorted(map(str, expected)))})")
+    unchecked = sorted(set(outputs) - set(expected), key=str)
+    if unchecked:  # it would be read, shown nowhere, and the run said PASS
+        raise KernelError(f"{kernel.shown}: outputs() returned {unchecked[0]!r}, which "
+                          "reference() does not: nothing to check it against (return it "
+                          "from both, or from neither)")
     checks = []
     for name in sorted(expected, key=str):
         if name not in outputs:

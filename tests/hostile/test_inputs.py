@@ -182,6 +182,11 @@ KERNELS = {  # name: (source, exit code, what the error says)
                           ".zeros(2)}\n", 1, "output 'y' is not an array"),
     "outputs_missing": (BASE + "def reference(host, p):\n    return {'y': __import__('numpy')"
                         ".zeros(2)}\n", 1, "outputs() returned no 'y'"),
+    "outputs_unchecked": (BASE + "def outputs(host, args, p):\n    return {'y': __import__("
+                          "'numpy').zeros(2), 'z': __import__('numpy').full(2, 1e30)}\n"
+                          "def reference(host, p):\n    return {'y': __import__('numpy')"
+                          ".zeros(2)}\n", 1, "outputs() returned 'z', which reference() does "
+                          "not: nothing to check it against"),
     "reference_none": (BASE + "def reference(host, p):\n    return None\n", 1,
                        "reference() must return"),
     "bounds_junk": (BASE + "def bounds(topology, p):\n    return 5\n", 1, "bounds() must return"),
