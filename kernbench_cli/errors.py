@@ -22,6 +22,23 @@ def clip(value: object, width: int = 40) -> str:
     return f"{text[:width // 2]}…{text[-8:]} ({len(text):,} characters)"
 
 
+#: the most of a kernel's own exception message an error shows
+MESSAGE_CHARS = 500
+
+
+def message_of(exc: BaseException) -> str:
+    """A kernel's own exception's message for a one-line error: its lines joined, cut
+    past `MESSAGE_CHARS`; one whose ``__str__`` raises says so (kernel code made it)."""
+    try:
+        text = str(exc)
+    except Exception as failed:  # any exception: the class is the kernel's own
+        return f"(its message could not be made: {type(failed).__name__})"
+    text = " / ".join(line for line in text.splitlines() if line.strip())
+    if len(text) > MESSAGE_CHARS:
+        text = f"{text[:MESSAGE_CHARS]}… ({len(text):,} characters)"
+    return text
+
+
 class KernbenchError(Exception):
     """Root of every error a user can cause."""
 

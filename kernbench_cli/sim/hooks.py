@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from kernbench_cli.errors import KernbenchError, KernelError, ParamError, clip
+from kernbench_cli.errors import KernbenchError, KernelError, ParamError, clip, message_of
 from kernbench_cli.lang.confine import Interrupted, KernelMisuse
 from kernbench_cli.lang.dtypes import NAMES, TOLERANCE, tolerance_problem
 from kernbench_cli.lang.tl import kernel_line
@@ -64,7 +64,7 @@ def setup(kernel: KernelModule, host: Host, params: dict[str, Any]) -> dict[str,
     except KernbenchError:
         raise
     except ValueError as exc:
-        raise ParamError(f"{kernel.name}: {exc}") from None
+        raise ParamError(f"{kernel.name}: {message_of(exc)}") from None
     except Interrupted:
         raise
     except BaseException as exc:
@@ -98,7 +98,7 @@ def described(exc: BaseException) -> str:
         return "the kernel raised KeyboardInterrupt (Ctrl-C stops kernbench; a kernel may not)"
     if isinstance(exc, MemoryError):
         return f"this machine ran out of memory{f' ({exc})' if str(exc) else ''}"
-    return f"{type(exc).__name__}: {exc}"
+    return f"{type(exc).__name__}: {message_of(exc)}"
 
 
 def verify(kernel: KernelModule, host: Host, params: dict[str, Any],

@@ -50,7 +50,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from kernbench_cli.errors import ParamError, clip
+from kernbench_cli.errors import ParamError, clip, message_of
 from kernbench_cli.fileio import note_input
 from kernbench_cli.lang.confine import Interrupted, KernelMisuse, confined
 from kernbench_cli.shipped import data_dir
@@ -149,7 +149,8 @@ def _loaded(spec: str, path: Path, shown: str, module_name: str) -> KernelModule
         raise ParamError(f"{shown}: cannot read the kernel: {exc.strerror or exc}") from None
     except BaseException as exc:  # SyntaxError, ImportError, sys.exit() at import, …
         line = _line_in(exc, str(path))
-        what = str(exc) if isinstance(exc, KernelMisuse) else f"{type(exc).__name__}: {exc}"
+        what = str(exc) if isinstance(exc, KernelMisuse) else \
+            f"{type(exc).__name__}: {message_of(exc)}"
         raise ParamError(f"{shown}:{line}: loading the kernel failed: {what}") from None
     finally:
         sys.path.remove(str(path.parent))

@@ -172,6 +172,11 @@ KERNELS = {  # name: (source, exit code, what the error says)
                            "'f32')\n", 1, ""),
     "kernel_bad_dtype": (BASE + "def kernel(tl, x, n):\n    tl.load(tl.shard(x), (8,), 'f8')\n",
                          1, "unknown dtype"),
+    "kernel_str_raises": (BASE + "class E(Exception):\n    def __str__(self):\n        raise "
+                          "ValueError('boom')\ndef kernel(tl, x, n):\n    raise E()\n", 1,
+                          "E: (its message could not be made: ValueError)"),
+    "kernel_long_message": (BASE + "def kernel(tl, x, n):\n    raise RuntimeError('x\\n' * 3 "
+                            "+ 'y' * 5000)\n", 1, "RuntimeError: x / x / x / yyyy"),
     "kernel_recursion": (BASE + "def kernel(tl, x, n):\n    kernel(tl, x, n)\n", 1,
                          "RecursionError"),
     "outputs_list": (BASE + "def outputs(host, args, p):\n    return [1]\n"
