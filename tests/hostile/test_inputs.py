@@ -172,6 +172,10 @@ KERNELS = {  # name: (source, exit code, what the error says)
                            "'f32')\n", 1, ""),
     "kernel_bad_dtype": (BASE + "def kernel(tl, x, n):\n    tl.load(tl.shard(x), (8,), 'f8')\n",
                          1, "unknown dtype"),
+    "kernel_full_string": (BASE + "def kernel(tl, x, n):\n    tl.full((8,), 'a')\n", 1,
+                           "tl.full: value must be a number, got str"),
+    "kernel_full_huge": (BASE + "def kernel(tl, x, n):\n    tl.full((8,), 10**400)\n", 1,
+                         "is beyond any float"),
     "kernel_str_raises": (BASE + "class E(Exception):\n    def __str__(self):\n        raise "
                           "ValueError('boom')\ndef kernel(tl, x, n):\n    raise E()\n", 1,
                           "E: (its message could not be made: ValueError)"),
@@ -216,6 +220,10 @@ KERNELS = {  # name: (source, exit code, what the error says)
 }
 for name, (_, code, says) in KERNELS.items():
     case(f"kernel-{name}", ("run", f"{{kernel:{name}}}", "-t", ONE), code, says)
+# timing only refuses what a run with values does
+for name in ("kernel_full_string", "kernel_full_huge"):
+    case(f"kernel-{name}-timing-only", ("run", f"{{kernel:{name}}}", "-t", ONE,
+                                        "--timing-only"), *KERNELS[name][1:])
 
 # ------------------------------------------------------------ damaged traces
 

@@ -13,12 +13,13 @@ dtype quantises (the `cast` class); one from a narrow dtype dequantises (the
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from kernbench_cli.errors import KernelError
+from kernbench_cli.errors import KernelError, clip
 from kernbench_cli.lang.dtypes import F32, Narrow, promote, rounded
 from kernbench_cli.lang.tensor import Tensor
 from kernbench_cli.lang.tl.checks import blocks, broadcast, dtype_of, reduced_shape, shape_of
@@ -135,6 +136,12 @@ class MathOps(Core):
         return self.full(shape, 0.0, dtype)
 
     def full(self, shape: Sequence[int], value: float, dtype: str = "f32") -> Tensor:
+        if not isinstance(value, numbers.Real):
+            raise KernelError(f"tl.full: value must be a number, got {type(value).__name__}")
+        try:  # checked with or without values: a timing-only run passes what a run refuses
+            float(value)
+        except OverflowError:
+            raise KernelError(f"tl.full: value {clip(value)} is beyond any float") from None
         shape_t, dt = shape_of(shape), dtype_of(dtype)
         return self._math(_FILL, NONE, NONE, shape_t, dt, math.prod(shape_t), np.full, shape_t,
                           value, F32)
