@@ -8,8 +8,10 @@ replay needs around them, gzip-compressed:
     header                            JSON: format, version, kernel, params, seed,
                                       topology (name and file), the host's allocations,
                                       the stream tables, each stored stream's command
-                                      count (`lengths`), and per PE its TCM peak, its
-                                      named regions and which stored stream it runs
+                                      count (`lengths`), per PE its TCM peak, its
+                                      named regions and which stored stream it runs,
+                                      and the IPCQ ring capacity the kernel read, if
+                                      any (`ring_capacity`: a replay needs the same)
     columns                           each stream column (`stream.COLUMNS`), every stored
                                       stream's in turn, as little-endian machine integers
 
