@@ -217,13 +217,14 @@ def load_sweep(path: str | Path) -> SweepResult:
 
 def check_options(kernel: str | Path, topology: str | Path | None, costs: str | Path | None,
                   replay: str | Path | None, out: Path | None, resume: bool, jobs: int | None,
-                  dask: str | None, plot: Path | None = None, params: Axes = None) -> None:
+                  dask: str | None, plot: Path | None = None, params: Axes = None):
     """What can be checked before any point runs: the options, the kernel, and that the
     outputs (`out`, and `plot`, the figure the CLI draws) may be written, not over a file
     the points read (the kernel, topology, cost table, recording, and the files `params`
-    name: a model's config)."""
+    name: a model's config). Returns the kernel module (`sim.kernels.KernelModule`), loaded
+    once here for the sweep's checks."""
     from kernbench_cli.fileio import check_outputs, note_input
-    from kernbench_cli.sim.kernels import kernel_file, param_items
+    from kernbench_cli.sim.kernels import load_kernel, param_items
 
     if out is not None and out.suffix not in (".jsonl", ".csv"):
         raise KernbenchError(f"--out {str(out)!r}: the results file must end in .jsonl or .csv")
@@ -244,8 +245,8 @@ def check_options(kernel: str | Path, topology: str | Path | None, costs: str | 
         from kernbench_cli.explore.sweep import check_dask_address
 
         check_dask_address(dask)
-    kernel_file(str(kernel))  # an unknown kernel is bad input, before any point runs
-    named = _param_files(kernel, [item for axis in _axes(params, "-p", param_items)
+    module = load_kernel(str(kernel))  # an unknown kernel is bad input, before any point runs
+    named = _param_files(module, [item for axis in _axes(params, "-p", param_items)
                                   for item in axis])
     for given in (kernel, topology, costs, replay, *named):  # files the points read
         if given is not None and Path(given).is_file():
@@ -255,14 +256,13 @@ def check_options(kernel: str | Path, topology: str | Path | None, costs: str | 
 
         read_trace(Path(replay))
     check_outputs({"--out": out, "--plot": plot}, rewrites=("--out",) if resume else ())
+    return module
 
 
-def _param_files(kernel: str | Path, items: list[str]) -> list[str]:
-    """The files the ``KEY=value`` items name for parameters the kernel reads a file from
-    (its `FILES`), each once, in order."""
-    from kernbench_cli.sim.kernels import load_kernel
-
-    files = load_kernel(str(kernel)).files
+def _param_files(module, items: list[str]) -> list[str]:
+    """The files the ``KEY=value`` items name for parameters the kernel (`module`) reads a
+    file from (its `FILES`), each once, in order."""
+    files = module.files
     if not files:
         return []
     named = (item.split("=", 1) for item in items if "=" in item)
@@ -270,17 +270,18 @@ def _param_files(kernel: str | Path, items: list[str]) -> list[str]:
                               if key.strip() in files and value.strip()))
 
 
-def _check_points(kernel: str | Path, todo: list) -> None:
-    """Each point's parameters read as a run would read them (names, types, choices,
-    alternatives): bad input is refused before any point runs (`ParamError`)."""
-    from kernbench_cli.sim.kernels import load_kernel, parse_params
+def _checked(module, todo: list) -> list:
+    """`todo`, each point's parameters read as a run of the kernel (`module`) would read
+    them (names, types, choices, alternatives): bad input is refused before any point runs
+    (`ParamError`)."""
+    from kernbench_cli.sim.kernels import parse_params
 
-    module = load_kernel(str(kernel))
     for params in dict.fromkeys(point.params for point in todo):
         try:
             parse_params(module, list(params))
         except ParamError as exc:
             raise ParamError(f"-p {' '.join(params)}: {exc}") from None
+    return todo
 
 
 def sweep_points(sets: Axes, params: Axes, zipped: bool = False,
@@ -353,21 +354,19 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
     args.one_of(prune_above, "prune_above", (str, type(None)),
                 "a latency such as '50us' or a factor such as 'x1.5' (or None)")
     out = Path(out) if out is not None else None
-    check_options(kernel, topology, costs, replay, out, resume, jobs, dask, params=params)
+    loaded = check_options(kernel, topology, costs, replay, out, resume, jobs, dask, params=params)
     from kernbench_cli.explore.sweep import Results, Spec, numbered, prune_limit
 
-    todo = sweep_points(set, params, zip, pair)
-    _check_points(kernel, todo)
+    todo = _checked(loaded, sweep_points(set, params, zip, pair))
     spec = Spec(str(kernel), str(topology) if topology is not None else None,
                 str(costs) if costs is not None else None, seed, timing_only,
                 str(replay) if replay is not None else None)
     axis_keys = list(todo[0].axes) if todo else []
     limit = prune_limit(prune_above) if prune_above is not None else None
-    module = _bounded(kernel, replay, bounds_only, limit is not None, out, resume)
+    module = _bounded(loaded, replay, bounds_only, limit is not None, out, resume)
     if bounds_only:
         return _bounds_only(spec, module, todo, axis_keys, on_start, on_row)
-    read = _param_files(kernel, [item for point in todo for item in point.params])
-    results = Results(out, axis_keys, _identity(spec, read) if out is not None else "")
+    results = Results(out, axis_keys, _identity(spec, loaded, todo) if out is not None else "")
     if resume:
         results.load()
     rows = {p.index: numbered({**results.done[p.key], "point": p.index})
@@ -435,10 +434,11 @@ def _check_arguments(kernel: Any, topology: Any, costs: Any, replay: Any, out: A
         args.callback(value, name)
 
 
-def _bounded(kernel: str | Path, replay: str | Path | None, bounds_only: bool, prune: bool,
+def _bounded(module, replay: str | Path | None, bounds_only: bool, prune: bool,
              out: Path | None, resume: bool):
-    """The kernel module when the sweep needs its bounds (`bounds_only`, `prune`), checked to
-    declare them (ParamError) and the options to go with them; else None."""
+    """The kernel module (`module`) when the sweep needs its bounds (`bounds_only`,
+    `prune`), checked to declare them (ParamError) and the options to go with them; else
+    None."""
     if not (bounds_only or prune):
         return None
     option = "--bounds-only" if bounds_only else "--prune-above"
@@ -449,9 +449,7 @@ def _bounded(kernel: str | Path, replay: str | Path | None, bounds_only: bool, p
         raise KernbenchError("--bounds-only runs nothing to keep: it cannot go with --out or "
                              "--resume (--format csv or --json prints its rows)")
     from kernbench_cli.sim.bounds import declares
-    from kernbench_cli.sim.kernels import load_kernel
 
-    module = load_kernel(str(kernel))
     if not declares(module):
         raise ParamError(f"{module.name} declares no bounds(): {option} needs the lower bound "
                          "it states at each point")
@@ -513,14 +511,13 @@ def _run_points(spec, todo: list, left: list, record_once: bool, jobs: int | Non
             scratch.cleanup()
 
 
-def _identity(spec, read: list[str]) -> str:
-    """The sweep's identity (`explore.sweep.identity`), its kernel and configuration
-    checked; `read`: the other files its points read (a model's config)."""
+def _identity(spec, module, todo: list) -> str:
+    """The sweep's identity (`explore.sweep.identity`), its kernel (`module`) and
+    configuration checked, with the files the points' parameters name (a model's config)."""
     from kernbench_cli.address import load_address_map
     from kernbench_cli.explore.sweep import identity
-    from kernbench_cli.sim.kernels import kernel_file
 
-    path, _ = kernel_file(spec.kernel)
+    read = _param_files(module, [item for point in todo for item in point.params])
     costs = Path(spec.costs) if spec.costs else None
     if spec.trace is None:
         amap = load_address_map(spec.topology, costs)
@@ -530,4 +527,4 @@ def _identity(spec, read: list[str]) -> str:
 
         amap = replay_address_map(read_trace(Path(spec.trace)), spec.trace, spec.topology,
                                   costs)
-    return identity(spec, path, amap, read)
+    return identity(spec, module.path, amap, read)

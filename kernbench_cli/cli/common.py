@@ -114,11 +114,7 @@ def following(message: str, watch, progress: bool = False):
 
     def began(watch) -> None:
         if plain:
-            done = watch.functional
-            copied = f", {done[2]:,} of them copied" if done and done[2] else ""
-            say(f"{message}: {watch.phase}" + (
-                f" (functional pass: {done[0]:,} commands{copied} in {done[1]:.1f} s)"
-                if done else ""))
+            say(f"{message}: {_phase(watch)}")
         line = estimate(watch)
         if line is not None:
             say(f"{message}: {line}")
@@ -147,6 +143,15 @@ def following(message: str, watch, progress: bool = False):
             watch.on_begin = None
     if plain:
         say(f"{message}: done in {time.perf_counter() - started:.1f} s")
+
+
+def _phase(watch) -> str:
+    """A pass beginning, as `--progress` says it: its phase, and once the functional pass
+    is done, its commands (those `tl.repeat` copied) and seconds."""
+    done = watch.functional
+    copied = f", {done[2]:,} of them copied" if done and done[2] else ""
+    return watch.phase + (f" (functional pass: {done[0]:,} commands{copied} in "
+                          f"{done[1]:.1f} s)" if done else "")
 
 
 def _every(stop, first: float, seconds: float, do) -> None:
