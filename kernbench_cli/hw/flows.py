@@ -343,10 +343,9 @@ def _fill(flows: list[Flow], on: dict[Calendar, list[Flow]], demand: dict[Calend
 
     A resource whose flows' caps sum to at most its bandwidth (`demand`, an upper bound
     on the sum, exact where the caps are whole B/s, as a cap at a link's bandwidth is)
-    is left out: it is never full below their caps (room over
-    rising flows is then at least the level, as fixed flows take at most their caps and
-    rising ones have caps at or above the level), so its flows stop at their caps or
-    elsewhere, as with it.
+    is left out: it is never full below their caps (room over rising flows is then at
+    least the level, as fixed flows take at most their caps and rising ones have caps at
+    or above the level), so its flows stop at their caps or elsewhere, as with it.
     """
     groups = _by_cap(flows)
     rising = {flow: k for k, same in enumerate(groups) for flow in same}  # -> its group
