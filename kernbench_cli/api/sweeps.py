@@ -270,12 +270,15 @@ def _param_files(module, items: list[str]) -> list[str]:
                               if key.strip() in files and value.strip()))
 
 
-def _checked(module, todo: list) -> list:
+def _checked(module, todo: list, replay: str | Path | None) -> list:
     """`todo`, each point's parameters read as a run of the kernel (`module`) would read
-    them (names, types, choices, alternatives): bad input is refused before any point runs
-    (`ParamError`)."""
+    them (names, types, choices, alternatives), and alike at every point of a `replay`
+    (its recording fixed them): bad input is refused before any point runs."""
     from kernbench_cli.sim.kernels import parse_params
 
+    if replay is not None and any(p.params != todo[0].params for p in todo):
+        raise KernbenchError("--replay: -p cannot vary (the recording fixed the kernel's "
+                             "parameters)")
     for params in dict.fromkeys(point.params for point in todo):
         try:
             parse_params(module, list(params))
@@ -347,17 +350,14 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
     only the points whose lower bound is at most that: the others are `pruned` points,
     with their bounds and no result (their latency is above the limit for certain).
     """
-    _check_arguments(kernel, topology, costs, replay, out, dask, pair, seed,
-                     on_start=on_start, on_row=on_row)
-    args.flags(zip=zip, timing_only=timing_only, record_once=record_once, resume=resume,
-               bounds_only=bounds_only)
-    args.one_of(prune_above, "prune_above", (str, type(None)),
-                "a latency such as '50us' or a factor such as 'x1.5' (or None)")
-    out = Path(out) if out is not None else None
+    out = _check_arguments(kernel, topology, costs, replay, out, dask, pair, seed, prune_above,
+                           dict(zip=zip, timing_only=timing_only, record_once=record_once,
+                                resume=resume, bounds_only=bounds_only),
+                           dict(on_start=on_start, on_row=on_row))
     loaded = check_options(kernel, topology, costs, replay, out, resume, jobs, dask, params=params)
     from kernbench_cli.explore.sweep import Results, Spec, numbered, prune_limit
 
-    todo = _checked(loaded, sweep_points(set, params, zip, pair))
+    todo = _checked(loaded, sweep_points(set, params, zip, pair), replay)
     spec = Spec(str(kernel), str(topology) if topology is not None else None,
                 str(costs) if costs is not None else None, seed, timing_only,
                 str(replay) if replay is not None else None)
@@ -373,9 +373,6 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
             for p in todo if p.key in results.done}
     skip = _pruned(spec, module, todo, limit, rows)
     left = [p for p in todo if p.index not in rows and p.index not in skip]
-    if replay is not None and any(p.params != todo[0].params for p in todo):
-        raise KernbenchError("--replay: -p cannot vary (the recording fixed the kernel's "
-                             "parameters)")
     try:
         _run_in_order(spec, todo, left, skip, rows, results, (record_once, jobs, dask),
                       on_start, on_row)
@@ -414,8 +411,9 @@ def _run_in_order(spec, todo, left, skip: dict, rows: dict, results, how: tuple,
 
 
 def _check_arguments(kernel: Any, topology: Any, costs: Any, replay: Any, out: Any, dask: Any,
-                     pair: Any, seed: Any, **callbacks: Any) -> None:
-    """`sweep`'s arguments are of the types it takes (`api.arguments`)."""
+                     pair: Any, seed: Any, prune_above: Any, flags: dict[str, Any],
+                     callbacks: dict[str, Any]) -> Path | None:
+    """`sweep`'s arguments are of the types it takes (`api.arguments`); `out` as a Path."""
     args.name_or_path(kernel, "kernel", "a kernel name or .py path", required=True)
     args.name_or_path(topology, "topology", "a topology name or TOML path (or None)")
     for name, value in (("costs", costs), ("replay", replay), ("out", out)):
@@ -432,6 +430,10 @@ def _check_arguments(kernel: Any, topology: Any, costs: Any, replay: Any, out: A
         raise ParamError(f"seed={seed!r}: needs an integer of at least 0")
     for name, value in callbacks.items():
         args.callback(value, name)
+    args.flags(**flags)
+    args.one_of(prune_above, "prune_above", (str, type(None)),
+                "a latency such as '50us' or a factor such as 'x1.5' (or None)")
+    return Path(out) if out is not None else None
 
 
 def _bounded(module, replay: str | Path | None, bounds_only: bool, prune: bool,
