@@ -20,7 +20,7 @@ from kernbench_cli.api.result import Result
 from kernbench_cli.config.schema import Topology
 from kernbench_cli.errors import KernbenchError, ParamError
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
-from kernbench_cli.lang.watchdog import DEFAULT_KERNEL_TIMEOUT, MIN_KERNEL_TIMEOUT
+from kernbench_cli.lang.watchdog import DEFAULT_KERNEL_TIMEOUT, MIN_KERNEL_TIMEOUT, hook_limit
 
 if TYPE_CHECKING:
     from kernbench_cli.address.physaddr import AddressMap
@@ -168,9 +168,10 @@ def run(kernel: str | Path | KernelModule, topology: str | Path | Topology | Non
     from kernbench_cli.sim.kernels import KernelModule, param_items, parse_params
     from kernbench_cli.sim.run import run_kernel
 
-    module = kernel if isinstance(kernel, KernelModule) else load_kernel(kernel)
-    amap = _compiled(topology, costs, set)
-    values = parse_params(module, param_items(params), amap.topology.num_pes)
+    with hook_limit(kernel_timeout):  # its import, scaled defaults: the kernel's code
+        module = kernel if isinstance(kernel, KernelModule) else load_kernel(kernel)
+        amap = _compiled(topology, costs, set)
+        values = parse_params(module, param_items(params), amap.topology.num_pes)
     raw = run_kernel(module, amap, values, seed=seed, timing_only=timing_only,
                      max_commands=max_commands, oplog=oplog, watch=watch, races=races,
                      kernel_timeout=kernel_timeout, dedup=dedup, shortcuts=shortcuts)

@@ -1,4 +1,5 @@
-"""A wall-clock limit on a kernel's Python between commands (`--kernel-timeout`).
+"""A wall-clock limit on a kernel module's Python (`--kernel-timeout`), and a floor on the
+machine's free memory.
 
 The functional pass runs kernels as plain Python, so a kernel looping without
 issuing a command would hang the run. A timer (SIGALRM, `setitimer`) looks at
@@ -6,7 +7,12 @@ the command count a few times a second; when it has not moved for `limit`
 seconds, the signal handler raises `KernelTimeout` inside the kernel's own
 frame, so its traceback holds the kernel line it was on. `KernelTimeout` is a
 `BaseException` so a kernel's ``except Exception`` cannot swallow it, and it
-stops the whole pass (every other PE would loop the same way).
+stops the whole pass (every other PE would loop the same way). The kernel
+module's other code (its import, `setup`, `reference`, `outputs`, `bounds`,
+`metrics`, `quality`) is watched the same way, with the host's placements as
+its progress where it has a host, else none: the limit is then on the call
+(`hook_limit` sets it for a thread's runs; `run_kernel` sets it from its
+`kernel_timeout`).
 
 Python ignores (prints and drops) an exception raised inside a `__del__`, so a
 tick that lands in one (a kernel dropping temporary tensors in its loop) does
@@ -15,30 +21,121 @@ the finaliser, and raises there at its next line, once the finaliser has
 returned. The timer keeps ticking until the block ends, so a timeout swallowed
 anywhere else is raised again a tick later.
 
+Kernel code can take the timer away (ignore SIGALRM, put its own handler in, stop
+the timer). A thread stands behind it: once the block has gone `limit` plus a
+second without progress and is still running, the thread raises `KernelTimeout`
+in the watched thread itself (`PyThreadState_SetAsyncExc`, which Python checks
+between bytecodes, whatever the signal handlers), again at each tick.
+
+Memory: a command stream grows by some hundred bytes a command, so a kernel that
+issues commands without end fills the machine long before `--max-commands`, and
+Linux's out-of-memory killer ends the process with no report. At each tick the
+watch reads what the machine (and the process's cgroup, where it sets a limit)
+has left; below `memory_floor` it raises `MemoryLow` (a `MemoryError`), which
+every command reports as the machine's memory running out, naming what held it. A block with
+a limit of 0 watches memory only (the timing pass).
+
 A signal handler only runs on the main thread: elsewhere (a Dask worker's
-thread) the watch is off and `--max-commands` is the only limit.
+thread) the watch is off and `--max-commands` is the only limit. A block inside
+another (a kernel's setup that calls `kb.run`) takes the timer for its span;
+the outer block's clock starts again when it ends.
 """
 
 from __future__ import annotations
 
+import _thread
+import ctypes
 import signal
 import sys
 import threading
 import time
 from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
 
 #: Seconds of no command before a kernel is stopped (`--kernel-timeout`; 0 turns it off).
 DEFAULT_KERNEL_TIMEOUT = 60.0
 #: The shortest limit: the timer ticks at most every millisecond.
 MIN_KERNEL_TIMEOUT = 0.001
+#: How long past its limit a block that has taken the timer away runs before the
+#: thread behind the timer stops it.
+BACKSTOP_GRACE_S = 1.0
+#: The limit on a kernel module's code outside the functional pass (`hook_limit`).
+HOOK_LIMIT: ContextVar[float] = ContextVar("hook_limit", default=DEFAULT_KERNEL_TIMEOUT)
+
+#: How often a watched block reads the memory left, at most (seconds).
+MEMORY_READ_S = 0.25
+
+_MIB = 1 << 20
+
+
+class MemoryLow(MemoryError):
+    """The memory the machine has left fell below the floor (`memory_floor`) while the
+    block ran: like a `KernelTimeout`, it stops the whole pass, not one PE."""
 
 
 class KernelTimeout(BaseException):
-    """No command issued for `limit` seconds of wall-clock time."""
+    """No progress (a command issued, a placement made) for `limit` seconds of wall-clock
+    time."""
 
     def __init__(self, limit: float):
         super().__init__(limit)
         self.limit = limit
+
+    def __str__(self) -> str:
+        return (f"still running after {self.limit:g} s of wall-clock time with no progress: "
+                "an endless loop? (--kernel-timeout changes the limit)")
+
+
+@contextmanager
+def hook_limit(seconds: float):
+    """The block's kernel code outside the functional pass is stopped after `seconds`
+    without progress (0: no limit)."""
+    token = HOOK_LIMIT.set(seconds)
+    try:
+        yield
+    finally:
+        HOOK_LIMIT.reset(token)
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text()
+    except (OSError, ValueError):
+        return None
+
+
+def memory_left() -> tuple[int, int] | None:
+    """(bytes the machine has left for this process, bytes it has in all), or None where
+    this cannot be read (not Linux): /proc/meminfo's MemAvailable, and the cgroup's
+    limit less its use where the process's memory cgroup (v2 or v1) sets one."""
+    info = _read("/proc/meminfo")
+    if info is None:
+        return None
+    fields = {k: v for k, _, v in (line.partition(":") for line in info.splitlines())}
+    try:
+        left, total = (int(fields[k].split()[0]) * 1024 for k in ("MemAvailable", "MemTotal"))
+    except (KeyError, ValueError, IndexError):
+        return None
+    groups = dict(line.split(":", 2)[1:] for line in
+                  (_read("/proc/self/cgroup") or "").splitlines() if line.count(":") >= 2)
+    for controller, files in (("", ("memory.max", "memory.current")),  # cgroup v2
+                              ("memory", ("memory.limit_in_bytes", "memory.usage_in_bytes"))):
+        if controller not in groups:
+            continue
+        where = "/sys/fs/cgroup" + ("/memory" if controller else "") + \
+            groups[controller].rstrip("/")
+        limit, used = (_read(f"{where}/{name}") for name in files)
+        if limit and used and limit.strip().isdigit() and used.strip().isdigit():
+            total = min(total, int(limit))
+            left = min(left, int(limit) - int(used))
+    return left, total
+
+
+def memory_floor(left: int, total: int) -> int:
+    """Below what is left a watched block is stopped: 4% of the memory (at least 256 MiB),
+    or half of what was left when the block began, if that is less."""
+    return min(max(256 * _MIB, total // 25), left // 2)
 
 
 def _outside_finalisers(frame):
@@ -62,32 +159,110 @@ def _raise_in(frame, exc: BaseException) -> None:
     sys.settrace(lambda *_: None)  # frames called from here on are not traced
 
 
+class _Watch:
+    """One watched block: its progress, its limit and what memory it may leave."""
+
+    def __init__(self, progress, limit: float):
+        self.progress, self.limit = progress, limit
+        self.count, self.since = progress(), time.monotonic()
+        memory = memory_left()
+        self.floor = memory_floor(*memory) if memory is not None else None
+        self.next_read = 0.0  # when `short_of_memory` next reads what is left
+        self.ended, self.lock = threading.Event(), threading.Lock()
+        self.held = False  # a block inside this one has the timer
+
+    def hold(self) -> None:
+        """A block inside this one takes the timer: this one's clock stops."""
+        self.held = True
+
+    def resume(self) -> None:
+        """The block's clock starts again (a block inside it has ended)."""
+        self.count, self.since = self.progress(), time.monotonic()
+        self.held = False
+
+    def stalled(self) -> float:
+        """Seconds since the progress last moved."""
+        now, count = time.monotonic(), self.progress()
+        if count != self.count:
+            self.count, self.since = count, now
+        return now - self.since
+
+    def short_of_memory(self) -> MemoryLow | None:
+        """`MemoryLow` if the memory left is below the floor (read every quarter second
+        at most: a read takes some 0.1 ms)."""
+        now = time.monotonic()
+        if self.floor is None or now < self.next_read:
+            return None
+        self.next_read = now + MEMORY_READ_S
+        memory = memory_left()
+        if memory is None or memory[0] >= self.floor:
+            return None
+        return MemoryLow(f"{memory[0] / _MIB:,.0f} MiB of {memory[1] / _MIB:,.0f} MiB left")
+
+    def __call__(self, signum, frame) -> None:
+        """The SIGALRM handler."""
+        exc = self.short_of_memory()
+        if exc is None and self.limit > 0 and self.stalled() >= self.limit:
+            exc = KernelTimeout(self.limit)
+        if exc is None:
+            return
+        outside = _outside_finalisers(frame)
+        if outside is frame:
+            raise exc
+        if outside is not None:
+            _raise_in(outside, exc)
+
+    def backstop(self, thread: int, tick: float) -> None:
+        """The thread behind the timer: raise `KernelTimeout` in `thread` while the block
+        runs `BACKSTOP_GRACE_S` past its limit."""
+        overdue = type("KernelTimeout", (KernelTimeout,),
+                       {"__init__": lambda exc: KernelTimeout.__init__(exc, self.limit)})
+        while not self.ended.wait(tick):
+            with self.lock:  # not once the block has ended
+                if not self.ended.is_set() and not self.held and \
+                        self.stalled() >= self.limit + BACKSTOP_GRACE_S:
+                    _async_raise(thread, overdue)
+
+    def end(self, thread: int) -> None:
+        """The block has ended: the thread behind the timer stops, raising nothing more."""
+        with self.lock:
+            self.ended.set()
+            _async_raise(thread, None)  # one it raised as the block ended: dropped
+
+
+def _async_raise(thread: int, exc: type[BaseException] | None) -> None:
+    """Raise `exc` in `thread` between two of its bytecodes (None: drop one pending)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread),
+                                               None if exc is None else ctypes.py_object(exc))
+
+
 @contextmanager
 def watchdog(progress, limit: float):
     """Stop the code in the block with `KernelTimeout` once ``progress()`` (a count of
-    commands) has not changed for `limit` seconds."""
-    if limit <= 0 or threading.current_thread() is not threading.main_thread():
+    commands; None: nothing counts) has not changed for `limit` seconds (0: no limit),
+    and with `MemoryLow` once the machine's memory runs low."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    tick = max(MIN_KERNEL_TIMEOUT, min(0.25, limit / 4))
-    seen = [progress(), time.monotonic()]
-
-    def check(signum, frame) -> None:
-        now, count = time.monotonic(), progress()
-        if count != seen[0]:
-            seen[0], seen[1] = count, now
-        elif now - seen[1] >= limit:
-            outside = _outside_finalisers(frame)
-            if outside is frame:
-                raise KernelTimeout(limit)
-            if outside is not None:
-                _raise_in(outside, KernelTimeout(limit))
-
-    previous, tracing = signal.signal(signal.SIGALRM, check), sys.gettrace()
+    watch = _Watch(progress or (lambda: 0), limit)
+    if limit <= 0 and watch.floor is None:
+        yield
+        return
+    tick = max(MIN_KERNEL_TIMEOUT, min(0.25, limit / 4)) if limit > 0 else 0.25
+    thread, timer = threading.get_ident(), signal.getitimer(signal.ITIMER_REAL)
+    previous, tracing = signal.signal(signal.SIGALRM, watch), sys.gettrace()
+    if isinstance(previous, _Watch):
+        previous.hold()
     try:  # the first tick may come before the block: it is inside the block's handling
         signal.setitimer(signal.ITIMER_REAL, tick, tick)
+        if limit > 0:  # kernbench's own thread: `threading.Thread.start` is refused here
+            _thread.start_new_thread(watch.backstop, (thread, tick))
         yield
     finally:
+        watch.end(thread)
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         sys.settrace(tracing)
+        if isinstance(previous, _Watch):
+            previous.resume()
+            signal.setitimer(signal.ITIMER_REAL, *timer)

@@ -3,13 +3,16 @@ and metrics (bounds: `sim.bounds`).
 
 What a hook returns is checked before the run uses it, and what it raises
 becomes a one-line `KernelError` naming the kernel file, the line and the hook
-(`located`); a kernbench error passes through as it is. `verify` compares the
-kernel's outputs with its reference at the tolerance of their dtype, or at the one
-the kernel declares for that output (its ``TOLERANCE``), if the dtype can meet it.
+(`located`); a kernbench error passes through as it is. A hook that runs past
+the kernel timeout with no progress is stopped (`lang.watchdog`). `verify`
+compares the kernel's outputs with its reference at the tolerance of their
+dtype, or at the one the kernel declares for that output (its ``TOLERANCE``),
+if the dtype can meet it.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
 from typing import Any
@@ -17,12 +20,16 @@ from typing import Any
 import numpy as np
 
 from kernbench_cli.errors import KernbenchError, KernelError, ParamError, clip, message_of
-from kernbench_cli.lang.confine import Interrupted, KernelMisuse
+from kernbench_cli.lang.confine import Interrupted
 from kernbench_cli.lang.dtypes import NAMES, TOLERANCE, tolerance_problem
 from kernbench_cli.lang.tl import kernel_line
+from kernbench_cli.lang.watchdog import HOOK_LIMIT, watchdog
+from kernbench_cli.sim import host as host_module
 from kernbench_cli.sim.host import Host
-from kernbench_cli.sim.kernels import KernelModule
+from kernbench_cli.sim.kernels import KernelModule, described
 from kernbench_cli.sim.result import Verification
+
+HOST_FILE = host_module.__file__  # the host's code, as a traceback names it
 
 
 def checked_metrics(kernel: KernelModule, metrics: Any) -> dict[str, tuple[float, str]]:
@@ -59,10 +66,13 @@ def kernel_fn(kernel: KernelModule, args: dict[str, Any]):
 
 
 def setup(kernel: KernelModule, host: Host, params: dict[str, Any]) -> dict[str, Any]:
+    """The kernel's arguments, as its `setup` makes them (the watchdog takes a placement
+    made or an input drawn as progress)."""
     try:
-        args = kernel.fn("setup")(host, dict(params))
-    except KernbenchError:
-        raise
+        with watchdog(lambda: (host.placements, host.drawn_bytes), HOOK_LIMIT.get()):
+            args = kernel.fn("setup")(host, dict(params))
+    except KernbenchError as exc:
+        raise _host_call(kernel, exc, "setup") from None
     except ValueError as exc:
         raise ParamError(f"{kernel.name}: {message_of(exc)}") from None
     except Interrupted:
@@ -75,30 +85,42 @@ def setup(kernel: KernelModule, host: Host, params: dict[str, Any]) -> dict[str,
 
 
 def call(kernel: KernelModule, name: str, *args: Any) -> Any:
+    """The kernel's hook `name` called with `args` (stopped by the watchdog if it does not
+    return within the limit)."""
     try:
-        return kernel.fn(name)(*args)
-    except (KernbenchError, Interrupted):
+        with watchdog(None, HOOK_LIMIT.get()):
+            return kernel.fn(name)(*args)
+    except KernbenchError as exc:
+        raise _host_call(kernel, exc, name) from None
+    except Interrupted:
         raise
     except BaseException as exc:
         raise located(kernel, exc, name) from exc
 
 
+def _host_call(kernel: KernelModule, exc: KernbenchError, where: str) -> KernbenchError:
+    """`exc`, with the kernel's file and line in front if the kernel's code called the
+    host (`sim.host`) that raised it (a PE that does not exist, an input drawn twice); as
+    it is otherwise (a kernel's own checks name what they check, and a shipped kernel's
+    refusals are of the parameters it was given, not of its code)."""
+    if kernel.shipped:
+        return exc
+    frames, tb = [], exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    mine = [i for i, name in enumerate(frames) if name == str(kernel.path)]
+    if not mine or mine[-1] + 1 >= len(frames) or frames[mine[-1] + 1] != HOST_FILE:
+        return exc
+    told = copy.copy(exc)  # its class: a ParamError is bad input still
+    told.args = (f"{kernel.shown}:{kernel_line(str(kernel.path), exc.__traceback__)}: in "
+                 f"{where}: {exc}",)
+    return told
+
+
 def located(kernel: KernelModule, exc: BaseException, where: str) -> KernelError:
     line = kernel_line(str(kernel.path), exc.__traceback__)
     return KernelError(f"{kernel.shown}:{line if line else '?'}: in {where}: {described(exc)}")
-
-
-def described(exc: BaseException) -> str:
-    """An exception from a kernel module's code, as its error message says it."""
-    if isinstance(exc, SystemExit):
-        return f"the kernel called sys.exit({exc.code!r})"
-    if isinstance(exc, KernelMisuse):
-        return str(exc)
-    if isinstance(exc, KeyboardInterrupt):
-        return "the kernel raised KeyboardInterrupt (Ctrl-C stops kernbench; a kernel may not)"
-    if isinstance(exc, MemoryError):
-        return f"this machine ran out of memory{f' ({exc})' if str(exc) else ''}"
-    return f"{type(exc).__name__}: {message_of(exc)}"
 
 
 def verify(kernel: KernelModule, host: Host, params: dict[str, Any],

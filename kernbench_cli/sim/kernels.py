@@ -53,6 +53,7 @@ from typing import Any
 from kernbench_cli.errors import ParamError, clip, message_of
 from kernbench_cli.fileio import note_input
 from kernbench_cli.lang.confine import Interrupted, KernelMisuse, confined
+from kernbench_cli.lang.watchdog import HOOK_LIMIT, KernelTimeout, watchdog
 from kernbench_cli.shipped import data_dir
 
 REQUIRED_NAMES = ("PARAMS", "setup", "kernel", "reference", "outputs")
@@ -102,6 +103,11 @@ class KernelModule:
     def fn(self, name: str) -> Callable:
         return getattr(self.module, name)
 
+    @property
+    def shipped(self) -> bool:
+        """Whether this is one of the kernels kernbench ships (`kernels/`)."""
+        return self.path.parent == data_dir("kernels").resolve()
+
 
 def shipped_kernels() -> list[str]:
     return sorted(p.stem for p in data_dir("kernels").glob("*.py") if not p.stem.startswith("_"))
@@ -141,7 +147,7 @@ def _loaded(spec: str, path: Path, shown: str, module_name: str) -> KernelModule
     module = importlib.util.module_from_spec(loader_spec)
     sys.path.insert(0, str(path.parent))  # a kernel may import helpers beside it
     try:
-        with confined():
+        with confined(), watchdog(None, HOOK_LIMIT.get()):
             loader_spec.loader.exec_module(module)
     except Interrupted:
         raise
@@ -149,9 +155,8 @@ def _loaded(spec: str, path: Path, shown: str, module_name: str) -> KernelModule
         raise ParamError(f"{shown}: cannot read the kernel: {exc.strerror or exc}") from None
     except BaseException as exc:  # SyntaxError, ImportError, sys.exit() at import, …
         line = _line_in(exc, str(path))
-        what = str(exc) if isinstance(exc, KernelMisuse) else \
-            f"{type(exc).__name__}: {message_of(exc)}"
-        raise ParamError(f"{shown}:{line}: loading the kernel failed: {what}") from None
+        raise ParamError(f"{shown}:{line}: loading the kernel failed: {described(exc)}") \
+            from None
     finally:
         sys.path.remove(str(path.parent))
         sys.modules.pop(module_name, None)
@@ -160,6 +165,19 @@ def _loaded(spec: str, path: Path, shown: str, module_name: str) -> KernelModule
         raise ParamError(f"{shown}: a kernel module must define {', '.join(missing)}")
     _check_module(module, shown)
     return KernelModule(path.stem, path.resolve(), shown, module)
+
+
+def described(exc: BaseException) -> str:
+    """An exception from a kernel module's code, as its error message says it."""
+    if isinstance(exc, SystemExit):
+        return f"the kernel called sys.exit({exc.code!r})"
+    if isinstance(exc, KernelMisuse | KernelTimeout):
+        return str(exc)
+    if isinstance(exc, KeyboardInterrupt):
+        return "the kernel raised KeyboardInterrupt (Ctrl-C stops kernbench; a kernel may not)"
+    if isinstance(exc, MemoryError):
+        return f"this machine ran out of memory{f' ({exc})' if str(exc) else ''}"
+    return f"{type(exc).__name__}: {message_of(exc)}"
 
 
 def _check_module(module: ModuleType, shown: str) -> None:
@@ -314,10 +332,13 @@ def param_items(params: Mapping[str, Any] | Sequence[str] | None) -> list[str]:
 
 def _scaled(kernel: KernelModule, num_pes: int) -> dict[str, Any]:
     try:
-        scaled = kernel.module.scaled_defaults(num_pes)
-    except Exception as exc:
+        with confined(), watchdog(None, HOOK_LIMIT.get()):
+            scaled = kernel.module.scaled_defaults(num_pes)
+    except Interrupted:
+        raise
+    except BaseException as exc:  # sys.exit() too: the kernel's, not kernbench's
         raise ParamError(f"{kernel.shown}: scaled_defaults({num_pes}) failed: "
-                         f"{type(exc).__name__}: {exc}") from None
+                         f"{described(exc)}") from None
     if not isinstance(scaled, dict) or not all(
             k in kernel.params and type(v) is type(kernel.params[k]) for k, v in scaled.items()):
         raise ParamError(f"{kernel.shown}: scaled_defaults must return a dict of parameters "

@@ -40,8 +40,14 @@ from kernbench_cli.hw.timing import Stuck, Timing, TimingError
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
 from kernbench_cli.lang.confine import Interrupted, confined, printing_to_stderr
 from kernbench_cli.lang.memory import Memory
-from kernbench_cli.lang.tl import Launch, ShortcutMissed, functional_pass, kernel_line
-from kernbench_cli.lang.watchdog import DEFAULT_KERNEL_TIMEOUT, KernelTimeout, watchdog
+from kernbench_cli.lang.tl import CommandLimit, Launch, ShortcutMissed, functional_pass, kernel_line
+from kernbench_cli.lang.watchdog import (
+    DEFAULT_KERNEL_TIMEOUT,
+    KernelTimeout,
+    MemoryLow,
+    hook_limit,
+    watchdog,
+)
 from kernbench_cli.sim import bounds as stated_bounds
 from kernbench_cli.sim import energy, hooks, invariants
 from kernbench_cli.sim.critical import critical_path
@@ -100,15 +106,24 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     """Run `kernel` on every PE of `amap`'s topology and verify it (unless timing only).
 
     With `oplog`, `result.oplog` lists every engine occupation; with `races`,
-    `result.races` the data races between PEs. `result.trace` is what
-    `kernbench run --record` writes. `watch` follows the progress. A kernel
-    whose Python issues no command for `kernel_timeout` seconds is stopped
-    (`lang.watchdog`). `dedup` (the default) times one PE per class of PEs that
-    time alike (`hw.symmetry`; the same results), without it every PE. `shortcuts` (the
-    default) copies a timing-only run's repetitions of a loop body proven alike
-    (`tl.repeat`; the same streams), without it runs every one.
+    `result.races` the data races between PEs. `result.trace` is what `kernbench run
+    --record` writes. `watch` follows the progress. A kernel whose Python issues no
+    command for `kernel_timeout` seconds is stopped, as is its module's other code
+    (setup, reference, …) that runs that long with no progress; a run that leaves the
+    machine short of memory too (`lang.watchdog`). `dedup` (the default) times one PE
+    per class of PEs that time alike (`hw.symmetry`; the same results), without it every
+    PE. `shortcuts` (the default) copies a timing-only run's repetitions of a loop body
+    proven alike (`tl.repeat`; the same streams), without it runs every one.
     """
-    watch = watch or Watch()
+    with hook_limit(kernel_timeout):
+        return _run_kernel(kernel, amap, params, seed, timing_only, max_commands, oplog,
+                           watch or Watch(), races, kernel_timeout, dedup, shortcuts)
+
+
+def _run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], seed: int,
+                timing_only: bool, max_commands: int, oplog: bool, watch: Watch, races: bool,
+                kernel_timeout: float, dedup: bool, shortcuts: bool) -> RunResult:
+    """`run_kernel`, its arguments in order."""
     wall = time.perf_counter()
     try:
         system, memory, host, args, kernel_file, launch, failures = _set_up_and_run(
@@ -129,7 +144,8 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     timing = Timing(system, program, oplog=oplog and not failures, dedup=dedup)
     watch.begin("timing pass", timing)
     try:
-        timing.run()
+        with watchdog(None, 0):  # the machine's memory only
+            timing.run()
     except TimingError as exc:
         raise _timing_failed(kernel.shown, system, exc) from None
     except MemoryError:
@@ -179,8 +195,8 @@ def _set_up_and_run(kernel: KernelModule, amap: AddressMap, params: dict[str, An
         try:
             with np.errstate(all="ignore"):  # a greenlet has its own context: see `_quiet`
                 fn(tl, **args)
-        except (Interrupted, KernelTimeout, GreenletExit, ShortcutMissed):
-            raise
+        except (Interrupted, KernelTimeout, MemoryLow, GreenletExit, ShortcutMissed):
+            raise  # the whole pass stops
         except BaseException as exc:  # sys.exit(), KeyboardInterrupt: the kernel's errors too
             failures[tl.pid] = exc
 
@@ -191,16 +207,26 @@ def _set_up_and_run(kernel: KernelModule, amap: AddressMap, params: dict[str, An
 
 def _functional(kernel: KernelModule, kernel_file: str, launch: Launch, body,
                 kernel_timeout: float, failures: dict[int, BaseException]) -> None:
-    """The functional pass, ended as a run reports it: a timeout or the machine's memory
-    running out is the run's error at once (no timing pass after it); an exception the
-    kernel's own code did not raise is a bug in kernbench, with its traceback."""
+    """The functional pass, ended as a run reports it: a timeout, the machine's memory
+    running out or the command limit (if it stopped every PE that stopped) is the run's
+    error at once (no timing pass after it: timing a loop without end cut at 100 M
+    commands took minutes and more memory than the pass); an exception the kernel's own
+    code did not raise is a bug in kernbench, with its traceback."""
     system = launch.system
     try:
         functional_pass(launch, body, watchdog(lambda: launch.commands, kernel_timeout))
     except KernelTimeout as exc:
         raise _timed_out(kernel, kernel_file, system, launch, exc) from None
-    except MemoryError:
-        raise _out_of_memory(kernel, kernel_file, launch, None, None) from None
+    except MemoryError as exc:  # the watchdog's `MemoryLow` in a PE's kernel, or not
+        thread = launch.hub.current
+        raise _out_of_memory(kernel, kernel_file, launch, None if thread is None else
+                             thread.pid, exc) from None
+    # a failure the kernel took (and carried on) is its PE's failure still
+    failures.update({pid: exc for pid, (exc, _) in launch.failed.items()})
+    if failures and all(isinstance(exc, CommandLimit) for exc in failures.values()):
+        pid, exc = next(iter(failures.items()))  # the PE that issued the one too many
+        line = kernel_line(kernel_file, exc.__traceback__)
+        raise KernelError(f"{kernel.shown}:{line}: PE ({system.coords[pid]}): {exc}")
     for pid, exc in failures.items():
         if isinstance(exc, MemoryError):
             raise _out_of_memory(kernel, kernel_file, launch, pid, exc)
@@ -376,7 +402,8 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
     timing = Timing(system, program, oplog=oplog, dedup=dedup)
     (watch or Watch()).begin("timing pass", timing)
     try:
-        timing.run()
+        with watchdog(None, 0):  # the machine's memory only
+            timing.run()
     except TimingError as exc:
         raise _timing_failed(f"replay of {source}", system, exc) from None
     if timing.stuck:

@@ -182,12 +182,55 @@ def test_a_missing_save_folder_writes_nothing(cli, tmp_path):
 
 
 def test_an_endless_kernel_stops_at_the_command_limit(cli):
+    """Reported at once, with no timing pass (it took minutes, and more memory than the
+    functional pass, at the default 100 M): the PE that issued the one too many."""
     path = KERNELS / "endless.py"
     code, out, err = cli("run", str(path), "-t", test_topology("one"), "--max-commands", "5000")
     assert (code, out) == (1, "")
-    assert err == (f"error: {path}:6: PE (rack=0 sip=0 cube=0 pe=0) at t=5.001us: the kernel "
-                   "issued more than 5,000 commands; an endless loop? (--max-commands raises "
-                   "the limit)\n")
+    assert err == (f"error: {path}:6: PE (rack=0 sip=0 cube=0 pe=0): the kernel issued more "
+                   "than 5,000 commands; an endless loop? (--max-commands raises the limit)\n")
+
+
+def test_a_command_limit_the_kernel_takes_is_its_error_still(cli, tmp_path):
+    """A kernel that takes the limit's error and returns: the run does not pass, cut short
+    at the limit; it fails at the command that crossed it (line 7)."""
+    path = tmp_path / "taken.py"
+    path.write_text((KERNELS / "endless.py").read_text().replace(
+        "    while True:\n        tl.cycles(1)  # line 6",
+        "    try:\n        while True:\n            tl.cycles(1)\n    except Exception:\n"
+        "        pass"))
+    (tmp_path / "_base.py").write_text((KERNELS / "_base.py").read_text())
+    code, out, err = cli("run", str(path), "-t", test_topology("one"), "--max-commands", "5000")
+    assert (code, out) == (1, "")
+    assert err == (f"error: {path}:7: PE (rack=0 sip=0 cube=0 pe=0): the kernel issued more "
+                   "than 5,000 commands; an endless loop? (--max-commands raises the limit)\n")
+
+
+def test_an_endless_kernel_is_stopped_when_the_machine_runs_short_of_memory(cli, monkeypatch):
+    """Commands cost memory: long before 100 M of them a loop without end fills the
+    machine, and the kernel's out-of-memory killer would end kernbench with no word. The
+    watchdog stops the whole pass (not the one PE it lands in: the next would fill the
+    machine the same way) when the memory left falls below its floor (here: it reads 10
+    GiB left of 24 at its first 20 reads, then 900 MiB, under the floor of 4%)."""
+    from kernbench_cli.lang import watchdog as watching
+
+    gib, reads = 1 << 30, []
+
+    def memory_left():
+        reads.append(10 * gib if len(reads) < 20 else 900 << 20)
+        return reads[-1], 24 * gib
+
+    monkeypatch.setattr(watching, "memory_left", memory_left)
+    monkeypatch.setattr(watching, "MEMORY_READ_S", 0.0)  # at each tick
+    path = KERNELS / "endless.py"
+    code, out, err = cli("run", str(path), "-t", test_topology("pair"), "--timing-only",
+                         "--kernel-timeout", "0.2")  # it ticks every 50 ms
+    assert (code, out) == (1, "")
+    assert re.fullmatch(
+        rf"error: {re.escape(str(path))}:[56]: PE \(rack=0 sip=0 cube=0 pe=0\): this machine ran "
+        r"out of memory after the kernel issued [1-9][0-9,]* commands, holding the command "
+        r"streams; a loop without end\? --max-commands 100,000,000 stops it sooner\n", err), err
+    assert reads.count(900 << 20) == 1  # stopped at the first low reading
 
 
 @pytest.mark.parametrize(("kernel", "params"), [

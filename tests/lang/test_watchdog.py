@@ -37,3 +37,93 @@ def test_a_timeout_landing_in_a_finaliser_is_raised_after_it(monkeypatch):
             made += 1
             Finalised()
     assert made == 1  # raised after the first finaliser, not dropped
+
+
+def _spin_until(done, seconds: float) -> None:
+    """Loop in Python until `done()` or `seconds` pass (a test that fails, not hangs)."""
+    import time
+
+    end = time.monotonic() + seconds
+    while not done() and time.monotonic() < end:
+        pass
+
+
+def test_a_block_that_takes_the_timer_away_is_stopped_by_the_thread_behind_it(monkeypatch):
+    """Ignoring SIGALRM, or stopping the timer, leaves the signal handler nothing to run
+    on: the thread behind it raises `KernelTimeout` in the block once it is the grace
+    past its limit."""
+    import signal
+    import time
+
+    from kernbench_cli.lang import watchdog as watching
+
+    monkeypatch.setattr(watching, "BACKSTOP_GRACE_S", 0.1)
+    for take_away in (lambda: signal.signal(signal.SIGALRM, signal.SIG_IGN),
+                      lambda: signal.setitimer(signal.ITIMER_REAL, 0)):
+        start = time.monotonic()
+        with pytest.raises(watching.KernelTimeout) as raised, watching.watchdog(None, 0.05):
+            take_away()
+            _spin_until(lambda: False, 10.0)
+        assert raised.value.limit == 0.05
+        assert 0.15 <= time.monotonic() - start < 5.0
+
+
+def test_memory_running_low_stops_the_block_with_a_memory_error(monkeypatch):
+    """A kernel issuing commands without end fills the machine long before the command
+    limit: once what is left falls below the floor (4% of 24 GiB here), MemoryError."""
+    from kernbench_cli.lang import watchdog as watching
+
+    gib = 1 << 30
+    left = [10 * gib]
+    monkeypatch.setattr(watching, "memory_left", lambda: (left[0], 24 * gib))
+    assert watching.memory_floor(10 * gib, 24 * gib) == 24 * gib // 25
+    assert watching.memory_floor(gib, 24 * gib) == gib // 2  # little left at the start
+    with pytest.raises(MemoryError, match=r"^900 MiB of 24,576 MiB left$"), \
+            watching.watchdog(None, 0):  # no time limit: memory only
+        _spin_until(lambda: False, 0.6)  # a few ticks with enough left: nothing raised
+        left[0] = 900 << 20
+        _spin_until(lambda: False, 10.0)
+
+
+def test_a_block_inside_another_takes_the_timer_and_gives_it_back(monkeypatch):
+    """A block inside another (a kernel's setup that calls `kb.run`) has the timer for
+    its span, the outer one's clock stopped (nor does the outer thread behind the timer
+    fire); the outer clock starts again when it ends, and the outer limit holds again."""
+    import signal
+    import time
+
+    from kernbench_cli.lang import watchdog as watching
+
+    monkeypatch.setattr(watching, "BACKSTOP_GRACE_S", 0.1)
+    with pytest.raises(watching.KernelTimeout) as raised, watching.watchdog(None, 0.2):
+        with watching.watchdog(None, 0):  # memory only, for longer than the outer limit
+            _spin_until(lambda: False, 0.6)
+        inner_ended = time.monotonic()
+        assert signal.getitimer(signal.ITIMER_REAL)[1] == 0.05  # the outer block's ticks
+        _spin_until(lambda: False, 10.0)
+    assert raised.value.limit == 0.2
+    assert 0.15 <= time.monotonic() - inner_ended < 5.0
+
+
+@pytest.mark.parametrize(("cgroup", "files", "expected"), [
+    ("0::/\n", {}, (6, 24)),  # no limit set: the machine's
+    ("0::/job\n", {"/sys/fs/cgroup/job/memory.max": "8388608\n",
+                   "/sys/fs/cgroup/job/memory.current": "5242880\n"}, (3, 8)),
+    ("0::/job\n", {"/sys/fs/cgroup/job/memory.max": "max\n",
+                   "/sys/fs/cgroup/job/memory.current": "5242880\n"}, (6, 24)),
+    ("4:memory:/job\n0::/\n", {"/sys/fs/cgroup/memory/job/memory.limit_in_bytes": "8388608\n",
+                                "/sys/fs/cgroup/memory/job/memory.usage_in_bytes": "7340032\n"},
+     (1, 8)),
+])
+def test_the_memory_left_is_the_machines_or_the_cgroups(monkeypatch, cgroup, files, expected):
+    """MemAvailable of the machine, or less where the process's memory cgroup (v2 or v1)
+    sets a limit: its limit less its use (MiB here)."""
+    from kernbench_cli.lang import watchdog as watching
+
+    mib = 1 << 20
+    files = {"/proc/meminfo": f"MemTotal: {24 * 1024} kB\nMemFree: 1 kB\n"
+                              f"MemAvailable: {6 * 1024} kB\n",
+             "/proc/self/cgroup": cgroup, **files}
+    monkeypatch.setattr(watching, "_read", files.get)
+    left, total = watching.memory_left()
+    assert (left / mib, total / mib) == expected

@@ -36,6 +36,27 @@ def test_a_full_tcm_names_what_holds_it(cli):
                    "(line 18)\n")
 
 
+def test_a_full_tcm_the_kernel_takes_is_its_error_still(cli, tmp_path):
+    """A kernel that takes the error (``except Exception``) and carries on: the command
+    stays in the stream (it would be timed as a 256 KiB load into no TCM), so the run
+    fails as it would have, at the same line and time; nothing after it is timed."""
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "kernels" / "tcm_holders.py"
+    code, _, err = cli("run", str(path))
+    assert code == 1
+    source = path.read_text().replace(
+        '    more = tl.load(x, (64 * 1024,), "f32")  # line 19: 256 KiB more than fits',
+        '    try: more = tl.load(x, (64 * 1024,), "f32")  # line 19\n'
+        '    except Exception: more = None\n'
+        '    tl.cycles(10**6)')
+    assert "try:" in source
+    taken = tmp_path / "taken.py"
+    taken.write_text(source)
+    (tmp_path / "_base.py").write_text((path.parent / "_base.py").read_text())
+    assert cli("run", str(taken)) == (1, "", err.replace(str(path), str(taken)))
+
+
 def test_the_tcm_high_water_says_how_much_when_and_where(cli):
     """tcm_pressure: the composite's 512 KiB of tile buffers, then (after it ends) the
     1.75 MiB tensor of line 23 alone: that is the most the TCM held."""

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
 from kernbench_cli import gc_control
-from kernbench_cli.lang.tl.core import Launch, kernel_line
+from kernbench_cli.lang.tl.core import CommandLimit, Launch, kernel_line
 from kernbench_cli.lang.tl.gemm import GemmOps
 from kernbench_cli.lang.tl.grid import Grid
 from kernbench_cli.lang.tl.memory import MemoryOps
@@ -45,7 +45,7 @@ from kernbench_cli.lang.tl.pe_math import MathOps
 from kernbench_cli.lang.tl.regions import Regions
 from kernbench_cli.lang.tl.repeat import Repeats, ShortcutMissed
 
-__all__ = ["TL", "Launch", "ShortcutMissed", "functional_pass", "kernel_line"]
+__all__ = ["TL", "CommandLimit", "Launch", "ShortcutMissed", "functional_pass", "kernel_line"]
 
 
 class TL(Grid, MemoryOps, GemmOps, MathOps, MessageOps, Ordering, Regions, Repeats):

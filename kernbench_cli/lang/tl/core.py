@@ -54,6 +54,11 @@ if TYPE_CHECKING:
     from kernbench_cli.hw.system import System
 
 
+class CommandLimit(KernelError):
+    """The kernel issued more than `--max-commands` commands (on the PE that issued the one
+    too many, and on every PE after it)."""
+
+
 class Launch:
     """What every PE of one functional pass shares: the system, memory, the program, mail."""
 
@@ -84,12 +89,20 @@ class Launch:
         self.mail: dict[tuple[int, int], deque[tuple[int, np.dtype, np.ndarray | None]]] = {}
         self.receivers: dict[int, PeThread] = {}  # PEs waiting in a receive, by pid
         self.region_index = Interner(self.program.regions)  # region path -> index
+        #: per PE, the first error a `tl` call raised after putting its command in the
+        #: stream (the command limit, TCM full), and that command's index: the PE has
+        #: failed with it, even if the kernel took it and carried on (its stream is cut
+        #: after that command, as it would have ended had the kernel not taken it)
+        self.failed: dict[int, tuple[KernelError, int]] = {}
 
     def finish(self, tls: list[Core]) -> None:
         """The program's TCM peaks and streams from the PEs' `tl`s and rows (rows emptied)."""
         program = self.program
         for tl in tls:
             program.tcm_peak[tl._pid] = tl._tcm.peak
+        for pid, (_, at) in self.failed.items():
+            del self.rows[pid][(at + 1) * _ROW_BYTES:]
+            program.region_marks[pid] = [m for m in program.region_marks[pid] if m[0] <= at + 1]
         batch = 256  # PEs converted at once: fewer numpy calls, little extra memory
         for first in range(0, len(self.rows), batch):
             rows = self.rows[first:first + batch]
@@ -135,8 +148,9 @@ class Core:
             launch = self._launch
             launch.commands += 1
             if launch.commands > launch.max_commands:
-                raise KernelError(f"the kernel issued more than {launch.max_commands:,} "
-                                  "commands; an endless loop? (--max-commands raises the limit)")
+                raise self._lasting(i, CommandLimit(
+                    f"the kernel issued more than {launch.max_commands:,} commands; an "
+                    "endless loop? (--max-commands raises the limit)"))
         return i
 
     def _make(self, op: int, a: int, b: int, size: int, arg: int, src: int, nbytes: int,
@@ -150,9 +164,16 @@ class Core:
             tcm = self._tcm.alloc(nbytes, what) if launch.commands < launch.max_commands \
                 else NONE
         except AddressError as exc:
-            self._emit(op, a, b, size, arg, src, NONE, depth + 1, block)
-            raise KernelError(f"tensors overflow TCM: {exc}{self._holders()}") from None
+            i = self._emit(op, a, b, size, arg, src, NONE, depth + 1, block)
+            raise self._lasting(i, KernelError(f"tensors overflow TCM: {exc}"
+                                               f"{self._holders()}")) from None
         return self._emit(op, a, b, size, arg, src, tcm, depth + 1, block), tcm
+
+    def _lasting(self, i: int, exc: KernelError) -> KernelError:
+        """`exc`, raised by a call that leaves its command `i` in the stream: the PE's
+        failure (`Launch.failed`) whether or not the kernel takes it."""
+        self._launch.failed.setdefault(self._pid, (exc, i))
+        return exc
 
     def _result(self, i: int, shape: tuple[int, ...], dt: np.dtype, value: np.ndarray | None,
                 what: str) -> Tensor:
@@ -162,7 +183,8 @@ class Core:
         try:
             tcm = self._tcm.alloc(nbytes, what)
         except AddressError as exc:
-            raise KernelError(f"tensors overflow TCM: {exc}{self._holders()}") from None
+            raise self._lasting(i, KernelError(f"tensors overflow TCM: {exc}"
+                                               f"{self._holders()}")) from None
         _DST_TCM.pack_into(self._rows, _ROW_BYTES * i + _DST_OFFSET, tcm, self._tcm.used)
         return Tensor(self, shape, dt, value, i, tcm, None, nbytes)
 
