@@ -139,6 +139,9 @@ class Host:
         A narrow dtype's is float32, each value exact in it (place it with ``dtype=``)."""
         dt = dtype(dtype_name)
         shape = _shape(name, shape)
+        if name in self.inputs:  # the first would be verified against, saved, as the second
+            raise ParamError(f"input {clip(name)} is drawn twice: each input needs a name of "
+                             "its own")
         size = _nbytes(name, shape, dt)
         capacity = self.num_pes * self.topology.hbm.slice_size
         if size > capacity:  # checked before the host draws (or tries to hold) a byte
@@ -169,7 +172,7 @@ class Host:
         power of two: e.g. a DRAM page), as `dtype` if given (a narrow one: its bytes);
         returns its address."""
         array = self._as(name, array, dtype)
-        addr = self._slice_alloc(pid, array.nbytes, name, align)
+        addr = self._slice_alloc(self._pe(name, pid), array.nbytes, name, align)
         self._add(addr, array, name)
         return addr
 
@@ -179,8 +182,8 @@ class Host:
         holding zeros: what `place` does with an array of zeros, without making one (a
         timing-only run's weights need no values). Returns its address."""
         dt = dtype_name if isinstance(dtype_name, np.dtype) else dtype(dtype_name)
-        size = _nbytes(name, shape, dt)
-        addr = self._slice_alloc(pid, size, name, align)
+        size = _nbytes(name, _shape(name, shape), dt)
+        addr = self._slice_alloc(self._pe(name, pid), size, name, align)
         self.memory.add(addr, size, name)
         self.placements += 1
         self.placed_bytes += size
@@ -206,14 +209,18 @@ class Host:
 
     def replicate(self, name: str, array: np.ndarray, *, dtype: str | None = None) -> Sharded:
         """A copy of `array` (as `dtype` if given) in every PE's slice, at one offset."""
-        array, dt = self._dtype(array, dtype)
+        array, dt = _placed_as(name, array, dtype)
         return self._symmetric(name, array.shape, dt, array)
 
     def scatter(self, name: str, array: np.ndarray, axis: int, *,
                 dtype: str | None = None) -> Sharded:
         """Split `array` evenly along `axis` (as `dtype` if given); PE k's slice holds part
         k."""
-        array, dt = self._dtype(array, dtype)
+        array, dt = _placed_as(name, array, dtype)
+        if not isinstance(axis, int | np.integer) or not -array.ndim <= axis < array.ndim:
+            raise ParamError(f"{clip(name)}: axis {clip(axis)} is not one of the array's "
+                             f"{array.ndim} (0..{array.ndim - 1})")
+        axis = int(axis) % array.ndim
         size = array.shape[axis]
         if size % self.num_pes:
             raise ParamError(f"{name}: {size} along axis {axis} does not divide over the "
@@ -247,6 +254,7 @@ class Host:
 
     def read_shard(self, sharded: Sharded, pid: int) -> np.ndarray:
         """PE `pid`'s part of `sharded` (a narrow dtype's values as float32)."""
+        pid = self._pe(sharded.name, pid)
         addr = self.system.amap.pe_hbm_addr(*self.grid[pid], sharded.offset)
         return self._read(addr, sharded.shape, dtype(sharded.dtype), f"reading {sharded.name}")
 
@@ -285,21 +293,12 @@ class Host:
         self._count(len(addrs), size)
         return Sharded(name, offset, tuple(shape), NAMES[dt], size)
 
-    @staticmethod
-    def _dtype(array: np.ndarray, name: str | None) -> tuple[np.ndarray, np.dtype | Narrow]:
-        """(`array` as its values are placed, the dtype it is placed as): `name`'s (a plain
-        one cast to; a narrow one's bytes made where it is placed), or its own."""
-        if name is None:
-            return array, array.dtype
-        dt = dtype(name)
-        return (array, dt) if dt.__class__ is Narrow else (array.astype(dt, copy=False), dt)
-
     def _as(self, name: str, array: np.ndarray, dtype_name: str | None) -> np.ndarray:
         """`array` as placed as `dtype_name`: cast to a plain dtype, a narrow dtype's bytes
         (a stand-in of their size in a timing-only run), or itself (None)."""
         if dtype_name is None:
-            return array
-        dt = dtype(dtype_name)
+            return _held(name, array)
+        dt, array = dtype(dtype_name), _an_array(name, array)
         if dt.__class__ is not Narrow:
             return array.astype(dt, copy=False)
         size = _nbytes(name, array.shape, dt)
@@ -317,6 +316,13 @@ class Host:
             self.memory.add(addr, array.nbytes, name, array, share=self._is_input(array))
         self._count(1, array.nbytes)
 
+    def _pe(self, name: str, pid: Any) -> int:
+        """`pid`, a PE of the grid; a ParamError naming allocation `name` otherwise."""
+        if not isinstance(pid, int | np.integer) or not 0 <= pid < self.num_pes:
+            raise ParamError(f"{clip(name)}: PE {clip(pid)} does not exist: the grid has "
+                             f"{self.num_pes:,} (0..{self.num_pes - 1})")
+        return int(pid)
+
     def _slice_alloc(self, pid: int, nbytes: int, name: str,
                      align: int = DEFAULT_ALIGN) -> int:
         try:
@@ -333,6 +339,36 @@ class Host:
     def _count(self, placements: int, nbytes: int) -> None:
         self.placements += placements
         self.placed_bytes += placements * nbytes
+
+
+def _an_array(name: str, array: Any) -> np.ndarray:
+    """`array`, if it is a numpy array; a ParamError naming allocation `name` if not."""
+    if not isinstance(array, np.ndarray):
+        raise ParamError(f"{clip(name)}: a {type(array).__name__} is not a numpy array")
+    return array
+
+
+def _held(name: str, array: Any) -> np.ndarray:
+    """`array`, placed as it is as allocation `name`: an array of a dtype kernbench holds
+    (f32, f16, bf16); another (float64, strings, objects) is refused, as its bytes would
+    be read as another dtype's (``dtype=`` casts it)."""
+    if _an_array(name, array).dtype not in NAMES:
+        plain = ", ".join(v for k, v in NAMES.items() if k.__class__ is not Narrow)
+        raise ParamError(f"{clip(name)}: an array of {array.dtype} is not one kernbench "
+                         f"holds ({plain}; dtype= casts it)")
+    return array
+
+
+def _placed_as(name: str, array: Any, dtype_name: str | None
+               ) -> tuple[np.ndarray, np.dtype | Narrow]:
+    """(`array` as its values are placed as allocation `name`, the dtype it is placed as):
+    `dtype_name`'s (a plain one cast to; a narrow one's bytes made where it is placed), or
+    its own."""
+    if dtype_name is None:
+        return array, _held(name, array).dtype
+    dt = dtype(dtype_name)
+    array = _an_array(name, array)
+    return (array, dt) if dt.__class__ is Narrow else (array.astype(dt, copy=False), dt)
 
 
 def _shape(name: str, shape: Any) -> tuple[int, ...]:

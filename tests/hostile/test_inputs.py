@@ -130,7 +130,7 @@ KERNELS = {  # name: (source, exit code, what the error says)
     "syntax": ("def kernel(tl:\n", 2, "loading the kernel failed: SyntaxError"),
     "import": ("import no_such_module_anywhere\n" + BASE, 2, "ModuleNotFoundError"),
     "module_raises": ("raise RuntimeError('boom')\n" + BASE, 2, "RuntimeError: boom"),
-    "module_exit": ("import sys\nsys.exit(3)\n" + BASE, 2, "SystemExit"),
+    "module_exit": ("import sys\nsys.exit(3)\n" + BASE, 2, "the kernel called sys.exit(3)"),
     "no_setup": ("PARAMS = {}\ndef kernel(tl):\n    pass\n", 2, "must define setup"),
     "params_list": (BASE + "PARAMS = [1]\n", 2, "PARAMS must be a dict"),
     "params_object": (BASE + "PARAMS = {'n': object()}\n", 2, "a default must be"),
@@ -199,6 +199,8 @@ KERNELS = {  # name: (source, exit code, what the error says)
     "reference_none": (BASE + "def reference(host, p):\n    return None\n", 1,
                        "reference() must return"),
     "bounds_junk": (BASE + "def bounds(topology, p):\n    return 5\n", 1, "bounds() must return"),
+    "scaled_exit": (BASE + "import sys\ndef scaled_defaults(n):\n    sys.exit(3)\n", 2,
+                    "scaled_defaults(1) failed: the kernel called sys.exit(3)"),
     "scaled_junk": (BASE + "def scaled_defaults(n):\n    return {'n': 'x'}\n", 2,
                     "scaled_defaults must return"),
     "random_huge": (BASE + "def setup(host, p):\n    host.random('x', (10**15,), 'f32')\n", 2,
@@ -215,11 +217,63 @@ KERNELS = {  # name: (source, exit code, what the error says)
                       "holding the command streams and the tensors' values (--timing-only "
                       "keeps none); a loop without end? --max-commands 100,000,000 stops it "
                       "sooner"),
+    # the host's refusals name the kernel line that called it
+    "random_twice": (BASE + "def setup(host, p):\n    host.random('x', (8,), 'f32')\n"
+                     "    host.random('x', (8,), 'f32')\n", 2,
+                     ":14: in setup: input 'x' is drawn twice: each input needs a name of its "
+                     "own"),
+    "place_no_pe": (BASE + "import numpy as np\ndef setup(host, p):\n    host.place('x', "
+                    "np.zeros(8, np.float32), 5)\n", 2, ":14: in setup: 'x': PE 5 does not "
+                    "exist: the grid has 1 (0..0)"),
+    "place_float64": (BASE + "import numpy as np\ndef setup(host, p):\n    host.place('x', "
+                      "np.zeros(8), 0)\n", 2, ":14: in setup: 'x': an array of float64 is not "
+                      "one kernbench holds (f16, bf16, f32; dtype= casts it)"),
+    "replicate_strings": (BASE + "import numpy as np\ndef setup(host, p):\n    host.replicate"
+                          "('x', np.array(['a']))\n", 2, ":14: in setup: 'x': an array of <U1 "
+                          "is not one kernbench holds"),
+    "replicate_list": (BASE + "def setup(host, p):\n    host.replicate('x', [1.0])\n", 2,
+                       ":13: in setup: 'x': a list is not a numpy array"),
+    "scatter_axis": (BASE + "import numpy as np\ndef setup(host, p):\n    host.scatter('x', "
+                     "np.zeros(8, np.float32), 3)\n", 2, ":14: in setup: 'x': axis 3 is not "
+                     "one of the array's 1 (0..0)"),
+    "random_dtype": (BASE + "def setup(host, p):\n    host.random('x', (8,), 'f64')\n", 1,
+                     ":13: in setup: unknown dtype 'f64'"),
+    "read_shard_no_pe": (BASE + "def outputs(host, args, p):\n    return {'y': host.read_shard("
+                         "args['x'], 3)}\ndef reference(host, p):\n    return {'y': __import__"
+                         "('numpy').zeros(8)}\n", 2, ":13: in outputs: 'x': PE 3 does not "
+                         "exist: the grid has 1 (0..0)"),
     "empty_not_a_shape": (BASE + "def setup(host, p):\n    host.empty('y', 'abc', 'f32')\n", 2,
                           "input 'y': shape 'abc' is not a sequence of integers"),
 }
 for name, (_, code, says) in KERNELS.items():
     case(f"kernel-{name}", ("run", f"{{kernel:{name}}}", "-t", ONE), code, says)
+
+SPIN = "    while True:\n        pass\n"
+STILL = ("still running after 0.2 s of wall-clock time with no progress: an endless loop? "
+         "(--kernel-timeout changes the limit)")
+NO_COMMAND = ("issued no command for 0.2 s of wall-clock time: an endless loop in the "
+              "kernel's Python? (--kernel-timeout changes the limit)")
+#: a kernel module's code that never returns, wherever it is, is stopped at the limit, and a
+#: kernel that takes the watchdog's timer away is stopped by the thread behind it
+SPINS = {
+    "import": ("if True:\n" + SPIN + BASE, 2, f":2: loading the kernel failed: {STILL}"),
+    "scaled_defaults": (BASE + "def scaled_defaults(n):\n" + SPIN, 2,
+                        f": scaled_defaults(1) failed: {STILL}"),
+    "setup": (BASE + "def setup(host, p):\n" + SPIN, 1, f":13: in setup: {STILL}"),
+    "reference": (BASE + "def reference(host, p):\n" + SPIN, 1, f":13: in reference: {STILL}"),
+    "outputs": (BASE + "def outputs(host, args, p):\n" + SPIN, 1, f":13: in outputs: {STILL}"),
+    "bounds": (BASE + "def bounds(topology, p):\n" + SPIN, 1, f":13: in bounds: {STILL}"),
+    "kernel_ignores_the_alarm": (BASE + "import signal\ndef kernel(tl, x, n):\n    signal."
+                                 "signal(signal.SIGALRM, signal.SIG_IGN)\n" + SPIN, 1,
+                                 f":15: PE (rack=0 sip=0 cube=0 pe=0) {NO_COMMAND}"),
+    "kernel_stops_the_timer": (BASE + "import signal\ndef kernel(tl, x, n):\n    signal."
+                               "setitimer(signal.ITIMER_REAL, 0)\n" + SPIN, 1,
+                               f":15: PE (rack=0 sip=0 cube=0 pe=0) {NO_COMMAND}"),
+}
+KERNELS.update({f"spin_{name}": spec for name, spec in SPINS.items()})
+for name, (_, code, says) in SPINS.items():
+    case(f"kernel-spin_{name}", ("run", f"{{kernel:spin_{name}}}", "-t", ONE, "--kernel-timeout",
+                                 "0.2"), code, says)
 # timing only refuses what a run with values does
 for name in ("kernel_full_string", "kernel_full_huge"):
     case(f"kernel-{name}-timing-only", ("run", f"{{kernel:{name}}}", "-t", ONE,
