@@ -22,6 +22,8 @@ from kernbench_cli.sim.trace_file import MAGIC
 from tests.conftest import ROOT, TESTS
 from tests.hostile.cases import BASE, ONE
 
+PAIR = str(TESTS / "topologies" / "pair.toml")
+
 HUGE = "9" * 100_000
 HEX_HUGE = "0x" + "f" * 100_000
 
@@ -271,6 +273,20 @@ SPINS = {
                                f":15: PE (rack=0 sip=0 cube=0 pe=0) {NO_COMMAND}"),
 }
 KERNELS.update({f"spin_{name}": spec for name, spec in SPINS.items()})
+#: a `tl` or tensor kept from another PE's kernel: its commands would be charged to that
+#: PE (on two PEs)
+TWO_PES = {
+    "foreign_tl": ("KEPT = []\n" + BASE + "def kernel(tl, x, n):\n    KEPT.append(tl)\n"
+                   "    KEPT[0].cycles(1)\n", 1, ":15: PE (rack=0 sip=0 cube=0 pe=1) at t=0ns: a "
+                   "command of PE (rack=0 sip=0 cube=0 pe=0) issued by the kernel of PE (rack=0 "
+                   "sip=0 cube=0 pe=1): each PE issues through its own `tl` and tensors"),
+    "foreign_tensor": ("KEPT = []\n" + BASE + "def kernel(tl, x, n):\n    KEPT.append("
+                       "tl.zeros((8,)))\n    KEPT[0] + 1.0\n", 1, ":15: PE (rack=0 sip=0 cube=0 "
+                       "pe=1) at t=4ns: a command of PE (rack=0 sip=0 cube=0 pe=0) issued by"),
+}
+KERNELS.update(TWO_PES)
+for name, (_, code, says) in TWO_PES.items():
+    case(f"kernel-{name}", ("run", f"{{kernel:{name}}}", "-t", PAIR), code, says)
 for name, (_, code, says) in SPINS.items():
     case(f"kernel-spin_{name}", ("run", f"{{kernel:spin_{name}}}", "-t", ONE, "--kernel-timeout",
                                  "0.2"), code, says)

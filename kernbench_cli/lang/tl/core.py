@@ -117,6 +117,7 @@ class Core:
         self._launch = launch
         self._pid = pid
         self._thread = thread
+        self._hub = launch.hub  # its `current`: the PE whose kernel runs
         system = launch.system
         self._coord: PeCoord = system.coords[pid]
         self._rows = launch.rows[pid]
@@ -139,6 +140,8 @@ class Core:
         """Append a command to this PE's stream; its index. The kernel line is found here
         (`_line`), looked for from `depth` frames up: the fewest `tl` frames between the
         kernel and here on this path (frames cost time to look at)."""
+        if self._hub.current is not self._thread:
+            raise self._foreign()
         rows = self._rows
         i = len(rows) // _ROW_BYTES
         rows += _PACK(op, a, b, size, arg, src, block,
@@ -168,6 +171,16 @@ class Core:
             raise self._lasting(i, KernelError(f"tensors overflow TCM: {exc}"
                                                f"{self._holders()}")) from None
         return self._emit(op, a, b, size, arg, src, tcm, depth + 1, block), tcm
+
+    def _foreign(self) -> KernelError:
+        """The error of a command issued through this PE's `tl` (or one of its tensors) by
+        another PE's kernel: it would be charged to this PE, in its stream."""
+        running = self._hub.current
+        other = "kernbench's own code" if running is None else \
+            f"the kernel of PE ({self._launch.system.coords[running.pid]})"
+        return KernelError(f"a command of PE ({self._coord}) issued by {other}: each PE "
+                           "issues through its own `tl` and tensors (one kept from another "
+                           "PE's kernel, in a global?)")
 
     def _lasting(self, i: int, exc: KernelError) -> KernelError:
         """`exc`, raised by a call that leaves its command `i` in the stream: the PE's
