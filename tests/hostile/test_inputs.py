@@ -219,6 +219,20 @@ KERNELS = {  # name: (source, exit code, what the error says)
                       "holding the command streams and the tensors' values (--timing-only "
                       "keeps none); a loop without end? --max-commands 100,000,000 stops it "
                       "sooner"),
+    # regions nest: a region left out of order, or one object entered inside itself,
+    # would book the commands after it to a region they are not in
+    "region_out_of_order": (BASE + "def kernel(tl, x, n):\n    a, b = tl.region('a'), "
+                            "tl.region('b')\n    a.__enter__()\n    b.__enter__()\n"
+                            "    a.__exit__(None, None, None)\n", 1, ":16: PE (rack=0 sip=0 "
+                            "cube=0 pe=0) at t=0ns: tl.region('a') left while 'a/b', entered "
+                            "inside it, is still open: regions nest (`with`)"),
+    "region_inside_itself": (BASE + "def kernel(tl, x, n):\n    r = tl.region('a')\n"
+                             "    with r:\n        with r:\n            pass\n", 1,
+                             ":15: PE (rack=0 sip=0 cube=0 pe=0) at t=0ns: tl.region('a') "
+                             "entered again while inside it: call tl.region for each `with`"),
+    "region_left_unentered": (BASE + "def kernel(tl, x, n):\n    tl.region('a').__exit__("
+                              "None, None, None)\n", 1, ":13: PE (rack=0 sip=0 cube=0 pe=0) "
+                              "at t=0ns: tl.region('a') left without being entered"),
     # the host's refusals name the kernel line that called it
     "random_twice": (BASE + "def setup(host, p):\n    host.random('x', (8,), 'f32')\n"
                      "    host.random('x', (8,), 'f32')\n", 2,

@@ -46,19 +46,34 @@ class Regions(Core):
 
 class _Region:
     """The context manager of `Regions.region`: marks where the PE's commands enter and
-    leave."""
+    leave. Regions nest: one is left before the region it was entered in, and one
+    object is entered once at a time (either misuse would book the commands after it to
+    a region they are not in)."""
 
-    __slots__ = ("name", "outer", "tl")
+    __slots__ = ("inside", "name", "outer", "tl")
 
     def __init__(self, tl: Regions, name: str):
         self.tl, self.name, self.outer = tl, name, 0
+        self.inside: int | None = None  # the region entered, until it is left
 
     def __enter__(self) -> None:
         tl = self.tl
+        if self.inside is not None:
+            raise KernelError(f"tl.region({clip(self.name)}) entered again while inside it: "
+                              "call tl.region for each `with`")
         self.outer = tl._region
         program = tl._launch.program
         path = f"{program.regions[self.outer]}/{self.name}".lstrip("/")
-        tl._enter_region(tl._launch.region_index(path))
+        self.inside = tl._launch.region_index(path)
+        tl._enter_region(self.inside)
 
-    def __exit__(self, *exc: object) -> None:
-        self.tl._enter_region(self.outer)
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        tl, inside, self.inside = self.tl, self.inside, None
+        if kind is None and inside is None:
+            raise KernelError(f"tl.region({clip(self.name)}) left without being entered")
+        if kind is None and tl._region != inside:
+            regions = tl._launch.program.regions
+            raise KernelError(f"tl.region({clip(self.name)}) left while "
+                              f"{clip(regions[tl._region])}, entered inside it, is still open: "
+                              "regions nest (`with`)")
+        tl._enter_region(self.outer)
