@@ -223,17 +223,18 @@ class _Watch:
                         self.stalled() >= self.limit + BACKSTOP_GRACE_S:
                     _async_raise(thread, overdue)
 
-    def end(self, thread: int) -> None:
-        """The block has ended: the thread behind the timer stops, raising nothing more."""
+    def end(self) -> None:
+        """The block has ended: the thread behind the timer stops, raising nothing more
+        (one it raised as the block ended is raised: the block was past its limit).
+        Clearing a pending one instead (`PyThreadState_SetAsyncExc` with NULL) hung the
+        block's end under cProfile: CPython 3.11 leaves its eval breaker set after it."""
         with self.lock:
             self.ended.set()
-            _async_raise(thread, None)  # one it raised as the block ended: dropped
 
 
-def _async_raise(thread: int, exc: type[BaseException] | None) -> None:
-    """Raise `exc` in `thread` between two of its bytecodes (None: drop one pending)."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread),
-                                               None if exc is None else ctypes.py_object(exc))
+def _async_raise(thread: int, exc: type[BaseException]) -> None:
+    """Raise `exc` in `thread` between two of its bytecodes."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), ctypes.py_object(exc))
 
 
 @contextmanager
@@ -259,7 +260,7 @@ def watchdog(progress, limit: float):
             _thread.start_new_thread(watch.backstop, (thread, tick))
         yield
     finally:
-        watch.end(thread)
+        watch.end()
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         sys.settrace(tracing)

@@ -127,3 +127,27 @@ def test_the_memory_left_is_the_machines_or_the_cgroups(monkeypatch, cgroup, fil
     monkeypatch.setattr(watching, "_read", files.get)
     left, total = watching.memory_left()
     assert (left / mib, total / mib) == expected
+
+
+def test_a_watched_block_ends_under_a_profiler():
+    """A kernel writer may run kernbench under cProfile: a watched block (memory only, and
+    with a limit) must end there as it does without (it once hung at its end, the thread
+    behind the timer having cleared its pending exception). In a process of its own, so
+    that a hang fails the test instead of the suite."""
+    import subprocess
+    import sys
+
+    code = ("import cProfile, time\n"
+            "from kernbench_cli.lang.watchdog import watchdog\n"
+            "profile = cProfile.Profile()\n"
+            "profile.enable()\n"
+            "for limit in (0, 30):\n"
+            "    with watchdog(None, limit):\n"
+            "        end = time.monotonic() + 0.6\n"
+            "        while time.monotonic() < end:\n"
+            "            pass\n"
+            "profile.disable()\n"
+            "print('ended')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "ended\n", "")
