@@ -16,6 +16,11 @@ kernel error with the kernel's line instead:
   (`Interrupted`, raised by its signal handlers); a `KeyboardInterrupt` the
   kernel's own code raises is the kernel's error, not the user's stop.
 
+Kernel code may redirect its prints (`contextlib.redirect_stdout`), but
+`sys.stdout` and `sys.stderr` are put back as they were when the block ends:
+a kernel that set them to None or to a buffer and returned took kernbench's
+report with it (an internal error, or a run that printed nothing).
+
 The checks apply to the thread that runs the kernel code only (a Dask worker
 runs other work on its other threads). The guards are put in place when the
 first thread enters `confined` and the functions that were there put back when
@@ -115,6 +120,7 @@ def confined():
         if not _CONFINED:
             _install()
         _CONFINED.add(ident)
+    streams = sys.stdout, sys.stderr
     try:
         yield
     finally:
@@ -122,6 +128,7 @@ def confined():
             _CONFINED.discard(ident)
             if not _CONFINED:
                 _uninstall()
+        sys.stdout, sys.stderr = streams  # as kernbench had them, whatever the kernel set
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
             _CHAINED.pop()

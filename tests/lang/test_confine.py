@@ -3,6 +3,7 @@ scoped to the run (`lang.confine`), from one thread or several, and a kernel can
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -111,3 +112,18 @@ def test_a_kernel_that_forks_is_an_error_and_the_report_is_not_printed(tmp_path,
     assert "the kernel called os.fork()" in err
     line = 5 if where == "setup" else 8
     assert f"forks.py:{line}:" in err
+
+
+def test_a_kernel_that_replaces_stdout_and_stderr_leaves_kernbench_its_own(cli, tmp_path):
+    """`sys.stdout` set to None and `sys.stderr` to a buffer, and not put back: the report
+    is printed where it goes all the same (it was an internal error, or nothing at all)."""
+    path = tmp_path / "streams.py"
+    path.write_text("import io, sys\nPARAMS = {}\n\ndef setup(host, p):\n    return {}\n\n"
+                    "def kernel(tl):\n    sys.stdout = None\n    sys.stderr = io.StringIO()\n"
+                    "    tl.cycles(1)\n\ndef reference(host, p):\n    return {}\n\n"
+                    "def outputs(host, args, p):\n    return {}\n")
+    before = sys.stdout, sys.stderr
+    code, out, err = cli("run", str(path), "-t", ONE, "--timing-only", "--json")
+    assert (code, err) == (0, "")
+    assert json.loads(out)["latency_ps"] > 0
+    assert (sys.stdout, sys.stderr) == before
