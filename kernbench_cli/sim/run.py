@@ -218,9 +218,10 @@ def _functional(kernel: KernelModule, kernel_file: str, launch: Launch, body,
     except KernelTimeout as exc:
         raise _timed_out(kernel, kernel_file, system, launch, exc) from None
     except MemoryError as exc:  # the watchdog's `MemoryLow` in a PE's kernel, or not
-        thread = launch.hub.current
-        raise _out_of_memory(kernel, kernel_file, launch, None if thread is None else
-                             thread.pid, exc) from None
+        thread = launch.hub.current  # its PE and line if raised in the kernel's code
+        mine = thread is not None and kernel_line(kernel_file, exc.__traceback__) is not None
+        raise _out_of_memory(kernel, kernel_file, launch, thread.pid if mine else None,
+                             exc) from None
     # a failure the kernel took (and carried on) is its PE's failure still
     failures.update({pid: exc for pid, (exc, _) in launch.failed.items()})
     if failures and all(isinstance(exc, CommandLimit) for exc in failures.values()):

@@ -164,9 +164,10 @@ case("out-of-memory-drawing-an-input-names-setup", "ulimit -v 700000; K run ./k.
 case("all-reduce-bytes-beyond-the-slice-before-any-allocation", "ulimit -v 1500000; K run "
      "all_reduce -t ONE -p bytes=1099511627776", 2, r"^error: all_reduce: bytes = 1TiB is "
      r"more than a PE's HBM slice holds \(1GiB, hbm\.slice_size\)\n$", timeout=30)
-case("host-random-of-petabytes", "K run ./k.py -t ONE", 2, r"^error: input 'x' "
-     r"\[1000000000000000\] f32 is 3\.55PiB \(4,000,000,000,000,000 B\), more than the 1GiB "
-     r"of HBM in the system\n$", timeout=30, files={"k.py": kernel_source("    pass").replace(
+case("host-random-of-petabytes", "K run ./k.py -t ONE", 2, r"^error: \./k\.py:5: in setup: "
+     r"input 'x' \[1000000000000000\] f32 is 3\.55PiB \(4,000,000,000,000,000 B\), more than "
+     r"the 1GiB of HBM in the system\n$", timeout=30,
+     files={"k.py": kernel_source("    pass").replace(
          "    return {}\n\ndef kernel", "    host.random('x', (10**15,), 'f32')\n    return {}\n"
                                        "\ndef kernel")})
 
