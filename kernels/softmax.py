@@ -32,26 +32,29 @@ def scaled_defaults(num_pes):
     return {"rows": max(1024, num_pes)}
 
 
-def _block(host, p):
+def _block(topology, p):
+    """(a PE's rows, its block) of `p` on `topology`; ValueError (bad parameters) if they
+    cannot run there: `setup` and `bounds` both check them."""
     for name in ("rows", "cols", "block"):
         if p[name] <= 0:
             raise ValueError(f"{name} must be positive, got {p[name]}")
-    if p["rows"] % host.num_pes:
-        raise ValueError(f"rows = {p['rows']} does not divide over the {host.num_pes} PEs "
-                         f"(try -p rows={host.num_pes * max(1, p['rows'] // host.num_pes)})")
-    share = p["rows"] // host.num_pes
+    pes = topology.num_pes
+    if p["rows"] % pes:
+        raise ValueError(f"rows = {p['rows']} does not divide over the {pes} PEs "
+                         f"(try -p rows={pes * max(1, p['rows'] // pes)})")
+    share = p["rows"] // pes
     block = min(p["block"], share)
     if share % block:
         raise ValueError(f"a PE's {share} rows are not a multiple of block = {block}")
     need = block * p["cols"] * 4 * 3  # t, e and y in f32 at once
-    if need > host.topology.pe.tcm.size:
+    if need > topology.pe.tcm.size:
         raise ValueError(f"a block of {block} x {p['cols']} needs {need} B of TCM, more than "
-                         f"the {host.topology.pe.tcm.size} B a PE has; lower -p block")
+                         f"the {topology.pe.tcm.size} B a PE has; lower -p block")
     return share, block
 
 
 def setup(host, p):
-    share, block = _block(host, p)
+    share, block = _block(host.topology, p)
     x = host.random("x", (p["rows"], p["cols"]), p["dtype"], scale=2.0)
     return {"x": host.scatter("x", x, axis=0),
             "y": host.empty("y", (share, p["cols"]), p["dtype"]),
@@ -82,6 +85,7 @@ def outputs(host, args, p):
 
 def bounds(topology, p):
     """Lower bound on the latency, in ps: reading X and writing Y once at full HBM bandwidth."""
+    _block(topology, p)  # parameters a run refuses have no bound either
     nbytes = 2 * p["rows"] * p["cols"] * (4 if p["dtype"] == "f32" else 2)
     pes = topology.num_pes
     ps = -(-nbytes * 10**12 // (pes * topology.hbm.bandwidth))

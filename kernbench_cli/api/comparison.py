@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kernbench_cli.api import arguments as args
-from kernbench_cli.api.result import Result
+from kernbench_cli.api.result import MADE, Result, sealed
 from kernbench_cli.api.sweeps import SweepResult
 from kernbench_cli.errors import ArgumentError, KernbenchError, clip
 
@@ -34,6 +34,10 @@ class Comparison:
     #: per run, the settings that differ between the runs (`report.compare.changed`)
     changed: tuple[Mapping[str, str], ...] = ()
     _json: str = field(default="[]", repr=False)
+    _made: Any = field(default=None, repr=False, compare=False)  # `api.result.sealed`
+
+    def __post_init__(self) -> None:
+        sealed(self, "kb.compare")
 
     def to_dict(self) -> dict[str, Any]:
         return {"runs": list(self.runs), "changed": [dict(c) for c in self.changed],
@@ -83,7 +87,7 @@ def compare(*runs: Run, labels: Sequence[str] | None = None) -> Comparison:
     return Comparison(tuple(label for label, _ in pairs),
                       MappingProxyType({k: tuple(v) for k, v in table.items()}),
                       MappingProxyType({k: tuple(deltas(v)) for k, v in table.items()}),
-                      tuple(MappingProxyType(c) for c in changes), json.dumps(pairs))
+                      tuple(MappingProxyType(c) for c in changes), json.dumps(pairs), MADE)
 
 
 def _runs_of(run: Run, n: int) -> list[tuple[str, dict[str, Any], Mapping[str, Any] | None]]:

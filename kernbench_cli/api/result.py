@@ -20,6 +20,21 @@ from typing import Any
 
 from kernbench_cli.errors import ArgumentError, RaceError, VerificationError, clip
 
+#: What the one maker of each result class passes it (`Result.from_dict`,
+#: `SweepResult.from_rows`, `kb.compare`): one made otherwise, as `dataclasses.replace`
+#: makes a copy with other fields, would report fields its `to_dict()` does not.
+MADE = object()
+
+
+def sealed(result: Any, maker: str) -> None:
+    """`result`'s `__post_init__`: `ArgumentError` unless its maker made it. The token is
+    then dropped, so that a copy made from its fields is refused."""
+    if result._made is not MADE:
+        raise ArgumentError(f"a {type(result).__name__} is read-only and made by {maker}: a "
+                            "copy with other fields (dataclasses.replace) would disagree "
+                            "with its to_dict(); change the dict and make it again")
+    object.__setattr__(result, "_made", None)
+
 
 def frozen(value: Any) -> Any:
     """JSON data made read-only: objects as mapping proxies, arrays as tuples."""
@@ -178,6 +193,10 @@ class Result:
     raw: Any = field(default=None, repr=False, compare=False)
     address_map: Any = field(default=None, repr=False, compare=False)
     _json: str = field(default="{}", repr=False)
+    _made: Any = field(default=None, repr=False, compare=False)  # `sealed`
+
+    def __post_init__(self) -> None:
+        sealed(self, "Result.from_dict(data)")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, raw: Any = None, address_map: Any = None,
@@ -207,7 +226,8 @@ class Result:
         }
         plain = {f.name for f in fields(cls)} - parts.keys()
         return cls(**{k: frozen(v) for k, v in data.items() if k in plain}, **parts,
-                   race_lines=tuple(race_lines), raw=raw, address_map=address_map, _json=text)
+                   race_lines=tuple(race_lines), raw=raw, address_map=address_map, _json=text,
+                   _made=MADE)
 
     def __repr__(self) -> str:
         bound = self.bound.engine or self.bound.by

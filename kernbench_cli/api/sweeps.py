@@ -25,7 +25,7 @@ from typing import Any
 
 from kernbench_cli.api import arguments as args
 from kernbench_cli.api.bounds import Bounds
-from kernbench_cli.api.result import Result
+from kernbench_cli.api.result import MADE, Result, sealed
 from kernbench_cli.errors import ArgumentError, KernbenchError, ParamError, SweepError, clip
 
 MAX_JOBS = 1024  # worker processes a sweep may start
@@ -78,6 +78,10 @@ class SweepResult:
     axes: tuple[str, ...]
     points: tuple[SweepPoint, ...]
     _json: str = field(default="[]", repr=False)
+    _made: Any = field(default=None, repr=False, compare=False)  # `api.result.sealed`
+
+    def __post_init__(self) -> None:
+        sealed(self, "SweepResult.from_rows(kernel, axes, rows) or kb.load_sweep")
 
     @classmethod
     def from_rows(cls, kernel: str, axes: Sequence[str],
@@ -104,7 +108,7 @@ class SweepResult:
                 Bounds.from_dict(row["bounds"]) if row.get("bounds") else None,
                 bool(row.get("pruned")), MappingProxyType(row["axis_numbers"]),
                 MappingProxyType(row["axis_units"])))
-        return cls(kernel, tuple(axes), tuple(points), text)
+        return cls(kernel, tuple(axes), tuple(points), text, MADE)
 
     def to_dicts(self) -> list[dict[str, Any]]:
         """The rows, as `kernbench sweep --json` prints them (a fresh copy)."""

@@ -64,6 +64,9 @@ def scaled(dtype: str) -> bool:
 
 def model_config(p) -> ModelConfig:
     """The model: a shipped one, or the Hugging Face config.json given (`ParamError`)."""
+    if not p["model"] and not p["config"].strip():  # `-p config=`: the model blanked for it
+        raise ValueError(f"config = {p['config']!r}: give the path of a Hugging Face "
+                         "config.json (or -p model=NAME)")
     try:
         if p["config"]:
             return read_config(Path(p["config"]))

@@ -287,14 +287,21 @@ class _Reader:
         return value
 
 
+#: `rope_scaling` keys whose null means "not given", as transformers reads them (its own
+#: default, or worked out); any other's null is refused (transformers fails on it)
+_NULL_IS_ABSENT = {"attention_factor", "mscale", "mscale_all_dim", "beta_fast", "beta_slow"}
+
+
 def _rope_number(c: _Reader, key: str, params: dict[str, Any], name: str, default: Any,
                  low: float = 0.0, above: bool = False) -> Any:
-    """`params[name]` (`default` if absent; None stays None): a finite number of at least
-    `low`, or with `above` more than it (a divisor); else the reader's error naming
-    ``key.name``."""
-    value = params.get(name, default)
-    if value is None:
-        return None
+    """`params[name]` (`default` if absent, or null where `_NULL_IS_ABSENT`): a finite
+    number of at least `low`, or with `above` more than it (a divisor); else the reader's
+    error naming ``key.name``. A `default` of None stays None (worked out later)."""
+    value = params.get(name)
+    if value is None and (name not in params or name in _NULL_IS_ABSENT):
+        value = default
+        if value is None:
+            return None
     if not isinstance(value, (int, float)) or isinstance(value, bool) or \
             not math.isfinite(value) or value < low or (above and value == low):
         raise c.fail(f"{key}.{name}", f"a number {'above' if above else 'of at least'} "

@@ -95,6 +95,33 @@ def test_result_fields_are_typed_and_frozen():
     assert kb.Result.from_dict(result.to_dict()) == result
 
 
+def test_a_result_changed_by_dataclasses_replace_is_refused():
+    """A copy with other fields would report them while its `to_dict()`, `kb.compare` and
+    the sweep's rows kept the old values (latency 1 ps in the field, 498,858 in the JSON;
+    a failed verification whose dict said verified): refused, naming how one is made. A
+    copy of an unchanged result is the same result."""
+    import copy
+
+    result = kb.run("softmax", ONE, params={"rows": 8, "cols": 64, "block": 8})
+    sweep = kb.SweepResult.from_rows("softmax", (), ())
+    comparison = kb.compare(result, result)
+    for made, maker, changes in (
+            (result, "Result.from_dict(data)", {"latency_ps": 1}),
+            (result, "Result.from_dict(data)", {"verified": False}),
+            (sweep, "SweepResult.from_rows(kernel, axes, rows) or kb.load_sweep",
+             {"points": ()}),
+            (comparison, "kb.compare", {"runs": ("a", "b")})):
+        with pytest.raises(errors.ArgumentError) as info:
+            dataclasses.replace(made, **changes)
+        assert str(info.value) == (
+            f"a {type(made).__name__} is read-only and made by {maker}: a copy with other "
+            "fields (dataclasses.replace) would disagree with its to_dict(); change the dict "
+            "and make it again")
+    same = copy.copy(result)
+    assert same == result and same.to_dict() == result.to_dict()
+    assert kb.Result.from_dict({**result.to_dict(), "latency_ps": 1}).latency_ps == 1
+
+
 def test_a_loaded_kernel_and_topology_run_as_names_do():
     module, topology = kb.load_kernel("softmax"), kb.load_topology(ONE, set={"pe.math.lanes": 8})
     by_name = kb.run("softmax", topology=ONE, set={"pe.math.lanes": 8}, params={"rows": 8})
@@ -352,10 +379,10 @@ WRONG_TYPES = [  # (call, exception, message): every public function checks its 
      "path=None: expected a path (a str or pathlib.Path), got NoneType"),
     (lambda r: kb.load_sweep(5), errors.ArgumentError,
      "path=5: expected a path (a str or pathlib.Path), got int"),
-    (lambda r: kb.SweepResult("softmax", (), ()).plot(5), errors.ArgumentError,
+    (lambda r: kb.SweepResult.from_rows("softmax", (), ()).plot(5), errors.ArgumentError,
      "path=5: expected a path (a str or pathlib.Path), got int"),
-    (lambda r: kb.SweepResult("softmax", (), ()).plot("x.png", y=None), errors.ArgumentError,
-     "y=None: expected a metric name (a str), got NoneType"),
+    (lambda r: kb.SweepResult.from_rows("softmax", (), ()).plot("x.png", y=None),
+     errors.ArgumentError, "y=None: expected a metric name (a str), got NoneType"),
     (lambda r: kb.compare(r, r, labels=5), errors.ArgumentError,
      "labels=5: expected None or a list of labels (strings), got int"),
     (lambda r: kb.compare(r, {"latency_ps": object()}), errors.ArgumentError,

@@ -342,3 +342,15 @@ def test_a_replay_states_the_bounds_on_the_grid_it_was_recorded_on():
     assert again.lower_bound == "gemm" and again.latency_ps >= again.lower_bound_ps
     other = kb.replay(result, "sip")  # 128 PEs, the streams of 16: not its bounds
     assert other.lower_bound is None and dict(other.bounds_ps) == {}
+
+
+@pytest.mark.parametrize("kernel", ["softmax", "rmsnorm"])
+@pytest.mark.parametrize(("rows", "message"), [
+    (0, "rows must be positive, got 0"), (-8, "rows must be positive, got -8"),
+    (24, "rows = 24 does not divide over the 16 PEs (try -p rows=16)")])
+def test_bounds_refuse_what_a_run_refuses(cli, kernel, rows, message):
+    """A bound of parameters no run takes is no bound: `--bounds-only` said 0 ns for 0 rows
+    and blamed the kernel (exit 1) for -8; both are the run's bad input (exit 2)."""
+    for flag in ("--bounds-only", "--timing-only"):
+        assert cli("run", kernel, flag, "-p", f"rows={rows}") == (
+            2, "", f"error: {kernel}: {message}\n")

@@ -229,6 +229,34 @@ def test_a_rope_divisor_of_zero_is_refused_naming_it(name, scaling):
     refused(f"rope_scaling.{name} must be a number above 0, got {value}", rope_scaling=scaling)
 
 
+@pytest.mark.parametrize(("name", "scaling"), [
+    ("factor", {"rope_type": "linear", "factor": None}),
+    ("factor", {"rope_type": "dynamic", "factor": None}),
+    ("factor", {"rope_type": "yarn", "factor": None}),
+    ("low_freq_factor", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": None,
+                         "high_freq_factor": 4.0}),
+    ("high_freq_factor", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": None}),
+    ("original_max_position_embeddings", {"rope_type": "yarn", "factor": 4.0,
+                                          "original_max_position_embeddings": None}),
+])
+def test_a_rope_number_given_as_null_is_refused_naming_it(name, scaling):
+    """transformers reads these as numbers (a null fails there): they were a TypeError in the
+    kernel's setup (a dynamic one's only once a position passed the trained context)."""
+    low = 0 if name in ("low_freq_factor", "high_freq_factor") else 1
+    what = "above" if name == "low_freq_factor" else "of at least"
+    refused(f"rope_scaling.{name} must be a number {what} {low}, got None", rope_scaling=scaling)
+
+
+def test_a_null_yarn_beta_or_scale_is_transformers_default():
+    """yarn's `beta_fast`/`beta_slow` null: transformers' 32 and 1 (`get(…) or 32`);
+    `attention_factor`, `mscale`, `mscale_all_dim` null: worked out, as when absent."""
+    given = {"rope_type": "yarn", "factor": 4.0, "beta_fast": None, "beta_slow": None,
+             "attention_factor": None, "mscale": None, "mscale_all_dim": None}
+    assert cfg(rope_scaling=given).rope == cfg(rope_scaling={"rope_type": "yarn",
+                                                             "factor": 4.0}).rope
+
+
 @pytest.mark.parametrize(("scaling", "position"), [
     ({"rope_type": "yarn", "factor": 4.0, "beta_fast": 1e-320}, 0),  # log(inf) in the ramp
     ({"rope_type": "dynamic", "factor": 1e300}, 5000),  # its base past the trained context

@@ -105,6 +105,15 @@ def test_a_model_and_a_config_together_are_refused_and_a_config_alone_names_no_m
         ("", str(config))
 
 
+@pytest.mark.parametrize("flag", ["--timing-only", "--bounds-only"])
+def test_an_empty_config_is_bad_input(cli, flag):
+    """`-p config=` blanks the model (it is the alternative) and names no file: it was a
+    KeyError of the kernel's setup (exit 1)."""
+    assert cli("run", "llama_decode", flag, "-p", "config=") == (
+        2, "", "error: llama_decode: config = '': give the path of a Hugging Face config.json "
+               "(or -p model=NAME)\n")
+
+
 def test_a_replay_states_the_same_time_per_token(cli, tmp_path):
     trace = tmp_path / "step.kbt"
     code, out, err = cli("run", "llama_decode", "--timing-only", "--json", "--record",
