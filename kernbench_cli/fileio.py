@@ -8,9 +8,9 @@ import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-from kernbench_cli.errors import KernbenchError, OutputError
+from kernbench_cli.errors import KernbenchError, OutputError, clip
 
 #: Files the CLI command running has read as inputs, and written as outputs (resolved):
 #: an output may be neither (a command never overwrites what it reads, or what it just
@@ -294,9 +294,18 @@ def parse_json(text: str, where: str):
     """`json.loads(text)` taking only numbers kernbench can hold: NaN, Infinity, a float past
     its range (1e400) or an integer past 64 bits is a `KernbenchError` naming `where` and the
     key. Malformed JSON is json's ValueError (and deep nesting a RecursionError), for the
-    caller to word."""
+    caller to word. A key given twice in one object is refused too (json keeps the last,
+    other readers the first: which one the file means is not known)."""
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        value = dict(pairs)
+        if len(value) < len(pairs):
+            seen: set[str] = set()
+            twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+            raise KernbenchError(f"{where}: key {clip(twice)} is given twice in one object")
+        return value
+
     value = json.loads(text, parse_constant=_Unheld, parse_int=_json_int,
-                       parse_float=_json_float)
+                       parse_float=_json_float, object_pairs_hook=unique)
     todo = [(value, "")]
     while todo:
         item, key = todo.pop()

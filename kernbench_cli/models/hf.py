@@ -314,7 +314,7 @@ def _rope(raw: dict[str, Any], c: _Reader, where: str, head_dim: int) -> Rope:
     if raw.get("rope_scaling") is not None and raw.get("rope_parameters") is not None:
         raise ParamError(f"{where}: both rope_scaling and rope_parameters are given; give one")
     key = "rope_parameters" if raw.get("rope_parameters") is not None else "rope_scaling"
-    params = raw.get(key) or {}
+    params = {} if raw.get(key) is None else raw[key]  # false, 0, []: no scaling? refused
     if not isinstance(params, dict):
         raise c.fail(key, "an object (or null)", params)
     kind = params.get("rope_type", params.get("type", "default"))
@@ -335,7 +335,7 @@ def _rope(raw: dict[str, Any], c: _Reader, where: str, head_dim: int) -> Rope:
         raise ParamError(f"{where}: {key} of rope_type {kind!r} needs "
                          f"{', '.join(sorted(missing))}")
     partial = params.get("partial_rotary_factor", raw.get("partial_rotary_factor", 1.0))
-    if partial != 1.0:
+    if partial != 1.0 or isinstance(partial, bool):
         raise ParamError(f"{where}: partial_rotary_factor {_shown(partial)}: kernbench rotates "
                          "whole heads only (1.0)")
     number = functools.partial(_rope_number, c, key, params)

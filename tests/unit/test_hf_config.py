@@ -118,6 +118,11 @@ def test_activations(act, modelled):
      {"num_hidden_layers": 10**9}),
     ("layer_types must be a list of 4 'full_attention' or 'sliding_attention', got "
      "['full_attention']", {"model_type": "qwen2", "layer_types": ["full_attention"]}),
+    ("rope_scaling must be an object (or null), got False", {"rope_scaling": False}),
+    ("rope_scaling must be an object (or null), got 0", {"rope_scaling": 0}),
+    ("rope_parameters must be an object (or null), got []", {"rope_parameters": []}),
+    ("partial_rotary_factor True: kernbench rotates whole heads only (1.0)",
+     {"rope_scaling": {"rope_type": "default", "partial_rotary_factor": True}}),
     ("layer_types has sliding_attention layers but no sliding_window is in use "
      "(use_sliding_window, sliding_window)",
      {"model_type": "qwen2", "layer_types": ["sliding_attention"] * 4}),
@@ -154,6 +159,8 @@ def test_a_missing_size_is_named():
                                  "Infinity)"),
     ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply"),
     ('{"a": ', "not valid JSON (Expecting value: line 1 column 7 (char 6))"),
+    ('{"hidden_size": 64, "hidden_size": 512}', "key 'hidden_size' is given twice in one "
+                                                "object"),
     ('{"model_type": "llama hidden_size intermediate_size vocab_size"}',
      "model_type 'llama hidden_size intermediate_size vocab_size' is not one kernbench "
      "models (llama, mistral, qwen2); its math differs, so it is refused"),
