@@ -213,6 +213,9 @@ class Result:
             raise ArgumentError(f"Result.from_dict: not JSON data ({exc})") from None
         data = json.loads(text)  # a private copy, in JSON's types
         _check_fields(cls, data, "")
+        if data["latency_ps"] < 0:  # as `kernbench compare` refuses it in a file
+            raise ArgumentError(f"Result.from_dict: latency_ps {data['latency_ps']} is not a "
+                                "time")
         parts = {
             "checks": tuple(_build(Check, c) for c in data["checks"]),
             "engines": MappingProxyType({name: _build(Engine, row, name=name)

@@ -120,6 +120,9 @@ def test_a_result_changed_by_dataclasses_replace_is_refused():
     same = copy.copy(result)
     assert same == result and same.to_dict() == result.to_dict()
     assert kb.Result.from_dict({**result.to_dict(), "latency_ps": 1}).latency_ps == 1
+    with pytest.raises(errors.ArgumentError, match=r"^Result.from_dict: latency_ps -5 is not "
+                                                   r"a time$"):
+        kb.Result.from_dict({**result.to_dict(), "latency_ps": -5})
 
 
 def test_a_loaded_kernel_and_topology_run_as_names_do():
