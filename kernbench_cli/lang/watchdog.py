@@ -25,7 +25,7 @@ Kernel code can take the timer away (ignore SIGALRM, put its own handler in, sto
 the timer). A thread stands behind it: once the block has gone `limit` plus a
 second without progress and is still running, the thread raises `KernelTimeout`
 in the watched thread itself (`PyThreadState_SetAsyncExc`, which Python checks
-between bytecodes, whatever the signal handlers), again at each tick.
+between bytecodes, whatever the signal handlers), again each second after.
 
 Memory: a command stream grows by some hundred bytes a command, so a kernel that
 issues commands without end fills the machine long before `--max-commands`, and
@@ -213,15 +213,20 @@ class _Watch:
             _raise_in(outside, exc)
 
     def backstop(self, thread: int, tick: float) -> None:
-        """The thread behind the timer: raise `KernelTimeout` in `thread` while the block
-        runs `BACKSTOP_GRACE_S` past its limit."""
+        """The thread behind the timer: raise `KernelTimeout` in `thread` once the block
+        runs `BACKSTOP_GRACE_S` past its limit, and again each `BACKSTOP_GRACE_S` after
+        while it still runs (not each tick: the first has that long to end the block)."""
         overdue = type("KernelTimeout", (KernelTimeout,),
                        {"__init__": lambda exc: KernelTimeout.__init__(exc, self.limit)})
+        due = self.limit + BACKSTOP_GRACE_S
         while not self.ended.wait(tick):
             with self.lock:  # not once the block has ended
-                if not self.ended.is_set() and not self.held and \
-                        self.stalled() >= self.limit + BACKSTOP_GRACE_S:
+                stalled = self.stalled()
+                if stalled < self.limit:
+                    due = self.limit + BACKSTOP_GRACE_S
+                elif stalled >= due and not self.ended.is_set() and not self.held:
                     _async_raise(thread, overdue)
+                    due = stalled + BACKSTOP_GRACE_S
 
     def end(self) -> None:
         """The block has ended: the thread behind the timer stops, raising nothing more

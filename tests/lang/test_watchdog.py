@@ -151,3 +151,25 @@ def test_a_watched_block_ends_under_a_profiler():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (0, "ended\n", "")
+
+
+def test_the_thread_behind_the_timer_raises_again_a_grace_later_not_each_tick(monkeypatch):
+    """A timeout taken (a kernel's ``except BaseException``) is raised again, once the
+    grace has passed again: not at each tick, which could land a second one in the
+    handling of the first."""
+    import signal
+    import time
+
+    from kernbench_cli.lang import watchdog as watching
+
+    monkeypatch.setattr(watching, "BACKSTOP_GRACE_S", 0.3)
+    raised: list[float] = []
+    with pytest.raises(watching.KernelTimeout), watching.watchdog(None, 0.02):
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        try:
+            _spin_until(lambda: False, 10.0)
+        except watching.KernelTimeout:
+            raised.append(time.monotonic())
+        _spin_until(lambda: False, 10.0)
+    raised.append(time.monotonic())
+    assert len(raised) == 2 and 0.25 <= raised[1] - raised[0] < 5.0
