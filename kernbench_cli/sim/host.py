@@ -217,7 +217,8 @@ class Host:
         """Split `array` evenly along `axis` (as `dtype` if given); PE k's slice holds part
         k."""
         array, dt = _placed_as(name, array, dtype)
-        if not isinstance(axis, int | np.integer) or not -array.ndim <= axis < array.ndim:
+        if not isinstance(axis, int | np.integer) or isinstance(axis, bool) or \
+                not -array.ndim <= axis < array.ndim:
             raise ParamError(f"{clip(name)}: axis {clip(axis)} is not one of the array's "
                              f"{array.ndim} (0..{array.ndim - 1})")
         axis = int(axis) % array.ndim
@@ -318,7 +319,8 @@ class Host:
 
     def _pe(self, name: str, pid: Any) -> int:
         """`pid`, a PE of the grid; a ParamError naming allocation `name` otherwise."""
-        if not isinstance(pid, int | np.integer) or not 0 <= pid < self.num_pes:
+        if not isinstance(pid, int | np.integer) or isinstance(pid, bool) or \
+                not 0 <= pid < self.num_pes:
             raise ParamError(f"{clip(name)}: PE {clip(pid)} does not exist: the grid has "
                              f"{self.num_pes:,} (0..{self.num_pes - 1})")
         return int(pid)

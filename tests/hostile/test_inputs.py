@@ -241,6 +241,9 @@ KERNELS = {  # name: (source, exit code, what the error says)
     "place_no_pe": (BASE + "import numpy as np\ndef setup(host, p):\n    host.place('x', "
                     "np.zeros(8, np.float32), 5)\n", 2, ":14: in setup: 'x': PE 5 does not "
                     "exist: the grid has 1 (0..0)"),
+    "place_bool_pe": (BASE + "import numpy as np\ndef setup(host, p):\n    host.place('x', "
+                      "np.zeros(8, np.float32), True)\n", 2, ":14: in setup: 'x': PE True does "
+                      "not exist: the grid has 1 (0..0)"),
     "place_float64": (BASE + "import numpy as np\ndef setup(host, p):\n    host.place('x', "
                       "np.zeros(8), 0)\n", 2, ":14: in setup: 'x': an array of float64 is not "
                       "one kernbench holds (f16, bf16, f32; dtype= casts it)"),
