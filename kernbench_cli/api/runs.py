@@ -32,13 +32,17 @@ Sets = Mapping[str, Any] | Sequence[str] | None
 Params = Mapping[str, Any] | Sequence[str] | None
 
 
-def load_kernel(kernel: str | Path) -> KernelModule:
+def load_kernel(kernel: str | Path, *,
+                kernel_timeout: float = DEFAULT_KERNEL_TIMEOUT) -> KernelModule:
     """A shipped kernel by name (``"gqa_attention"``) or a kernel file by path, imported and
     checked; `ParamError` if there is none or it is malformed. `kb.run` takes it in place of
-    a name (its module code then runs once, not per run)."""
+    a name (its module code then runs once, not per run). Its import is stopped if it runs
+    `kernel_timeout` seconds (0: no limit)."""
     from kernbench_cli.sim.kernels import load_kernel as load
 
-    return load(args.name_or_path(kernel, "kernel", "a kernel name or .py path", True))
+    check_kernel_timeout(kernel_timeout)
+    with hook_limit(kernel_timeout):
+        return load(args.name_or_path(kernel, "kernel", "a kernel name or .py path", True))
 
 
 def load_topology(topology: str | Path | None = None, *, costs: str | Path | None = None,
@@ -168,9 +172,10 @@ def run(kernel: str | Path | KernelModule, topology: str | Path | Topology | Non
     from kernbench_cli.sim.kernels import KernelModule, param_items, parse_params
     from kernbench_cli.sim.run import run_kernel
 
-    with hook_limit(kernel_timeout):  # its import, scaled defaults: the kernel's code
-        module = kernel if isinstance(kernel, KernelModule) else load_kernel(kernel)
-        amap = _compiled(topology, costs, set)
+    module = kernel if isinstance(kernel, KernelModule) else \
+        load_kernel(kernel, kernel_timeout=kernel_timeout)
+    amap = _compiled(topology, costs, set)
+    with hook_limit(kernel_timeout):  # its scaled defaults: the kernel's code
         values = parse_params(module, param_items(params), amap.topology.num_pes)
     raw = run_kernel(module, amap, values, seed=seed, timing_only=timing_only,
                      max_commands=max_commands, oplog=oplog, watch=watch, races=races,

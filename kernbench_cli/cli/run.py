@@ -27,7 +27,7 @@ from kernbench_cli.cli.common import (
 from kernbench_cli.errors import KernbenchError
 from kernbench_cli.fileio import check_outputs
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
-from kernbench_cli.lang.watchdog import DEFAULT_KERNEL_TIMEOUT, hook_limit
+from kernbench_cli.lang.watchdog import DEFAULT_KERNEL_TIMEOUT
 from kernbench_cli.report.trace_filter import trace_filter
 
 ChromeTraceOpt = Annotated[Path | None, typer.Option(
@@ -99,9 +99,7 @@ def run(
         return
     if save is not None and timing_only:
         raise KernbenchError("--save needs values: it cannot go with --timing-only")
-    api.check_kernel_timeout(kernel_timeout)
-    with hook_limit(kernel_timeout):  # the kernel's import is its code too
-        module = api.load_kernel(kernel)
+    module = api.load_kernel(kernel, kernel_timeout=kernel_timeout)
     topo = api.load_topology(topology, costs=costs, set=sets or ())
     keep = trace_filter(trace_pes, trace_window, topo.num_pes, chrome_trace)
     check_outputs({"--save": save, "--record": record, "--chrome-trace": chrome_trace,

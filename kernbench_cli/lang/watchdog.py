@@ -98,6 +98,12 @@ def hook_limit(seconds: float):
         HOOK_LIMIT.reset(token)
 
 
+def hook_watch(progress=None):
+    """`watchdog` of a kernel module's code outside the functional pass, at the limit
+    `hook_limit` set (`progress`: None, the call's own time)."""
+    return watchdog(progress, HOOK_LIMIT.get())
+
+
 def _read(path: str) -> str | None:
     try:
         return Path(path).read_text()

@@ -17,7 +17,7 @@ from typing import Any
 
 from kernbench_cli.errors import KernbenchError, KernelError, ParamError, clip
 from kernbench_cli.lang.confine import Interrupted, confined
-from kernbench_cli.lang.watchdog import HOOK_LIMIT, watchdog
+from kernbench_cli.lang.watchdog import hook_watch
 from kernbench_cli.sim.kernels import KernelModule
 
 
@@ -34,8 +34,7 @@ def stated(kernel: KernelModule, topology, params: dict[str, Any]) -> dict[str, 
         raise ParamError(f"{kernel.name} declares no bounds(): it states no lower bound to "
                          "show (docs/kernels.md says how a kernel states one)")
     try:  # what it prints goes to stderr (--json on stdout stays JSON), its code confined
-        with contextlib.redirect_stdout(sys.stderr), confined(), \
-                watchdog(None, HOOK_LIMIT.get()):
+        with contextlib.redirect_stdout(sys.stderr), confined(), hook_watch():
             found = kernel.fn("bounds")(topology, dict(params))
     except (KernbenchError, Interrupted):
         raise

@@ -23,7 +23,7 @@ from kernbench_cli.errors import KernbenchError, KernelError, ParamError, clip, 
 from kernbench_cli.lang.confine import Interrupted
 from kernbench_cli.lang.dtypes import NAMES, TOLERANCE, tolerance_problem
 from kernbench_cli.lang.tl import kernel_line
-from kernbench_cli.lang.watchdog import HOOK_LIMIT, watchdog
+from kernbench_cli.lang.watchdog import hook_watch
 from kernbench_cli.sim import host as host_module
 from kernbench_cli.sim.host import Host
 from kernbench_cli.sim.kernels import KernelModule, described
@@ -69,7 +69,7 @@ def setup(kernel: KernelModule, host: Host, params: dict[str, Any]) -> dict[str,
     """The kernel's arguments, as its `setup` makes them (the watchdog takes a placement
     made or an input drawn as progress)."""
     try:
-        with watchdog(lambda: (host.placements, host.drawn_bytes), HOOK_LIMIT.get()):
+        with hook_watch(lambda: (host.placements, host.drawn_bytes)):
             args = kernel.fn("setup")(host, dict(params))
     except KernbenchError as exc:
         raise _host_call(kernel, exc, "setup") from None
@@ -88,7 +88,7 @@ def call(kernel: KernelModule, name: str, *args: Any) -> Any:
     """The kernel's hook `name` called with `args` (stopped by the watchdog if it does not
     return within the limit)."""
     try:
-        with watchdog(None, HOOK_LIMIT.get()):
+        with hook_watch():
             return kernel.fn(name)(*args)
     except KernbenchError as exc:
         raise _host_call(kernel, exc, name) from None

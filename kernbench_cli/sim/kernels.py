@@ -53,7 +53,7 @@ from typing import Any
 from kernbench_cli.errors import ParamError, clip, message_of
 from kernbench_cli.fileio import note_input
 from kernbench_cli.lang.confine import Interrupted, KernelMisuse, confined
-from kernbench_cli.lang.watchdog import HOOK_LIMIT, KernelTimeout, watchdog
+from kernbench_cli.lang.watchdog import KernelTimeout, hook_watch
 from kernbench_cli.shipped import data_dir
 
 REQUIRED_NAMES = ("PARAMS", "setup", "kernel", "reference", "outputs")
@@ -147,7 +147,7 @@ def _loaded(spec: str, path: Path, shown: str, module_name: str) -> KernelModule
     module = importlib.util.module_from_spec(loader_spec)
     sys.path.insert(0, str(path.parent))  # a kernel may import helpers beside it
     try:
-        with confined(), watchdog(None, HOOK_LIMIT.get()):
+        with confined(), hook_watch():
             loader_spec.loader.exec_module(module)
     except Interrupted:
         raise
@@ -332,7 +332,7 @@ def param_items(params: Mapping[str, Any] | Sequence[str] | None) -> list[str]:
 
 def _scaled(kernel: KernelModule, num_pes: int) -> dict[str, Any]:
     try:
-        with confined(), watchdog(None, HOOK_LIMIT.get()):
+        with confined(), hook_watch():
             scaled = kernel.module.scaled_defaults(num_pes)
     except Interrupted:
         raise
