@@ -39,6 +39,15 @@ class Comparison:
     def __post_init__(self) -> None:
         sealed(self, "kb.compare")
 
+    def __reduce__(self) -> tuple:
+        """Pickled and deep-copied as plain data (`Result.__reduce__`)."""
+        return _comparison, (self.runs, {k: list(v) for k, v in self.metrics.items()},
+                             {k: list(v) for k, v in self.delta_pct.items()},
+                             [dict(c) for c in self.changed], self._json)
+
+    def __copy__(self) -> Comparison:
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         return {"runs": list(self.runs), "changed": [dict(c) for c in self.changed],
                 "metrics": {name: {"values": list(values), "delta_pct": list(self.delta_pct[name])}
@@ -84,10 +93,15 @@ def compare(*runs: Run, labels: Sequence[str] | None = None) -> Comparison:
     table = metrics(pairs)
     changes = changed([label for label, _ in pairs],
                       [settings(run, axes) for _, run, axes in found])
-    return Comparison(tuple(label for label, _ in pairs),
-                      MappingProxyType({k: tuple(v) for k, v in table.items()}),
-                      MappingProxyType({k: tuple(deltas(v)) for k, v in table.items()}),
-                      tuple(MappingProxyType(c) for c in changes), json.dumps(pairs), MADE)
+    return _comparison([label for label, _ in pairs], table,
+                       {k: deltas(v) for k, v in table.items()}, changes, json.dumps(pairs))
+
+
+def _comparison(runs, table, delta, changes, text: str) -> Comparison:
+    """The `Comparison` of these labels, metrics, deltas and changes, read-only."""
+    return Comparison(tuple(runs), MappingProxyType({k: tuple(v) for k, v in table.items()}),
+                      MappingProxyType({k: tuple(v) for k, v in delta.items()}),
+                      tuple(MappingProxyType(c) for c in changes), text, MADE)
 
 
 def _runs_of(run: Run, n: int) -> list[tuple[str, dict[str, Any], Mapping[str, Any] | None]]:

@@ -45,6 +45,11 @@ def frozen(value: Any) -> Any:
     return value
 
 
+def _rebuilt(text: str, race_lines: tuple[str, ...]) -> Result:
+    """The `Result` a pickle or a deep copy holds (`Result.__reduce__`)."""
+    return Result.from_dict(json.loads(text), race_lines=race_lines)
+
+
 def _build(cls: type, data: Mapping[str, Any], **extra: Any) -> Any:
     """A `cls` from the JSON object `data`: each field from the key of its name (read-only)."""
     names = {f.name for f in fields(cls)}
@@ -231,6 +236,15 @@ class Result:
         return cls(**{k: frozen(v) for k, v in data.items() if k in plain}, **parts,
                    race_lines=tuple(race_lines), raw=raw, address_map=address_map, _json=text,
                    _made=MADE)
+
+    def __reduce__(self) -> tuple:
+        """Pickled (across processes) and deep-copied as its `run --json` object: the copy is
+        `Result.from_dict(to_dict())`, without the live `raw` and `address_map` (a copy
+        module's `copy` keeps them: the result is read-only, so it is its own copy)."""
+        return _rebuilt, (self._json, self.race_lines)
+
+    def __copy__(self) -> Result:
+        return self
 
     def __repr__(self) -> str:
         bound = self.bound.engine or self.bound.by

@@ -110,6 +110,13 @@ class SweepResult:
                 MappingProxyType(row["axis_units"])))
         return cls(kernel, tuple(axes), tuple(points), text, MADE)
 
+    def __reduce__(self) -> tuple:
+        """Pickled and deep-copied as its rows (`Result.__reduce__`)."""
+        return SweepResult.from_rows, (self.kernel, self.axes, self.to_dicts())
+
+    def __copy__(self) -> SweepResult:
+        return self
+
     def to_dicts(self) -> list[dict[str, Any]]:
         """The rows, as `kernbench sweep --json` prints them (a fresh copy)."""
         return json.loads(self._json)

@@ -125,6 +125,30 @@ def test_a_result_changed_by_dataclasses_replace_is_refused():
         kb.Result.from_dict({**result.to_dict(), "latency_ps": -5})
 
 
+def test_results_pickle_and_deep_copy_as_their_json():
+    """A `Result`, `SweepResult` or `Comparison` crosses a process boundary (pickle) and
+    deep-copies as the JSON it reports: the copy equals it and says the same `to_dict()`;
+    a result's live `raw` stays behind (a deep copy of a simulator is not one), its race
+    lines go along; `copy.copy` is the object itself (it is read-only)."""
+    import copy
+    import pickle
+
+    result = kb.run("softmax", ONE, params={"rows": 8, "cols": 64, "block": 8})
+    sweep = kb.sweep("softmax", ONE, params={"rows": [8, 16], "cols": 64, "block": 8},
+                     timing_only=True)
+    comparison = kb.compare(result, sweep)
+    for made in (result, sweep, comparison):
+        for again in (pickle.loads(pickle.dumps(made)), copy.deepcopy(made)):
+            assert type(again) is type(made) and again is not made and again == made
+            dicts = (again.to_dicts(), made.to_dicts()) if made is sweep else \
+                (again.to_dict(), made.to_dict())
+            assert dicts[0] == dicts[1]
+        assert copy.copy(made) is made
+    again = pickle.loads(pickle.dumps(result))
+    assert result.raw is not None and (again.raw, again.address_map) == (None, None)
+    assert again.race_lines == result.race_lines and again.outputs == {}
+
+
 def test_a_loaded_kernel_and_topology_run_as_names_do():
     module, topology = kb.load_kernel("softmax"), kb.load_topology(ONE, set={"pe.math.lanes": 8})
     by_name = kb.run("softmax", topology=ONE, set={"pe.math.lanes": 8}, params={"rows": 8})
