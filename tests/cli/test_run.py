@@ -99,6 +99,28 @@ def test_timing_only_gives_the_same_time_without_values(cli, run):
     assert "not verified: timing only" in out
 
 
+@pytest.mark.parametrize(("text", "value"), [
+    ("256", 256), ("0256", 256), ("+256", 256), ("2_56", 256), ("0x100", 256),
+    ("0o400", 256), ("0b1_0000_0000", 256), ("-0", 0),
+    ("\u0663", None), ("2__56", None), ("256_", None), ("0x", None), ("2.56e2", None),
+    ("0b12", None), ("256 x", None),
+])
+def test_an_integer_parameter_is_ascii_digits_or_a_based_number(text, value):
+    """Decimal with leading zeros as written (010 is ten, not Python's error), 0x/0o/0b, a
+    sign and single `_` between digits; anything else (an Arabic-Indic digit, a doubled
+    `_`, a float) is refused with the parameter's name."""
+    from kernbench_cli.errors import ParamError
+    from kernbench_cli.sim.kernels import load_kernel, parse_params
+
+    kernel = load_kernel("sharded_gemm")
+    if value is not None:
+        assert parse_params(kernel, [f"tile_m={text}"])["tile_m"] == value
+        return
+    with pytest.raises(ParamError) as caught:
+        parse_params(kernel, [f"tile_m={text}"])
+    assert str(caught.value) == f"parameter tile_m: expected an integer, got {text!r}"
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["nope"], "unknown kernel 'nope' (shipped: all_reduce, gqa_attention, "
                "llama_decode, rmsnorm, "
