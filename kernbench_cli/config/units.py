@@ -178,15 +178,12 @@ def format_size_approx(nbytes: int) -> str:
 
 
 def format_size_human(nbytes: int) -> str:
-    """Bytes for a message: exact when a unit divides them (``"16MiB"``), else the largest
-    binary unit they reach, to 3 decimals (``"133.914GiB"``)."""
-    exact = format_size(nbytes)
-    if exact.endswith(("MiB", "GiB", "TiB")) or nbytes < _SIZE["KiB"]:
-        return exact
+    """Bytes for a message, in the largest binary unit they reach: whole when it divides
+    them (``"16MiB"``), else to 3 decimals (``"133.914GiB"``, not ``"137128MiB"``)."""
     for unit in ("TiB", "GiB", "MiB", "KiB"):
         if nbytes >= _SIZE[unit]:
             return f"{nbytes / _SIZE[unit]:.3f}".rstrip("0").rstrip(".") + unit
-    return exact
+    return format_size(nbytes)
 
 
 def format_time_ps(ps: int) -> str:

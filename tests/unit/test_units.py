@@ -68,3 +68,4 @@ def test_sizes_for_messages_are_exact_or_three_decimals_of_the_largest_unit():
     assert units.format_size_human(143_789_457_408) == "133.914GiB"  # 143,789,457,408 B
     assert units.format_size_human(3 * 2**10 + 512) == "3.5KiB"
     assert units.format_size_human(1000) == "1000B"
+    assert units.format_size_human(143_789_129_728) == "133.914GiB"  # 137,128 MiB exactly
