@@ -2,7 +2,7 @@
 
 Runs `llama_decode`'s `setup` (what `kernbench run` does before the
 functional pass: allocate and place every weight, KV shard and shared
-buffer) at context 8192 with 2, 16 and all the model's layers, on `sip` (128 PEs,
+buffer) at context 8191 with 2, 16 and all the model's layers, on `sip` (128 PEs,
 llama3-8b's 32: 70b's 80 layers do not fit its 128 GiB) and `rack` (8,192 PEs,
 llama3-70b's 80), in this
 process, timing-only unless `--values`. Per case it prints the placements
@@ -17,7 +17,7 @@ The pipeline depth is the same for every layer count of a topology (`--pp`,
 2 by default: a 2-layer model has at most 2 stages), so the placements grow
 with the layers alone. The case the docs quote, 80 layers at `pp=16` on the
 rack (a SIP per stage, as `kernbench run llama_decode -t rack -p
-model=llama3-70b -p context=8192 -p pp=16 -p layers=80 --timing-only`), is
+model=llama3-70b -p context=8191 -p pp=16 -p layers=80 --timing-only`), is
 timed too.
 
     python benchmarks/setup_speed.py [--topology sip --topology rack] [--values]
@@ -67,7 +67,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     kernel = load_kernel("llama_decode")
-    print(f"llama_decode, context 8192, {'values' if args.values else 'timing-only'}; "
+    print(f"llama_decode, context 8191, {'values' if args.values else 'timing-only'}; "
           f"load average {os.getloadavg()[0]:.2f}")
     print(f"{'case':<34} {'placements':>11} {'setup CPU s':>12} {'look-up s':>10} "
           f"{'us/placement':>13}")
@@ -79,7 +79,7 @@ def main() -> int:
             cases.append((80, 16))
         figures = {}
         for layers, pp in cases:
-            params = parse_params(kernel, [f"model={model}", "context=8192", f"layers={layers}",
+            params = parse_params(kernel, [f"model={model}", "context=8191", f"layers={layers}",
                                            f"pp={pp}"], amap.topology.num_pes)
             runs = [setup_cpu(kernel, amap, params, args.values) for _ in range(args.repeat)]
             setup, lookup, placed = min(runs)

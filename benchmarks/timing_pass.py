@@ -63,7 +63,7 @@ from kernbench_cli.sim.trace_file import read_trace, write_trace
 
 def params(kernel, layers: int, batch: int) -> dict:
     """The case's parameters, parsed for `kernel` (llama_decode)."""
-    return parse_params(kernel, ["model=llama3-8b", "context=8192", f"layers={layers}",
+    return parse_params(kernel, ["model=llama3-8b", "context=8191", f"layers={layers}",
                                  f"batch={batch}"])
 
 

@@ -152,7 +152,7 @@ PARAM_INFO = {
 
 def setup(host, p):
     run = run_of(host.topology, p)
-    check_rows(host.topology, run)
+    check_rows(host.topology, run, chosen=p["batch"] == 0)
     lay = Layout(host.topology, run)
     lay.check(host.grid)
     host.expect(len(lay.shared) * host.num_pes + sum(

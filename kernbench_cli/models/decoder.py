@@ -26,7 +26,7 @@ from kernbench_cli.lang import collectives as coll
 from kernbench_cli.lang.dtypes import dtype as dtype_of
 from kernbench_cli.lang.dtypes import nbytes, rounded
 from kernbench_cli.lang.narrow import NARROW
-from kernbench_cli.models.hf import ModelConfig, from_dict, read_config
+from kernbench_cli.models.hf import ModelConfig, Rope, from_dict, read_config
 
 _LLAMA3 = {"model_type": "llama", "vocab_size": 128256, "rms_norm_eps": 1e-5,
            "rope_theta": 500000.0, "max_position_embeddings": 8192}
@@ -179,11 +179,7 @@ def run_of(topology, p) -> Run:
         raise ValueError("scale_to with a prompt and pp > 1: the stages take the prefill's "
                          "passes in a pipeline, so a layer's time there is no share of the "
                          "TTFT; run all layers, or one stage")
-    last = p["context"] + p["prompt"] + p["steps"] - 1
-    if p["steps"] > 1 and last >= cfg.rope.max_positions:
-        raise ValueError(f"steps = {p['steps']}: the last step's position, {last:,}, is past "
-                         f"the model's positions (max_position_embeddings "
-                         f"{cfg.rope.max_positions:,})")
+    _check_positions(p, cfg.rope)
     if p["steps"] > 1 and (p["pp"] > 1 or m > 1 or p["scale_to"] or cfg.windows):
         raise ValueError(f"steps = {p['steps']}: several decode steps run on one pipeline "
                          "stage, without micro-batches, scale_to or sliding windows (each "
@@ -237,24 +233,28 @@ def most_rows(topology, cfg: ModelConfig) -> int:
     return topology.pe.tcm.size // (3 * cfg.hidden * 4)
 
 
-def check_rows(topology, run: Run) -> None:
+def check_rows(topology, run: Run, chosen: bool = False) -> None:
     """Refuse a pass with more rows than a PE's TCM can hold at a layer's residual add:
     its input, the sum and the result, each [rows, hidden] in f32, in TCM at once (a
     necessary bound only: other tensors share TCM, so a pass under it can still
-    overflow, with the overflow's own error naming what holds TCM)."""
+    overflow, with the overflow's own error naming what holds TCM). `chosen`: the batch
+    is the one `batch = 0` chose (the largest HBM holds), which the message says."""
     tcm, hidden, most = topology.pe.tcm.size, run.cfg.hidden, most_rows(topology, run.cfg)
+    batch = (f"batch = 0, the largest batch HBM holds ({run.batch:,})" if chosen else
+             f"batch = {run.batch}")
     if run.rows > most:
         split = f"microbatches = {run.microbatches}, " if run.microbatches > 1 else ""
         raise ValueError(
-            f"batch = {run.batch}: {split}a micro-batch of {run.rows} rows holds three "
+            f"{batch}: {split}a micro-batch of {run.rows} rows holds three "
             f"[{run.rows}, {hidden}] f32 tensors at a layer's residual add "
-            f"({3 * run.rows * hidden * 4:,} B), more than a PE's {tcm:,} B of TCM: split "
-            f"the batch into micro-batches of at most {most} rows (-p microbatches; other "
-            "tensors share TCM, so it may take fewer)")
+            f"({3 * run.rows * hidden * 4:,} B), more than a PE's {tcm:,} B of TCM: "
+            + ("give a batch, or " if chosen else "") +
+            f"split the batch into micro-batches of at most {most} rows (-p microbatches; "
+            "other tensors share TCM, so it may take fewer)")
     rows = max((run.batch * t for _, t in run.chunks), default=0)
     if rows > most:
         if most < run.batch:
-            raise ValueError(f"batch = {run.batch}: a prefill pass of one token a sequence "
+            raise ValueError(f"{batch}: a prefill pass of one token a sequence "
                              f"({run.batch} rows) holds three [{run.batch}, {hidden}] f32 "
                              "tensors at a layer's residual add, more than a PE's "
                              f"{tcm:,} B of TCM")
@@ -607,16 +607,40 @@ class DoesNotFit(ValueError):
 
 #: The largest batch `largest` searches to (a search needs an end; no PE holds this many).
 MAX_BATCH = 1 << 24
+#: The most positions `largest` searches for a `dynamic` RoPE model's context, which
+#: `max_position_embeddings` does not end (a sliding-window model's HBM does not either)
+MAX_CONTEXT = 1 << 24
+
+
+def _check_positions(p, rope: Rope) -> None:
+    """Refuse a run whose last token sits past the model's positions: a step at context c
+    after a prompt of n tokens, the last of `steps`, computes the token at position c + n +
+    steps - 1, and a config's `max_position_embeddings` m holds positions 0 to m - 1
+    (`dynamic` RoPE has no such end: it scales past m, as transformers does). The key
+    named is the one that alone would not fit: `steps` or `prompt` if they already reach
+    past m at context 0, else `context`."""
+    last, most = p["context"] + p["prompt"] + p["steps"] - 1, rope.max_positions
+    if last < most or rope.kind == "dynamic":
+        return
+    where = (f"the last token's position, {last:,}, is past the model's positions "
+             f"(max_position_embeddings {most:,})")
+    for name, alone in (("steps", 1), ("prompt", 0)):
+        if p[name] > alone and p["prompt"] + p["steps"] > most:
+            raise ValueError(f"{name} = {p[name]}: {where}")
+    raise ValueError(f"context = {p['context']}: {where}; the largest context here is "
+                     f"{limit_of(p, 'context'):,}")
 
 
 def limit_of(p, name: str) -> int:
     """The most `largest` searches to: for "context", the model's max_position_embeddings
     less the prompt and the steps (the last step's token sits at position context +
-    prompt + steps - 1); for "batch", `MAX_BATCH`. A model whose every layer has a
-    sliding window needs no more HBM past its window, so its context is bounded by its
-    positions alone."""
+    prompt + steps - 1; `dynamic` RoPE, which scales past them, `MAX_CONTEXT`); for
+    "batch", `MAX_BATCH`. A model whose every layer has a sliding window needs no more HBM
+    past its window, so its context is bounded by its positions alone."""
     if name == "context":
-        return max(0, model_config(p).rope.max_positions - p["prompt"] - p["steps"])
+        rope = model_config(p).rope
+        most = MAX_CONTEXT if rope.kind == "dynamic" else rope.max_positions
+        return max(0, most - p["prompt"] - p["steps"])
     return MAX_BATCH
 
 

@@ -261,12 +261,12 @@ def test_layers_of_different_windows_are_not_scaled(cli, tmp_path):
 def test_a_model_larger_than_the_machine_is_refused_before_it_runs(cli):
     """llama3-70b's bf16 weights alone are 141 GB; sip has 128 GiB of HBM."""
     code, _, err = cli("run", "llama_decode", "-t", "sip", "-p", "model=llama3-70b",
-                       "-p", "context=8192", "-p", "layers=4", "-p", "scale_to=80",
+                       "-p", "context=8191", "-p", "layers=4", "-p", "scale_to=80",
                        "--timing-only")
     assert code == 2
     assert err == ("error: llama_decode: llama3-70b does not fit topology 'sip': its 80 "
                    "layers' weights, the LM head and embedding table and the KV cache of "
-                   "batch 1 at context 8192 take 133.914GiB (143,789,457,408 B); the system "
+                   "batch 1 at context 8191 take 133.914GiB (143,789,129,728 B); the system "
                    "has 128GiB of HBM (128 PEs x 1GiB)\n")
 
 
@@ -282,7 +282,7 @@ def test_a_pe_that_overflows_is_named_with_what_it_holds(cli):
 
 
 def test_the_whole_model_is_checked_not_the_layers_timed(run):
-    """llama3-8b at context 8192 fits sip; its scaled step reports the HBM the whole
+    """llama3-8b at context 8191 fits sip; its scaled step reports the HBM the whole
     model takes."""
     from kernbench_cli.address import load_address_map
     from kernbench_cli.models.decoder import Layout, run_of
@@ -290,7 +290,7 @@ def test_the_whole_model_is_checked_not_the_layers_timed(run):
 
     module = load_kernel("llama_decode").module
     topo = load_address_map("sip").topology
-    p = {**module.PARAMS, "model": "llama3-8b", "context": 8192, "layers": 4,
+    p = {**module.PARAMS, "model": "llama3-8b", "context": 8191, "layers": 4,
          "scale_to": 32}
     lay = Layout(topo, run_of(topo, p))
     used = sum(sum(lay.need(pid).values()) for pid in range(topo.num_pes))
@@ -374,6 +374,19 @@ def test_the_largest_batch_runs_and_one_more_is_refused(cli):
     assert run["metrics"]["tokens_per_s"] == pytest.approx(8e12 / run["latency_ps"])
     code, _, err = cli("run", "llama_decode", "-p", "context=1152", *small)
     assert code == 2 and "does not fit" in err
+
+
+def test_a_batch_0_that_tcm_refuses_says_batch_0_chose_it(cli):
+    """With the default 1 GiB slices HBM holds 424,360 sequences of the tiny model, far
+    more rows than TCM: the refusal names `batch = 0` and the batch it chose, not a
+    batch the user never gave."""
+    code, _, err = cli("run", "llama_decode", "-p", "batch=0", "--timing-only")
+    assert (code, err) == (2, (
+        "error: llama_decode: batch = 0, the largest batch HBM holds (424,360): a "
+        "micro-batch of 424360 rows holds three [424360, 256] f32 tensors at a layer's "
+        "residual add (1,303,633,920 B), more than a PE's 2,097,152 B of TCM: give a batch, "
+        "or split the batch into micro-batches of at most 682 rows (-p microbatches; other "
+        "tensors share TCM, so it may take fewer)\n"))
 
 
 def test_max_context_of_a_sliding_window_model_is_its_positions(run):
@@ -741,12 +754,60 @@ def test_each_step_waits_for_the_token_before_it(run):
     assert 2.85 * one.latency_ps < three.latency_ps < 3.15 * one.latency_ps
 
 
+def test_every_run_keeps_its_last_token_within_the_model_positions(cli):
+    """A config's max_position_embeddings m holds positions 0 to m - 1; the last token a
+    run computes sits at context + prompt + steps - 1, so one step on the tiny model (m =
+    2,048) runs at context 2,047, its own `max_context`, and is refused at 2,048 with the
+    largest that runs; a prompt that alone reaches past m is named as the cause."""
+    code, out, _ = cli("run", "llama_decode", "-p", "context=2047", "--timing-only", "--json")
+    assert code == 0
+    assert json.loads(out)["metrics"]["max_context"] == 2047
+    code, _, err = cli("run", "llama_decode", "-p", "context=2048", "--timing-only")
+    assert (code, err) == (2, "error: llama_decode: context = 2048: the last token's "
+                              "position, 2,048, is past the model's positions "
+                              "(max_position_embeddings 2,048); the largest context here "
+                              "is 2,047\n")
+    code, _, err = cli("run", "llama_decode", "-p", "context=1000", "-p", "prompt=1048",
+                       "--timing-only")
+    assert (code, err) == (2, "error: llama_decode: context = 1000: the last token's "
+                              "position, 2,048, is past the model's positions "
+                              "(max_position_embeddings 2,048); the largest context here "
+                              "is 999\n")
+    code, _, err = cli("run", "llama_decode", "-p", "context=0", "-p", "prompt=2049",
+                       "--timing-only")
+    assert (code, err) == (2, "error: llama_decode: prompt = 2049: the last token's "
+                              "position, 2,049, is past the model's positions "
+                              "(max_position_embeddings 2,048)\n")
+
+
+def test_dynamic_rope_runs_past_max_position_embeddings(cli, tmp_path):
+    """`dynamic` (NTK) RoPE is made to scale past `max_position_embeddings` (transformers
+    recomputes its base as the sequence grows), so such a model is not refused there: at
+    context 40 with m = 32 the step runs, verified against the float64 reference that
+    scales the base, and its `max_context` is bounded by HBM, not by m."""
+    from tests.conftest import TESTS
+
+    base = json.loads((TESTS / "configs" / "hf" / "llama_linear_rope.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**base, "max_position_embeddings": 32,
+                                "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}))
+    code, out, err = cli("run", "llama_decode", "-p", f"config={path}", "-p", "context=40",
+                         "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["verified"] is True
+    assert result["metrics"]["max_context"] > 1000
+    code, _, err = cli("run", "llama_decode", "-p", f"config={path}", "-p", "context=40",
+                       "-p", "steps=2", "--timing-only")
+    assert code == 0, err
+
+
 def test_steps_need_one_stage_without_micro_batches(cli):
     code, _, err = cli("run", "llama_decode", "-p", "steps=2", "-p", "pp=2")
     assert (code, err) == (2, "error: llama_decode: steps = 2: several decode steps run on one "
                               "pipeline stage, without micro-batches, scale_to or sliding "
                               "windows (each step waits for the token the one before chose)\n")
     code, _, err = cli("run", "llama_decode", "-p", "steps=100000", "--timing-only")
-    assert (code, err) == (2, "error: llama_decode: steps = 100000: the last step's position, "
+    assert (code, err) == (2, "error: llama_decode: steps = 100000: the last token's position, "
                               "100,063, is past the model's positions (max_position_embeddings "
                               "2,048)\n")
