@@ -15,6 +15,7 @@ from kernbench_cli.api import arguments as args
 from kernbench_cli.api.result import MADE, Result, sealed
 from kernbench_cli.api.sweeps import SweepResult
 from kernbench_cli.errors import ArgumentError, KernbenchError, clip
+from kernbench_cli.fileio import parse_json
 
 Run = Result | SweepResult | Mapping[str, Any] | str | Path
 
@@ -124,9 +125,13 @@ def _runs_of(run: Run, n: int) -> list[tuple[str, dict[str, Any], Mapping[str, A
         if "latency_ps" not in run:
             raise ArgumentError(f"run {n}: not a `run --json` object (no latency_ps)")
         try:
-            data = json.loads(json.dumps(dict(run)))
+            text = json.dumps(dict(run))
         except (TypeError, ValueError, RecursionError) as exc:
             raise ArgumentError(f"run {n}: not JSON data ({exc})") from None
+        try:  # numbers as a file holds them: no NaN or Infinity
+            data = parse_json(text, f"run {n}")
+        except KernbenchError as exc:
+            raise ArgumentError(str(exc)) from None
         return [(f"#{n}", checked(data, f"run {n}"), None)]
     if isinstance(run, str | os.PathLike):
         return load_file(args.path(run, f"run {n}", required=True))

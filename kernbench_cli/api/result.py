@@ -18,7 +18,14 @@ from dataclasses import MISSING, dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
-from kernbench_cli.errors import ArgumentError, RaceError, VerificationError, clip
+from kernbench_cli.errors import (
+    ArgumentError,
+    KernbenchError,
+    RaceError,
+    VerificationError,
+    clip,
+)
+from kernbench_cli.fileio import parse_json
 
 #: What the one maker of each result class passes it (`Result.from_dict`,
 #: `SweepResult.from_rows`, `kb.compare`): one made otherwise, as `dataclasses.replace`
@@ -216,11 +223,20 @@ class Result:
             text = json.dumps(data)  # key order kept: engines as the report lists them, the
         except (TypeError, ValueError, RecursionError) as exc:  # path's by the time spent
             raise ArgumentError(f"Result.from_dict: not JSON data ({exc})") from None
-        data = json.loads(text)  # a private copy, in JSON's types
+        try:  # a private copy, in JSON's types, with numbers a `run --json` file can hold
+            data = parse_json(text, "Result.from_dict")
+        except KernbenchError as exc:  # NaN, Infinity: no file holds them
+            raise ArgumentError(str(exc)) from None
         _check_fields(cls, data, "")
         if data["latency_ps"] < 0:  # as `kernbench compare` refuses it in a file
             raise ArgumentError(f"Result.from_dict: latency_ps {data['latency_ps']} is not a "
                                 "time")
+        failed = [c["name"] for c in data["checks"]
+                  if c["kind"] == "verification" and not c["passed"]]
+        if data["verified"] is not None and data["verified"] != (not failed):
+            said = "verified is false, but no verification check failed" if not failed else \
+                f"verified is true, but the verification of {failed[0]} failed"
+            raise ArgumentError(f"Result.from_dict: {said}")
         parts = {
             "checks": tuple(_build(Check, c) for c in data["checks"]),
             "engines": MappingProxyType({name: _build(Engine, row, name=name)

@@ -125,6 +125,34 @@ def test_a_result_changed_by_dataclasses_replace_is_refused():
         kb.Result.from_dict({**result.to_dict(), "latency_ps": -5})
 
 
+def test_a_result_dict_holds_what_a_run_json_file_can():
+    """`Result.from_dict` and `kb.compare` of a dict take what a `run --json` file could
+    hold, as `kernbench compare` reads one: no NaN or Infinity (named by key), and a
+    `verified` that agrees with its checks (a false one with no failing check made
+    `check()` raise "verification failed: " with no reason)."""
+    result = kb.run("softmax", ONE, params={"rows": 8, "cols": 64, "block": 8})
+    nan = {**result.to_dict(), "metrics": {"x": float("nan")}}
+    refused = ("metrics.x: NaN is not a number kernbench reads (finite, integers within 64 "
+               "bits; JSON has no NaN or Infinity)")
+    with pytest.raises(errors.ArgumentError) as info:
+        kb.Result.from_dict(nan)
+    assert str(info.value) == f"Result.from_dict: {refused}"
+    with pytest.raises(errors.ArgumentError) as info:
+        kb.compare(result, {**result.to_dict(), "hbm_gbps": float("inf")})
+    assert str(info.value) == ("run 1: hbm_gbps: Infinity is not a number kernbench reads "
+                               "(finite, integers within 64 bits; JSON has no NaN or Infinity)")
+    with pytest.raises(errors.ArgumentError) as info:
+        kb.Result.from_dict({**result.to_dict(), "verified": False})
+    assert str(info.value) == ("Result.from_dict: verified is false, but no verification "
+                               "check failed")
+    checks = [{**c, "passed": False} if c["kind"] == "verification" else c
+              for c in result.to_dict()["checks"]]
+    with pytest.raises(errors.ArgumentError) as info:
+        kb.Result.from_dict({**result.to_dict(), "checks": checks})
+    assert str(info.value) == ("Result.from_dict: verified is true, but the verification of "
+                               f"{checks[0]['name']} failed")
+
+
 def test_results_pickle_and_deep_copy_as_their_json():
     """A `Result`, `SweepResult` or `Comparison` crosses a process boundary (pickle) and
     deep-copies as the JSON it reports: the copy equals it and says the same `to_dict()`;
