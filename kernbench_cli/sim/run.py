@@ -195,6 +195,9 @@ def _set_up_and_run(kernel: KernelModule, amap: AddressMap, params: dict[str, An
         try:
             with np.errstate(all="ignore"):  # a greenlet has its own context: see `_quiet`
                 fn(tl, **args)
+            left_open = tl._left_open()
+            if left_open is not None:
+                raise left_open
         except (Interrupted, KernelTimeout, MemoryLow, GreenletExit, ShortcutMissed):
             raise  # the whole pass stops
         except BaseException as exc:  # sys.exit(), KeyboardInterrupt: the kernel's errors too
@@ -486,7 +489,7 @@ def _first_failure(kernel: KernelModule, kernel_file: str, system: System,
     """The kernel error that happened first in simulated time, with its line, PE and time."""
     pid = min(failures, key=lambda p: (system.pes[p].cpu.time, p))
     exc = failures[pid]
-    line = kernel_line(kernel_file, exc.__traceback__)
+    line = kernel_line(kernel_file, exc.__traceback__) or getattr(exc, "line", 0)
     where = (f"{kernel.shown}:{line if line else '?'}: PE ({system.coords[pid]}) "
              f"at t={format_time_ps(system.pes[pid].cpu.time)}")
     if isinstance(exc, KernbenchError):

@@ -233,6 +233,12 @@ KERNELS = {  # name: (source, exit code, what the error says)
     "region_left_unentered": (BASE + "def kernel(tl, x, n):\n    tl.region('a').__exit__("
                               "None, None, None)\n", 1, ":13: PE (rack=0 sip=0 cube=0 pe=0) "
                               "at t=0ns: tl.region('a') left without being entered"),
+    "region_never_left": (BASE + "def kernel(tl, x, n):\n    with tl.region('a'):\n"
+                          "        pass\n    tl.region('b').__enter__()\n    tl.load(tl.shard"
+                          "(x), (n,), 'f32')\n", 1, ":15: PE (rack=0 sip=0 cube=0 pe=0) at "
+                          "t=4ns: "
+                          "tl.region('b') was entered and never left: the kernel ended inside "
+                          "it (`with tl.region(...):` leaves it)"),
     # the host's refusals name the kernel line that called it
     "random_twice": (BASE + "def setup(host, p):\n    host.random('x', (8,), 'f32')\n"
                      "    host.random('x', (8,), 'f32')\n", 2,

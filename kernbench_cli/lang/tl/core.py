@@ -129,6 +129,7 @@ class Core:
         self._tcm = FreeListPool(f"TCM of PE ({self._coord})", 0, topo.pe.tcm.size)
         self._gemm = (topo.pe.gemm.rows, topo.pe.gemm.cols, topo.pe.gemm.dataflow)
         self._region = 0  # the region its next command belongs to
+        self._open = None  # the innermost `tl.region` entered and not left (`_Region`)
         self._pinned = 0  # inside a `library_call`: the kernel line of its commands
         self._take = None  # the repetition `tl.repeat` records, while it runs
         self._copying = False  # whether `tl.repeat` copies a repetition (and may wait in it)

@@ -8,10 +8,11 @@ timeline. Nested regions make paths ("layer/attn"), interned once per launch.
 
 from __future__ import annotations
 
+import sys
 from contextlib import AbstractContextManager
 
 from kernbench_cli.errors import KernelError, clip
-from kernbench_cli.lang.tl.core import Core
+from kernbench_cli.lang.tl.core import Core, _line
 from kernbench_cli.stream import region_name_problem
 
 
@@ -26,6 +27,18 @@ class Regions(Core):
         if problem is not None:
             raise KernelError(f"tl.region: {problem}, got {clip(name)}")
         return _Region(self, name)
+
+    def _left_open(self) -> KernelError | None:
+        """At the kernel's end: the error of a region it entered and never left (its
+        `__enter__` called by hand), the commands after it booked to the region; `line` is
+        where it was entered."""
+        inner = self._open
+        if inner is None:
+            return None
+        error = KernelError(f"tl.region({clip(inner.name)}) was entered and never left: "
+                            "the kernel ended inside it (`with tl.region(...):` leaves it)")
+        error.line = inner.line
+        return error
 
     def _enter_region(self, region: int, at: int | None = None) -> None:
         """The commands from the next (or from command `at`) belong to `region` (an index
@@ -50,11 +63,13 @@ class _Region:
     object is entered once at a time (either misuse would book the commands after it to
     a region they are not in)."""
 
-    __slots__ = ("inside", "name", "outer", "tl")
+    __slots__ = ("before", "inside", "line", "name", "outer", "tl")
 
     def __init__(self, tl: Regions, name: str):
         self.tl, self.name, self.outer = tl, name, 0
         self.inside: int | None = None  # the region entered, until it is left
+        self.before: _Region | None = None  # the region open when this one was entered
+        self.line = 0  # the kernel line it was entered at
 
     def __enter__(self) -> None:
         tl = self.tl
@@ -66,6 +81,8 @@ class _Region:
         path = f"{program.regions[self.outer]}/{self.name}".lstrip("/")
         self.inside = tl._launch.region_index(path)
         tl._enter_region(self.inside)
+        self.before, tl._open = tl._open, self
+        self.line = _line(sys._getframe(1), tl._kernel_file, tl._lines)
 
     def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
         tl, inside, self.inside = self.tl, self.inside, None
@@ -77,3 +94,4 @@ class _Region:
                               f"{clip(regions[tl._region])}, entered inside it, is still open: "
                               "regions nest (`with`)")
         tl._enter_region(self.outer)
+        tl._open, self.before = self.before, None
