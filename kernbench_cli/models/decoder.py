@@ -618,9 +618,19 @@ def _check_positions(p, rope: Rope) -> None:
     steps - 1, and a config's `max_position_embeddings` m holds positions 0 to m - 1
     (`dynamic` RoPE has no such end: it scales past m, as transformers does). The key
     named is the one that alone would not fit: `steps` or `prompt` if they already reach
-    past m at context 0, else `context`."""
+    past m at context 0, else `context`. With a prompt, the request figure's `new_tokens`
+    (the first from the prefill, then a decode step each, the last feeding position c + n
+    + new_tokens - 2) must fit too."""
     last, most = p["context"] + p["prompt"] + p["steps"] - 1, rope.max_positions
-    if last < most or rope.kind == "dynamic":
+    if rope.kind == "dynamic":
+        return
+    request = p["context"] + p["prompt"] + p["new_tokens"] - 2  # the last token it feeds
+    if p["prompt"] and last < most <= request:  # the request figure's decode steps
+        raise ValueError(f"new_tokens = {p['new_tokens']}: the request's last token sits "
+                         f"at position {request:,}, past the model's positions "
+                         f"(max_position_embeddings {most:,}); at most "
+                         f"{most + 1 - p['context'] - p['prompt']:,} new tokens here")
+    if last < most:
         return
     where = (f"the last token's position, {last:,}, is past the model's positions "
              f"(max_position_embeddings {most:,})")

@@ -372,7 +372,6 @@ def _convert(name: str, text: str, default: Any) -> Any:
     return text
 
 
-
 #: An integer parameter's text: ASCII decimal digits (leading zeros allowed: ``010`` is
 #: 10), or a 0x, 0o or 0b number, with an optional sign and ``_`` between digits
 _INTEGER = re.compile(r"[+-]?(0[xX](_?[0-9a-fA-F])+|0[oO](_?[0-7])+|0[bB](_?[01])+|"

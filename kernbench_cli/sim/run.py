@@ -141,16 +141,7 @@ def _run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], 
             unread = exc
         memory.release()
     program = launch.program
-    timing = Timing(system, program, oplog=oplog and not failures, dedup=dedup)
-    watch.begin("timing pass", timing)
-    try:
-        with watchdog(None, 0):  # the machine's memory only
-            timing.run()
-    except TimingError as exc:
-        raise _timing_failed(kernel.shown, system, exc) from None
-    except MemoryError:
-        raise KernelError(f"{kernel.shown}: this machine ran out of memory timing "
-                          f"{program.commands:,} commands on {len(system.pes):,} PEs") from None
+    timing = _timing_pass(system, program, kernel.shown, watch, oplog and not failures, dedup)
     if failures:
         raise _first_failure(kernel, kernel_file, system, failures)
     if timing.stuck:
@@ -237,6 +228,24 @@ def _functional(kernel: KernelModule, kernel_file: str, launch: Launch, body,
         if not isinstance(exc, KernbenchError) and kernel_line(kernel_file, exc.__traceback__) \
                 is None:
             raise exc  # not the kernel's doing: a bug in kernbench keeps its traceback
+
+
+def _timing_pass(system: System, program: Program, shown: str, watch: Watch, oplog: bool,
+                 dedup: bool) -> Timing:
+    """The timing pass of `program` on `system`, watched for the machine's memory (the
+    watchdog's floor; `hw` does not import `lang`), its errors as a run reports them
+    (`shown`: what ran)."""
+    timing = Timing(system, program, oplog=oplog, dedup=dedup)
+    watch.begin("timing pass", timing)
+    try:
+        with watchdog(None, 0):  # the machine's memory only
+            timing.run()
+    except TimingError as exc:
+        raise _timing_failed(shown, system, exc) from None
+    except MemoryError:
+        raise KernelError(f"{shown}: this machine ran out of memory timing "
+                          f"{program.commands:,} commands on {len(system.pes):,} PEs") from None
+    return timing
 
 
 def _out_of_memory(kernel: KernelModule, kernel_file: str, launch: Launch, pid: int | None,
@@ -403,13 +412,8 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
                           program.tcm_peak + [0] * extra, program.regions,
                           program.region_marks + [[] for _ in range(extra)],
                           program.ring_capacity)
-    timing = Timing(system, program, oplog=oplog, dedup=dedup)
-    (watch or Watch()).begin("timing pass", timing)
-    try:
-        with watchdog(None, 0):  # the machine's memory only
-            timing.run()
-    except TimingError as exc:
-        raise _timing_failed(f"replay of {source}", system, exc) from None
+    timing = _timing_pass(system, program, f"replay of {source}", watch or Watch(), oplog,
+                          dedup)
     if timing.stuck:
         raise _deadlock(source, system, program, timing.stuck)
     counts, by_region = energy.count(system, timing), energy.by_region(system, timing)
@@ -489,7 +493,7 @@ def _first_failure(kernel: KernelModule, kernel_file: str, system: System,
     """The kernel error that happened first in simulated time, with its line, PE and time."""
     pid = min(failures, key=lambda p: (system.pes[p].cpu.time, p))
     exc = failures[pid]
-    line = kernel_line(kernel_file, exc.__traceback__) or getattr(exc, "line", 0)
+    line = kernel_line(kernel_file, exc.__traceback__) or getattr(exc, "at_line", 0)
     where = (f"{kernel.shown}:{line if line else '?'}: PE ({system.coords[pid]}) "
              f"at t={format_time_ps(system.pes[pid].cpu.time)}")
     if isinstance(exc, KernbenchError):

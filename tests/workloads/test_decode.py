@@ -758,7 +758,8 @@ def test_every_run_keeps_its_last_token_within_the_model_positions(cli):
     """A config's max_position_embeddings m holds positions 0 to m - 1; the last token a
     run computes sits at context + prompt + steps - 1, so one step on the tiny model (m =
     2,048) runs at context 2,047, its own `max_context`, and is refused at 2,048 with the
-    largest that runs; a prompt that alone reaches past m is named as the cause."""
+    largest that runs; a prompt that alone reaches past m is named as the cause, and a
+    request's new tokens past it too."""
     code, out, _ = cli("run", "llama_decode", "-p", "context=2047", "--timing-only", "--json")
     assert code == 0
     assert json.loads(out)["metrics"]["max_context"] == 2047
@@ -778,6 +779,16 @@ def test_every_run_keeps_its_last_token_within_the_model_positions(cli):
     assert (code, err) == (2, "error: llama_decode: prompt = 2049: the last token's "
                               "position, 2,049, is past the model's positions "
                               "(max_position_embeddings 2,048)\n")
+    # the request figure's tokens after the prompt: the last of 149 feeds position 2,047
+    code, _, err = cli("run", "llama_decode", "-p", "context=1800", "-p", "prompt=100",
+                       "-p", "new_tokens=150", "--timing-only")
+    assert (code, err) == (2, "error: llama_decode: new_tokens = 150: the request's last "
+                              "token sits at position 2,048, past the model's positions "
+                              "(max_position_embeddings 2,048); at most 149 new tokens "
+                              "here\n")
+    code, out, _ = cli("run", "llama_decode", "-p", "context=1800", "-p", "prompt=100",
+                       "-p", "new_tokens=149", "--timing-only", "--json")
+    assert code == 0 and "request_ps" in json.loads(out)["metrics"]
 
 
 def test_dynamic_rope_runs_past_max_position_embeddings(cli, tmp_path):

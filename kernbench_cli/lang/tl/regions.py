@@ -30,14 +30,15 @@ class Regions(Core):
 
     def _left_open(self) -> KernelError | None:
         """At the kernel's end: the error of a region it entered and never left (its
-        `__enter__` called by hand), the commands after it booked to the region; `line` is
-        where it was entered."""
+        `__enter__` called by hand), the commands after it booked to the region; its
+        `at_line` is where it was entered (the report's kernel line: no frame of the
+        kernel's is left to find it in)."""
         inner = self._open
         if inner is None:
             return None
         error = KernelError(f"tl.region({clip(inner.name)}) was entered and never left: "
                             "the kernel ended inside it (`with tl.region(...):` leaves it)")
-        error.line = inner.line
+        error.at_line = inner.line
         return error
 
     def _enter_region(self, region: int, at: int | None = None) -> None:
