@@ -257,17 +257,40 @@ def check_options(kernel: str | Path, topology: str | Path | None, costs: str | 
 
         check_dask_address(dask)
     module = load_kernel(str(kernel))  # an unknown kernel is bad input, before any point runs
-    named = _param_files(module, [item for axis in _axes(params, "-p", param_items)
-                                  for item in axis])
-    for given in (kernel, topology, costs, replay, *named):  # files the points read
-        if given is not None and Path(given).is_file():
+    items = [item for axis in _axes(params, "-p", param_items) for item in axis]
+    for given in (kernel, topology, costs, replay, *_param_files(module, items)):
+        if given is not None and Path(given).is_file():  # files the points read
             note_input(Path(given))
     if replay is not None:  # a recording every point would fail to read is bad input
         from kernbench_cli.sim.trace_file import read_trace
 
-        read_trace(Path(replay))
+        _as_recorded(module, read_trace(Path(replay)), replay, items)
     check_outputs({"--out": out, "--plot": plot}, rewrites=("--out",) if resume else ())
     return module
+
+
+def _as_recorded(module, trace, replay: str | Path, items: list[str]) -> None:
+    """Refuse a replayed sweep whose kernel, or a `-p` of it, is not the recording's: its
+    points would be labelled with a run that never was (the replay times the recording's
+    own). A `-p` the kernel does not take, or one that varies, is left to `_checked`."""
+    from kernbench_cli.sim.kernels import parse_params
+
+    if trace.kernel != module.name:
+        raise KernbenchError(f"--replay {replay}: the recording is of kernel "
+                             f"{clip(trace.kernel)}, not {clip(module.name)}")
+    names = [item.partition("=")[0].strip() for item in dict.fromkeys(items)]
+    for item, name in zip(dict.fromkeys(items), names, strict=True):
+        if names.count(name) > 1:
+            continue
+        try:
+            value = parse_params(module, [item])[name]
+        except ParamError:
+            continue
+        if name not in trace.params or trace.params[name] != value:
+            recorded = f"{name}={trace.params[name]}" if name in trace.params else "none"
+            raise KernbenchError(f"--replay {replay}: -p {item.strip()} is not the "
+                                 f"recording's ({recorded}): a replay re-times the run "
+                                 "recorded, whose parameters are fixed")
 
 
 def _param_files(module, items: list[str]) -> list[str]:

@@ -314,6 +314,28 @@ def test_replay_sweeps_take_no_parameter_axes(cli, tmp_path):
                "parameters)\n")
 
 
+def test_a_replayed_sweep_is_of_the_recordings_kernel_and_parameters(cli, tmp_path):
+    """A replay times the recorded run: a `-p` it did not run with, or another KERNEL,
+    would label every point with a run that never was (softmax rows=8 timed, its table
+    saying rows=64). Both are refused before any point runs; the recording's own values
+    are taken."""
+    trace = tmp_path / "sm.kbtrace"
+    pair = ("-t", test_topology("pair"))
+    assert cli("run", "softmax", *pair, "-p", "rows=8", "-p", "cols=64", "-p", "block=4",
+               "--timing-only", "--record", str(trace))[0] == 0
+    axes = (*pair, "--set", "hbm.bandwidth=51.2GB/s,102.4GB/s", "-j", "1")
+    assert cli("sweep", "softmax", "--replay", str(trace), "-p", "rows=64", *axes) == (
+        2, "", f"error: --replay {trace}: -p rows=64 is not the recording's (rows=8): a "
+               "replay re-times the run recorded, whose parameters are fixed\n")
+    assert cli("sweep", "rmsnorm", "--replay", str(trace), *axes) == (
+        2, "", f"error: --replay {trace}: the recording is of kernel 'softmax', not "
+               "'rmsnorm'\n")
+    code, out, err = cli("sweep", "softmax", "--replay", str(trace), "-p", "rows=0x8",
+                         "-p", "block=4", *axes, "--json")
+    assert code == 0, err
+    assert [row["result"]["params"]["rows"] for row in json.loads(out)] == [8, 8]
+
+
 def test_a_replayed_sweep_keeps_the_recordings_set_items(cli, tmp_path):
     """`--replay TRACE` re-times the recording under its own `--set` items, then each
     point's: a point equals a run with both."""
