@@ -286,9 +286,13 @@ def check_program(program: Program, memory: list[tuple[int, int, str]]) -> None:
     _require((b < index) & ((b >= 0) | (op != DOT)) & (b >= -1), where,
              "a producer that is not an earlier command")
     _require((size >= 0) & (line >= 0) & (tcm >= 0), where, "a negative size, line or TCM")
+    peaks = np.array(program.tcm_peak, dtype=np.int64)
+    _require(tcm <= peaks[pid] if peaks.size == len(streams) else tcm < 0, where,
+             "more TCM in use than the PE's recorded peak")
     moves = (op == LOAD) | (op == STORE)
     _require(~moves | ((rows >= 1) & (rows <= np.maximum(size, 1))), where,
              "a load or store whose rows are not between 1 and its bytes")
+    _require(~moves | (arg >= size), where, "a load or store whose span is less than its bytes")
     for kind, count in ((DOT, len(program.gemm_shapes)), (MATH, len(program.math_kinds))):
         _require((op != kind) | ((arg >= 0) & (arg < count)), where,
                  f"a {KINDS[kind]} naming no table entry")
@@ -315,7 +319,11 @@ def check_program(program: Program, memory: list[tuple[int, int, str]]) -> None:
     if any(code not in FORMATS for code in codes):
         raise ValueError("a gemm shape or composite names a format that does not exist")
     used = (op == COMPOSITE) & (arg >= 0)
-    ends = [(src[op == LOAD], pid[op == LOAD]), (dst[op == STORE], pid[op == STORE])]
+    loads, stores = op == LOAD, op == STORE
+    _in_memory(np.concatenate([src[loads], dst[stores]]),
+               np.concatenate([pid[loads], pid[stores]]), memory,
+               np.concatenate([arg[loads], arg[stores]]))
+    ends = []
     for addr, in_tcm in (("a_addr", col.get("a_tcm")), ("b_addr", col.get("b_tcm")),
                          ("out_addr", None)):
         if not comps.size:
@@ -324,8 +332,9 @@ def check_program(program: Program, memory: list[tuple[int, int, str]]) -> None:
         mine = col[addr][which]
         memory_end = (mine >= 0) if in_tcm is None else (in_tcm[which] == 0)
         ends.append((mine[memory_end], pid[used][memory_end]))
-    _in_memory(np.concatenate([e for e, _ in ends]), np.concatenate([p for _, p in ends]),
-               memory)
+    if ends:
+        _in_memory(np.concatenate([e for e, _ in ends]), np.concatenate([p for _, p in ends]),
+                   memory)
 
 
 def _require(ok: np.ndarray, where: tuple[np.ndarray, np.ndarray], what: str) -> None:
@@ -334,7 +343,10 @@ def _require(ok: np.ndarray, where: tuple[np.ndarray, np.ndarray], what: str) ->
         raise ValueError(f"PE {int(where[0][bad])} command {int(where[1][bad])} has {what}")
 
 
-def _in_memory(addrs: np.ndarray, pids: np.ndarray, memory: list[tuple[int, int, str]]) -> None:
+def _in_memory(addrs: np.ndarray, pids: np.ndarray, memory: list[tuple[int, int, str]],
+               spans: np.ndarray | None = None) -> None:
+    """ValueError unless each address (and the `spans` bytes from it: a load's or store's
+    first to one past its last) lies in one host allocation."""
     if not addrs.size:
         return
     bases = np.array(sorted(a for a, _, _ in memory), dtype=np.int64)
@@ -345,6 +357,13 @@ def _in_memory(addrs: np.ndarray, pids: np.ndarray, memory: list[tuple[int, int,
         bad = int(np.argmin(ok))
         raise ValueError(f"PE {int(pids[bad])} reaches {int(addrs[bad]):#x}, which no host "
                          "allocation holds")
+    if spans is not None:
+        past = spans > ends[slot] - addrs
+        if past.any():
+            bad = int(np.argmax(past))
+            raise ValueError(f"PE {int(pids[bad])} moves {int(spans[bad]):,} B from "
+                             f"{int(addrs[bad]):#x}, past the end of the host allocation "
+                             "holding it")
 
 
 def _little(col: array) -> array:

@@ -262,11 +262,31 @@ def _set(column: str, pid: int, index: int, value: int):
     (_set("a", 0, 1, 5), "PE 0 command 1 has a producer that is not an earlier command"),
     (_set("arg", 0, 1, 0), "PE 0 command 1 has a message to or from a PE that is not another PE"),
     (_set("src", 0, 0, 0x10), "PE 0 reaches 0x10, which no host allocation holds"),
+    # a load's bytes past its span, or TCM past the PE's peak: once timed as an 11 s load,
+    # or reported as a model invariant broken (a bug in kernbench)
+    (_set("size", 0, 0, 1 << 39), "PE 0 command 0 has a load or store whose span is less "
+                                  "than its bytes"),
+    (_set("tcm", 0, 0, 1 << 30), "PE 0 command 0 has more TCM in use than the PE's recorded "
+                                 "peak"),
 ])
 def test_a_damaged_trace_is_an_error_not_a_crash(cli, tmp_path, run, edit, message):
     path = _damaged(tmp_path, run, edit)
     code, _, err = cli("replay", str(path))
     assert (code, err) == (2, f"error: {path}: damaged trace: {message}\n")
+
+
+def test_a_load_past_its_allocation_is_a_damaged_trace(cli, tmp_path, run):
+    """A load whose span (and bytes) reach past the host allocation it starts in."""
+    def edit(trace) -> None:
+        stream = trace.program.streams[0]
+        stream.size[0] = stream.arg[0] = 1 << 39
+        edit.at = stream.src[0]
+
+    path = _damaged(tmp_path, run, edit)
+    code, _, err = cli("replay", str(path))
+    assert (code, err) == (2, f"error: {path}: damaged trace: PE 0 moves 549,755,813,888 B "
+                              f"from {edit.at:#x}, past the end of the host allocation "
+                              "holding it\n")
 
 
 def test_replaying_needs_no_kernel_file(tmp_path, kernbench):
