@@ -19,7 +19,11 @@ kernel error with the kernel's line instead:
 Kernel code may redirect its prints (`contextlib.redirect_stdout`), but
 `sys.stdout` and `sys.stderr` are put back as they were when the block ends:
 a kernel that set them to None or to a buffer and returned took kernbench's
-report with it (an internal error, or a run that printed nothing).
+report with it (an internal error, or a run that printed nothing). So is the
+working directory (`os.chdir`): the run's relative output paths were checked
+against the one it started in, and went to the kernel's, leaving an old file
+at the path asked for as if this run had written it (and `kb.run` left its
+caller elsewhere).
 
 The checks apply to the thread that runs the kernel code only (a Dask worker
 runs other work on its other threads). The guards are put in place when the
@@ -32,6 +36,7 @@ threads print where it went.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -120,7 +125,7 @@ def confined():
         if not _CONFINED:
             _install()
         _CONFINED.add(ident)
-    streams = sys.stdout, sys.stderr
+    streams, cwd = (sys.stdout, sys.stderr), _cwd()
     try:
         yield
     finally:
@@ -129,9 +134,20 @@ def confined():
             if not _CONFINED:
                 _uninstall()
         sys.stdout, sys.stderr = streams  # as kernbench had them, whatever the kernel set
+        if cwd is not None and _cwd() != cwd:
+            with contextlib.suppress(OSError):  # gone since: nowhere to go back to
+                os.chdir(cwd)
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
             _CHAINED.pop()
+
+
+def _cwd() -> str | None:
+    """The working directory; None if it cannot be read (deleted since)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
 
 
 _CHAINED: list = []  # the SIGINT handler `_interrupt_handler` stands in front of

@@ -127,3 +127,34 @@ def test_a_kernel_that_replaces_stdout_and_stderr_leaves_kernbench_its_own(cli, 
     assert (code, err) == (0, "")
     assert json.loads(out)["latency_ps"] > 0
     assert (sys.stdout, sys.stderr) == before
+
+
+@pytest.mark.parametrize("where", ["kernel", "setup"])
+def test_a_kernel_that_changes_directory_leaves_the_runs_outputs_where_asked(
+        cli, tmp_path, monkeypatch, where):
+    """`os.chdir` in kernel code: the working directory is put back when the code ends, so
+    `--save` and `--oplog` (relative paths, checked in the directory the run started in)
+    are written there, not in the kernel's, where an old file at the path asked for was
+    left as if this run had made it; and `kb.run`'s caller stays where it was."""
+    away, start = tmp_path / "away", tmp_path / "start"
+    away.mkdir()
+    start.mkdir()
+    body = f"    os.chdir({str(away)!r})\n"
+    path = tmp_path / "moves.py"
+    path.write_text(
+        "import os\nimport numpy as np\nPARAMS = {}\n\ndef setup(host, p):\n"
+        + (body if where == "setup" else "")
+        + "    return {'x': host.place('x', np.ones(4, np.float32), 0)}\n\n"
+        "def kernel(tl, x):\n" + (body if where == "kernel" else "")
+        + "    tl.store(x, tl.load(x, (4,), 'f32'))\n\n"
+        "def reference(host, p):\n    return {}\n\n"
+        "def outputs(host, args, p):\n    return {}\n")
+    monkeypatch.chdir(start)
+    (start / "out.npz").write_bytes(b"an older run's")
+    code, _, err = cli("run", str(path), "-t", ONE, "--save", "out.npz", "--oplog", "ops.jsonl")
+    assert code == 0, err
+    assert os.getcwd() == str(start)
+    assert (start / "out.npz").read_bytes() != b"an older run's"
+    assert (start / "ops.jsonl").is_file() and not list(away.iterdir())
+    kb.run(str(path), ONE)
+    assert os.getcwd() == str(start)
