@@ -402,7 +402,7 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
         return _bounds_only(spec, module, todo, axis_keys, on_start, on_row)
     results = Results(out, axis_keys, _identity(spec, loaded, todo) if out is not None else "")
     if resume:
-        results.load()
+        results.load({p.key: p.index for p in todo})
     rows = {p.index: numbered({**results.done[p.key], "point": p.index})
             for p in todo if p.key in results.done}
     skip = _pruned(spec, module, todo, limit, rows)

@@ -536,11 +536,14 @@ class Results:
     def csv(self) -> bool:
         return self.path is not None and self.path.suffix == ".csv"
 
-    def load(self) -> None:
+    def load(self, points: dict[str, int]) -> None:
         """The rows already in the file, for --resume: a file of another sweep (or not of one)
         is refused untouched; a torn last line and the rows of failed and pruned points are
         dropped (the points run, or are pruned, again) and the file rewritten (whole,
-        atomically) without them. Rows are then appended to it."""
+        atomically) without them. Rows are then appended to it. `points` are this sweep's
+        (point key -> its number): a row of another point is refused, the file untouched,
+        and rows numbered otherwise (an axis given more values, or in another order) are
+        renumbered, so that the file never holds one number twice."""
         if self.path is None or not self.path.is_file():
             return
         try:
@@ -581,11 +584,21 @@ class Results:
                                  "--timing-only, seed or "
                                  "recording); --resume needs the file this sweep wrote")
         kept = [row for row in rows if row["error"] is None and not row.get("pruned")]
-        for row in kept:
-            self.done[json.dumps(row["axes"], sort_keys=True)] = row
+        keys = [json.dumps(row["axes"], sort_keys=True) for row in kept]
+        for row, key in zip(kept, keys, strict=True):
+            if key not in points:
+                axes = " ".join(f"{k}={v}" for k, v in row["axes"].items())
+                raise KernbenchError(f"{self.path}: its point {row['point']} ({axes}) is not "
+                                     "a point of this sweep (its axes changed since); "
+                                     "--resume takes the file of these points, or write a "
+                                     "new --out")
+        moved = any(row["point"] != points[key] for row, key in zip(kept, keys, strict=True))
+        kept = [{**row, "point": points[key]} for row, key in zip(kept, keys, strict=True)]
+        for row, key in zip(kept, keys, strict=True):
+            self.done[key] = row
         if self.csv:
             self._rows = kept
-        if torn or len(kept) < len(rows):  # only once the rows are known to be ours
+        if torn or moved or len(kept) < len(rows):  # only once the rows are known to be ours
             lines = b"".join(self._line(row).encode() for row in kept)
             atomic_write(self.path, lambda out: out.write(self._header().encode() + lines),
                          "--out", rewrites_input=True)

@@ -574,6 +574,35 @@ def test_resume_refuses_another_sweeps_rows_and_leaves_them(cli, tmp_path, other
     assert out.read_bytes() == before
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_resume_renumbers_the_points_an_axis_kept_and_refuses_those_it_lost(cli, tmp_path,
+                                                                            suffix):
+    """An axis given one more value first: the file's points keep their results under
+    this sweep's numbers (they kept their old ones, so two rows were point 0 and `plot`
+    refused the file); an axis that lost a value is refused, the file as it was."""
+    out = tmp_path / f"r{suffix}"
+    base = ("sharded_gemm", "--timing-only", "-j", "1", "--out", str(out))
+    assert cli("sweep", *base, "--set", "pe.gemm.rows=4,8")[0] == 0
+    code, _, err = cli("sweep", *base, "--set", "pe.gemm.rows=16,4,8", "--resume")
+    assert code == 0, err
+    assert err.count("point") == 1  # only the new one ran
+    if suffix == ".jsonl":
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        assert sorted((r["point"], r["axes"]["pe.gemm.rows"]) for r in rows) == [
+            (0, "16"), (1, "4"), (2, "8")]
+        assert cli("plot", str(out), "-o", str(tmp_path / "r.svg"))[0] == 0
+    else:
+        lines = out.read_text().splitlines()[1:]
+        assert sorted(line.split(",")[:2] for line in lines) == [
+            ["0", "16"], ["1", "4"], ["2", "8"]]
+    before = out.read_bytes()
+    code, _, err = cli("sweep", *base, "--set", "pe.gemm.rows=16,4", "--resume")
+    assert (code, err) == (2, f"error: {out}: its point 2 (pe.gemm.rows=8) is not a point of "
+                              "this sweep (its axes changed since); --resume takes the file "
+                              "of these points, or write a new --out\n")
+    assert out.read_bytes() == before
+
+
 def test_resume_refuses_rows_of_a_model_config_since_changed(cli, tmp_path):
     """The rows are of the config's bytes, not its name: a config changed since is another
     sweep's, and its rows are left as they were."""
