@@ -228,15 +228,12 @@ class Result:
         except KernbenchError as exc:  # NaN, Infinity: no file holds them
             raise ArgumentError(str(exc)) from None
         _check_fields(cls, data, "")
-        if data["latency_ps"] < 0:  # as `kernbench compare` refuses it in a file
-            raise ArgumentError(f"Result.from_dict: latency_ps {data['latency_ps']} is not a "
-                                "time")
-        failed = [c["name"] for c in data["checks"]
-                  if c["kind"] == "verification" and not c["passed"]]
-        if data["verified"] is not None and data["verified"] != (not failed):
-            said = "verified is false, but no verification check failed" if not failed else \
-                f"verified is true, but the verification of {failed[0]} failed"
-            raise ArgumentError(f"Result.from_dict: {said}")
+        problem = _inconsistent(data)
+        if problem is not None:
+            raise ArgumentError(f"Result.from_dict: {problem}")
+        if "latency_ns" in data and data["latency_ns"] != data["latency_ps"] / 1000:
+            data["latency_ns"] = data["latency_ps"] / 1000  # derived: a changed latency_ps
+            text = json.dumps(data)  # carries it (the field and `to_dict()` agree)
         parts = {
             "checks": tuple(_build(Check, c) for c in data["checks"]),
             "engines": MappingProxyType({name: _build(Engine, row, name=name)
@@ -319,6 +316,37 @@ class Result:
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "Any": (object,)}
 _PARTS: dict[str, type] = {}  # class name -> class, of the result's parts (filled below)
+
+
+#: keys a `run --json` object leaves out when a run has none (never null)
+_LEFT_OUT = ("energy_pj", "average_power_w", "critical_path", "tcm_high_water", "races",
+             "regions", "per_pe")
+
+
+def _inconsistent(data: dict[str, Any]) -> str | None:
+    """What in `data` (of the fields' types) no `run --json` object says: another schema,
+    a negative time or count, a `verified` that disagrees with the checks, a key it
+    leaves out given as null. None if nothing."""
+    from kernbench_cli.report.run import SCHEMA_VERSION
+
+    version = data.get("schema_version", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        return f"schema_version {clip(version)} is not the one this kernbench reads " \
+               f"({SCHEMA_VERSION})"
+    if data["latency_ps"] < 0:  # as `kernbench compare` refuses it in a file
+        return f"latency_ps {data['latency_ps']} is not a time"
+    for key in ("pes", "commands"):
+        if data[key] < 0:
+            return f"{key} {data[key]} is not a count"
+    null = next((key for key in _LEFT_OUT if key in data and data[key] is None), None)
+    if null is not None:
+        return f"{null} is null: a `run --json` object leaves it out when a run has none"
+    failed = [c["name"] for c in data["checks"] if c["kind"] == "verification"
+              and not c["passed"]]
+    if data["verified"] is not None and data["verified"] != (not failed):
+        return "verified is false, but no verification check failed" if not failed else \
+            f"verified is true, but the verification of {failed[0]} failed"
+    return None
 
 
 def _check_fields(cls: type, data: Any, where: str) -> None:

@@ -17,10 +17,11 @@ from rich.console import Console
 from rich.table import Table
 
 from kernbench_cli.config.units import format_energy_aj, format_time_ps
-from kernbench_cli.errors import KernbenchError
+from kernbench_cli.errors import KernbenchError, clip
 from kernbench_cli.fileio import parse_json, read_input
 from kernbench_cli.report import metrics as kernel_metrics
 from kernbench_cli.report.fit import one_line
+from kernbench_cli.report.run import SCHEMA_VERSION
 
 #: Bytes of a results file worth reading.
 MAX_RESULTS_BYTES = 2**32
@@ -76,8 +77,12 @@ def checked(run: dict[str, Any], where: str) -> dict[str, Any]:
 
     engines, checks = run.get("engines", {}), run.get("checks", [])
     problem = None
+    version = run.get("schema_version", SCHEMA_VERSION)
     if not number(run["latency_ps"]) or run["latency_ps"] < 0:
         problem = "latency_ps is not a time"
+    elif version != SCHEMA_VERSION:
+        problem = f"schema_version {clip(version)} is not the one this kernbench reads " \
+                  f"({SCHEMA_VERSION})"
     elif not isinstance(engines, dict) or not all(
             isinstance(e, dict) and number(e.get("busy_ps")) and number(e.get("utilization"))
             for e in engines.values()):

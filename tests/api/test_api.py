@@ -153,6 +153,28 @@ def test_a_result_dict_holds_what_a_run_json_file_can():
                                f"{checks[0]['name']} failed")
 
 
+@pytest.mark.parametrize(("changes", "problem"), [
+    ({"schema_version": 5}, "schema_version 5 is not the one this kernbench reads (1)"),
+    ({"pes": -1}, "pes -1 is not a count"),
+    ({"commands": -1}, "commands -1 is not a count"),
+    ({"critical_path": None}, "critical_path is null: a `run --json` object leaves it out "
+                              "when a run has none"),
+    ({"regions": None}, "regions is null: a `run --json` object leaves it out when a run "
+                        "has none"),
+])
+def test_result_from_dict_refuses_what_no_run_json_says(changes, problem):
+    """Another schema, a negative count, or null for a key a run leaves out: an
+    ArgumentError naming it (critical_path null was an AttributeError; regions null broke
+    `kb.compare` later). A changed latency_ps carries latency_ns with it: the field and
+    `to_dict()` agree."""
+    result = kb.run("softmax", ONE, params={"rows": 8, "cols": 64, "block": 8})
+    with pytest.raises(errors.ArgumentError) as info:
+        kb.Result.from_dict({**result.to_dict(), **changes})
+    assert str(info.value) == f"Result.from_dict: {problem}"
+    changed = kb.Result.from_dict({**result.to_dict(), "latency_ps": 1000, "latency_ns": 5})
+    assert (changed.latency_ns, changed.to_dict()["latency_ns"]) == (1.0, 1.0)
+
+
 def test_results_pickle_and_deep_copy_as_their_json():
     """A `Result`, `SweepResult` or `Comparison` crosses a process boundary (pickle) and
     deep-copies as the JSON it reports: the copy equals it and says the same `to_dict()`;

@@ -91,3 +91,18 @@ def test_compare_refuses_numbers_json_cannot_hold(cli, tmp_path, value, message)
     assert bad.read_text() != out
     assert cli("compare", str(good), str(bad), "--json") == (2, "", f"error: {bad}: "
                                                                   f"{message}\n")
+
+
+def test_compare_refuses_a_run_of_another_schema(cli, tmp_path):
+    """A `run --json` object of another schema_version (a later kernbench's, or one edited)
+    is not read as this one's, as a golden of another schema is not."""
+    import json
+
+    code, out, _ = cli("run", "softmax", "--timing-only", "--json")
+    assert code == 0
+    good, other = tmp_path / "a.json", tmp_path / "b.json"
+    good.write_text(out)
+    other.write_text(json.dumps({**json.loads(out), "schema_version": 5}))
+    assert cli("compare", str(good), str(other)) == (
+        2, "", f"error: {other}: not a `run --json` object: schema_version 5 is not the one "
+               "this kernbench reads (1)\n")
