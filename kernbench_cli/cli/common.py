@@ -186,19 +186,23 @@ def echo_rich(*renderables) -> None:
 
 
 def parse_int(text: str, what: str) -> int:
-    """Hex (``0x…``, ``_`` allowed) or decimal; AddressError names `what` and the text."""
-    clean = text.strip().replace("_", "")
+    """An integer as `-p` reads one (`config.units.read_integer`: decimal, or 0x, 0o, 0b,
+    single ``_`` between digits); AddressError names `what` and the text as typed."""
+    from kernbench_cli.config.units import read_integer
+
+    clean = text.strip()
     try:
-        value = int(clean, 16) if clean.lower().startswith("0x") else int(clean, 10)
+        value = read_integer(clean) if len(clean) <= 1_000_000 else None
     except ValueError:
-        raise AddressError(f"{what} {clip(text)} is not a number (hex 0x…, or decimal)") \
-            from None
+        value = None
+    if value is None:
+        raise AddressError(f"{what} {clip(text)} is not a number (hex 0x…, or decimal)")
     if value < 0:
         raise AddressError(f"{what} {clip(text)} is negative")
-    if value >> 64:  # wider than any field: say so without printing 10^5 digits
-        shown = hex(value)
-        raise AddressError(f"{what} {shown[:21]}…{shown[-8:]} ({len(shown):,} digits) is too "
-                           "large")
+    if value >> 64:  # wider than any field: said without printing 10^5 digits
+        shown = clean if len(clean) <= 40 else f"{clean[:24]}…{clean[-8:]} ({len(clean):,} " \
+            "characters)"
+        raise AddressError(f"{what} {shown} is too large (more than 64 bits)")
     return value
 
 

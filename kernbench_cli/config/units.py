@@ -177,6 +177,23 @@ def format_size_approx(nbytes: int) -> str:
     return exact  # pragma: no cover - nbytes >= 1 MiB always meets a unit
 
 
+#: An integer as kernbench reads one from the command line (`-p`, `decode`): ASCII decimal
+#: digits (leading zeros allowed: ``010`` is 10), or a 0x, 0o or 0b number, with an
+#: optional sign and single ``_`` between digits
+_INTEGER = re.compile(r"[+-]?(0[xX](_?[0-9a-fA-F])+|0[oO](_?[0-7])+|0[bB](_?[01])+|"
+                      r"[0-9](_?[0-9])*)")
+
+
+def read_integer(text: str) -> int:
+    """`text` read as `_INTEGER` says (ValueError if it is not one: ``٣``, ``1__0``)."""
+    if not _INTEGER.fullmatch(text):
+        raise ValueError(text)
+    digits = text.replace("_", "").lstrip("+-")
+    sign = -1 if text.startswith("-") else 1
+    base = {"x": 16, "o": 8, "b": 2}.get(digits[1:2].lower(), 10) if digits[:1] == "0" else 10
+    return sign * int(digits[2:] if base != 10 else digits, base)
+
+
 def format_size_human(nbytes: int) -> str:
     """Bytes for a message, in the largest binary unit they reach: whole when it divides
     them (``"16MiB"``), else to 3 decimals (``"133.914GiB"``, not ``"137128MiB"``)."""

@@ -43,7 +43,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
-import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,6 +50,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from kernbench_cli.config.units import read_integer
 from kernbench_cli.errors import ParamError, clip, message_of
 from kernbench_cli.fileio import note_input
 from kernbench_cli.lang.confine import Interrupted, KernelMisuse, confined
@@ -355,7 +355,7 @@ def _convert(name: str, text: str, default: Any) -> Any:
                 raise ValueError
             return text.lower() in ("true", "1", "yes")
         if kind is int:
-            value = _integer(text) if len(text) <= 40 else None
+            value = read_integer(text) if len(text) <= 40 else None
             if value is None or not -2**63 <= value < 2**63:
                 raise ParamError(f"parameter {name}: {clip(text)} is out of range (a 64-bit "
                                  "integer)")
@@ -370,22 +370,6 @@ def _convert(name: str, text: str, default: Any) -> Any:
         raise ParamError(f"parameter {name}: expected {_KIND_NAMES[kind]}, got "
                          f"{clip(text)}") from None
     return text
-
-
-#: An integer parameter's text: ASCII decimal digits (leading zeros allowed: ``010`` is
-#: 10), or a 0x, 0o or 0b number, with an optional sign and ``_`` between digits
-_INTEGER = re.compile(r"[+-]?(0[xX](_?[0-9a-fA-F])+|0[oO](_?[0-7])+|0[bB](_?[01])+|"
-                      r"[0-9](_?[0-9])*)")
-
-
-def _integer(text: str) -> int:
-    """`text` read as `_INTEGER` says (ValueError if it is not one: ``٣``, ``1__0``)."""
-    if not _INTEGER.fullmatch(text):
-        raise ValueError(text)
-    digits = text.replace("_", "").lstrip("+-")
-    sign = -1 if text.startswith("-") else 1
-    base = {"x": 16, "o": 8, "b": 2}.get(digits[1:2].lower(), 10) if digits[:1] == "0" else 10
-    return sign * int(digits[2:] if base != 10 else digits, base)
 
 
 _KIND_NAMES = {bool: "true or false", int: "an integer", float: "a number"}

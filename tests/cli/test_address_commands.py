@@ -39,13 +39,18 @@ def test_decode_json_nulls_where_not_applicable(cli):
 
 def test_decode_accepts_decimal(cli):
     assert cli("decode", str(0xC1002012))[1] == cli("decode", "0xc100_2012")[1]
+    assert cli("decode", "0b101")[1] == cli("decode", "0o5")[1] == cli("decode", "5")[1]
 
 
 @pytest.mark.parametrize(("addr", "message"), [
     ("zz", "address 'zz' is not a number (hex 0x…, or decimal)"),
     ("0x8000000000000", "address 0x8000000000000 is wider than 51 bits"),
-    ("0x" + "f" * 100_000, "address 0xfffffffffffffffffff…ffffffff (100,002 digits) is too "
-                           "large"),
+    ("0x" + "f" * 100_000, "address 0xffffffffffffffffffffff…ffffffff (100,002 characters) "
+                           "is too large (more than 64 bits)"),
+    ("0x" + "f" * 20, "address 0xffffffffffffffffffff is too large (more than 64 bits)"),
+    # the grammar of `-p`: 0b and 0o too; no doubled `_` or digits of other scripts
+    ("\u0663", "address '\u0663' is not a number (hex 0x…, or decimal)"),
+    ("0x1__0", "address '0x1__0' is not a number (hex 0x…, or decimal)"),
     ("9" * 100_000, "address '9999999999999999999…9999999' (100,002 characters) is not a "
                     "number (hex 0x…, or decimal)"),
 ])
