@@ -77,3 +77,16 @@ def test_a_tensor_cut_short_by_an_interrupt_is_dropped_quietly(monkeypatch):
     half = object.__new__(Tensor)
     del half
     assert raised == []
+
+
+def test_a_bool_is_no_pe_index(cli, tmp_path):
+    """`tl.shard(x, pid=True)` on two PEs was PE 1 (True is an int); refused, as the host
+    refuses a PE given as a bool."""
+    path = tmp_path / "k.py"
+    path.write_text("import numpy as np\nPARAMS = {}\n\ndef setup(host, p):\n"
+                    "    return {'x': host.scatter('x', np.ones(8, np.float32), 0)}\n\n"
+                    "def kernel(tl, x):\n    tl.load(tl.shard(x, pid=True), (4,), 'f32')"
+                    + TAIL)
+    code, _, err = cli("run", str(path), "-t", test_topology("pair"), "--timing-only")
+    assert (code, err) == (1, f"error: {path}:8: PE (rack=0 sip=0 cube=0 pe=0) at t=0ns: PE "
+                              "index True does not exist (0..1)\n")

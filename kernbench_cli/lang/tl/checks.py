@@ -24,17 +24,25 @@ def offset(tcm: int | None) -> int:
     return NONE if tcm is None else tcm
 
 
+def _size(n: Any) -> int:
+    """One size of a shape: an integer, not a bool (True is not a size of 1)."""
+    if isinstance(n, bool | np.bool_):
+        raise TypeError(n)
+    return operator.index(n)
+
+
 def shape_of(shape: Any) -> tuple[int, ...]:
     """`shape` as a tuple of positive sizes (an integer is a 1D shape)."""
     if shape.__class__ is tuple and shape and all(
             n.__class__ is int and n > 0 for n in shape):
         return shape
+    given = shape
     if isinstance(shape, (int, np.integer)):
         shape = (shape,)
     try:
-        out = tuple(operator.index(n) for n in shape)
+        out = tuple(_size(n) for n in shape)
     except TypeError:
-        raise KernelError(f"shape must be a sequence of integers, got {clip(shape)}") from None
+        raise KernelError(f"shape must be a sequence of integers, got {clip(given)}") from None
     if not out or any(n <= 0 for n in out):
         raise KernelError(f"shape must be non-empty with positive sizes, got {clip(list(out))}")
     if math.prod(out) >= 2**40:

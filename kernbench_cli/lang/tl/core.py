@@ -248,7 +248,7 @@ class Core:
 
     def _coord_of(self, pid: int) -> PeCoord:
         coords = self._launch.system.coords
-        if not isinstance(pid, int) or not 0 <= pid < len(coords):
+        if not isinstance(pid, int) or pid.__class__ is bool or not 0 <= pid < len(coords):
             raise KernelError(f"PE index {pid!r} does not exist (0..{len(coords) - 1})")
         return coords[pid]
 

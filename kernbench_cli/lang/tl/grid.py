@@ -20,7 +20,7 @@ class Grid(Core):
 
     @staticmethod
     def _axis(axis: int) -> int:
-        if axis not in (0, 1, 2):
+        if axis.__class__ is bool or axis not in (0, 1, 2):
             raise KernelError(f"axis must be 0 (PE in cube), 1 (cube in SIP) or 2 (SIP); "
                               f"got {axis!r}")
         return axis

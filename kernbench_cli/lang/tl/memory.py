@@ -93,7 +93,7 @@ class MemoryOps(Core):
         """Bytes `count` elements of `dtype` take in memory (a scaled dtype's: whole blocks
         of packed elements and their scales), for pointer arithmetic."""
         dt = dtype_of(dtype)
-        if not isinstance(count, (int, np.integer)) or count < 0:
+        if not isinstance(count, (int, np.integer)) or count.__class__ is bool or count < 0:
             raise KernelError(f"tl.nbytes expects a count of elements >= 0, got {count!r}")
         if dt.__class__ is Narrow and count % dt.block:
             raise KernelError(f"tl.nbytes: {count} elements of {dt.name} are not whole "

@@ -43,7 +43,7 @@ class Ordering(Core):
 
     def cycles(self, n: int) -> None:
         """Spend `n` PE_CPU cycles (explicit CPU time)."""
-        if not isinstance(n, int) or not 0 <= n < 2**62:
+        if not isinstance(n, int) or n.__class__ is bool or not 0 <= n < 2**62:
             raise KernelError(f"tl.cycles expects an integer from 0 to 2^62, got {clip(n)}")
         self._emit(CYCLES, NONE, NONE, 0, n)
 
