@@ -8,11 +8,10 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from kernbench_cli.api import arguments as args
-from kernbench_cli.api.result import MADE, Result, sealed
+from kernbench_cli.api.result import MADE, ReadOnly, Result, sealed
 from kernbench_cli.api.sweeps import SweepResult
 from kernbench_cli.errors import ArgumentError, KernbenchError, clip
 from kernbench_cli.fileio import parse_json
@@ -100,9 +99,9 @@ def compare(*runs: Run, labels: Sequence[str] | None = None) -> Comparison:
 
 def _comparison(runs, table, delta, changes, text: str) -> Comparison:
     """The `Comparison` of these labels, metrics, deltas and changes, read-only."""
-    return Comparison(tuple(runs), MappingProxyType({k: tuple(v) for k, v in table.items()}),
-                      MappingProxyType({k: tuple(v) for k, v in delta.items()}),
-                      tuple(MappingProxyType(c) for c in changes), text, MADE)
+    return Comparison(tuple(runs), ReadOnly({k: tuple(v) for k, v in table.items()}),
+                      ReadOnly({k: tuple(v) for k, v in delta.items()}),
+                      tuple(ReadOnly(c) for c in changes), text, MADE)
 
 
 def _runs_of(run: Run, n: int) -> list[tuple[str, dict[str, Any], Mapping[str, Any] | None]]:

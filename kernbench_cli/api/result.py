@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
-from types import MappingProxyType
 from typing import Any
 
 from kernbench_cli.errors import (
@@ -43,10 +42,39 @@ def sealed(result: Any, maker: str) -> None:
     object.__setattr__(result, "_made", None)
 
 
+class ReadOnly(Mapping):
+    """A read-only view of a dict (as `types.MappingProxyType`) that pickles and
+    deep-copies as one: a result's `params`, `engines` or `metrics` go to another process,
+    or into a copy, as a result does."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: dict):
+        self._data = data
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._data[key]
+
+    def __iter__(self):
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._data
+
+    def __repr__(self) -> str:
+        return repr(self._data)
+
+    def __reduce__(self) -> tuple:
+        return ReadOnly, (dict(self._data),)
+
+
 def frozen(value: Any) -> Any:
-    """JSON data made read-only: objects as mapping proxies, arrays as tuples."""
+    """JSON data made read-only: objects as `ReadOnly` mappings, arrays as tuples."""
     if isinstance(value, dict):
-        return MappingProxyType({k: frozen(v) for k, v in value.items()})
+        return ReadOnly({k: frozen(v) for k, v in value.items()})
     if isinstance(value, list):
         return tuple(frozen(v) for v in value)
     return value
@@ -236,7 +264,7 @@ class Result:
             text = json.dumps(data)  # carries it (the field and `to_dict()` agree)
         parts = {
             "checks": tuple(_build(Check, c) for c in data["checks"]),
-            "engines": MappingProxyType({name: _build(Engine, row, name=name)
+            "engines": ReadOnly({name: _build(Engine, row, name=name)
                                          for name, row in data["engines"].items()}),
             "bound": _build(Bound, data["bound"]),
             "critical_path": _build(CriticalPath, data["critical_path"])
@@ -277,13 +305,13 @@ class Result:
     @property
     def inputs(self) -> Mapping[str, Any]:
         """The kernel's input arrays by name (empty for a replay or a rebuilt result)."""
-        return MappingProxyType(self.raw.inputs if self.raw is not None else {})
+        return ReadOnly(self.raw.inputs if self.raw is not None else {})
 
     @property
     def outputs(self) -> Mapping[str, Any]:
         """The kernel's output arrays by name (empty when timing only, for a replay or a
         rebuilt result)."""
-        return MappingProxyType(self.raw.outputs if self.raw is not None else {})
+        return ReadOnly(self.raw.outputs if self.raw is not None else {})
 
     def check(self) -> None:
         """Raise what the CLI reports after the tables: `RaceError` if races were found,

@@ -20,12 +20,11 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from kernbench_cli.api import arguments as args
 from kernbench_cli.api.bounds import Bounds
-from kernbench_cli.api.result import MADE, Result, sealed
+from kernbench_cli.api.result import MADE, ReadOnly, Result, sealed
 from kernbench_cli.errors import ArgumentError, KernbenchError, ParamError, SweepError, clip
 
 MAX_JOBS = 1024  # worker processes a sweep may start
@@ -54,10 +53,10 @@ class SweepPoint:
     #: time in ps, a size in B, a frequency in Hz, an energy in aJ, a power in uW; a factor
     #: ``x0.5`` as 0.5), None where it is not a number (`explore.sweep.axis_number`)
     numbers: Mapping[str, int | float | None] = field(
-        default_factory=lambda: MappingProxyType({}))
+        default_factory=lambda: ReadOnly({}))
     #: the unit of each of `numbers` (``"B/s"``, ``"ps"``, … ``""`` for a plain number,
     #: ``"x"`` for a factor), None where it is not a number
-    units: Mapping[str, str | None] = field(default_factory=lambda: MappingProxyType({}))
+    units: Mapping[str, str | None] = field(default_factory=lambda: ReadOnly({}))
 
 
 #: The columns of `SweepResult.table()` after the point, its axes and their numbers, and
@@ -102,12 +101,12 @@ class SweepResult:
                 raise ArgumentError(f"point {row['point']}: {exc}") from None
             points.append(SweepPoint(
                 row["point"],
-                MappingProxyType({k: read_set_value(v) for k, v in row["axes"].items()}),
+                ReadOnly({k: read_set_value(v) for k, v in row["axes"].items()}),
                 result, row["error"],
                 bool(row.get("replayed", False)),
                 Bounds.from_dict(row["bounds"]) if row.get("bounds") else None,
-                bool(row.get("pruned")), MappingProxyType(row["axis_numbers"]),
-                MappingProxyType(row["axis_units"])))
+                bool(row.get("pruned")), ReadOnly(row["axis_numbers"]),
+                ReadOnly(row["axis_units"])))
         return cls(kernel, tuple(axes), tuple(points), text, MADE)
 
     def __reduce__(self) -> tuple:

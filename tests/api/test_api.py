@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import kernbench_cli as kb
@@ -197,6 +198,17 @@ def test_results_pickle_and_deep_copy_as_their_json():
     again = pickle.loads(pickle.dumps(result))
     assert result.raw is not None and (again.raw, again.address_map) == (None, None)
     assert again.race_lines == result.race_lines and again.outputs == {}
+    # what they hand out too: read-only mappings, parts, points and bounds
+    bounds = kb.bounds("softmax", ONE, params={"rows": 8, "cols": 64, "block": 8})
+    for part in (result.params, result.engines, result.metrics, result.critical_path,
+                 result.energy_pj, sweep.points[0], comparison.metrics, bounds):
+        for again in (pickle.loads(pickle.dumps(part)), copy.deepcopy(part)):
+            assert again == part
+    outputs = pickle.loads(pickle.dumps(result.outputs))
+    assert outputs.keys() == result.outputs.keys() and all(
+        np.array_equal(outputs[k], result.outputs[k]) for k in outputs)
+    with pytest.raises(TypeError):  # read-only, as a mapping proxy
+        result.params["rows"] = 16
 
 
 def test_a_loaded_kernel_and_topology_run_as_names_do():
