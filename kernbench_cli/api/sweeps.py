@@ -90,7 +90,9 @@ class SweepResult:
         from kernbench_cli.config.loader import read_set_value
         from kernbench_cli.explore.sweep import numbered
 
-        text = json.dumps([row if "axis_numbers" in row else numbered(dict(row))
+        _check_rows(kernel, axes, rows)
+        text = json.dumps([row if row.get("axis_numbers") is not None and
+                           row.get("axis_units") is not None else numbered(dict(row))
                            for row in rows])
         points = []
         for row in json.loads(text):
@@ -99,12 +101,15 @@ class SweepResult:
                 result = Result.from_dict(row["result"]) if whole else None
             except ArgumentError as exc:  # which point's result is not one
                 raise ArgumentError(f"point {row['point']}: {exc}") from None
+            try:
+                bounds = Bounds.from_dict(row["bounds"]) if row.get("bounds") else None
+            except TypeError:  # keys missing: not one
+                raise ArgumentError(f"point {row['point']}: bounds: not a `run --bounds-only "
+                                    "--json` object") from None
             points.append(SweepPoint(
                 row["point"],
                 ReadOnly({k: read_set_value(v) for k, v in row["axes"].items()}),
-                result, row["error"],
-                bool(row.get("replayed", False)),
-                Bounds.from_dict(row["bounds"]) if row.get("bounds") else None,
+                result, row["error"], bool(row.get("replayed", False)), bounds,
                 bool(row.get("pruned")), ReadOnly(row["axis_numbers"]),
                 ReadOnly(row["axis_units"])))
         return cls(kernel, tuple(axes), tuple(points), text, MADE)
@@ -290,6 +295,44 @@ def _as_recorded(module, trace, replay: str | Path, items: list[str]) -> None:
             raise KernbenchError(f"--replay {replay}: -p {item.strip()} is not the "
                                  f"recording's ({recorded}): a replay re-times the run "
                                  "recorded, whose parameters are fixed")
+
+
+def _check_rows(kernel: Any, axes: Any, rows: Any) -> None:
+    """`SweepResult.from_rows`' arguments, shaped as a sweep's (ArgumentError naming the
+    argument, row and key otherwise): a kernel name, axis names, and rows each with a
+    point number of its own, axes of text, and a result, error, bounds, axis_numbers and
+    axis_units of their kinds (or null)."""
+    where = "SweepResult.from_rows"
+    if not isinstance(kernel, str):
+        raise ArgumentError(f"{where}: kernel={clip(kernel)}: expected a str")
+    if isinstance(axes, str) or not isinstance(axes, Sequence) or not all(
+            isinstance(a, str) for a in axes):
+        raise ArgumentError(f"{where}: axes={clip(axes)}: expected a list of axis names")
+    if isinstance(rows, str | Mapping) or not isinstance(rows, Sequence):
+        raise ArgumentError(f"{where}: rows={clip(rows)}: expected a list of sweep rows")
+    seen: set[int] = set()
+    for n, row in enumerate(rows):
+        at = f"{where}: rows[{n}]"
+        if not isinstance(row, Mapping):
+            raise ArgumentError(f"{at}: expected a sweep row (a dict), got {clip(row)}")
+        point, given = row.get("point"), row.get("axes")
+        if type(point) is not int or point in seen:
+            raise ArgumentError(f"{at}: point {clip(point)}: expected a point number of its "
+                                "own (an int)")
+        seen.add(point)
+        if not isinstance(given, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in given.items()):
+            raise ArgumentError(f"{at}: axes={clip(given)}: expected a dict of axis: value "
+                                "text")
+        for key, kind, what in (("result", Mapping, "a `run --json` object"),
+                                ("error", str, "a str"), ("bounds", Mapping, "an object"),
+                                ("axis_numbers", Mapping, "an object"),
+                                ("axis_units", Mapping, "an object")):
+            if row.get(key) is not None and not isinstance(row[key], kind):
+                raise ArgumentError(f"{at}: {key}: expected {what} or None, got "
+                                    f"{clip(row[key])}")
+        if "result" not in row or "error" not in row:
+            raise ArgumentError(f"{at}: no result or error key: not a sweep row")
 
 
 def _param_files(module, items: list[str]) -> list[str]:

@@ -176,6 +176,34 @@ def test_result_from_dict_refuses_what_no_run_json_says(changes, problem):
     assert (changed.latency_ns, changed.to_dict()["latency_ns"]) == (1.0, 1.0)
 
 
+def test_sweep_result_from_rows_refuses_what_is_not_a_sweeps_rows(tmp_path):
+    """Each argument, row and key not of a sweep's shape is an ArgumentError naming it
+    (they were raw ValueError, TypeError, KeyError and AttributeError from inside, and a
+    point number given twice was taken, which `kb.load_sweep` refuses)."""
+    rows = kb.sweep("softmax", ONE, params={"rows": [8, 16], "cols": 64, "block": 8},
+                    timing_only=True).to_dicts()
+    where = "SweepResult.from_rows"
+    for args, message in (
+            ((5, ["rows"], rows), f"{where}: kernel=5: expected a str"),
+            (("softmax", "rows", rows), f"{where}: axes='rows': expected a list of axis names"),
+            (("softmax", ["rows"], None), f"{where}: rows=None: expected a list of sweep rows"),
+            (("softmax", ["rows"], [None]), f"{where}: rows[0]: expected a sweep row (a dict), "
+                                            "got None"),
+            (("softmax", ["rows"], [rows[0], rows[0]]), f"{where}: rows[1]: point 0: expected "
+                                                        "a point number of its own (an int)"),
+            (("softmax", ["rows"], [{**rows[0], "axes": {"rows": None}}]),
+             f"{where}: rows[0]: axes={{'rows': None}}: expected a dict of axis: value text"),
+            (("softmax", ["rows"], [{**rows[0], "error": 5}]),
+             f"{where}: rows[0]: error: expected a str or None, got 5"),
+            (("softmax", ["rows"], [{**rows[0], "bounds": {"x": 1}}]),
+             "point 0: bounds: not a `run --bounds-only --json` object")):
+        with pytest.raises(errors.ArgumentError) as info:
+            kb.SweepResult.from_rows(*args)
+        assert str(info.value) == message
+    fine = kb.SweepResult.from_rows("softmax", ["rows"], [{**rows[0], "axis_numbers": None}])
+    assert fine.points[0].numbers == {"rows": 8, "cols": 64, "block": 8}
+
+
 def test_results_pickle_and_deep_copy_as_their_json():
     """A `Result`, `SweepResult` or `Comparison` crosses a process boundary (pickle) and
     deep-copies as the JSON it reports: the copy equals it and says the same `to_dict()`;
