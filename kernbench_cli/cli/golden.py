@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -86,7 +87,8 @@ def _run(only: str | None, directory: Path | None, costs: Path | None, write: bo
             raise KernbenchError(f"--dir {folder}: cannot create the folder: "
                                  f"{exc.strerror or exc}") from None
     if not folder.is_dir():
-        raise KernbenchError(f"goldens folder {str(folder)!r} does not exist")
+        raise KernbenchError(f"goldens folder {str(folder)!r} " + (
+            "is not a folder" if os.path.lexists(folder) else "does not exist"))
     cases = select(only)
     if not cases:
         raise KernbenchError(f"no golden case matches {only!r}")

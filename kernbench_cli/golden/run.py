@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernbench_cli.fileio import atomic_write
+from kernbench_cli.fileio import atomic_write, check_outputs
 from kernbench_cli.golden import record as rec
 from kernbench_cli.golden.cases import CASES, Case
 
@@ -70,9 +71,13 @@ def regen(directory: Path, pattern: str | None, write: bool,
     that changed to `directory` if `write`; every difference (`dedup`: as `run_kernel`'s)."""
     cases = select(pattern)
     olds = {}
-    for case in cases:  # read (and so check) every golden before running anything
-        path = directory / f"{case.name}.json"
-        olds[case.name] = rec.load(path) if path.is_file() else None
+    for case in cases:  # read (and so check) every golden before running anything:
+        path = directory / f"{case.name}.json"  # something there that is no file is refused
+        olds[case.name] = rec.load(path) if os.path.lexists(path) else None
+    if write:  # and where they go: not after hours of cases, some goldens written
+        goldens = {f"golden regen {directory / c.name}.json": directory / f"{c.name}.json"
+                   for c in cases}
+        check_outputs(goldens, rewrites=tuple(goldens))
     differences: list[Difference] = []
     for case in cases:
         with progress(case.name) as watch:

@@ -127,6 +127,31 @@ def test_a_broken_golden_is_a_clear_error(cli, goldens, text, message):
     assert (code, err) == (2, f"error: {path}: {message}\n")
 
 
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_golden_that_is_no_file_is_an_error_before_any_case_runs(cli, goldens, kind):
+    """Not a golden gone (which `check` reports as new, and `regen` writes): something
+    else there, refused at once; `regen` checks where every golden goes before it runs
+    one case (it ran them all, wrote some, then refused the FIFO)."""
+    import os
+
+    path = goldens / "sharded_gemm.primitive.default.json"
+    path.unlink()
+    if kind == "folder":
+        path.mkdir()
+    else:
+        os.mkfifo(path)
+    before = {p.name: p.read_bytes() for p in goldens.iterdir() if p.is_file()}
+    said = "is a directory" if kind == "folder" else "is not a regular file"
+    for command in ("check", "regen"):
+        code, out, err = cli("golden", command, "--only", QUICK, "--dir", str(goldens))
+        assert (code, err) == (2, f"error: {path}: {said}, expected a golden\n")
+        assert "running" not in out
+    assert {p.name: p.read_bytes() for p in goldens.iterdir() if p.is_file()} == before
+    if kind == "fifo":
+        assert cli("golden", "check", "--dir", str(path))[2] == (
+            f"error: goldens folder {str(path)!r} is not a folder\n")
+
+
 def test_no_case_matches(cli):
     code, _, err = cli("golden", "check", "--only", "nothing*")
     assert (code, err) == (2, "error: no golden case matches 'nothing*'\n")
