@@ -13,7 +13,8 @@ from kernbench_cli.errors import ArgumentError, clip
 
 
 def _wrong(name: str, value: Any, takes: str) -> ArgumentError:
-    return ArgumentError(f"{name}={clip(value)}: expected {takes}, got {type(value).__name__}")
+    got = "an empty one" if value == "" else type(value).__name__
+    return ArgumentError(f"{name}={clip(value)}: expected {takes}, got {got}")
 
 
 def path(value: Any, name: str, required: bool = False) -> Path | None:

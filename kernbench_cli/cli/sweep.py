@@ -50,11 +50,24 @@ NoReplayOpt = Annotated[bool, typer.Option(
     "--no-replay", help="Run every point, even when only cost-table keys vary.")]
 PlotOpt = Annotated[Path | None, typer.Option(
     "--plot", help="Draw the sweep to this .png, .svg or .pdf (needs kernbench[plot]).")]
+def _named(option: str, what: str):
+    """A Typer callback refusing an empty value of `option`, which names `what` (the API
+    would name its own argument, `x=`)."""
+    def check(value: str | None) -> str | None:
+        from kernbench_cli.errors import KernbenchError
+
+        if value == "":
+            raise KernbenchError(f"{option} is empty: name {what}")
+        return value
+    return check
+
+
 XOpt = Annotated[str | None, typer.Option(
-    "--x", metavar="AXIS",
+    "--x", metavar="AXIS", callback=_named("--x", "an axis, or leave --x out"),
     help="The axis along the plot's x (default: the first that varies).")]
 YOpt = Annotated[str, typer.Option(
     "--y", metavar="METRIC",
+    callback=_named("--y", "a metric (latency, energy, …, or one the kernel states)"),
     help="The plot's metric: latency, gemm_mac_utilization, hbm_gbps, energy, power, "
          "perf_per_watt, or one the kernel states (tpot_ps, …).")]
 BoundsOnlyOpt = Annotated[bool, typer.Option(

@@ -551,7 +551,8 @@ class Results:
         except UnicodeDecodeError:
             raise KernbenchError(f"{self.path}: not a sweep results file (not text); "
                                  "--resume needs one") from None
-        if not text:  # an empty file: nothing to resume, nothing to lose
+        if not text:  # an empty file: nothing to resume, nothing to lose; rows are
+            self._fresh = False  # appended to it (it was read: not replaced as an output)
             return
         torn = not text.endswith("\n")  # an interrupted write: keep the complete lines only
         if torn:

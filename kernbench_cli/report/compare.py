@@ -48,6 +48,10 @@ def load_file(path: Path) -> list[tuple[str, dict[str, Any], dict[str, Any] | No
         whole = None
     if isinstance(whole, dict) and "latency_ps" in whole:
         return [(path.name, checked(whole, str(path)), None)]
+    if whole is not None and "\n" in text.strip():  # JSON, of something else: say so
+        raise KernbenchError(f"{path}: JSON, but not a run: expected `run --json` output "
+                             "or a sweep's .jsonl rows (`--bounds-only` and `compare` "
+                             "output are no runs)")
     runs = []
     for n, line in enumerate(text.splitlines(), 1):
         try:

@@ -106,3 +106,17 @@ def test_compare_refuses_a_run_of_another_schema(cli, tmp_path):
     assert cli("compare", str(good), str(other)) == (
         2, "", f"error: {other}: not a `run --json` object: schema_version 5 is not the one "
                "this kernbench reads (1)\n")
+
+
+def test_compare_says_a_json_file_of_no_run_is_not_a_run(cli, tmp_path):
+    """`run --bounds-only --json` output is JSON (it was called "not JSON"): not a run."""
+    code, out, _ = cli("run", "softmax", "--timing-only", "--json")
+    assert code == 0
+    good, bounds = tmp_path / "a.json", tmp_path / "b.json"
+    good.write_text(out)
+    code, out, _ = cli("run", "softmax", "--bounds-only", "--json")
+    assert code == 0
+    bounds.write_text(out)
+    assert cli("compare", str(good), str(bounds)) == (
+        2, "", f"error: {bounds}: JSON, but not a run: expected `run --json` output or a "
+               "sweep's .jsonl rows (`--bounds-only` and `compare` output are no runs)\n")

@@ -651,6 +651,27 @@ def test_a_points_bad_parameters_are_refused_before_any_point_runs(cli):
                                        "'foo' (parameters: rows, cols, block, dtype)\n")
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_resume_into_an_empty_file_runs_every_point(cli, tmp_path, suffix):
+    """An empty results file has nothing to resume and nothing to lose: every point runs
+    into it (it was refused as an input of the command)."""
+    out = tmp_path / f"r{suffix}"
+    out.write_bytes(b"")
+    code, _, err = cli("sweep", "sharded_gemm", "--timing-only", "-j", "1", "--set",
+                       "pe.gemm.rows=4,8", "--out", str(out), "--resume")
+    assert code == 0, err
+    assert len(out.read_text().splitlines()) == (2 if suffix == ".jsonl" else 3)
+
+
+def test_an_empty_x_or_y_is_named_as_the_option(cli, tmp_path):
+    code, _, err = cli("sweep", "sharded_gemm", "--timing-only", "--set", "pe.gemm.rows=4,8",
+                       "--y", "", "--plot", str(tmp_path / "p.svg"))
+    assert (code, err) == (2, "error: --y is empty: name a metric (latency, energy, …, or one "
+                              "the kernel states)\n")
+    code, _, err = cli("plot", str(tmp_path / "none.jsonl"), "--x", "")
+    assert (code, err) == (2, "error: --x is empty: name an axis, or leave --x out\n")
+
+
 def test_resume_runs_failed_points_again(cli, tmp_path):
     """A point that failed (here: its row marked so) is run again, and the file keeps one
     row per point."""
