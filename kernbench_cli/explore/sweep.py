@@ -584,19 +584,8 @@ class Results:
                                  "kernel, topology, cost table, file a parameter names, "
                                  "--timing-only, seed or "
                                  "recording); --resume needs the file this sweep wrote")
-        kept = [row for row in rows if row["error"] is None and not row.get("pruned")]
-        keys = [json.dumps(row["axes"], sort_keys=True) for row in kept]
-        for row, key in zip(kept, keys, strict=True):
-            if key not in points:
-                axes = " ".join(f"{k}={v}" for k, v in row["axes"].items())
-                raise KernbenchError(f"{self.path}: its point {row['point']} ({axes}) is not "
-                                     "a point of this sweep (its axes changed since); "
-                                     "--resume takes the file of these points, or write a "
-                                     "new --out")
-        moved = any(row["point"] != points[key] for row, key in zip(kept, keys, strict=True))
-        kept = [{**row, "point": points[key]} for row, key in zip(kept, keys, strict=True)]
-        for row, key in zip(kept, keys, strict=True):
-            self.done[key] = row
+        kept, moved = self._renumbered(
+            [row for row in rows if row["error"] is None and not row.get("pruned")], points)
         if self.csv:
             self._rows = kept
         if torn or moved or len(kept) < len(rows):  # only once the rows are known to be ours
@@ -604,6 +593,22 @@ class Results:
             atomic_write(self.path, lambda out: out.write(self._header().encode() + lines),
                          "--out", rewrites_input=True)
         self._fresh = False
+
+    def _renumbered(self, kept: list[dict[str, Any]], points: dict[str, int]) -> tuple:
+        """(`kept` with this sweep's point numbers, whether any moved), each in `done`
+        under its key; a row of no point of `points` is refused (see `load`)."""
+        out = []
+        for row in kept:
+            key = json.dumps(row["axes"], sort_keys=True)
+            if key not in points:
+                axes = " ".join(f"{k}={v}" for k, v in row["axes"].items())
+                raise KernbenchError(f"{self.path}: its point {row['point']} ({axes}) is not "
+                                     "a point of this sweep (its axes changed since); "
+                                     "--resume takes the file of these points, or write a "
+                                     "new --out")
+            out.append({**row, "point": points[key]})
+            self.done[key] = out[-1]
+        return out, any(a["point"] != b["point"] for a, b in zip(kept, out, strict=True))
 
     def write(self, row: dict[str, Any]) -> None:
         """Append `row`, flushed to the disk. A fresh sweep's first row replaces the file whole
