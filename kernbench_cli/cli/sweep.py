@@ -50,6 +50,8 @@ NoReplayOpt = Annotated[bool, typer.Option(
     "--no-replay", help="Run every point, even when only cost-table keys vary.")]
 PlotOpt = Annotated[Path | None, typer.Option(
     "--plot", help="Draw the sweep to this .png, .svg or .pdf (needs kernbench[plot]).")]
+
+
 def _named(option: str, what: str):
     """A Typer callback refusing an empty value of `option`, which names `what` (the API
     would name its own argument, `x=`)."""

@@ -21,7 +21,6 @@ from kernbench_cli.errors import KernbenchError, clip
 from kernbench_cli.fileio import parse_json, read_input
 from kernbench_cli.report import metrics as kernel_metrics
 from kernbench_cli.report.fit import one_line
-from kernbench_cli.report.run import SCHEMA_VERSION
 
 #: Bytes of a results file worth reading.
 MAX_RESULTS_BYTES = 2**32
@@ -78,6 +77,8 @@ def checked(run: dict[str, Any], where: str) -> dict[str, Any]:
         if isinstance(value, int):
             return -2**63 <= value < 2**63
         return isinstance(value, float) and math.isfinite(value)
+
+    from kernbench_cli.report.run import SCHEMA_VERSION  # not at start-up: it imports sim
 
     engines, checks = run.get("engines", {}), run.get("checks", [])
     problem = None
