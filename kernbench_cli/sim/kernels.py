@@ -361,6 +361,8 @@ def _convert(name: str, text: str, default: Any) -> Any:
                                  "integer)")
             return value
         if kind is float:
+            if not text.isascii():  # digits of other scripts (٣, full-width １), as an
+                raise ValueError(text)  # integer's
             value = float(text)
             if not math.isfinite(value):
                 raise ParamError(f"parameter {name}: expected a finite number, got "

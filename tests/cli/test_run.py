@@ -121,6 +121,18 @@ def test_an_integer_parameter_is_ascii_digits_or_a_based_number(text, value):
     assert str(caught.value) == f"parameter tile_m: expected an integer, got {text!r}"
 
 
+@pytest.mark.parametrize("text", ["\u0663", "\uff11", "1.\u0665"])
+def test_a_float_parameter_is_ascii_too(text):
+    """Python's float() reads digits of every script; a parameter, as an integer's, reads
+    ASCII only."""
+    from kernbench_cli.errors import ParamError
+    from kernbench_cli.sim.kernels import load_kernel, parse_params
+
+    with pytest.raises(ParamError) as caught:
+        parse_params(load_kernel("rmsnorm"), [f"eps={text}"])
+    assert str(caught.value) == f"parameter eps: expected a number, got {text!r}"
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["nope"], "unknown kernel 'nope' (shipped: all_reduce, gqa_attention, "
                "llama_decode, rmsnorm, "
