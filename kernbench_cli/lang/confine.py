@@ -122,10 +122,11 @@ def confined():
             signal.signal(signal.SIGINT, _interrupt_handler)
             _CHAINED.append(handler)
     with _LOCK:
+        _streams_taken()
         if not _CONFINED:
             _install()
         _CONFINED.add(ident)
-    streams, cwd = (sys.stdout, sys.stderr), _cwd()
+    cwd = _cwd()
     try:
         yield
     finally:
@@ -133,13 +134,37 @@ def confined():
             _CONFINED.discard(ident)
             if not _CONFINED:
                 _uninstall()
-        sys.stdout, sys.stderr = streams  # as kernbench had them, whatever the kernel set
+            _streams_put_back()  # as kernbench has them, whatever the kernel set
         if cwd is not None and _cwd() != cwd:
             with contextlib.suppress(OSError):  # gone since: nowhere to go back to
                 os.chdir(cwd)
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
             _CHAINED.pop()
+
+
+#: (sys.stdout, sys.stderr) as they were when the first thread entered `confined` or
+#: `printing_to_stderr`, until the last leaves: what they are put back to (the `_Router`
+#: in sys.stdout's place while threads are routed). One pair for all threads: a thread
+#: that kept its own took another's `_Router` for the original, or put the original back
+#: while another thread was routed.
+_STREAMS: list[tuple] = []
+
+
+def _streams_taken() -> None:
+    """A thread enters `confined` or `printing_to_stderr`; under `_LOCK`."""
+    if not _CONFINED and not _ROUTED:
+        _STREAMS[:] = [(sys.stdout, sys.stderr)]
+
+
+def _streams_put_back() -> None:
+    """A thread leaves `confined`: sys.stdout and sys.stderr as kernbench has them now;
+    under `_LOCK`."""
+    if _STREAMS:
+        out, err = _STREAMS[0]
+        sys.stdout, sys.stderr = (_ROUTER[0] if _ROUTER else out), err
+    if not _CONFINED and not _ROUTED:
+        _STREAMS.clear()
 
 
 def _cwd() -> str | None:
@@ -211,6 +236,7 @@ def printing_to_stderr():
         yield
         return
     with _LOCK:
+        _streams_taken()
         if not _ROUTED:
             _ROUTER.append(_Router(sys.stdout))
             sys.stdout = _ROUTER[0]
@@ -224,3 +250,5 @@ def printing_to_stderr():
                 router = _ROUTER.pop()
                 if sys.stdout is router:
                     sys.stdout = router.stdout
+            if not _CONFINED and not _ROUTED:
+                _STREAMS.clear()

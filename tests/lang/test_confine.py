@@ -158,3 +158,40 @@ def test_a_kernel_that_changes_directory_leaves_the_runs_outputs_where_asked(
     assert (start / "ops.jsonl").is_file() and not list(away.iterdir())
     kb.run(str(path), ONE)
     assert os.getcwd() == str(start)
+
+
+@pytest.mark.parametrize("order", ["confined first", "routed first"])
+def test_threads_entering_and_leaving_in_turn_leave_stdout_as_it_was(order):
+    """Two threads, one in kernel code (`confined`, a kernel's import) and one routing its
+    prints to stderr (a run), enter and leave interleaved. Confined first, left first:
+    while the routed one runs on, sys.stdout is still the router (the other's leaving put
+    the original back, and the run's prints went to stdout). Routed first, left first:
+    afterwards sys.stdout is the original (the confined thread took the router it found
+    for "its" stdout and put it back after the run had left)."""
+    from kernbench_cli.lang.confine import confined, printing_to_stderr
+
+    original = sys.stdout
+    first, second = threading.Event(), threading.Event()
+    first_left, seen = threading.Event(), []
+    one, two = (confined, printing_to_stderr) if order == "confined first" else \
+        (printing_to_stderr, confined)
+
+    def enters_first() -> None:
+        with one():
+            first.set()
+            second.wait(10)
+        first_left.set()
+
+    def enters_second() -> None:
+        first.wait(10)
+        with two():
+            second.set()
+            first_left.wait(10)
+            seen.append(sys.stdout is not original if two is printing_to_stderr else True)
+
+    threads = [threading.Thread(target=enters_first), threading.Thread(target=enters_second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert seen == [True] and sys.stdout is original
