@@ -91,7 +91,45 @@ def load(path: Path) -> dict[str, Any]:
     if type(data["schema_version"]) is not int or data["schema_version"] != SCHEMA_VERSION:
         raise GoldenError(f"{path}: schema_version {data['schema_version']!r} is not one this "
                           f"kernbench reads ({SCHEMA_VERSION})")
+    for key, kind in FIELDS.items():
+        if key not in data:
+            continue
+        fields = {key: data[key]}
+        if key in OBJECTS:  # an object (of objects) of `kind`
+            if not isinstance(data[key], dict):
+                raise GoldenError(f"{path}: {key} is {_shown(data[key])}, not an object")
+            fields = flatten(data[key], f"{key}.")
+        for field, value in fields.items():
+            if kind is not None and not _is(value, kind):
+                raise GoldenError(f"{path}: {field} is {_shown(value)}, not {kind}")
     return data
+
+
+#: What each field of a golden holds: `load` refuses a golden where one holds something
+#: else (a damaged file, not drift). Those in `OBJECTS` are objects of what they say
+#: (`engines` of objects of counts; `params` of anything).
+FIELDS = {"case": "a string", "kernel": "a string", "topology": "a string",
+          "costs": "a string", "oplog_digest": "a string", "seed": "an integer",
+          "latency_ps": "a count", "commands": "a count", "races": "a count",
+          "verified": "true, false or null", "max_abs_err": "a number or null",
+          "engines": "a count", "op_counts": "a count", "energy_aj": "a count",
+          "params": None}
+OBJECTS = frozenset({"engines", "op_counts", "energy_aj", "params"})
+
+
+def _is(value: Any, kind: str) -> bool:
+    if kind == "a string":
+        return isinstance(value, str)
+    if kind == "true, false or null":
+        return value is None or isinstance(value, bool)
+    if kind == "a number or null":
+        return value is None or (type(value) in (int, float) and value >= 0)
+    return type(value) is int and (kind == "an integer" or value >= 0)
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -127,6 +127,28 @@ def test_a_broken_golden_is_a_clear_error(cli, goldens, text, message):
     assert (code, err) == (2, f"error: {path}: {message}\n")
 
 
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("latency_ps", "abc", 'latency_ps is "abc", not a count'),
+    ("commands", -3, "commands is -3, not a count"),
+    ("verified", 1, "verified is 1, not true, false or null"),
+    ("engines", [1, 2], "engines is [1, 2], not an object"),
+    ("energy_aj", {"total": 1.5}, "energy_aj.total is 1.5, not a count"),
+    ("kernel", {"name": "x" * 50}, 'kernel is {"name": "' + "x" * 27 + "..., "
+                                   "not a string"),
+])
+def test_a_golden_with_a_damaged_field_is_an_error_not_drift(cli, goldens, field, value,
+                                                              message):
+    """A field holding what no run writes is a damaged golden (exit 2), not a result
+    that moved (exit 1)."""
+    import json
+
+    path = goldens / "sharded_gemm.composite.default.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), field: value}))
+    code, out, err = cli("golden", "check", "--only", QUICK, "--dir", str(goldens))
+    assert (code, err) == (2, f"error: {path}: {message}\n")
+    assert "running" not in out
+
+
 @pytest.mark.parametrize("kind", ["folder", "fifo"])
 def test_a_golden_that_is_no_file_is_an_error_before_any_case_runs(cli, goldens, kind):
     """Not a golden gone (which `check` reports as new, and `regen` writes): something
