@@ -42,6 +42,17 @@ def note_input(path: Path) -> None:
             _INPUTS.add(path.resolve())
 
 
+def file_name(text: str, what: str) -> Path:
+    """An output's path as typed: one that ends in a separator names a folder, and is
+    refused (`Path` drops the separator, so the file would be written without it:
+    ``--save x.npz/`` wrote ``x.npz``). `what` names the option in the error (Click
+    names it itself: "")."""
+    if text.endswith(("/", os.sep)):
+        raise KernbenchError(f"{what} " * bool(what) + f"{text}: ends in '/', so it names a "
+                             "folder; give a file name")
+    return Path(text)
+
+
 def output_target(path: Path, what: str, rewrites_input: bool = False,
                   rewrites_output: bool = False) -> Path:
     """The regular file an output to `path` replaces: `path`, or the file a symlink there

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kernbench_cli.errors import ArgumentError, clip
+from kernbench_cli.fileio import file_name
 
 
 def _wrong(name: str, value: Any, takes: str) -> ArgumentError:
@@ -22,6 +23,13 @@ def path(value: Any, name: str, required: bool = False) -> Path | None:
     `required`)."""
     text = name_or_path(value, name, "a path (a str or pathlib.Path)", required)
     return None if text is None else Path(text)
+
+
+def output(value: Any, name: str, required: bool = False) -> Path | None:
+    """`value` as the path of a file to write (`path`; one ending in '/' is refused, as
+    naming a folder)."""
+    text = name_or_path(value, name, "a path (a str or pathlib.Path)", required)
+    return None if text is None else file_name(text, name)
 
 
 def name_or_path(value: Any, name: str, takes: str, required: bool = False) -> str | None:

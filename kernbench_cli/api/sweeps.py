@@ -195,7 +195,7 @@ class SweepResult:
         names the figure in errors. Needs matplotlib (the ``plot`` extra)."""
         from kernbench_cli.report.plot import check_figure, check_x, metric, plot
 
-        path = args.path(path, "path", required=True)
+        path = args.output(path, "path", required=True)
         x = args.name_or_path(x, "x", "an axis key (a str) or None")
         y = args.name_or_path(y, "y", "a metric name (a str)", required=True)
         title = args.name_or_path(title, "title", "a str or None")
@@ -492,8 +492,9 @@ def _check_arguments(kernel: Any, topology: Any, costs: Any, replay: Any, out: A
     """`sweep`'s arguments are of the types it takes (`api.arguments`); `out` as a Path."""
     args.name_or_path(kernel, "kernel", "a kernel name or .py path", required=True)
     args.name_or_path(topology, "topology", "a topology name or TOML path (or None)")
-    for name, value in (("costs", costs), ("replay", replay), ("out", out)):
+    for name, value in (("costs", costs), ("replay", replay)):
         args.path(value, name)
+    out = args.output(out, "out")
     args.one_of(dask, "dask", (str, type(None)), "a scheduler address such as "
                 "tcp://HOST:8786 (or None)")
     takes = "a list of axis groups, each 'KEY,KEY' or a list of keys"
@@ -509,7 +510,7 @@ def _check_arguments(kernel: Any, topology: Any, costs: Any, replay: Any, out: A
     args.flags(**flags)
     args.one_of(prune_above, "prune_above", (str, type(None)),
                 "a latency such as '50us' or a factor such as 'x1.5' (or None)")
-    return Path(out) if out is not None else None
+    return out
 
 
 def _bounded(module, replay: str | Path | None, bounds_only: bool, prune: bool,

@@ -11,7 +11,8 @@ from typing import Annotated
 
 import typer
 
-from kernbench_cli.errors import AddressError, clip
+from kernbench_cli.errors import AddressError, KernbenchError, clip
+from kernbench_cli.fileio import file_name
 
 TopologyOpt = Annotated[
     str | None,
@@ -35,6 +36,18 @@ SeedOpt = Annotated[int, typer.Option(
 ParamOpt = Annotated[list[str] | None, typer.Option(
     "--param", "-p", metavar="NAME=VALUE",
     help="Kernel parameter (`kernbench kernels KERNEL` lists them); repeatable.")]
+
+
+def output_path(text: str | Path) -> Path:
+    """Typer's parser for an option naming a file to write (`fileio.file_name`)."""
+    if isinstance(text, Path):  # a default
+        return text
+    try:
+        return file_name(text, "")
+    except KernbenchError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
 
 

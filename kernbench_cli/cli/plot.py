@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from kernbench_cli.cli.common import output_path
 from kernbench_cli.cli.sweep import XOpt, YOpt
 
 
@@ -16,7 +17,8 @@ def plot(
     x: XOpt = None,
     y: YOpt = "latency",
     out: Annotated[Path | None, typer.Option(
-        "--out", "-o", help="The figure: .png, .svg or .pdf (default: RESULTS as .png).")]
+        "--out", "-o", parser=output_path,
+        help="The figure: .png, .svg or .pdf (default: RESULTS as .png).")]
     = None,
 ) -> None:
     """Draw a finished sweep as `sweep --plot` does: the metric --y against the axis --x, and

@@ -23,6 +23,7 @@ from kernbench_cli.cli.common import (
     TopologyOpt,
     echo_rich,
     following,
+    output_path,
 )
 from kernbench_cli.errors import KernbenchError
 from kernbench_cli.fileio import check_outputs
@@ -31,7 +32,7 @@ from kernbench_cli.lang.watchdog import DEFAULT_KERNEL_TIMEOUT
 from kernbench_cli.report.trace_filter import trace_filter
 
 ChromeTraceOpt = Annotated[Path | None, typer.Option(
-    "--chrome-trace",
+    "--chrome-trace", parser=output_path,
     help="Write a Perfetto/Chrome timeline here: engines, shared resources, rings, critical "
          "path (gzip-compressed when the name ends in .gz).")]
 TracePesOpt = Annotated[str | None, typer.Option(
@@ -41,10 +42,12 @@ TraceWindowOpt = Annotated[str | None, typer.Option(
     "--trace-window", metavar="START,END",
     help="Draw only what overlaps this time window in the timeline, e.g. 10us,25us.")]
 OplogOpt = Annotated[Path | None, typer.Option(
-    "--oplog", help="Write the op log here: a JSON line per command, addresses decoded "
-                    "(gzip-compressed when the name ends in .gz).")]
+    "--oplog", parser=output_path,
+    help="Write the op log here: a JSON line per command, addresses decoded "
+         "(gzip-compressed when the name ends in .gz).")]
 CriticalPathOpt = Annotated[Path | None, typer.Option(
-    "--critical-path", help="Write the critical path here: a JSON line per step.")]
+    "--critical-path", parser=output_path,
+    help="Write the critical path here: a JSON line per step.")]
 
 
 def run(
@@ -57,11 +60,12 @@ def run(
     per_pe: PerPeOpt = False,
     as_json: JsonOpt = False,
     save: Annotated[Path | None, typer.Option(
-        help="Write inputs and outputs to this .npz file.")] = None,
+        parser=output_path, help="Write inputs and outputs to this .npz file.")] = None,
     seed: SeedOpt = 0,
     timing_only: Annotated[bool, typer.Option(
         "--timing-only", help="Skip values and verification (faster; for sweeps).")] = False,
     record: Annotated[Path | None, typer.Option(
+        parser=output_path,
         help="Write the command trace to this file, for `kernbench replay`.")] = None,
     chrome_trace: ChromeTraceOpt = None,
     trace_pes: TracePesOpt = None,

@@ -16,6 +16,7 @@ from kernbench_cli.cli.common import (
     SeedOpt,
     chosen_format,
     echo_rich,
+    output_path,
 )
 
 KernelArg = Annotated[str, typer.Argument(help="Kernel name (sharded_gemm, …) or .py path.")]
@@ -40,7 +41,8 @@ TimingOnlyOpt = Annotated[bool, typer.Option(
 JobsOpt = Annotated[int | None, typer.Option(
     "--jobs", "-j", help="Worker processes (default: the CPU count).", metavar="INT")]
 OutOpt = Annotated[Path | None, typer.Option(
-    "--out", help="Write a row per finished point to this .jsonl or .csv file.")]
+    "--out", parser=output_path,
+    help="Write a row per finished point to this .jsonl or .csv file.")]
 ResumeOpt = Annotated[bool, typer.Option(
     "--resume", help="Skip the points already in --out; append the rest.")]
 ReplayOpt = Annotated[Path | None, typer.Option(
@@ -49,7 +51,8 @@ ReplayOpt = Annotated[Path | None, typer.Option(
 NoReplayOpt = Annotated[bool, typer.Option(
     "--no-replay", help="Run every point, even when only cost-table keys vary.")]
 PlotOpt = Annotated[Path | None, typer.Option(
-    "--plot", help="Draw the sweep to this .png, .svg or .pdf (needs kernbench[plot]).")]
+    "--plot", parser=output_path,
+    help="Draw the sweep to this .png, .svg or .pdf (needs kernbench[plot]).")]
 
 
 def _named(option: str, what: str):

@@ -530,6 +530,17 @@ WRONG_TYPES = [  # (call, exception, message): every public function checks its 
 ]
 
 
+def test_an_output_ending_in_a_slash_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(errors.KernbenchError) as raised:
+        kb.sweep("softmax", params={"rows": [8, 16]}, timing_only=True, out="r.jsonl/")
+    assert str(raised.value) == "out r.jsonl/: ends in '/', so it names a folder; give a file name"
+    with pytest.raises(errors.KernbenchError) as raised:
+        kb.SweepResult.from_rows("softmax", (), ()).plot("f.png/")
+    assert str(raised.value) == "path f.png/: ends in '/', so it names a folder; give a file name"
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.fixture(scope="module")
 def small_result():
     return kb.run("softmax", topology=ONE, params={"rows": 8}, timing_only=True)

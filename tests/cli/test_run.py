@@ -207,6 +207,22 @@ def test_kernel_mistakes(cli, name, message):
     assert _kernel_error(cli, name) == message
 
 
+@pytest.mark.parametrize(("command", "option"), [
+    ("run", "--save"), ("run", "--record"), ("run", "--oplog"), ("run", "--chrome-trace"),
+    ("run", "--critical-path"), ("sweep", "--out"), ("sweep", "--plot"),
+])
+def test_an_output_ending_in_a_slash_names_a_folder_and_is_refused(cli, tmp_path, monkeypatch,
+                                                                    command, option):
+    """The slash is what the user typed: a folder. Path() drops it, and `--save x.npz/`
+    wrote the file x.npz."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli(command, "softmax", "-p", "rows=8", "--timing-only", option, "x.out/")
+    assert (code, err) == (2, f"error: Invalid value for '{option}': x.out/: ends in '/', so "
+                              f"it names a folder; give a file name (see 'kernbench {command} "
+                              "--help')\n")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_missing_save_folder_writes_nothing(cli, tmp_path):
     target = tmp_path / "no" / "such" / "out.npz"
     code, _, err = cli("run", "sharded_gemm", *SMALL, "--save", str(target))
