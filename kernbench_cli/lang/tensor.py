@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from kernbench_cli.errors import KernelError
 from kernbench_cli.lang.dtypes import NAMES, Narrow
 
 if TYPE_CHECKING:
@@ -100,13 +101,21 @@ class Tensor:
         return self._tl._read(self)
 
     def __float__(self) -> float:
-        return float(self._tl._read(self))
+        return float(self._scalar("float(tensor)"))
 
     def __bool__(self) -> bool:
-        return bool(self._tl._read(self))
+        return bool(self._scalar("bool(tensor)"))
 
     def item(self) -> Any:
-        return self._tl._read(self).item()
+        return self._scalar("Tensor.item()").item()
+
+    def _scalar(self, how: str) -> np.ndarray:
+        """The value of a one-element tensor, read (`how` names the read in the error)."""
+        if self.numel != 1:
+            raise KernelError(f"{how}: the tensor has {self.numel:,} elements (shape "
+                              f"{list(self.shape)}); only one of a single element reads as a "
+                              "number")
+        return self._tl._read(self)
 
     # -- views -----------------------------------------------------------------
     def __getitem__(self, index: Any) -> Tensor:

@@ -90,3 +90,34 @@ def test_a_bool_is_no_pe_index(cli, tmp_path):
     code, _, err = cli("run", str(path), "-t", test_topology("pair"), "--timing-only")
     assert (code, err) == (1, f"error: {path}:8: PE (rack=0 sip=0 cube=0 pe=0) at t=0ns: PE "
                               "index True does not exist (0..1)\n")
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("float(t)", "float(tensor): the tensor has 4 elements (shape [2, 2]); only one of a "
+                 "single element reads as a number"),
+    ("bool(t)", "bool(tensor): the tensor has 4 elements (shape [2, 2]); only one of a "
+                "single element reads as a number"),
+    ("t.item()", "Tensor.item(): the tensor has 4 elements (shape [2, 2]); only one of a "
+                 "single element reads as a number"),
+    ("tl.sum(t, axis=(0, 1))", "tl.sum: axis must be one axis (an int) or None for all, got "
+                               "(0, 1)"),
+    ("tl.max(t, axis=True)", "tl.max: axis must be one axis (an int) or None for all, got "
+                             "True"),
+    ("tl.sum(t, axis=0, keepdims=2)", "tl.sum: keepdims must be True or False, got 2"),
+])
+def test_a_misused_read_or_reduction_is_a_kernel_error_at_its_line(cli, tmp_path, line,
+                                                                    message):
+    """Not numpy's or Python's own wording from inside `tl` (`only length-1 arrays…`, `'<='
+    not supported between…`): what the kernel got wrong, at its line."""
+    path = _kernel(tmp_path, f"def kernel(tl):\n    t = tl.zeros((2, 2))\n    {line}")
+    code, _, err = cli("run", str(path), "-t", test_topology("one"))
+    assert (code, err) == (1, f"error: {path}:8: PE (rack=0 sip=0 cube=0 pe=0) at t=4ns: "
+                              f"{message}\n")  # after tl.zeros' issue
+
+
+def test_a_reduction_takes_a_numpy_integer_axis(cli, tmp_path):
+    path = _kernel(tmp_path, "def kernel(tl):\n    t = tl.zeros((2, 3))\n"
+                             "    assert tl.sum(t, axis=np.int64(1), keepdims=np.bool_(True))"
+                             ".shape == (2, 1)\n    assert tl.sum(t, axis=-1).shape == (2,)")
+    path.write_text("import numpy as np\n" + path.read_text())
+    assert cli("run", str(path), "-t", test_topology("one"))[0] == 0

@@ -210,9 +210,16 @@ class MathOps(Core):
 
     def _reduce(self, fn: Callable, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
         x = self._own(x, fn.__name__)
+        if axis is not None and (isinstance(axis, bool) or not isinstance(axis, numbers.Integral)):
+            raise KernelError(f"tl.{fn.__name__}: axis must be one axis (an int) or None for "
+                              f"all, got {clip(axis)}")
+        if not isinstance(keepdims, bool | np.bool_):
+            raise KernelError(f"tl.{fn.__name__}: keepdims must be True or False, got "
+                              f"{clip(keepdims)}")
         if axis is not None and not -x.ndim <= axis < x.ndim:
             raise KernelError(f"tl.{fn.__name__}: axis {axis} is out of range for shape "
                               f"{list(x.shape)}")
+        axis, keepdims = None if axis is None else int(axis), bool(keepdims)
         shape = reduced_shape(x.shape, axis, keepdims)
         dt = x.dtype if x.dtype.__class__ is not Narrow else F32
         return self._math(_KIND_OF[fn], x.cmd, NONE, shape, dt, x.numel, _reduction, fn,
