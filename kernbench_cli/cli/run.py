@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -48,6 +48,23 @@ OplogOpt = Annotated[Path | None, typer.Option(
 CriticalPathOpt = Annotated[Path | None, typer.Option(
     "--critical-path", parser=output_path,
     help="Write the critical path here: a JSON line per step.")]
+SaveOpt = Annotated[Path | None, typer.Option(
+    parser=output_path, help="Write inputs and outputs to this .npz file.")]
+TimingOnlyOpt = Annotated[bool, typer.Option(
+    "--timing-only", help="Skip values and verification (faster; for sweeps).")]
+RecordOpt = Annotated[Path | None, typer.Option(
+    parser=output_path, help="Write the command trace to this file, for `kernbench replay`.")]
+RacesOpt = Annotated[bool, typer.Option(
+    "--races", help="Look for data races between PEs; exit 1 if any.")]
+MaxCommandsOpt = Annotated[int, typer.Option(
+    help="Stop a kernel that issues more commands than this (an endless loop).", min=1,
+    metavar="INT")]
+KernelTimeoutOpt = Annotated[float, typer.Option(
+    help="Stop a kernel whose Python issues no command for this many seconds of wall time "
+         "(an endless loop); 0: no limit.", min=0, metavar="SECONDS")]
+SensitivityOpt = Annotated[bool, typer.Option(
+    "--sensitivity", help="Then re-time the run by replay with each timing key made 2x "
+                          "better, and rank what each saves.")]
 
 
 def run(
@@ -59,31 +76,19 @@ def run(
     param: ParamOpt = None,
     per_pe: PerPeOpt = False,
     as_json: JsonOpt = False,
-    save: Annotated[Path | None, typer.Option(
-        parser=output_path, help="Write inputs and outputs to this .npz file.")] = None,
+    save: SaveOpt = None,
     seed: SeedOpt = 0,
-    timing_only: Annotated[bool, typer.Option(
-        "--timing-only", help="Skip values and verification (faster; for sweeps).")] = False,
-    record: Annotated[Path | None, typer.Option(
-        parser=output_path,
-        help="Write the command trace to this file, for `kernbench replay`.")] = None,
+    timing_only: TimingOnlyOpt = False,
+    record: RecordOpt = None,
     chrome_trace: ChromeTraceOpt = None,
     trace_pes: TracePesOpt = None,
     trace_window: TraceWindowOpt = None,
     oplog: OplogOpt = None,
     critical_path: CriticalPathOpt = None,
-    races: Annotated[bool, typer.Option(
-        "--races", help="Look for data races between PEs; exit 1 if any.")] = False,
-    max_commands: Annotated[int, typer.Option(
-        help="Stop a kernel that issues more commands than this (an endless loop).", min=1,
-        metavar="INT")] = DEFAULT_MAX_COMMANDS,
-    kernel_timeout: Annotated[float, typer.Option(
-        help="Stop a kernel whose Python issues no command for this many seconds of wall "
-             "time (an endless loop); 0: no limit.", min=0, metavar="SECONDS")]
-    = DEFAULT_KERNEL_TIMEOUT,
-    sensitive: Annotated[bool, typer.Option(
-        "--sensitivity", help="Then re-time the run by replay with each timing key made 2x "
-                              "better, and rank what each saves.")] = False,
+    races: RacesOpt = False,
+    max_commands: MaxCommandsOpt = DEFAULT_MAX_COMMANDS,
+    kernel_timeout: KernelTimeoutOpt = DEFAULT_KERNEL_TIMEOUT,
+    sensitive: SensitivityOpt = False,
     progress: ProgressOpt = False,
     dedup: DedupOpt = DEDUP_DEFAULT,
     shortcuts: ShortcutsOpt = SHORTCUTS_DEFAULT,
@@ -94,11 +99,10 @@ def run(
 
     if bounds_only:
         refuse_with_bounds_only({
-            "--save": save is not None, "--record": record is not None,
-            "--chrome-trace": chrome_trace is not None, "--trace-pes": trace_pes is not None,
-            "--trace-window": trace_window is not None, "--oplog": oplog is not None,
-            "--critical-path": critical_path is not None, "--races": races,
-            "--sensitivity": sensitive, "--per-pe": per_pe})
+            "--save": save, "--record": record, "--chrome-trace": chrome_trace,
+            "--trace-pes": trace_pes, "--trace-window": trace_window, "--oplog": oplog,
+            "--critical-path": critical_path, "--races": races, "--sensitivity": sensitive,
+            "--per-pe": per_pe})
         show_bounds(kernel, topology, costs, sets, param, as_json)
         return
     if save is not None and timing_only:
@@ -117,13 +121,7 @@ def run(
                          oplog=chrome_trace is not None or oplog is not None, watch=watch,
                          races=races, per_pe=per_pe, check=False, dedup=dedup,
                          shortcuts=shortcuts)
-    if save is not None:
-        _save_npz(save, {**result.inputs, **result.outputs})
-    if record is not None:
-        from kernbench_cli.sim.trace_file import write_trace
-
-        write_trace(record, result.raw.trace)
-    _write_outputs(chrome_trace, keep, oplog, critical_path, result)
+    _write_outputs(chrome_trace, keep, oplog, critical_path, result, save, record)
     show(result, as_json, per_pe, sensitive)
     result.check()
 
@@ -134,11 +132,11 @@ BoundsOnlyOpt = Annotated[bool, typer.Option(
          "nothing set up or simulated; options that ask for a run's output are refused.")]
 
 
-def refuse_with_bounds_only(given: dict[str, bool]) -> None:
-    """KernbenchError naming the first option of `given` (option: whether it was given) that
-    asks for what only a run produces."""
-    for option, asked in given.items():
-        if asked:
+def refuse_with_bounds_only(given: dict[str, Any]) -> None:
+    """KernbenchError naming the first option of `given` (option: its value; None or False
+    where it was not given) that asks for what only a run produces."""
+    for option, value in given.items():
+        if value is not None and value is not False:
             raise KernbenchError(f"--bounds-only simulates nothing: {option} asks for a run's "
                                  "output (drop one of them)")
 
@@ -171,8 +169,7 @@ def replay(
     trace_window: TraceWindowOpt = None,
     oplog: OplogOpt = None,
     critical_path: CriticalPathOpt = None,
-    races: Annotated[bool, typer.Option(
-        "--races", help="Look for data races between PEs; exit 1 if any.")] = False,
+    races: RacesOpt = False,
     recorded_sets: Annotated[bool, typer.Option(
         "--recorded-sets/--no-recorded-sets",
         help="Apply the run's own --set items first (yours after them win).")] = True,
@@ -205,16 +202,25 @@ def replay(
 
 
 def _write_outputs(chrome_trace: Path | None, keep, oplog: Path | None,
-                   critical_path: Path | None, result) -> None:
+                   critical_path: Path | None, result, save: Path | None = None,
+                   record: Path | None = None) -> None:
     """The optional files of a run (an API `Result`): a Chrome trace of what `keep` (a
-    `TraceFilter` or None) keeps, the op log, the critical path; each written whole or not
-    at all, gzip-compressed where its name ends in .gz."""
+    `TraceFilter` or None) keeps, the op log, the critical path, its values (`save`) and
+    its trace (`record`); each written whole or not at all, gzip-compressed where its
+    name ends in .gz (not `save` and `record`: formats of their own); none if the trace
+    window misses the run."""
     from kernbench_cli.fileio import atomic_write, gzipped_if_named
     from kernbench_cli.report.trace_filter import check_window
 
     raw, amap = result.raw, result.address_map
     if chrome_trace is not None:
         check_window(keep, raw.latency_ps)
+    if save is not None:
+        _save_npz(save, {**result.inputs, **result.outputs})
+    if record is not None:
+        from kernbench_cli.sim.trace_file import write_trace
+
+        write_trace(record, raw.trace)
     if critical_path is not None:
         from kernbench_cli.report.run import critical_path_lines
 

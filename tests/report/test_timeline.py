@@ -280,8 +280,19 @@ def test_rings_are_kept_with_the_pe_they_deliver_to(run):
 def test_bad_trace_filters_are_one_line_errors_and_write_nothing(cli, tmp_path, args, message):
     out = tmp_path / "t.json"
     code, _, err = cli("run", "gqa_attention", "--timing-only", "--chrome-trace", str(out),
-                       "--critical-path", str(tmp_path / "c.jsonl"), *args)
+                       "--critical-path", str(tmp_path / "c.jsonl"), "--record",
+                       str(tmp_path / "r.trace"), *args)
     assert (code, err) == (2, f"error: {message}\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_window_after_the_run_writes_no_output_at_all(cli, tmp_path):
+    """Not the values and the trace, then the error (they were written before the window
+    was checked)."""
+    code, _, err = cli("run", "softmax", "-p", "rows=16", "--save", str(tmp_path / "x.npz"),
+                       "--record", str(tmp_path / "r.trace"), "--chrome-trace",
+                       str(tmp_path / "t.json"), "--trace-window", "1s,2s")
+    assert (code, err[:40]) == (2, "error: --trace-window starts at 1s, afte")
     assert list(tmp_path.iterdir()) == []
 
 
