@@ -14,7 +14,7 @@ from kernbench_cli.fileio import file_name
 
 
 def _wrong(name: str, value: Any, takes: str) -> ArgumentError:
-    got = "an empty one" if value == "" else type(value).__name__
+    got = "an empty one" if isinstance(value, str) and not value else type(value).__name__
     return ArgumentError(f"{name}={clip(value)}: expected {takes}, got {got}")
 
 

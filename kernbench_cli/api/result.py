@@ -70,6 +70,16 @@ class ReadOnly(Mapping):
     def __reduce__(self) -> tuple:
         return ReadOnly, (dict(self._data),)
 
+    # a changed copy, as `MappingProxyType` gives: a dict (`prev.params | {"rows": 16}`)
+    def copy(self) -> dict:
+        return dict(self._data)
+
+    def __or__(self, other: Any) -> dict:
+        return {**self._data, **other} if isinstance(other, Mapping) else NotImplemented
+
+    def __ror__(self, other: Any) -> dict:
+        return {**other, **self._data} if isinstance(other, Mapping) else NotImplemented
+
 
 def frozen(value: Any) -> Any:
     """JSON data made read-only: objects as `ReadOnly` mappings, arrays as tuples."""

@@ -237,6 +237,12 @@ def test_results_pickle_and_deep_copy_as_their_json():
         np.array_equal(outputs[k], result.outputs[k]) for k in outputs)
     with pytest.raises(TypeError):  # read-only, as a mapping proxy
         result.params["rows"] = 16
+    # and, as a mapping proxy, a changed copy is a dict: for the next run's parameters
+    params = dict(result.params)
+    assert result.params | {"rows": 16} == {**params, "rows": 16}
+    assert {"rows": 16, "extra": 1} | result.params == {**params, "extra": 1}
+    assert result.params.copy() == params and type(result.params.copy()) is dict
+    assert kb.run("softmax", ONE, params=result.params | {"rows": 16}).params["rows"] == 16
 
 
 def test_a_loaded_kernel_and_topology_run_as_names_do():
@@ -503,6 +509,11 @@ WRONG_TYPES = [  # (call, exception, message): every public function checks its 
      errors.ArgumentError, "Result.from_dict: checks[0].kind: expected str, got 1"),
     (lambda r: kb.Result.from_dict({**r.to_dict(), "seed": object()}), errors.ArgumentError,
      "Result.from_dict: not JSON data (Object of type object is not JSON serializable)"),
+    (lambda r: kb.run(np.array([1, 2])), errors.ArgumentError,
+     "kernel=array([1, 2]): expected a kernel name or .py path, got ndarray"),
+    (lambda r: kb.load_sweep(np.array(["a", "b"])), errors.ArgumentError,
+     "path=array(['a', 'b'], dtype='<U1'): expected a path (a str or pathlib.Path), got "
+     "ndarray"),
     (lambda r: kb.sweep(5), errors.ArgumentError,
      "kernel=5: expected a kernel name or .py path, got int"),
     (lambda r: kb.sweep("softmax", out=5), errors.ArgumentError,
