@@ -125,8 +125,9 @@ def confined():
         _streams_taken()
         if not _CONFINED:
             _install()
+            _CWD[:] = [_cwd()]
         _CONFINED.add(ident)
-    cwd = _cwd()
+        cwd = _CWD[0]
     try:
         yield
     finally:
@@ -135,6 +136,8 @@ def confined():
             if not _CONFINED:
                 _uninstall()
             _streams_put_back()  # as kernbench has them, whatever the kernel set
+            if not _CONFINED:
+                _CWD.clear()
         if cwd is not None and _cwd() != cwd:
             with contextlib.suppress(OSError):  # gone since: nowhere to go back to
                 os.chdir(cwd)
@@ -175,6 +178,10 @@ def _cwd() -> str | None:
         return None
 
 
+#: The working directory when the first thread entered `confined`, until the last leaves:
+#: each thread leaving goes back to it. One for all threads, as the directory is the
+#: process's: a thread that kept its own could take a kernel's `os.chdir` for it.
+_CWD: list = []
 _CHAINED: list = []  # the SIGINT handler `_interrupt_handler` stands in front of
 
 

@@ -195,3 +195,36 @@ def test_threads_entering_and_leaving_in_turn_leave_stdout_as_it_was(order):
     for thread in threads:
         thread.join(30)
     assert seen == [True] and sys.stdout is original
+
+
+def test_a_thread_entering_while_another_kernel_moved_leaves_the_directory_as_it_was(
+        tmp_path, monkeypatch):
+    """The directory is the process's: a thread entering kernel code while another's kernel
+    had moved took that directory for the one to go back to, and went back there after
+    both had left (the next run's relative outputs went to the kernel's folder)."""
+    from kernbench_cli.lang.confine import confined
+
+    away = tmp_path / "away"
+    away.mkdir()
+    monkeypatch.chdir(tmp_path)
+    moved, second_in, first_left = threading.Event(), threading.Event(), threading.Event()
+
+    def moves() -> None:
+        with confined():
+            os.chdir(away)
+            moved.set()
+            second_in.wait(10)
+        first_left.set()
+
+    def enters_after() -> None:
+        moved.wait(10)
+        with confined():
+            second_in.set()
+            first_left.wait(10)
+
+    threads = [threading.Thread(target=moves), threading.Thread(target=enters_after)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert os.getcwd() == str(tmp_path)
