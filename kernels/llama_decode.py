@@ -58,6 +58,7 @@ import numpy as np
 from kernbench_cli.lang import collectives as coll
 from kernbench_cli.lang.bounds import stream_bandwidth
 from kernbench_cli.models.decoder import (
+    MAX_CONTEXT,
     Layout,
     Maker,
     Run,
@@ -981,7 +982,8 @@ def metrics(topology, p, run):
     used = [sum(lay.need(pid).values()) for pid in range(topology.num_pes)]
     whole = {**p, "microbatches": 1}  # what fits does not hang on how the batch is split
     most_batch = largest(topology, whole, "batch")
-    most_context = largest(topology, {**whole, "batch": b, "prompt": 0, "passes": 0}, "context")
+    searched = {**whole, "batch": b, "prompt": 0, "passes": 0}
+    most_context = largest(topology, searched, "context")
     have = topology.hbm.slice_size
     decode = "the decode step" + (" after the prompt" if step.prompt else "")
     return {"tpot_ps": (tpot, f"({decode}: {how})"),
@@ -1001,10 +1003,22 @@ def metrics(topology, p, run):
                                              "fit HBM; TCM bounds a micro-batch apart, "
                                              "to at most "
                                              f"{most_rows(topology, step.cfg)} rows)"),
-            "max_context": (float(most_context), f"(at batch {b}" + (
-                ": the model's max_position_embeddings, not its HBM, bounds it)"
-                if most_context == limit_of(whole, "context") else ")")),
+            "max_context": (float(most_context), f"(at batch {b}"
+                            f"{_context_bound(step, searched, most_context)})"),
             "macs": (float(_macs(lay)), ""), **out}
+
+
+def _context_bound(step: Run, searched, most: int) -> str:
+    """What bounds `max_context` (`most`, found for `searched`) where HBM does not: the
+    model's positions or, with `dynamic` RoPE (which scales past them) and a window on
+    every layer (the KV cache stops growing), nothing below where the search ends."""
+    if most != limit_of(searched, "context"):
+        return ""
+    if step.cfg.rope.kind == "dynamic":
+        return (f": no bound below {MAX_CONTEXT:,} positions, where the search ends: "
+                "dynamic RoPE scales past max_position_embeddings, and sliding windows "
+                "keep the KV cache from growing")
+    return ": the model's max_position_embeddings, not its HBM, bounds it"
 
 
 def _pipeline(step: Run, run, tpot: float) -> dict:

@@ -644,13 +644,16 @@ def _check_positions(p, rope: Rope) -> None:
 def limit_of(p, name: str) -> int:
     """The most `largest` searches to: for "context", the model's max_position_embeddings
     less the prompt and the steps (the last step's token sits at position context +
-    prompt + steps - 1; `dynamic` RoPE, which scales past them, `MAX_CONTEXT`); for
-    "batch", `MAX_BATCH`. A model whose every layer has a sliding window needs no more HBM
-    past its window, so its context is bounded by its positions alone."""
+    prompt + steps - 1) or, with a prompt, the request's new tokens if more (its last
+    feeds position context + prompt + new_tokens - 2), as `_check_positions` has it;
+    `dynamic` RoPE, which scales past them, from `MAX_CONTEXT`; for "batch",
+    `MAX_BATCH`. A model whose every layer has a sliding window needs no more HBM past
+    its window, so its context is bounded by its positions alone."""
     if name == "context":
         rope = model_config(p).rope
         most = MAX_CONTEXT if rope.kind == "dynamic" else rope.max_positions
-        return max(0, most - p["prompt"] - p["steps"])
+        after = max(p["steps"], p["new_tokens"] - 1) if p["prompt"] else p["steps"]
+        return max(0, most - p["prompt"] - after)
     return MAX_BATCH
 
 

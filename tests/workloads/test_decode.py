@@ -768,12 +768,18 @@ def test_every_run_keeps_its_last_token_within_the_model_positions(cli):
                               "position, 2,048, is past the model's positions "
                               "(max_position_embeddings 2,048); the largest context here "
                               "is 2,047\n")
+    # with a prompt, the largest context is the one whose request fits too: the last of
+    # new_tokens=128 feeds position 873 + 1048 + 126 = 2,047 (999 was named, then refused)
     code, _, err = cli("run", "llama_decode", "-p", "context=1000", "-p", "prompt=1048",
                        "--timing-only")
     assert (code, err) == (2, "error: llama_decode: context = 1000: the last token's "
                               "position, 2,048, is past the model's positions "
                               "(max_position_embeddings 2,048); the largest context here "
-                              "is 999\n")
+                              "is 873\n")
+    assert cli("run", "llama_decode", "-p", "context=873", "-p", "prompt=1048",
+               "--timing-only")[0] == 0
+    assert cli("run", "llama_decode", "-p", "context=874", "-p", "prompt=1048",
+               "--timing-only")[0] == 2
     code, _, err = cli("run", "llama_decode", "-p", "context=0", "-p", "prompt=2049",
                        "--timing-only")
     assert (code, err) == (2, "error: llama_decode: prompt = 2049: the last token's "
@@ -811,6 +817,24 @@ def test_dynamic_rope_runs_past_max_position_embeddings(cli, tmp_path):
     code, _, err = cli("run", "llama_decode", "-p", f"config={path}", "-p", "context=40",
                        "-p", "steps=2", "--timing-only")
     assert code == 0, err
+
+
+def test_max_context_says_what_bounds_it(run, tmp_path):
+    """The model's positions (with a prompt too: the context is searched without it; the
+    note was left out), or, with dynamic RoPE and a window on every layer, nothing below where the search
+    ends (that was said to be max_position_embeddings, 4,096, at 16,777,215)."""
+    result = run("llama_decode", "default", ("prompt=100", "context=10"), timing_only=True)
+    assert result.metrics["max_context"] == (2047.0, "(at batch 1: the model's "
+                                             "max_position_embeddings, not its HBM, bounds it)")
+    config = json.loads((HF / "mistral_sliding.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config, "rope_scaling": {"rope_type": "dynamic",
+                                                           "factor": 2.0}}))
+    result = run("llama_decode", "default", (f"config={path}",), timing_only=True)
+    assert result.metrics["max_context"] == (
+        16777215.0, "(at batch 1: no bound below 16,777,216 positions, where the search "
+        "ends: dynamic RoPE scales past max_position_embeddings, and sliding windows keep "
+        "the KV cache from growing)")
 
 
 def test_steps_need_one_stage_without_micro_batches(cli):
