@@ -208,6 +208,8 @@ def parse_int(text: str, what: str) -> int:
         value = read_integer(clean) if len(clean) <= 1_000_000 else None
     except ValueError:
         value = None
+    except OverflowError:  # more decimal digits than Python converts
+        value = -1 if clean.startswith("-") else 1 << 64
     if value is None:
         raise AddressError(f"{what} {clip(text)} is not a number (hex 0x…, or decimal)")
     if value < 0:

@@ -185,13 +185,18 @@ _INTEGER = re.compile(r"[+-]?(0[xX](_?[0-9a-fA-F])+|0[oO](_?[0-7])+|0[bB](_?[01]
 
 
 def read_integer(text: str) -> int:
-    """`text` read as `_INTEGER` says (ValueError if it is not one: ``٣``, ``1__0``)."""
+    """`text` read as `_INTEGER` says (ValueError if it is not one: ``٣``, ``1__0``;
+    OverflowError for a decimal past Python's digit limit, `sys.int_max_str_digits`: one,
+    but larger than any use)."""
     if not _INTEGER.fullmatch(text):
         raise ValueError(text)
     digits = text.replace("_", "").lstrip("+-")
     sign = -1 if text.startswith("-") else 1
     base = {"x": 16, "o": 8, "b": 2}.get(digits[1:2].lower(), 10) if digits[:1] == "0" else 10
-    return sign * int(digits[2:] if base != 10 else digits, base)
+    try:
+        return sign * int(digits[2:] if base != 10 else digits.lstrip("0") or "0", base)
+    except ValueError:  # well formed (matched above): too many digits to convert
+        raise OverflowError(text) from None
 
 
 def format_size_human(nbytes: int) -> str:

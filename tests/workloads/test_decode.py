@@ -821,8 +821,9 @@ def test_dynamic_rope_runs_past_max_position_embeddings(cli, tmp_path):
 
 def test_max_context_says_what_bounds_it(run, tmp_path):
     """The model's positions (with a prompt too: the context is searched without it; the
-    note was left out), or, with dynamic RoPE and a window on every layer, nothing below where the search
-    ends (that was said to be max_position_embeddings, 4,096, at 16,777,215)."""
+    note was left out), or, with dynamic RoPE and a window on every layer, nothing below
+    where the search ends (that was said to be max_position_embeddings, 4,096, at
+    16,777,215)."""
     result = run("llama_decode", "default", ("prompt=100", "context=10"), timing_only=True)
     assert result.metrics["max_context"] == (2047.0, "(at batch 1: the model's "
                                              "max_position_embeddings, not its HBM, bounds it)")
