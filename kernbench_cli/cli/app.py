@@ -20,11 +20,11 @@ from typer.core import TyperGroup
 from kernbench_cli.cli import addr, compare, golden, kernels, plot, run, sweep, topology
 from kernbench_cli.cli.common import plain_help, plain_metavars
 from kernbench_cli.errors import KernbenchError
-from kernbench_cli.lang.confine import Interrupted
+from kernbench_cli.lang.confine import EXIT_INTERRUPTED, Interrupted, stopping
+from kernbench_cli.lang.watchdog import end_process_when_stuck
 
 #: Exit codes besides a `KernbenchError`'s own (2 bad input, 1 a run that went wrong).
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in kernbench
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: stdout's reader went away
 
 
@@ -176,7 +176,9 @@ def _said_interrupted() -> None:
 
 
 def _terminate(signum, frame) -> None:
-    """SIGTERM ends a run as Ctrl-C does: temporary files removed, exit 130."""
+    """SIGTERM ends a run as Ctrl-C does: temporary files removed, exit 130 (a second one
+    that kernel code took the first of, at once: `confine.stopping`)."""
+    stopping()
     raise Interrupted
 
 
@@ -221,6 +223,7 @@ app.add_typer(golden.app, name="golden")
 def main() -> None:
     """Console entry point."""
     signal.signal(signal.SIGTERM, _terminate)
+    end_process_when_stuck()  # kernel code that takes every stop: see `lang.watchdog`
     if sys.stdout is None:  # started with stdout closed (`kernbench … >&-`)
         sys.exit(EXIT_BROKEN_PIPE)
     _open_closed_streams()

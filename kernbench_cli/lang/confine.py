@@ -43,6 +43,11 @@ import sys
 import threading
 from contextlib import contextmanager
 
+from kernbench_cli.lang.watchdog import end_now, ends_process
+
+#: The exit status of a command stopped by Ctrl-C or SIGTERM.
+EXIT_INTERRUPTED = 130
+
 
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM: the user stopped kernbench."""
@@ -138,6 +143,7 @@ def confined():
             _streams_put_back()  # as kernbench has them, whatever the kernel set
             if not _CONFINED:
                 _CWD.clear()
+                _STOPS[0] = 0
         if cwd is not None and _cwd() != cwd:
             with contextlib.suppress(OSError):  # gone since: nowhere to go back to
                 os.chdir(cwd)
@@ -186,11 +192,28 @@ _CHAINED: list = []  # the SIGINT handler `_interrupt_handler` stands in front o
 
 
 def _interrupt_handler(signum, frame) -> None:
-    """Ctrl-C while kernel code runs: the handler that was there, its stop made `Interrupted`."""
+    """Ctrl-C while kernel code runs: the handler that was there, its stop made `Interrupted`
+    (a second one may end the process: `stopping`)."""
     try:
         _CHAINED[-1](signum, frame)
     except KeyboardInterrupt:
+        stopping()
         raise Interrupted from None
+
+
+_STOPS = [0]  # Ctrl-C and SIGTERM raised while kernel code ran, since it began
+
+
+def stopping() -> None:
+    """Ctrl-C or SIGTERM is about to raise `Interrupted`. If kernel code runs and took the
+    one before (it ran on: an ``except BaseException`` in a loop), in the CLI
+    (`watchdog.end_process_when_stuck`) the process ends now: ``interrupted``, exit 130."""
+    if not _CONFINED or not ends_process():
+        return
+    _STOPS[0] += 1
+    if _STOPS[0] > 1:
+        end_now("interrupted (the kernel's code took the stop before this one and ran on)",
+                EXIT_INTERRUPTED)
 
 
 # ------------------------------------------------------------------ prints to stderr

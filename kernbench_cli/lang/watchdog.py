@@ -27,6 +27,12 @@ second without progress and is still running, the thread raises `KernelTimeout`
 in the watched thread itself (`PyThreadState_SetAsyncExc`, which Python checks
 between bytecodes, whatever the signal handlers), again each second after.
 
+A kernel that takes every stop (``except BaseException`` in its loop, carrying on)
+outlives all of these. In the CLI (`end_process_when_stuck`), once the thread has
+raised in it twice and it still runs, the process ends: an error naming the kernel's
+line (the innermost frame outside kernbench and the standard library), exit 1. A
+caller of the API keeps its process: there, such a kernel runs on.
+
 Memory: a command stream grows by some hundred bytes a command, so a kernel that
 issues commands without end fills the machine long before `--max-commands`, and
 Linux's out-of-memory killer ends the process with no report. At each tick the
@@ -45,6 +51,7 @@ from __future__ import annotations
 
 import _thread
 import ctypes
+import os
 import signal
 import sys
 import threading
@@ -63,10 +70,51 @@ BACKSTOP_GRACE_S = 1.0
 #: The limit on a kernel module's code outside the functional pass (`hook_limit`).
 HOOK_LIMIT: ContextVar[float] = ContextVar("hook_limit", default=DEFAULT_KERNEL_TIMEOUT)
 
+#: Raises by the thread behind the timer that a block outlives before, in the CLI, the
+#: process ends (`end_process_when_stuck`).
+BACKSTOP_RAISES = 2
+#: `os._exit` as it was at import (the kernel-code guard of `confine` stands in its place
+#: while kernel code runs).
+_EXIT = os._exit
+#: Whether a block that outlives `BACKSTOP_RAISES` raises ends the process.
+_END_PROCESS = [False]
+
 #: How often a watched block reads the memory left, at most (seconds).
 MEMORY_READ_S = 0.25
 
 _MIB = 1 << 20
+
+
+def end_process_when_stuck(end: bool = True) -> None:
+    """Whether code that takes every stop ends the process (the CLI's choice; see the
+    module's docstring): `KernelTimeout` outlived, or a second Ctrl-C (`confine`)."""
+    _END_PROCESS[0] = end
+
+
+def ends_process() -> bool:
+    return _END_PROCESS[0]
+
+
+def end_now(line: str, code: int) -> None:
+    """End the process at once with `line` on stderr (written whole, no lock taken: the
+    thread it stops may hold sys.stderr's) and exit status `code`."""
+    os.write(2, line.encode("utf-8", "replace") + b"\n")
+    _EXIT(code)
+
+
+def _where(frame) -> str:
+    """The innermost frame of `frame`'s stack outside kernbench, the standard library and
+    installed packages (the kernel's code, as it runs; a wheel's shipped kernels count
+    as the kernel's), as ``path:line``; ``?`` if none."""
+    package = Path(__file__).resolve().parent.parent
+    ours = (f"{package}{os.sep}", f"{Path(os.__file__).resolve().parent}{os.sep}", "<")
+    shipped = f"{package / '_data'}{os.sep}"
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith(shipped) or not (name.startswith(ours) or "site-packages" in name):
+            return f"{name}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "?"
 
 
 class MemoryLow(MemoryError):
@@ -224,15 +272,20 @@ class _Watch:
         while it still runs (not each tick: the first has that long to end the block)."""
         overdue = type("KernelTimeout", (KernelTimeout,),
                        {"__init__": lambda exc: KernelTimeout.__init__(exc, self.limit)})
-        due = self.limit + BACKSTOP_GRACE_S
+        due, raised = self.limit + BACKSTOP_GRACE_S, 0
         while not self.ended.wait(tick):
             with self.lock:  # not once the block has ended
                 stalled = self.stalled()
                 if stalled < self.limit:
-                    due = self.limit + BACKSTOP_GRACE_S
+                    due, raised = self.limit + BACKSTOP_GRACE_S, 0
                 elif stalled >= due and not self.ended.is_set() and not self.held:
+                    if raised >= BACKSTOP_RAISES and _END_PROCESS[0]:
+                        where = _where(sys._current_frames().get(thread))
+                        end_now(f"error: {where}: no progress for {self.limit:g} s of "
+                                "wall-clock time, and the code took every stop (an except "
+                                "BaseException that carries on?): kernbench ended it", 1)
                     _async_raise(thread, overdue)
-                    due = stalled + BACKSTOP_GRACE_S
+                    due, raised = stalled + BACKSTOP_GRACE_S, raised + 1
 
     def end(self) -> None:
         """The block has ended: the thread behind the timer stops, raising nothing more

@@ -100,6 +100,49 @@ def test_a_kernel_looping_in_python_is_stopped_with_its_line(tmp_path, kernbench
     assert int(err.split(":")[2]) in (line, line + 1)
 
 
+#: A kernel that takes every stop: each exception its loop gets, it carries on.
+TAKES_EVERY_STOP = "while True:\n        try:\n            while True:\n                pass\n" \
+    "        except BaseException:\n            continue"
+
+
+def test_a_kernel_taking_every_stop_is_ended_by_the_cli_with_its_line(tmp_path, kernbench):
+    """Past its `--kernel-timeout` the kernel takes each `KernelTimeout` raised in it (the
+    timer's, then the backstop thread's), so the run never ended: after two of the
+    backstop's the CLI ends the process, naming the line the kernel was on."""
+    kernel = tmp_path / "spin.py"
+    kernel.write_text(BASE.replace("    tl.store(tl.shard(x), t)", f"    {TAKES_EVERY_STOP}"))
+    start = time.monotonic()
+    proc = kernbench.run("run", str(kernel), "-t", ONE, "--kernel-timeout", "1", cwd=tmp_path,
+                         timeout=60)
+    lines = kernel.read_text().splitlines()
+    inner = [i for i, text in enumerate(lines, 1) if "while" in text or "pass" in text]
+    assert proc.returncode == 1, proc.stderr
+    head, _, message = proc.stderr.partition(": no progress")
+    assert (head.rpartition(":")[0], message) == (
+        f"error: {kernel}", " for 1 s of wall-clock time, and the code took every stop (an except "
+        "BaseException that carries on?): kernbench ended it\n")
+    assert int(head.rpartition(":")[2]) in inner
+    assert time.monotonic() - start < 30  # the limit, then a second a raise: some 4 s
+
+
+@pytest.mark.slow  # seconds each, signals against wall-clock delays: CI's slow part
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_second_stop_ends_a_kernel_that_took_the_first(tmp_path, kernbench, sig):
+    """Ctrl-C (or SIGTERM) raises `Interrupted` in the kernel's code, which takes it and
+    runs on: the second ends the process at once, exit 130."""
+    kernel = tmp_path / "spin.py"
+    kernel.write_text(BASE.replace("    tl.store(tl.shard(x), t)", f"    {TAKES_EVERY_STOP}"))
+    proc = kernbench.start("run", str(kernel), "-t", ONE, cwd=tmp_path)
+    time.sleep(3)
+    proc.send_signal(sig)
+    time.sleep(1)
+    assert proc.poll() is None  # taken
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert (proc.returncode, out, err) == (130, "", "interrupted (the kernel's code took the "
+                                                    "stop before this one and ran on)\n")
+
+
 def test_a_closed_pipe_ends_quietly(tmp_path, kernbench):
     proc = subprocess.run(kernbench.shell + " run sharded_gemm | head -1", shell=True,
                           cwd=tmp_path, capture_output=True, text=True, timeout=HANG_GUARD_S)
