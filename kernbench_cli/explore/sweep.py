@@ -28,6 +28,7 @@ import re
 import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -754,7 +755,10 @@ def run_local(spec: Spec, todo: list[Point], jobs: int,
                     running[future] = pending.pop(0)
                 if broken:
                     break
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                finished: set[Future] = set()
+                while not finished:  # a while at a time: see `_POLL_S`
+                    finished, _ = wait(running, timeout=_POLL_S,
+                                       return_when=FIRST_COMPLETED)
                 for future in finished:
                     point = running.pop(future)
                     try:
@@ -931,10 +935,20 @@ def _alone(spec: Spec, point: Point,
            worker: Callable[[Spec, Point], dict[str, Any]]) -> dict[str, Any] | None:
     """`point` run in a worker process of its own; None if that process dies too."""
     with _pool(1, _worker_context()) as pool:
+        future = _submit(pool, worker, spec, point)
         try:
-            return _submit(pool, worker, spec, point).result()
+            while True:  # a while at a time: see `_POLL_S`
+                with contextlib.suppress(FutureTimeout):
+                    return future.result(timeout=_POLL_S)
         except BrokenProcessPool:
             return None
+
+
+#: Seconds the sweep waits on its workers at a time. A Ctrl-C or SIGTERM that the kernel
+#: hands to another of the sweep's threads (the pool's) does not wake the main thread's
+#: wait, and Python runs its handler in the main thread only: waited on without end, the
+#: sweep went on until the running points finished (minutes).
+_POLL_S = 0.25
 
 
 @contextmanager
@@ -975,6 +989,10 @@ def _leave_interrupts(sweep: int) -> None:
     import time
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # `_submit` blocks both while the pool may start a process, and the fork server
+    # started then hands its mask to every worker: SIGTERM (`_pool`'s terminate) stayed
+    # pending, and the sweep waited for the point to end (minutes) after a Ctrl-C
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
     def gone() -> bool:
         try:

@@ -164,6 +164,26 @@ def test_no_numpy_warning_reaches_the_terminal(tmp_path, kernbench):
 
 
 @pytest.mark.slow  # seconds each, signals against wall-clock delays: CI's slow part
+@pytest.mark.slow  # seconds each, signals against wall-clock delays: CI's slow part
+@pytest.mark.parametrize(("sig", "group"), [(signal.SIGINT, True), (signal.SIGTERM, False)])
+def test_a_stop_ends_a_sweep_whose_points_run_at_once(tmp_path, kernbench, sig, group):
+    """A stop while the workers are deep in their points (each runs about a minute): the
+    sweep ends within seconds. The workers had SIGTERM blocked (the pool's start-up mask,
+    handed on by the fork server), so the sweep's terminate waited for the points to end:
+    a minute or more after the Ctrl-C."""
+    proc = kernbench.start(
+        "sweep", "llama_decode", "-t", str(TESTS / "topologies" / "pair.toml"),
+        "-p", "prompt=1900", "-p", "chunk=2", "-p", "new_tokens=1", "-p", "batch=1,2",
+        "--timing-only", "-j", "2", cwd=tmp_path, start_new_session=True)
+    time.sleep(8)
+    assert proc.poll() is None
+    os.killpg(proc.pid, sig) if group else proc.send_signal(sig)
+    start = time.monotonic()
+    _, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (130, "interrupted\n")
+    assert time.monotonic() - start < 15
+
+
 def test_ctrl_c_stops_a_sweep_and_its_workers(tmp_path, kernbench):
     """Ctrl-C reaches the whole process group: the workers leave it to the sweep, which stops
     them at once and exits 130; the results file keeps the points that finished (none yet:
