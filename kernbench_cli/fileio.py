@@ -289,11 +289,16 @@ class _Unheld:
         self.text = text
 
 
+#: The largest integer kernbench reads back from JSON (and so may write into a result: a
+#: `--seed` is at most this).
+MAX_JSON_INT = 2**64 - 1
+
+
 def _json_int(text: str) -> int | _Unheld:
     if len(text) > 21:  # past 64 bits, and before int() meets Python's 4,300-digit limit
         return _Unheld(text)
     value = int(text)
-    return value if -2**63 <= value < 2**64 else _Unheld(text)
+    return value if -2**63 <= value <= MAX_JSON_INT else _Unheld(text)
 
 
 def _json_float(text: str) -> float | _Unheld:

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from kernbench_cli.api import arguments as args
 from kernbench_cli.api.result import Result
 from kernbench_cli.config.schema import Topology
-from kernbench_cli.errors import KernbenchError, ParamError
+from kernbench_cli.errors import KernbenchError, ParamError, clip
+from kernbench_cli.fileio import MAX_JSON_INT
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
 from kernbench_cli.lang.watchdog import DEFAULT_KERNEL_TIMEOUT, MIN_KERNEL_TIMEOUT, hook_limit
 
@@ -99,9 +100,16 @@ def check_kernel_timeout(seconds: float) -> None:
 
 def _check_counts(seed: Any, max_commands: Any) -> None:
     """`seed` and `max_commands` are what the CLI's options allow (INT, at least 0 and 1)."""
-    for name, value, least in (("seed", seed, 0), ("max_commands", max_commands, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ParamError(f"{name}={value!r}: needs an integer of at least {least}")
+    check_seed(seed)
+    if isinstance(max_commands, bool) or not isinstance(max_commands, int) or max_commands < 1:
+        raise ParamError(f"max_commands={max_commands!r}: needs an integer of at least 1")
+
+
+def check_seed(seed: Any) -> None:
+    """`seed` is what `--seed` allows: an integer from 0 to 2^64 - 1 (a result holds it, and
+    is read back as JSON: `fileio.MAX_JSON_INT`)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_JSON_INT:
+        raise ParamError(f"seed={clip(seed)}: needs an integer from 0 to 2^64 - 1")
 
 
 def _compiled(topology: str | Path | Topology | None, costs: str | Path | None,

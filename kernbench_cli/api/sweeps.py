@@ -25,6 +25,7 @@ from typing import Any
 from kernbench_cli.api import arguments as args
 from kernbench_cli.api.bounds import Bounds
 from kernbench_cli.api.result import MADE, ReadOnly, Result, sealed
+from kernbench_cli.api.runs import check_seed
 from kernbench_cli.errors import ArgumentError, KernbenchError, ParamError, SweepError, clip
 
 MAX_JOBS = 1024  # worker processes a sweep may start
@@ -503,8 +504,7 @@ def _check_arguments(kernel: Any, topology: Any, costs: Any, replay: Any, out: A
         if not isinstance(group, str):
             args.one_of(group, "pair", (list, tuple), takes)
             args.strings(group, "pair", takes)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ParamError(f"seed={seed!r}: needs an integer of at least 0")
+    check_seed(seed)
     for name, value in callbacks.items():
         args.callback(value, name)
     args.flags(**flags)

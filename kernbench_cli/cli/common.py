@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from kernbench_cli.errors import AddressError, KernbenchError, clip
-from kernbench_cli.fileio import file_name
+from kernbench_cli.fileio import MAX_JSON_INT, file_name
 
 TopologyOpt = Annotated[
     str | None,
@@ -31,7 +31,7 @@ SetOpt = Annotated[
                       "repeatable."),
 ]
 SeedOpt = Annotated[int, typer.Option(
-    help="Seed of the input data (the same seed, the same inputs).", min=0,
+    help="Seed of the input data (the same seed, the same inputs).", min=0, max=MAX_JSON_INT,
     metavar="INT")]
 ParamOpt = Annotated[list[str] | None, typer.Option(
     "--param", "-p", metavar="NAME=VALUE",

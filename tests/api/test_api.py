@@ -447,6 +447,14 @@ def test_a_failed_verification_keeps_its_result(tmp_path):
 def test_api_only_arguments_are_checked():
     with pytest.raises(errors.ParamError, match="seed=-1"):
         kb.run("softmax", seed=-1)
+    # a result holds its seed, read back as JSON (64 bits): refused before the run, not
+    # after it as a result that cannot be read
+    for call in (lambda: kb.run("softmax", seed=2**64),
+                 lambda: kb.sweep("softmax", params={"rows": [8, 16]}, seed=2**64)):
+        with pytest.raises(errors.ParamError) as raised:
+            call()
+        assert str(raised.value) == "seed=18446744073709551616: needs an integer from 0 to " \
+                                    "2^64 - 1"
     with pytest.raises(errors.ParamError, match="parameter rows"):
         kb.run("softmax", params={"rows": [1, 2]})
     with pytest.raises(errors.ConfigError, match="not a TOML value"):

@@ -223,6 +223,20 @@ def test_an_output_ending_in_a_slash_names_a_folder_and_is_refused(cli, tmp_path
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_a_seed_past_64_bits_is_refused_before_the_run(cli, tmp_path, command):
+    """It ran, then its result (which holds the seed, and is read back as JSON) was
+    refused: after the whole run, or a sweep's every point, with --out left unreadable."""
+    code, _, err = cli(command, "softmax", "-p", "rows=8", "--seed", str(2**64), "--out",
+                       str(tmp_path / "s.jsonl")) if command == "sweep" else \
+        cli(command, "softmax", "-p", "rows=8", "--seed", str(2**64))
+    assert (code, err) == (2, "error: Invalid value for '--seed': Input should be less than "
+                              "or equal to 18446744073709551615 (see 'kernbench "
+                              f"{command} --help')\n")
+    assert list(tmp_path.iterdir()) == []
+    assert cli("run", "softmax", "-p", "rows=16", "--seed", str(2**64 - 1), "--json")[0] == 0
+
+
 def test_a_missing_save_folder_writes_nothing(cli, tmp_path):
     target = tmp_path / "no" / "such" / "out.npz"
     code, _, err = cli("run", "sharded_gemm", *SMALL, "--save", str(target))
