@@ -262,6 +262,10 @@ def check_options(kernel: str | Path, topology: str | Path | None, costs: str | 
 
         check_dask_address(dask)
     module = load_kernel(str(kernel))  # an unknown kernel is bad input, before any point runs
+    if topology is not None or replay is None:  # so is a topology or cost table no point reads
+        from kernbench_cli.api.runs import load_topology
+
+        load_topology(topology, costs=costs)
     items = [item for axis in _axes(params, "-p", param_items) for item in axis]
     for given in (kernel, topology, costs, replay, *_param_files(module, items)):
         if given is not None and Path(given).is_file():  # files the points read

@@ -255,6 +255,19 @@ def test_bad_sweep_options_are_one_line(cli, args, message):
     assert (code, out, err) == (2, "", f"error: {message}\n")
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (("-t", "nosuch"), "no topology named 'nosuch' (shipped: default, rack, sip; or give a "
+                       "path to a .toml file)"),
+    (("--costs", "/nonexistent/costs.toml"), "/nonexistent/costs.toml: no such file"),
+])
+def test_a_topology_or_cost_table_no_point_reads_is_refused_before_any_runs(cli, args,
+                                                                           message):
+    """As `run` refuses it, exit 2, with or without --out: every point failed alike (exit 1,
+    "2 of 2 points failed"), each in a worker of its own."""
+    code, out, err = cli("sweep", "softmax", *args, "-p", "rows=16,32", "-j", "1")
+    assert (code, out, err) == (2, "", f"error: {message}\n")
+
+
 def test_a_sweep_from_a_deleted_working_folder_is_refused_before_any_worker(cli, tmp_path,
                                                                              monkeypatch):
     """The workers would start in the working folder (multiprocessing reads os.getcwd())."""
