@@ -15,11 +15,13 @@ from __future__ import annotations
 
 def clip(value: object, width: int = 40) -> str:
     """`repr(value)` for a message, cut in the middle past `width` characters, so a hostile
-    value (a number with 10^5 digits) still gives a one-line error."""
+    value (a number with 10^5 digits) still gives a one-line error; the count is of the
+    value's own characters (a string's, not its quotes)."""
     text = repr(value)
     if len(text) <= width:
         return text
-    return f"{text[:width // 2]}…{text[-8:]} ({len(text):,} characters)"
+    count = len(value) if isinstance(value, str | bytes) else len(text)
+    return f"{text[:width // 2]}…{text[-8:]} ({count:,} characters)"
 
 
 #: the most of a kernel's own exception message an error shows

@@ -388,7 +388,7 @@ def _axes(given: Axes, option: str, items: Callable[[Mapping[str, Any]], list[st
 
     if given is None:
         return []
-    if isinstance(given, str) or not isinstance(given, Mapping | Sequence):
+    if isinstance(given, str | bytes | bytearray) or not isinstance(given, Mapping | Sequence):
         raise ParamError(f"{option}: expected a mapping of key: values, or KEY=V1,V2,… items; "
                          f"got {type(given).__name__}")
     if not isinstance(given, Mapping):

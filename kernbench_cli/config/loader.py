@@ -144,7 +144,7 @@ def set_items(sets: Mapping[str, Any] | Sequence[str] | None) -> list[str]:
     """
     if sets is None:
         return []
-    if isinstance(sets, str) or not isinstance(sets, Mapping | Sequence):
+    if isinstance(sets, str | bytes | bytearray) or not isinstance(sets, Mapping | Sequence):
         raise ConfigError([f"set={clip(sets)}: expected a mapping of key: value (or a list "
                            "of KEY=VALUE items)"])
     if not isinstance(sets, Mapping):

@@ -310,7 +310,8 @@ def param_items(params: Mapping[str, Any] | Sequence[str] | None) -> list[str]:
     them as it does the command line's."""
     if params is None:
         return []
-    if isinstance(params, str) or not isinstance(params, Mapping | Sequence):
+    if isinstance(params, str | bytes | bytearray) or not isinstance(params,
+                                                                     Mapping | Sequence):
         raise ParamError(f"params={clip(params)}: expected a mapping of name: value (or a list "
                          "of name=value items)")
     if not isinstance(params, Mapping):
@@ -320,6 +321,8 @@ def param_items(params: Mapping[str, Any] | Sequence[str] | None) -> list[str]:
         return list(params)
     items = []
     for name, value in params.items():
+        if not isinstance(name, str) or not name.isidentifier():  # read as the text before
+            raise ParamError(f"params: key {clip(name)} is not a parameter name")  # its `=`
         if isinstance(value, bool):
             text = "true" if value else "false"
         elif isinstance(value, int | float | str):
@@ -355,7 +358,10 @@ def _convert(name: str, text: str, default: Any) -> Any:
                 raise ValueError
             return text.lower() in ("true", "1", "yes")
         if kind is int:
-            value = read_integer(text) if len(text) <= 40 else None
+            try:
+                value = read_integer(text)
+            except OverflowError:  # more digits than Python converts: out of range too
+                value = None
             if value is None or not -2**63 <= value < 2**63:
                 raise ParamError(f"parameter {name}: {clip(text)} is out of range (a 64-bit "
                                  "integer)")

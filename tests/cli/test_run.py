@@ -103,7 +103,7 @@ def test_timing_only_gives_the_same_time_without_values(cli, run):
     ("256", 256), ("0256", 256), ("+256", 256), ("2_56", 256), ("0x100", 256),
     ("0o400", 256), ("0b1_0000_0000", 256), ("-0", 0),
     ("\u0663", None), ("2__56", None), ("256_", None), ("0x", None), ("2.56e2", None),
-    ("0b12", None), ("256 x", None),
+    ("0b12", None), ("256 x", None), ("0" * 60 + "256", 256),
 ])
 def test_an_integer_parameter_is_ascii_digits_or_a_based_number(text, value):
     """Decimal with leading zeros as written (010 is ten, not Python's error), 0x/0o/0b, a
@@ -119,6 +119,24 @@ def test_an_integer_parameter_is_ascii_digits_or_a_based_number(text, value):
     with pytest.raises(ParamError) as caught:
         parse_params(kernel, [f"tile_m={text}"])
     assert str(caught.value) == f"parameter tile_m: expected an integer, got {text!r}"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("abc" * 20, "expected an integer, got 'abcabcabcabcabcabca…cabcabc' (60 characters)"),
+    ("9" * 60, "'9999999999999999999…9999999' (60 characters) is out of range (a 64-bit "
+               "integer)"),
+    ("9" * 6000, "'9999999999999999999…9999999' (6,000 characters) is out of range (a 64-bit "
+                 "integer)"),  # past Python's 4,300-digit limit
+])
+def test_a_long_integer_parameter_is_named_for_what_it_is(text, message):
+    """Past 40 characters every value was "out of range", a number or not, and counted
+    with its quotes (62 for 60)."""
+    from kernbench_cli.errors import ParamError
+    from kernbench_cli.sim.kernels import load_kernel, parse_params
+
+    with pytest.raises(ParamError) as caught:
+        parse_params(load_kernel("sharded_gemm"), [f"tile_m={text}"])
+    assert str(caught.value) == f"parameter tile_m: {message}"
 
 
 @pytest.mark.parametrize("text", ["\u0663", "\uff11", "1.\u0665"])

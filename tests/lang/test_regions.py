@@ -68,7 +68,7 @@ def test_a_kernel_without_regions_reports_none(cli):
     ("'(outside)'", "names in parentheses, such as (outside), are the report's own rows, got "
                     "'(outside)'"),
     ("'r' * 300", "a name of 300 characters; at most 255, got 'rrrrrrrrrrrrrrrrrrr…rrrrrrr' "
-                  "(302 characters)")])
+                  "(300 characters)")])
 def test_a_bad_region_name_is_a_kernel_error(cli, tmp_path, name, says):
     """A name the report cannot show as its own row: a path separator, the report's own
     `(outside)` form (it would make two such rows), a name too long for a row."""
