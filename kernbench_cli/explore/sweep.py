@@ -945,9 +945,9 @@ def _alone(spec: Spec, point: Point,
 
 
 #: Seconds the sweep waits on its workers at a time. A Ctrl-C or SIGTERM that the kernel
-#: hands to another of the sweep's threads (the pool's) does not wake the main thread's
-#: wait, and Python runs its handler in the main thread only: waited on without end, the
-#: sweep went on until the running points finished (minutes).
+#: hands to another of the sweep's threads does not wake the main thread's wait, and
+#: Python runs its handler in the main thread only: waited on without end, the stop would
+#: wait for the running points to finish.
 _POLL_S = 0.25
 
 
