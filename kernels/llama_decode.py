@@ -980,9 +980,8 @@ def metrics(topology, p, run):
     if step.microbatches > 1:
         out.update(_pipeline(step, run, tpot))
     used = [sum(lay.need(pid).values()) for pid in range(topology.num_pes)]
-    whole = {**p, "microbatches": 1}  # what fits does not hang on how the batch is split
-    most_batch = largest(topology, whole, "batch")
-    searched = {**whole, "batch": b, "prompt": 0, "passes": 0}
+    most_batch = largest(topology, p, "batch")  # in the run's micro-batches
+    searched = {**p, "batch": b}  # with the run's prompt and new tokens
     most_context = largest(topology, searched, "context")
     have = topology.hbm.slice_size
     decode = "the decode step" + (" after the prompt" if step.prompt else "")
@@ -1004,7 +1003,8 @@ def metrics(topology, p, run):
                                              "to at most "
                                              f"{most_rows(topology, step.cfg)} rows)"),
             "max_context": (float(most_context), f"(at batch {b}"
-                            f"{_context_bound(step, searched, most_context)})"),
+                            + (f" and a prompt of {step.prompt}" if step.prompt else "")
+                            + f"{_context_bound(step, searched, most_context)})"),
             "macs": (float(_macs(lay)), ""), **out}
 
 
@@ -1114,7 +1114,10 @@ def _decode_layers(step: Run, run) -> list[tuple[int, int]]:
 
 def _passes(step: Run, run, ttft: float, pre_aj: float) -> tuple:
     """(TTFT, prefill dynamic energy, their bounds, how) from representative passes: each
-    timed pass's time (its first start to its last end) and energy (and, with
+    timed pass's time (from the end of the pass before it in the run to its own end; the
+    first's, to the next one's start: a pass starts on some PEs before the one before
+    has ended on all, so its span, first start to last end, counted that overlap twice
+    and put the TTFT past its bound) and energy (and, with
     `scale_to`, its layers not timed at its middle layers'); each pass not timed at the
     line between the timed ones around it. A later pass attends to more keys, so the
     passes' times grow along the prompt, and vary about that trend (the PEs' relative
@@ -1125,10 +1128,15 @@ def _passes(step: Run, run, ttft: float, pre_aj: float) -> tuple:
     every, extra = step.chunks, step.layers - step.timed
     timed = [every.index(c) for c in step.timed_chunks]
     points = []  # per timed pass: (time, energy, layer time bound, layer energy bound)
-    for n in timed:
+    starts = [run.region_bounds[f"prefill/pass{n}"][0] for n in timed]
+    before = starts[0]
+    for k, n in enumerate(timed):
         name = f"prefill/pass{n}"
-        start, end = run.region_bounds[name]
-        t, e, tb, eb = end - start, run.region_energy_aj[name], 0.0, 0.0
+        end = run.region_bounds[name][1]
+        t, e, tb, eb = end - before, run.region_energy_aj[name], 0.0, 0.0
+        if k == 0 and len(timed) > 1:  # the first, start to start: without the overlap
+            t = starts[1] - starts[0]
+        before = end
         if step.scaled:
             t_mid, e_mid, tb, eb, _ = _middle(step, _pass_layers(step, run, name), run)
             t, e = t + extra * t_mid, e + extra * e_mid

@@ -189,8 +189,7 @@ def run_of(topology, p) -> Run:
                          "attention would need a window per query); run the decode step, "
                          "or a model without sliding_window")
     if p["batch"] == 0:  # the largest batch that fits; if none, say why one does not
-        most = largest(topology, {**p, "microbatches": 1}, "batch")
-        p = {**p, "batch": most - most % m or m}
+        p = {**p, "batch": largest(topology, p, "batch") or m}
     if p["batch"] % m:
         raise ValueError(f"microbatches = {m}: batch {p['batch']} does not split into {m} "
                          "equal micro-batches")
@@ -660,17 +659,19 @@ def limit_of(p, name: str) -> int:
 def largest(topology, p, name: str) -> int:
     """The largest value of parameter `name` ("batch" or "context") at which the model
     fits every PE's HBM slice, the other parameters as in `p`, up to `limit_of`; 0 if not
-    even the least does. Found by placing the model (a `Layout`, shapes only): a first
-    guess from two placements (what a PE needs grows about linearly in both), then
-    placements a step apart, the step doubling, until one fits and the next does not, and
-    halving the gap between them."""
+    even the least does. A batch is a whole number of `p`'s micro-batches (their rows size
+    the buffers a PE holds, so how the batch splits changes what fits). Found by placing
+    the model (a `Layout`, shapes only): a first guess from two placements (what a PE needs
+    grows about linearly in both), then placements a step apart, the step doubling, until
+    one fits and the next does not, and halving the gap between them."""
+    unit = p["microbatches"] if name == "batch" else 1  # values below count micro-batches
     low, step = (1, 8) if name == "batch" else (0, 1024)
-    limit = limit_of(p, name)
+    limit = limit_of(p, name) // unit
     slice_bytes = topology.hbm.slice_size
 
     def needs(value: int) -> list[int] | None:
         try:
-            lay = Layout(topology, run_of(topology, {**p, name: value}))
+            lay = Layout(topology, run_of(topology, {**p, name: value * unit}))
         except DoesNotFit:
             return None
         return [sum(lay.need(pid).values()) for pid in range(topology.num_pes)]
@@ -679,6 +680,11 @@ def largest(topology, p, name: str) -> int:
         got = needs(value)
         return got is not None and max(got) <= slice_bytes
 
+    return unit * _search(needs, fits, low, step, limit, slice_bytes)
+
+
+def _search(needs, fits, low: int, step: int, limit: int, slice_bytes: int) -> int:
+    """`largest`'s search over [low, limit] (`needs`: what each PE needs at a value)."""
     if limit <= low:
         return limit if fits(limit) else 0
     first = needs(low)

@@ -376,6 +376,34 @@ def test_the_largest_batch_runs_and_one_more_is_refused(cli):
     assert code == 2 and "does not fit" in err
 
 
+@pytest.mark.parametrize(("given", "name", "most"), [
+    # a micro-batch's rows size a PE's buffers: split in two, 10 sequences fit, not 8
+    ({"batch": 2, "microbatches": 2}, "batch", 10),
+    ({"batch": 2, "pp": 2, "microbatches": 2}, "batch", 10),
+    # the prompt's buffers and positions count: 247, not 575 (575 was refused)
+    ({"batch": 2, "prompt": 8, "chunk": 4, "new_tokens": 4}, "context", 247),
+])
+def test_capacity_is_of_the_run_as_given(cli, given, name, most):
+    """`max_batch` in the run's micro-batches and `max_context` with its prompt: the largest
+    runs and one step more is refused (a batch is a whole number of micro-batches)."""
+    small = ("--set", "hbm.slice_size=256KiB", "--timing-only")
+
+    def run(**change):
+        args = [a for k, v in {**given, **change}.items() for a in ("-p", f"{k}={v}")]
+        code, out, err = cli("run", "llama_decode", *args, *small, "--json")
+        return code, json.loads(out) if code == 0 else err
+
+    code, out = run()
+    assert code == 0, out
+    assert out["metrics"][f"max_{name}"] == most
+    assert run(**{name: most})[0] == 0
+    assert run(**{name: most + given.get("microbatches", 1)})[0] == 2
+    if name == "batch":
+        code, out = run(batch=0)
+        assert code == 0 and out["metrics"]["tokens_per_s"] == pytest.approx(
+            most * 1e12 / out["metrics"]["tpot_ps"])
+
+
 def test_a_batch_0_that_tcm_refuses_says_batch_0_chose_it(cli):
     """With the default 1 GiB slices HBM holds 424,360 sequences of the tiny model, far
     more rows than TCM: the refusal names `batch = 0` and the batch it chose, not a
@@ -604,19 +632,27 @@ def test_a_pass_whose_rows_cannot_fit_tcm_is_refused_before_it_runs(cli, params,
     assert (code, err) == (2, f"error: llama_decode: {message}\n")
 
 
-def test_representative_passes_bound_the_full_prefill(run):
-    """A prompt of 8 passes, 4 of them timed (the first, the last, two between): each pass
-    not timed on the line between its timed neighbours (attention grows with the
-    position), within the bound of how far a timed pass lies off its neighbours' line."""
-    base = ("prompt=64", "chunk=8", "context=0", "batch=2")
+@pytest.mark.parametrize(("base", "passes"), [
+    (("prompt=64", "chunk=8", "context=0", "batch=2"), 4),
+    # a pass starts on some PEs before the one before has ended on all: counted at its
+    # span, each pass not timed added that overlap again, past the bound (by 0.7%)
+    (("prompt=24", "chunk=4", "batch=2", "new_tokens=5"), 3),
+    (("prompt=24", "chunk=4", "batch=2", "new_tokens=5"), 4),
+    (("prompt=32", "chunk=4", "batch=1", "new_tokens=5"), 3),
+])
+def test_representative_passes_bound_the_full_prefill(run, base, passes):
+    """A prompt of 6 to 8 passes, 3 or 4 of them timed (the first, the last, some between):
+    each pass not timed on the line between its timed neighbours (attention grows with
+    the position), within the bound of how far a timed pass lies off its neighbours'
+    line."""
     full = run("llama_decode", "default", base, timing_only=True)
-    part = run("llama_decode", "default", (*base, "passes=4"), timing_only=True)
+    part = run("llama_decode", "default", (*base, f"passes={passes}"), timing_only=True)
     f = {k: v for k, (v, _) in full.metrics.items()}
     m = {k: v for k, (v, _) in part.metrics.items()}
     assert 0 < abs(m["ttft_ps"] - f["ttft_ps"]) <= m["ttft_bound_ps"]
     assert abs(m["prefill_energy_per_token_uj"] - f["prefill_energy_per_token_uj"]) <= \
         m["prefill_energy_per_token_bound_uj"]
-    assert "4 of 8 passes timed" in part.metrics["ttft_ps"][1]
+    assert f"{passes} of " in part.metrics["ttft_ps"][1]
     assert m["tpot_ps"] == f["tpot_ps"]  # the decode step after it is the same step
 
 
@@ -820,13 +856,14 @@ def test_dynamic_rope_runs_past_max_position_embeddings(cli, tmp_path):
 
 
 def test_max_context_says_what_bounds_it(run, tmp_path):
-    """The model's positions (with a prompt too: the context is searched without it; the
-    note was left out), or, with dynamic RoPE and a window on every layer, nothing below
-    where the search ends (that was said to be max_position_embeddings, 4,096, at
-    16,777,215)."""
+    """The model's positions (with a prompt too: the context was searched without it, so
+    neither its positions nor its buffers counted), or, with dynamic RoPE and a window on
+    every layer, nothing below where the search ends (that was said to be
+    max_position_embeddings, 4,096, at 16,777,215)."""
     result = run("llama_decode", "default", ("prompt=100", "context=10"), timing_only=True)
-    assert result.metrics["max_context"] == (2047.0, "(at batch 1: the model's "
-                                             "max_position_embeddings, not its HBM, bounds it)")
+    assert result.metrics["max_context"] == (  # the request's last token: 1821 + 100 + 126
+        1821.0, "(at batch 1 and a prompt of 100: the model's max_position_embeddings, not "
+        "its HBM, bounds it)")
     config = json.loads((HF / "mistral_sliding.json").read_text())
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**config, "rope_scaling": {"rope_type": "dynamic",
