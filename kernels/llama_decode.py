@@ -997,9 +997,12 @@ def metrics(topology, p, run):
             "hbm_used_bytes": (float(sum(used)), f"(the whole model over {len(used)} PEs; "
                                f"the fullest slice {max(used) / have:.1%} used)"),
             "hbm_free_bytes": (float(len(used) * have - sum(used)), ""),
-            "max_batch": (float(most_batch), f"(at context {step.positions - 1}: the largest "
-                                             "batch whose weights, KV cache and buffers "
-                                             "fit HBM; TCM bounds a micro-batch apart, "
+            "max_batch": (float(most_batch), f"(at context {step.positions - 1}"
+                                             + (f", in {step.microbatches} micro-batches"
+                                                if step.microbatches > 1 else "")
+                                             + ": the largest batch whose weights, KV "
+                                             "cache and buffers fit HBM; TCM bounds a "
+                                             "micro-batch apart, "
                                              "to at most "
                                              f"{most_rows(topology, step.cfg)} rows)"),
             "max_context": (float(most_context), f"(at batch {b}"

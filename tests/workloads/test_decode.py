@@ -396,6 +396,11 @@ def test_capacity_is_of_the_run_as_given(cli, given, name, most):
     code, out = run()
     assert code == 0, out
     assert out["metrics"][f"max_{name}"] == most
+    code, text, _ = cli("run", "llama_decode", *(a for k, v in given.items()
+                                                 for a in ("-p", f"{k}={v}")), *small)
+    said = " ".join(text.split())  # the table wraps its lines
+    assert ("in 2 micro-batches:" in said) == ("microbatches" in given)
+    assert ("(at batch 2 and a prompt of 8)" in said) == ("prompt" in given)
     assert run(**{name: most})[0] == 0
     assert run(**{name: most + given.get("microbatches", 1)})[0] == 2
     if name == "batch":
