@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -79,12 +80,21 @@ class InstalledCli:
         return subprocess.run([*self.argv, *args], timeout=timeout, **kwargs)
 
     def start(self, *args: str, **kwargs) -> subprocess.Popen:
-        """`kernbench ARGS…` started: stdout and stderr are text pipes unless `kwargs`
-        (`subprocess.Popen`'s) say otherwise."""
+        """`kernbench ARGS…` started as from a terminal, where Ctrl-C is live: stdout and
+        stderr are text pipes unless `kwargs` (`subprocess.Popen`'s) say otherwise. (A test
+        run in the background of a script inherits Ctrl-C ignored, and a process that
+        starts with it ignored keeps it so, as kernbench does: its Ctrl-C tests would
+        then test nothing.)"""
         kwargs.setdefault("stdout", subprocess.PIPE)
         kwargs.setdefault("stderr", subprocess.PIPE)
         kwargs.setdefault("text", True)
+        kwargs.setdefault("preexec_fn", _ctrl_c_live)
         return subprocess.Popen([*self.argv, *args], **kwargs)
+
+
+def _ctrl_c_live() -> None:
+    """In a child before it runs kernbench: SIGINT's default action, as at a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.fixture(scope="session")
