@@ -51,6 +51,22 @@ def cli():
     return run
 
 
+def memory_low_after(monkeypatch, reads: int) -> list[int]:
+    """The watchdog reads the machine's memory at each tick, 10 GiB left of 24 its first
+    `reads` times, then 900 MiB (under its floor of 4%); the readings, as they are made."""
+    from kernbench_cli.lang import watchdog
+
+    gib, made = 1 << 30, []
+
+    def memory_left():
+        made.append(10 * gib if len(made) < reads else 900 << 20)
+        return made[-1], 24 * gib
+
+    monkeypatch.setattr(watchdog, "memory_left", memory_left)
+    monkeypatch.setattr(watchdog, "MEMORY_READ_S", 0.0)  # at each tick
+    return made
+
+
 #: Seconds a subprocess may take before a test fails: a guard against a hang, never the
 #: thing a test checks (it holds under any load).
 HANG_GUARD_S = 300

@@ -365,12 +365,11 @@ def _inconsistent(data: dict[str, Any]) -> str | None:
     """What in `data` (of the fields' types) no `run --json` object says: another schema,
     a negative time or count, a `verified` that disagrees with the checks, a key it
     leaves out given as null. None if nothing."""
-    from kernbench_cli.report.run import SCHEMA_VERSION
+    from kernbench_cli.report.run import schema_problem
 
-    version = data.get("schema_version", SCHEMA_VERSION)
-    if version != SCHEMA_VERSION:
-        return f"schema_version {clip(version)} is not the one this kernbench reads " \
-               f"({SCHEMA_VERSION})"
+    problem = schema_problem(data)
+    if problem is not None:
+        return problem
     if data["latency_ps"] < 0:  # as `kernbench compare` refuses it in a file
         return f"latency_ps {data['latency_ps']} is not a time"
     for key in ("pes", "commands"):

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kernbench_cli.config.units import format_energy_aj, format_time_ps
-from kernbench_cli.errors import KernbenchError, clip
+from kernbench_cli.errors import KernbenchError
 from kernbench_cli.fileio import parse_json, read_input
 from kernbench_cli.report import metrics as kernel_metrics
 from kernbench_cli.report.fit import one_line
@@ -78,16 +78,14 @@ def checked(run: dict[str, Any], where: str) -> dict[str, Any]:
             return -2**63 <= value < 2**63
         return isinstance(value, float) and math.isfinite(value)
 
-    from kernbench_cli.report.run import SCHEMA_VERSION  # not at start-up: it imports sim
+    from kernbench_cli.report.run import schema_problem  # not at start-up: it imports sim
 
     engines, checks = run.get("engines", {}), run.get("checks", [])
     problem = None
-    version = run.get("schema_version", SCHEMA_VERSION)
     if not number(run["latency_ps"]) or run["latency_ps"] < 0:
         problem = "latency_ps is not a time"
-    elif version != SCHEMA_VERSION:
-        problem = f"schema_version {clip(version)} is not the one this kernbench reads " \
-                  f"({SCHEMA_VERSION})"
+    elif (schema := schema_problem(run)) is not None:
+        problem = schema
     elif not isinstance(engines, dict) or not all(
             isinstance(e, dict) and number(e.get("busy_ps")) and number(e.get("utilization"))
             for e in engines.values()):

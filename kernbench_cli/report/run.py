@@ -16,6 +16,7 @@ from rich.table import Table
 
 from kernbench_cli.config.units import format_energy_aj, format_size, format_time_ps
 from kernbench_cli.config.units import format_time_short as short
+from kernbench_cli.errors import clip
 from kernbench_cli.hw.engines import ENGINES
 from kernbench_cli.report import metrics as kernel_metrics
 from kernbench_cli.report.regions import region_table, regions_json
@@ -24,6 +25,16 @@ from kernbench_cli.sim.energy import basis
 from kernbench_cli.sim.result import EngineStats, RunResult
 
 SCHEMA_VERSION = 1
+
+
+def schema_problem(run: dict) -> str | None:
+    """What is wrong with a `run --json` object's schema_version (another than this
+    kernbench's); None if nothing (or none given: files from before it was written)."""
+    version = run.get("schema_version", SCHEMA_VERSION)
+    if version == SCHEMA_VERSION:
+        return None
+    return f"schema_version {clip(version)} is not the one this kernbench reads " \
+        f"({SCHEMA_VERSION})"
 
 
 #: Below this busy fraction no single engine is said to bound a kernel.

@@ -15,7 +15,7 @@ import pytest
 import kernbench_cli as kb
 from kernbench_cli import errors
 from kernbench_cli.sim.kernels import shipped_kernels
-from tests.conftest import TESTS, test_topology
+from tests.conftest import TESTS, memory_low_after, test_topology
 
 ONE, PAIR = test_topology("one"), test_topology("pair")
 #: Small problems for the shipped kernels (as the CLI tests run them); a kernel not named
@@ -260,19 +260,10 @@ def test_a_replay_short_of_memory_is_an_error_naming_it(cli, tmp_path, monkeypat
     """The timing pass keeps the machine's memory floor in a replay as in a run: with
     the memory left reading 10 GiB of 24 at first, then 900 MiB (under the floor of 4%),
     `kb.replay` stops with a KernelError naming the replay, not a bare MemoryError."""
-    from kernbench_cli.lang import watchdog as watching
-
     trace = tmp_path / "run.trace"
     assert cli("run", "all_reduce", "-p", "bytes=4194304", "--timing-only", "--record",
                str(trace))[0] == 0  # a timing pass of a second or so: the watch ticks
-    gib, reads = 1 << 30, []
-
-    def memory_left():
-        reads.append(10 * gib if len(reads) < 2 else 900 << 20)
-        return reads[-1], 24 * gib
-
-    monkeypatch.setattr(watching, "memory_left", memory_left)
-    monkeypatch.setattr(watching, "MEMORY_READ_S", 0.0)  # at each tick
+    memory_low_after(monkeypatch, 2)
     with pytest.raises(errors.KernelError) as info:
         kb.replay(str(trace))
     assert str(info.value) == (f"replay of {trace}: this machine ran out of memory timing "

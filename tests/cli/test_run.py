@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import test_topology
+from tests.conftest import memory_low_after, test_topology
 
 KERNELS = Path(__file__).parents[1] / "kernels"
 SMALL = ("-p", "M=32", "-p", "K=128", "-p", "N=512")
@@ -294,16 +294,7 @@ def test_an_endless_kernel_is_stopped_when_the_machine_runs_short_of_memory(cli,
     watchdog stops the whole pass (not the one PE it lands in: the next would fill the
     machine the same way) when the memory left falls below its floor (here: it reads 10
     GiB left of 24 at its first 20 reads, then 900 MiB, under the floor of 4%)."""
-    from kernbench_cli.lang import watchdog as watching
-
-    gib, reads = 1 << 30, []
-
-    def memory_left():
-        reads.append(10 * gib if len(reads) < 20 else 900 << 20)
-        return reads[-1], 24 * gib
-
-    monkeypatch.setattr(watching, "memory_left", memory_left)
-    monkeypatch.setattr(watching, "MEMORY_READ_S", 0.0)  # at each tick
+    reads = memory_low_after(monkeypatch, 20)
     path = KERNELS / "endless.py"
     code, out, err = cli("run", str(path), "-t", test_topology("pair"), "--timing-only",
                          "--kernel-timeout", "0.2")  # it ticks every 50 ms
