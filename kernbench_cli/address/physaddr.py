@@ -48,6 +48,13 @@ class PeCoord(NamedTuple):
         return f"rack={self.rack} sip={self.sip} cube={self.cube} pe={self.pe}"
 
 
+def pe_coords(topology) -> list[PeCoord]:
+    """Every PE of `topology`, in program-id order (rack, SIP, cube, PE)."""
+    s = topology.system
+    return [PeCoord(r, si, c, p) for r in range(s.racks) for si in range(s.sips_per_rack)
+            for c in range(s.cubes_per_sip) for p in range(s.pes_per_cube)]
+
+
 @dataclass(frozen=True)
 class Decoded:
     """Every field of one address, and what it points at.

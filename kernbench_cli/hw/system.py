@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cached_property
 
 from kernbench_cli import gc_control
-from kernbench_cli.address.physaddr import AddressMap, PeCoord
+from kernbench_cli.address.physaddr import AddressMap, PeCoord, pe_coords
 from kernbench_cli.errors import KernelError
 from kernbench_cli.hw.network import Network, mesh_xy
 from kernbench_cli.hw.pe import Pe
@@ -29,10 +29,7 @@ class System:
         self.amap = amap
         self.topology = topo = amap.topology
         self.network = Network(topo)
-        s = topo.system
-        self.coords = [PeCoord(r, si, c, p) for r in range(s.racks)
-                       for si in range(s.sips_per_rack) for c in range(s.cubes_per_sip)
-                       for p in range(s.pes_per_cube)]
+        self.coords = pe_coords(topo)
         self.pid_of = {coord: i for i, coord in enumerate(self.coords)}
         self.pes = [Pe(coord, i, topo, self.network) for i, coord in enumerate(self.coords)]
 

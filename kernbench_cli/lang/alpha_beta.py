@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from kernbench_cli.address.physaddr import pe_coords
 from kernbench_cli.hw.network import Network, hbm_stream_bandwidth
 from kernbench_cli.lang import collectives as coll
 from kernbench_cli.lang.collectives.algorithms import binomial
@@ -55,7 +56,7 @@ def seconds(topology, call: str, algo: str, group: list[int], nbytes: int,
     n = len(ranks)
     if n == 1:
         return 0.0
-    coords = _coords(topology)
+    coords = pe_coords(topology)
     piece = max(1, topology.pe.ipcq.slots // 2) * topology.pe.ipcq.slot_size
 
     def ab(pairs) -> tuple[float, float]:
@@ -92,14 +93,6 @@ def busbw_gbps(call: str, n: int, nbytes: int, seconds_: float) -> float:
     if seconds_ <= 0:
         return 0.0
     return float(BUS_FACTOR[call](n)) * nbytes / seconds_ / 1e9
-
-
-def _coords(topology):
-    s = topology.system
-    from kernbench_cli.address.physaddr import PeCoord
-
-    return [PeCoord(r, si, c, p) for r in range(s.racks) for si in range(s.sips_per_rack)
-            for c in range(s.cubes_per_sip) for p in range(s.pes_per_cube)]
 
 
 def _pair(topology, network: Network, src, dst) -> tuple[float, float]:

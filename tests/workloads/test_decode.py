@@ -270,10 +270,12 @@ def test_a_model_larger_than_the_machine_is_refused_before_it_runs(cli):
                    "has 128GiB of HBM (128 PEs x 1GiB)\n")
 
 
-def test_a_pe_that_overflows_is_named_with_what_it_holds(cli):
+@pytest.mark.parametrize("flag", ["--timing-only", "--bounds-only"])
+def test_a_pe_that_overflows_is_named_with_what_it_holds(cli, flag):
     """The tiny model's weights, tables and cache (3.16 MiB) fit 16 slices of 216 KiB
-    (3.375 MiB), but not once each PE's buffers and page-aligned pieces are counted."""
-    code, _, err = cli("run", "llama_decode", "--set", "hbm.slice_size=216KiB")
+    (3.375 MiB), but not once each PE's buffers and page-aligned pieces are counted.
+    `--bounds-only` stated bounds for it (exit 0), a step no run would make."""
+    code, _, err = cli("run", "llama_decode", flag, "--set", "hbm.slice_size=216KiB")
     assert (code, err) == (2, (
         "error: llama_decode: tiny does not fit topology 'default' at batch 1, context 64: "
         "PE (rack=0 sip=0 cube=0 pe=0) needs 221KiB (weights 174KiB, kv cache 4KiB, "
