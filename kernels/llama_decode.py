@@ -899,12 +899,8 @@ def bounds(topology, p):
     step's micro-batches and each prefill pass run), each GEMM untiled (a composite's
     tiles only add folds and fills) at the 16-bit rate the array runs them at (a narrow
     weight is dequantised first); attention and the LM head left out."""
-    from kernbench_cli.address.physaddr import pe_coords
     from kernbench_cli.lang import bounds as lb
 
-    whole = run_of(topology, p)  # what the run would refuse is refused here too
-    check_rows(topology, whole, chosen=p["batch"] == 0)
-    Layout(topology, whole).check(pe_coords(topology))
     lay = Layout(topology, run_of(topology, _asrun_of(p)))
     pes = range(topology.num_pes)
     read = [lay.read(pid) for pid in pes]

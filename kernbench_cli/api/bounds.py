@@ -1,9 +1,11 @@
 """`kb.bounds`: a kernel's analytic lower bounds on a topology, with nothing simulated
 (`kernbench run --bounds-only`): a frozen `Bounds`, the `--json` object with typed fields.
 
-It loads the topology and the kernel, reads the parameters as `kb.run` does, and calls the
-kernel's `bounds(topology, p)`: no setup, no values, no run, so it answers in well under a
-second where the run may take minutes. A kernel without `bounds()` is a `ParamError`.
+It loads the topology and the kernel, reads the parameters as `kb.run` does, makes the
+kernel's setup shapes only (what the run refuses before its first command is refused, with
+the run's message), and calls the kernel's `bounds(topology, p)`: no values, no run, so it
+answers in a second or so where the run may take minutes. A kernel without `bounds()` is a
+`ParamError`.
 """
 
 from __future__ import annotations
@@ -67,16 +69,17 @@ def bounds(kernel: str | Path | KernelModule, topology: str | Path | Topology | 
            *, params: Params = None, set: Sets = None,  # `set`, as the CLI says it
            costs: str | Path | None = None) -> Bounds:
     """The analytic lower bounds `kernel` states on `topology` for `params`: `kernbench run
-    KERNEL --bounds-only`. Arguments as `kb.run` takes them; nothing is set up or run.
-    ``to_dict()`` is what ``run --bounds-only --json`` prints. A kernel that declares no
-    `bounds()`, or whose `bounds()` rejects the parameters, raises `ParamError`."""
-    from kernbench_cli.api.runs import load_kernel, loaded_topology
+    KERNEL --bounds-only`. Arguments as `kb.run` takes them; the setup is made shapes only,
+    nothing is run. ``to_dict()`` is what ``run --bounds-only --json`` prints. A kernel that
+    declares no `bounds()`, or whose `bounds()` or setup rejects the parameters, raises
+    `ParamError`."""
+    from kernbench_cli.api.runs import compiled, load_kernel
     from kernbench_cli.report.bounds import to_json
     from kernbench_cli.sim import bounds as stated
     from kernbench_cli.sim.kernels import KernelModule, param_items, parse_params
 
     module = kernel if isinstance(kernel, KernelModule) else load_kernel(kernel)
-    topo = loaded_topology(topology, costs, set)
-    values = parse_params(module, param_items(params), topo.num_pes)
-    found = stated.stated(module, topo, values)
-    return Bounds.from_dict(to_json(module.name, topo, values, found))
+    amap = compiled(topology, costs, set)
+    values = parse_params(module, param_items(params), amap.topology.num_pes)
+    found = stated.stated_for(module, amap, values)
+    return Bounds.from_dict(to_json(module.name, amap.topology, values, found))

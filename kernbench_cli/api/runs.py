@@ -112,7 +112,7 @@ def check_seed(seed: Any) -> None:
         raise ParamError(f"seed={clip(seed)}: needs an integer from 0 to 2^64 - 1")
 
 
-def _compiled(topology: str | Path | Topology | None, costs: str | Path | None,
+def compiled(topology: str | Path | Topology | None, costs: str | Path | None,
               sets: Sets) -> AddressMap:
     """The compiled address map of a topology given by name or path, or already loaded."""
     from kernbench_cli.address.physaddr import AddressMap
@@ -182,7 +182,7 @@ def run(kernel: str | Path | KernelModule, topology: str | Path | Topology | Non
 
     module = kernel if isinstance(kernel, KernelModule) else \
         load_kernel(kernel, kernel_timeout=kernel_timeout)
-    amap = _compiled(topology, costs, set)
+    amap = compiled(topology, costs, set)
     with hook_limit(kernel_timeout):  # its scaled defaults: the kernel's code
         values = parse_params(module, param_items(params), amap.topology.num_pes)
     raw = run_kernel(module, amap, values, seed=seed, timing_only=timing_only,
@@ -209,7 +209,7 @@ def replay(trace: str | Path | Trace | Result, topology: str | Path | Topology |
     args.watch(watch)
     data = _recording(trace)
     if isinstance(topology, Topology):
-        amap = _compiled(topology, costs, set)
+        amap = compiled(topology, costs, set)
     else:
         from kernbench_cli.address.physaddr import AddressMap
 

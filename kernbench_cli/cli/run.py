@@ -129,7 +129,8 @@ def run(
 BoundsOnlyOpt = Annotated[bool, typer.Option(
     "--bounds-only",
     help="Print the kernel's analytic lower bounds (its bounds()) and the largest, with "
-         "nothing set up or simulated; options that ask for a run's output are refused.")]
+         "nothing simulated (the setup is made shapes only: what a run refuses is refused); "
+         "options that ask for a run's output are refused.")]
 
 
 def refuse_with_bounds_only(given: dict[str, Any]) -> None:

@@ -298,19 +298,19 @@ def bounds_row(spec: Spec, point: Point, module=None) -> dict[str, Any]:
     ran). `module`: the kernel, loaded once for every point."""
     from kernbench_cli.address import load_address_map
     from kernbench_cli.report.bounds import to_json
-    from kernbench_cli.sim.bounds import stated
+    from kernbench_cli.sim.bounds import stated_for
     from kernbench_cli.sim.kernels import load_kernel, parse_params
 
     row: dict[str, Any] = {"point": point.index, "axes": point.axes, "result": None}
     try:
         module = module or load_kernel(spec.kernel)
-        topo = load_address_map(spec.topology, Path(spec.costs) if spec.costs else None,
-                                point.sets).topology
-        params = parse_params(module, list(point.params), topo.num_pes)
-        found = stated(module, topo, params)
+        amap = load_address_map(spec.topology, Path(spec.costs) if spec.costs else None,
+                                point.sets)
+        params = parse_params(module, list(point.params), amap.topology.num_pes)
+        found = stated_for(module, amap, params)
     except KernbenchError as exc:
         return {**row, "error": " / ".join(exc.lines())}
-    return {**row, "error": None, "bounds": to_json(module.name, topo, params, found)}
+    return {**row, "error": None, "bounds": to_json(module.name, amap.topology, params, found)}
 
 
 def prune_limit(text: str) -> tuple[Fraction | None, int | None]:

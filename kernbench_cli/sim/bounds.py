@@ -47,6 +47,23 @@ def stated(kernel: KernelModule, topology, params: dict[str, Any]) -> dict[str, 
     return checked(kernel, found)
 
 
+def stated_for(kernel: KernelModule, amap, params: dict[str, Any]) -> dict[str, tuple[int, str]]:
+    """`stated` for `--bounds-only` (and `kb.bounds`, a bounds-only sweep's points): only
+    for a configuration the run would set up. The kernel's setup is made first, shapes
+    only (`Host` of a timing-only run: nothing drawn, nothing run), so what the run
+    refuses before its first command (inputs that overflow an HBM slice, a model that
+    does not fit) is refused here, with the run's message, not given a bound."""
+    from kernbench_cli.hw.system import System
+    from kernbench_cli.lang.memory import Memory
+    from kernbench_cli.sim import hooks
+    from kernbench_cli.sim.host import Host
+
+    if declares(kernel):  # one that declares none is refused by `stated`, setup or not
+        with contextlib.redirect_stdout(sys.stderr), confined():
+            hooks.setup(kernel, Host(System(amap), Memory(backed=False), 0, True), params)
+    return stated(kernel, amap.topology, params)
+
+
 def checked(kernel: KernelModule, bounds: Any) -> dict[str, tuple[int, str]]:
     """`bounds`, a `bounds()` answer: KernelError unless a dict of name: (ps, how)."""
     if not isinstance(bounds, dict) or not all(

@@ -1,7 +1,7 @@
 """Analytic lower bounds: each shipped kernel's `bounds()` against a formula stated here and
 against the latency of runs (no run is below one); `run --bounds-only` and `kb.bounds`
-(nothing set up or simulated); the gap every run shows; a sweep's `--bounds-only` and
-`--prune-above`."""
+(nothing simulated; the setup made shapes only); the gap every run shows; a sweep's
+`--bounds-only` and `--prune-above`."""
 
 from __future__ import annotations
 
@@ -183,8 +183,8 @@ def test_a_bound_above_the_latency_is_an_error(cli):
 # ------------------------------------------------------------------ --bounds-only
 
 
-def test_bounds_only_runs_no_setup_and_labels_the_lower_bound(cli):
-    code, out, err = cli("run", BOUNDED, "-p", "fail_setup=1", "--bounds-only")
+def test_bounds_only_labels_the_lower_bound(cli):
+    code, out, err = cli("run", BOUNDED, "--bounds-only")
     assert code == 0, err
     text = " ".join(out.split())
     assert "floor bound 1ns = as given" in text and "zero bound 0ns = nothing" in text
@@ -354,3 +354,39 @@ def test_bounds_refuse_what_a_run_refuses(cli, kernel, rows, message):
     for flag in ("--bounds-only", "--timing-only"):
         assert cli("run", kernel, flag, "-p", f"rows={rows}") == (
             2, "", f"error: {kernel}: {message}\n")
+
+
+@pytest.mark.parametrize(("kernel", "params", "message"), [
+    ("rmsnorm", ["rows=100000000"], "error: input 'x' [100000000, 1024] f16 is 191GiB "
+     "(204,800,000,000 B), more than the 32GiB of HBM in the system\n"),
+    ("gqa_attention", ["seq_len=102400000"], "error: inputs overflow an HBM slice: hbm of PE "
+     "(rack=0 sip=0 cube=0 pe=0) is full: v needs 1600000KiB (1638400000 B) at offset "
+     "0x61a80400, 509082624 B of 2GiB left\n"),
+    ("llama_decode", ["batch=2", "prompt=8", "chunk=4", "context=575"],
+     "error: llama_decode: tiny does not fit topology 'default' at batch 2, context 575, a "
+     "prompt of 8: PE (rack=0 sip=0 cube=0 pe=0) needs 280KiB (weights 174KiB, kv cache "
+     "40KiB, embedding 32KiB, buffers 34KiB) for its share of 2 layers, its HBM slice has "
+     "256KiB; 16 of 16 PEs overflow, 4.375MiB in all of 4MiB\n")])
+def test_bounds_refuse_what_the_setup_refuses(cli, kernel, params, message):
+    """A configuration whose inputs do not fit HBM was given bounds (exit 0) that no run
+    has: the setup, made shapes only, refuses it as the run does."""
+    sets = ["--set", "hbm.slice_size=256KiB"] if kernel == "llama_decode" else []
+    items = [a for item in params for a in ("-p", item)]
+    for flag in ("--bounds-only", "--timing-only"):
+        assert cli("run", kernel, flag, *sets, *items) == (2, "", message), flag
+    with pytest.raises(kb.ParamError if kernel == "llama_decode" else kb.KernbenchError,
+                       match="^" + message.removeprefix("error: ").rstrip("\n")
+                       .replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        kb.bounds(kernel, set=sets[1:], params=dict(p.split("=") for p in params))
+
+
+def test_a_bounds_only_sweep_point_the_setup_refuses_says_so(cli):
+    code, out, err = cli("sweep", "rmsnorm", "-p", "rows=16,100000000", "--bounds-only",
+                         "--json")
+    assert (code, err.splitlines()[-1]) == (1, "error: 1 of 2 points failed (their rows say "
+                                               "why)")
+    rows = json.loads(out)
+    assert [r["error"] for r in rows] == [None, "input 'x' [100000000, 1024] f16 is 191GiB "
+                                          "(204,800,000,000 B), more than the 32GiB of HBM "
+                                          "in the system"]
+    assert rows[0]["bounds"]["lower_bound_ps"] > 0

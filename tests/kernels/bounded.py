@@ -1,6 +1,6 @@
 """load_dot's one load and one dot on PE 0, stating a bound of its own: `floor_ps` (as
 given: an overstated one shows the check every run makes), and with `fail_setup` a setup
-that raises (a bounds-only run never calls it)."""
+that raises (a bounds-only run makes the setup too, and refuses what it refuses)."""
 
 PARAMS = {"floor_ps": 1000, "fail_setup": 0}
 
