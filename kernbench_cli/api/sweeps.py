@@ -354,8 +354,13 @@ def _param_files(module, items: list[str]) -> list[str]:
 def _checked(module, todo: list, replay: str | Path | None) -> list:
     """`todo`, each point's parameters read as a run of the kernel (`module`) would read
     them (names, types, choices, alternatives), and alike at every point of a `replay`
-    (its recording fixed them): bad input is refused before any point runs."""
+    (its recording fixed them), and its `--set` keys ones a topology has (a key that is
+    not would fail every point alike): bad input is refused before any point runs."""
+    from kernbench_cli.config.loader import check_set_keys
     from kernbench_cli.sim.kernels import parse_params
+
+    if todo:
+        check_set_keys(todo[0].sets)
 
     if replay is not None and any(p.params != todo[0].params for p in todo):
         raise KernbenchError("--replay: -p cannot vary (the recording fixed the kernel's "

@@ -93,6 +93,38 @@ def build(cls: type, table: dict[str, Any], where: str, file: Path, problems: li
     return cls(**kwargs)
 
 
+def check_set_keys(items: Sequence[str]) -> None:
+    """ConfigError for the first `--set` item whose key no topology (or, under ``costs.``,
+    no cost table) has, in the words loading would use: a sweep refuses it before its
+    points run, each of which would fail alike. Only the key's tables are walked: what a
+    value's kind takes, and every value, are loading's to check."""
+    for item in items:
+        key, sep, _ = item.partition("=")
+        key = key.strip()
+        keys = key.endswith(".*")  # a table's keys: the table must be one
+        key = key.removesuffix(".*")
+        if not sep or any(not part for part in key.split(".")):
+            continue  # not KEY=VALUE: `parse_sets` says so
+        prefix = COSTS_PREFIX if key.startswith(COSTS_PREFIX) else ""
+        cls: Any = CostTable if prefix else Topology
+        where = ""
+        for part in key[len(prefix):].split("."):
+            if cls is None:
+                raise ConfigError([f"--set {_as_given(item)}: {prefix}{where} is a value, not "
+                                   "a table"])
+            known = [f.name for f in fields(cls) if not f.metadata.get("internal")]
+            where = f"{where}.{part}" if where else part
+            if part not in known:
+                hint = " or ".join(repr(h) for h in difflib.get_close_matches(part, known, n=2))
+                tip = f"; did you mean {hint}?" if hint else f" (known: {', '.join(known)})"
+                raise ConfigError([f"--set {_as_given(item)}: {prefix}{where}: unknown "
+                                   f"key{tip}"])
+            cls = next(f for f in fields(cls) if f.name == part).metadata.get("section")
+        if keys and cls is None:
+            raise ConfigError([f"--set {_as_given(item)}: {prefix}{where} is a value, not a "
+                               "table"])
+
+
 def _has_required(cls: type) -> bool:
     return any(f.metadata.get("default", None) is REQUIRED for f in fields(cls))
 
@@ -118,10 +150,15 @@ def parse_sets(items: Sequence[str]) -> dict[str, tuple[Any, str]]:
                             "(hbm.bandwidth=409.6GB/s, costs.issue.composite=80ns)")
             continue
         value = read_set_value(raw)
-        out[key] = (value, item if len(item) <= 80 else f"{item[:60]}… ({len(item):,} characters)")
+        out[key] = (value, _as_given(item))
     if problems:
         raise ConfigError(problems)
     return out
+
+
+def _as_given(item: str) -> str:
+    """A `--set` item as a message quotes it: cut past 80 characters."""
+    return item if len(item) <= 80 else f"{item[:60]}… ({len(item):,} characters)"
 
 
 def read_set_value(raw: str) -> Any:
@@ -185,16 +222,17 @@ def toml_literal(value: Any) -> str:
 
 
 def _apply_sets(table: dict[str, Any], sets: dict[str, tuple[Any, str]],
-                problems: list[str]) -> dict[str, Any]:
-    """`table` with the `sets` written in at their dotted keys."""
+                problems: list[str], prefix: str = "") -> dict[str, Any]:
+    """`table` with the `sets` written in at their dotted keys (`prefix`: what the keys
+    were given with, as messages name them)."""
     for key, (value, item) in sets.items():
         *parents, last = key.split(".")
         at = table
         for depth, part in enumerate(parents):
             nxt = at.setdefault(part, {})
             if not isinstance(nxt, dict):
-                problems.append(f"--set {item}: {'.'.join(parents[:depth + 1])} is a value, "
-                                "not a table")
+                problems.append(f"--set {item}: {prefix}{'.'.join(parents[:depth + 1])} is a "
+                                "value, not a table")
                 break
             at = nxt
         else:
@@ -224,7 +262,7 @@ def load_costs(path: Path | str, sets: dict[str, tuple[Any, str]] | None = None)
     """Load a cost table (ADR-0064) from TOML, with `sets` (keys relative to the table)."""
     path = Path(path)
     problems: list[str] = []
-    raw = _apply_sets(read_toml(path), sets or {}, problems)
+    raw = _apply_sets(read_toml(path), sets or {}, problems, COSTS_PREFIX)
     table = build(CostTable, raw, "", path, problems)
     if problems:
         raise ConfigError(_blame_sets(problems, path, sets or {}, COSTS_PREFIX))
@@ -304,7 +342,7 @@ def resolve_relative(base: Topology, item: str,
     key, _, raw = item.partition("=")
     key, raw = key.strip(), raw.strip()
     scale = _SCALE.match(raw)
-    item = item if len(item) <= 80 else f"{item[:60]}… ({len(item):,} characters)"
+    item = _as_given(item)
     try:
         keys = _table_keys(base, key[:-2], item) if key.endswith(".*") else [key]
         if scale is not None:

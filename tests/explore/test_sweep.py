@@ -6,12 +6,14 @@ import contextlib
 import functools
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
 
 import pytest
 
+import kernbench_cli as kb
 from kernbench_cli.explore.sweep import Point, Spec, points, run_local, run_point, split_values
 from tests.conftest import TESTS, test_topology
 
@@ -266,6 +268,52 @@ def test_a_topology_or_cost_table_no_point_reads_is_refused_before_any_runs(cli,
     "2 of 2 points failed"), each in a worker of its own."""
     code, out, err = cli("sweep", "softmax", *args, "-p", "rows=16,32", "-j", "1")
     assert (code, out, err) == (2, "", f"error: {message}\n")
+
+
+@pytest.mark.parametrize(("axis", "message"), [
+    ("pe.nosuch=3,4", "--set pe.nosuch=3: pe.nosuch: unknown key (known: clock, scheduler, "
+                      "dma, gemm, math, tcm, ipcq, resources)"),
+    ("hbm.bandwith=1,2", "--set hbm.bandwith=1: hbm.bandwith: unknown key; did you mean "
+                         "'bandwidth'?"),
+    ("costs.issue.nosuch=1ns,2ns", "--set costs.issue.nosuch=1ns: costs.issue.nosuch: unknown "
+                                   "key (known: composite, load, store, dot, math, send, "
+                                   "recv, wait)"),
+    ("pe.gemm.rows.x=1,2", "--set pe.gemm.rows.x=1: pe.gemm.rows is a value, not a table"),
+    ("pe.gemm.rows.*=1,2", "--set pe.gemm.rows.*=1: pe.gemm.rows is a value, not a table"),
+    ("costs.issue.load.x=1,2", "--set costs.issue.load.x=1: costs.issue.load is a value, not a "
+                               "table"),
+])
+def test_a_set_key_no_topology_has_is_refused_before_any_runs(cli, axis, message):
+    """In `run`'s words for the first point, exit 2: every point failed alike (exit 1),
+    each in a worker of its own. (`run` named a cost table's value without `costs.`.)"""
+    first = axis.split(",")[0]
+    assert cli("run", "softmax", "--set", first) == (2, "", f"error: {message}\n")
+    code, out, err = cli("sweep", "softmax", "--set", axis, "-j", "1")
+    assert (code, out, err) == (2, "", f"error: {message}\n")
+    with pytest.raises(kb.ConfigError, match="^" + re.escape(message) + "$"):
+        kb.sweep("softmax", set=[axis], jobs=1)
+
+
+def test_every_key_the_schema_has_passes_the_sweeps_key_check():
+    """The check walks the schema's tables: no key a topology or cost table may set is
+    refused (values are loading's to check)."""
+    from dataclasses import fields
+
+    from kernbench_cli.config.loader import check_set_keys
+    from kernbench_cli.config.schema import CostTable, Topology
+
+    def keys(cls, prefix=""):
+        for f in fields(cls):
+            if f.metadata.get("internal"):
+                continue
+            sub = f.metadata.get("section")
+            yield from keys(sub, f"{prefix}{f.name}.") if sub else [f"{prefix}{f.name}"]
+            if sub:
+                yield f"{prefix}{f.name}.*"
+
+    given = [*keys(Topology), *keys(CostTable, "costs.")]
+    assert len(given) > 60 and "costs.issue.load" in given and "pe.gemm.*" in given
+    check_set_keys([f"{key}=1" for key in given])
 
 
 def test_a_sweep_from_a_deleted_working_folder_is_refused_before_any_worker(cli, tmp_path,
