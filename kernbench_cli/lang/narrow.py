@@ -30,7 +30,9 @@ format's block NaN (its scale: max|v| is not finite).
   elements read as NaN. The value of an element is ``element x X``.
 
 A value, once quantised, is exact in float32 (a tensor's value), and
-quantising it again gives it back.
+quantising it again gives it back, but for an int8 or int4 block whose bf16 scale is
+subnormal (its largest value below some 1e-38): that scale is coarse enough to differ
+the second time.
 
 In memory each block of a scaled format is its scale (E8M0: 1 byte; bf16: 2,
 little-endian) then its elements, 4-bit ones two to a byte (the first in the

@@ -149,9 +149,18 @@ def verification_text(result: RunResult) -> str:
     for c in result.checks:
         verdict = "PASS" if c.passed else "FAIL"
         whose = f"declared by the kernel for its {c.dtype}" if c.declared else c.dtype
+        if c.scores:  # an argmax: how far its choice's reference score is below the largest
+            whose = (f"{whose}, twice that of {c.scores}, on how far the chosen one's "
+                     "reference score is below the largest")
         parts.append(f"{verdict} {c.name}: max |err| {c.max_abs_err:.3g} "
                      f"(tolerance {whose}: atol {c.atol:g} + rtol {c.rtol:g} x |ref|)")
     return "; ".join(parts) if parts else "no outputs to check"
+
+
+def argmax_detail(check) -> str:
+    """What the error of an argmax output's check is (`--json`'s `detail`)."""
+    return (f"an argmax of {check.scores}: its error is how far the chosen index's reference "
+            f"score lies below the largest, within twice {check.scores}' tolerance")
 
 
 def tcm_high_water(result: RunResult) -> tuple[int, int, int, int] | None:
@@ -412,7 +421,8 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
         "max_abs_err": _json_number(result.max_abs_err),
         "checks": [{"kind": "verification", "name": c.name, "dtype": c.dtype,
                     "max_abs_err": _json_number(c.max_abs_err), "atol": c.atol, "rtol": c.rtol,
-                    "passed": c.passed} for c in result.checks]
+                    "passed": c.passed, **({"detail": argmax_detail(c)} if c.scores else {})}
+                   for c in result.checks]
         + [{"kind": "invariant", "name": i.name, "passed": i.passed, "detail": i.detail}
            for i in result.invariants],
         "commands": result.commands,

@@ -130,10 +130,14 @@ def verify(kernel: KernelModule, host: Host, params: dict[str, Any],
         if not isinstance(table, dict):
             raise KernelError(f"{kernel.shown}: {what}() must return a dict of name: array, "
                               f"not {type(table).__name__}")
-    unknown = sorted(set(kernel.tolerance) - set(expected), key=str)
-    if unknown:
-        raise ParamError(f"{kernel.shown}: TOLERANCE names {unknown[0]!r}, which is not an "
-                         f"output (outputs: {', '.join(sorted(map(str, expected)))})")
+    # an ARGMAX output a run does not make (a prefill's token, with no prompt) is no error;
+    # the scores of one it makes must be an output
+    for table, names in (("TOLERANCE", kernel.tolerance),
+                         ("ARGMAX", [v for k, v in kernel.argmax.items() if k in expected])):
+        unknown = sorted(set(names) - set(expected), key=str)
+        if unknown:
+            raise ParamError(f"{kernel.shown}: {table} names {unknown[0]!r}, which is not an "
+                             f"output (outputs: {', '.join(sorted(map(str, expected)))})")
     unchecked = sorted(set(outputs) - set(expected), key=str)
     if unchecked:  # it would be read, shown nowhere, and the run said PASS
         raise KernelError(f"{kernel.shown}: outputs() returned {unchecked[0]!r}, which "
@@ -153,6 +157,9 @@ def verify(kernel: KernelModule, host: Host, params: dict[str, Any],
             raise KernelError(f"{kernel.shown}: output {name!r} has shape {list(got.shape)}, "
                               f"the reference {list(want.shape)}")
         dt = NAMES.get(got.dtype, "f32")
+        if name in kernel.argmax:
+            checks.append(_chosen(kernel, name, got, outputs, expected))
+            continue
         atol, rtol = _tolerance(kernel, name, dt)
         g, w = got.astype(np.float64), want.astype(np.float64)
         # as numpy's allclose(equal_nan=True): NaN where the reference has NaN, and the same
@@ -161,11 +168,45 @@ def verify(kernel: KernelModule, host: Host, params: dict[str, Any],
         with np.errstate(invalid="ignore"):  # inf - inf: NaN, masked by `same`
             err = np.where(same, 0.0, np.abs(g - w))
         passed = bool(np.all(same | (np.isfinite(w) & (err <= atol + rtol * np.abs(w)))))
-        max_err = (float("nan") if np.isnan(err).any() else float(err.max())) if err.size \
-            else 0.0
-        checks.append(Verification(name, dt, max_err, atol, rtol, passed,
+        checks.append(Verification(name, dt, _largest(err), atol, rtol, passed,
                                    declared=name in kernel.tolerance))
     return checks
+
+
+def _largest(err: np.ndarray) -> float:
+    """The largest of `err` (NaN if any is; 0 if none)."""
+    return (float("nan") if np.isnan(err).any() else float(err.max())) if err.size else 0.0
+
+
+def _chosen(kernel: KernelModule, name: str, got: np.ndarray,
+            outputs: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> Verification:
+    """The check of output `name`, an argmax over the last axis of output `scores`
+    (`ARGMAX`): each index the kernel chose must be a choice a correct kernel can make.
+    Its scores are each within the scores' tolerance (atol, rtol) of the reference's
+    (their own check), so the index it picks, t, has a reference score at most
+    ``2 atol + rtol (|ref[t]| + |ref.max|)`` below the largest: the error is that
+    shortfall, checked against ``2 atol + 2 rtol x max(|ref[t]|, |ref.max|)``. Equal
+    indexes are not asked for: two scores within the tolerance of each other (a near-tie)
+    may be chosen either way by a correct kernel. An index that is no whole number within
+    the scores is an error of NaN."""
+    scores = kernel.argmax[name]
+    ref = np.asarray(expected[scores], np.float64)
+    atol, rtol = _tolerance(kernel, scores, NAMES.get(outputs[scores].dtype, "f32"))
+    g = got.astype(np.float64)
+    if ref.shape[:-1] != g.shape or not ref.shape[-1]:
+        raise KernelError(f"{kernel.shown}: output {name!r} has shape {list(g.shape)}: an "
+                          f"argmax of {scores!r} ({list(ref.shape)}) has "
+                          f"{list(ref.shape[:-1])}")
+    whole = np.isfinite(g) & (g == np.round(g)) & (g >= 0) & (g < ref.shape[-1])
+    index = np.where(whole, g, 0).astype(np.int64)[..., None]
+    top, picked = ref.max(axis=-1), np.take_along_axis(ref, index, axis=-1)[..., 0]
+    err = np.where(whole, top - picked, np.nan)
+    with np.errstate(invalid="ignore"):
+        passed = bool(np.all(whole & (err <= 2 * atol + 2 * rtol *
+                                      np.maximum(np.abs(top), np.abs(picked)))))
+    return Verification(name, NAMES.get(outputs[scores].dtype, "f32"), _largest(err),
+                        2 * atol, 2 * rtol, passed, declared=scores in kernel.tolerance,
+                        scores=scores)
 
 
 def _tolerance(kernel: KernelModule, name: str, dt: str) -> tuple[float, float]:

@@ -34,6 +34,11 @@ A kernel module defines:
     ``{output: (atol, rtol)}``: the verification tolerance of those outputs in place of
     their dtype's (`lang.dtypes.TOLERANCE`); checked when loaded (two finite numbers
     >= 0) and at verification (rtol at least the output dtype's unit roundoff).
+``ARGMAX`` (optional)
+    ``{output: scores}``: outputs that are an argmax over the last axis of another
+    output (a token chosen from logits). One is verified as any correct choice passes:
+    each chosen index's reference score within twice the scores' tolerance of the
+    largest, not equal to the reference's own choice, which a near-tie may flip.
 ``outputs(host, args, p)``
     the outputs the kernel wrote, read back from memory, by the same names.
 """
@@ -95,6 +100,11 @@ class KernelModule:
     def tolerance(self) -> dict[str, tuple[float, float]]:
         """The tolerances the kernel declares, by output (`TOLERANCE`; none: ``{}``)."""
         return getattr(self.module, "TOLERANCE", {})
+
+    @property
+    def argmax(self) -> dict[str, str]:
+        """The outputs that are an argmax of another's scores, by output (`ARGMAX`)."""
+        return getattr(self.module, "ARGMAX", {})
 
     def info(self, param: str) -> tuple[str, str]:
         """(description, unit) of a parameter, as `PARAM_INFO` gives them ("" if not)."""
@@ -228,6 +238,11 @@ def _check_module(module: ModuleType, shown: str) -> None:
         if not isinstance(info, str) and not (isinstance(info, tuple) and len(info) == 2):
             raise bad(f"PARAM_INFO[{name!r}] must be a description or (description, unit)")
     _check_tolerance(getattr(module, "TOLERANCE", {}), bad)
+    chosen = getattr(module, "ARGMAX", {})
+    if not isinstance(chosen, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and k != v for k, v in chosen.items()):
+        raise bad("ARGMAX must be a dict of output: the output whose argmax it is (two "
+                  f"names), not {clip(chosen)}")
 
 
 def _check_tolerance(declared: object, bad: Callable[[str], ParamError]) -> None:

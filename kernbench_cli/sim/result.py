@@ -48,6 +48,7 @@ class Verification:
     rtol: float
     passed: bool
     declared: bool = False  # the kernel's TOLERANCE set atol and rtol, not the dtype's
+    scores: str = ""  # an argmax of this output (`ARGMAX`): twice its tolerance, `dtype` its
 
 
 @dataclass

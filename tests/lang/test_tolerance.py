@@ -4,6 +4,9 @@ is nonsense or tighter than the dtype can meet."""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 
 import kernbench_cli as kb
@@ -72,3 +75,66 @@ def test_the_rtol_a_dtype_can_meet_is_its_unit_roundoff():
         assert tolerance_problem(TOLERANCE[dt], dt) is None  # the defaults meet their own rule
     assert tolerance_problem((0, 0)) is None  # no dtype: the form only
     assert tolerance_problem((True, 0.1)) == "must be (atol, rtol), two numbers, not (True, 0.1)"
+
+
+# ------------------------------------------------------------------ ARGMAX
+
+#: f32 scores of two rows; row 0's best two (index 1 and 2) are 1e-5 apart, within twice
+#: f32's tolerance (2e-5 + 2e-5 x |ref|): either is a choice a correct kernel can make
+SCORES = np.array([[1.0, 3.0, 2.99999, -1.0], [0.5, 0.25, 0.0, 2.0]], np.float32)
+
+
+@pytest.fixture
+def chooser(tmp_path):
+    """A kernel module declaring output `token` an argmax of output `scores` (SCORES)."""
+    from kernbench_cli.sim.kernels import load_kernel
+
+    path = tmp_path / "chooser.py"
+    path.write_text(
+        "import numpy as np\nPARAMS = {}\nARGMAX = {'token': 'scores'}\n"
+        f"S = np.array({SCORES.tolist()}, np.float32)\n"
+        "def setup(host, p): return {}\ndef kernel(tl): pass\n"
+        "def reference(host, p): return {'scores': S, 'token': S.argmax(-1).astype('f4')}\n"
+        "def outputs(host, args, p): return {}\n")
+    return load_kernel(str(path))
+
+
+@pytest.mark.parametrize(("token", "passed", "shortfall"), [
+    ([1, 3], True, 0.0),  # the reference's own choice
+    ([2, 3], True, float(SCORES[0, 1] - SCORES[0, 2])),  # the near-tie's other side
+    ([0, 3], False, 2.0),  # a score 2 below the best
+    ([1, 0], False, 1.5),
+    ([1.5, 3], False, None),  # not an index: NaN
+    ([4, 3], False, None),  # past the scores
+    ([-1, 3], False, None),
+])
+def test_an_argmax_output_passes_any_choice_a_correct_kernel_can_make(chooser, token, passed,
+                                                                       shortfall):
+    """A token is checked by its reference score's shortfall from the largest, within
+    twice the scores' tolerance: the index itself may differ where two scores are that
+    close (a near-tie a correct kernel may break either way)."""
+    from kernbench_cli.sim.hooks import verify
+
+    checks = verify(chooser, None, {}, {"scores": SCORES, "token": np.array(token, "f4")})
+    check = next(c for c in checks if c.name == "token")
+    assert (check.passed, check.dtype, check.atol, check.rtol, check.scores) == (
+        passed, "f32", 2 * TOLERANCE["f32"][0], 2 * TOLERANCE["f32"][1], "scores")
+    if shortfall is None:
+        assert math.isnan(check.max_abs_err)
+    else:
+        assert check.max_abs_err == shortfall
+
+
+@pytest.mark.parametrize(("declaration", "problem"), [
+    ("ARGMAX = {'out': 'out'}", "ARGMAX must be a dict of output: the output whose argmax "
+                                "it is (two names), not {'out': 'out'}"),
+    ("ARGMAX = ['out']", "ARGMAX must be a dict of output: the output whose argmax it is "
+                         "(two names), not ['out']"),
+    ("ARGMAX = {'out': 'nosuch'}", "ARGMAX names 'nosuch', which is not an output (outputs: "
+                                   "out)"),
+])
+def test_a_bad_argmax_declaration_is_refused_naming_the_kernel(cli, tmp_path, declaration,
+                                                               problem):
+    path = _declaring(tmp_path, declaration)
+    code, _, err = cli("run", str(path), "-t", ONE)
+    assert (code, err) == (2, f"error: {path}: {problem}\n")

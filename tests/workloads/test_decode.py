@@ -447,6 +447,26 @@ def test_quality_beside_time_and_energy(run):
     assert "logits_rel_l2" not in timing.metrics  # nothing to measure without values
 
 
+def test_a_near_tie_verifies_and_agreement_counts_the_tokens_chosen(run):
+    """Seed 3 at batch 32: sequence 22's two best reference logits are 0.007 apart (bf16's
+    tolerance is 0.03 + 0.03 x |ref|), they round to one bf16, and the kernel picks the
+    other: verification failed on the index ("next_token max |err| 764"). It now checks
+    the chosen token's reference logit against the largest (here equal). Seed 1 with fp8
+    weights: two logits of sequence 25 round to the same bf16, whose argmax (the lower
+    index) agrees with the exact model where the kernel's token (349) does not:
+    top1_agreement said 29 of 32, the kernel's tokens agree on 28."""
+    result = run("llama_decode", "default", ("batch=32",), seed=3)
+    _passed(result)
+    token = next(c for c in result.checks if c.name == "next_token")
+    assert (token.dtype, token.atol, token.rtol, token.scores) == ("bf16", 0.06, 0.06,
+                                                                   "logits")
+    result = run("llama_decode", "default", ("batch=32", "weights=fp8"), seed=1)
+    _passed(result)
+    chosen, logits = result.outputs["next_token"], result.outputs["logits"].astype(np.float32)
+    assert np.flatnonzero(logits.argmax(axis=-1) != chosen).tolist() == [25]
+    assert result.metrics["top1_agreement"][0] == 28 / 32
+
+
 @pytest.mark.parametrize("params", [
     ("prompt=20", "chunk=8", "context=5", "batch=2"),  # passes of 8, 8 and 4, after 5 cached
     ("prompt=12", "chunk=5", "context=3", "batch=2", "pp=2"),  # stages take passes in turn
