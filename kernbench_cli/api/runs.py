@@ -113,7 +113,7 @@ def check_seed(seed: Any) -> None:
 
 
 def compiled(topology: str | Path | Topology | None, costs: str | Path | None,
-              sets: Sets) -> AddressMap:
+             sets: Sets) -> AddressMap:
     """The compiled address map of a topology given by name or path, or already loaded."""
     from kernbench_cli.address.physaddr import AddressMap
 

@@ -361,7 +361,6 @@ def _checked(module, todo: list, replay: str | Path | None) -> list:
 
     if todo:
         check_set_keys(todo[0].sets)
-
     if replay is not None and any(p.params != todo[0].params for p in todo):
         raise KernbenchError("--replay: -p cannot vary (the recording fixed the kernel's "
                              "parameters)")
