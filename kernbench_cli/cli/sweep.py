@@ -77,7 +77,8 @@ YOpt = Annotated[str, typer.Option(
          "perf_per_watt, or one the kernel states (tpot_ps, …).")]
 BoundsOnlyOpt = Annotated[bool, typer.Option(
     "--bounds-only", help="Run nothing: each point's analytic lower bounds (the kernel's "
-                          "bounds()), in well under a second a point.")]
+                          "bounds(), after its setup made shapes only), in a second or less "
+                          "a point.")]
 PruneOpt = Annotated[str | None, typer.Option(
     "--prune-above", metavar="LATENCY|xFACTOR",
     help="Run only the points whose lower bound (the kernel's bounds()) is at most this "
