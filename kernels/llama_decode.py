@@ -1015,11 +1015,12 @@ def metrics(topology, p, run):
 
 def _context_bound(step: Run, searched, most: int) -> str:
     """What bounds `max_context` (`most`, found for `searched`) where HBM does not: the
-    model's positions or, with `dynamic` RoPE (which scales past them) and a window on
-    every layer (the KV cache stops growing), nothing below where the search ends."""
+    model's positions (with `dynamic` RoPE, which scales past them, a prompt's end) or,
+    with `dynamic` RoPE, no prompt and a window on every layer (the KV cache stops
+    growing), nothing below where the search ends."""
     if most != limit_of(searched, "context"):
         return ""
-    if step.cfg.rope.kind == "dynamic":
+    if step.cfg.rope.kind == "dynamic" and not searched["prompt"]:
         return (f": no bound below {MAX_CONTEXT:,} positions, where the search ends: "
                 "dynamic RoPE scales past max_position_embeddings, and sliding windows "
                 "keep the KV cache from growing")

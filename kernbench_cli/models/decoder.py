@@ -619,9 +619,21 @@ def _check_positions(p, rope: Rope) -> None:
     named is the one that alone would not fit: `steps` or `prompt` if they already reach
     past m at context 0, else `context`. With a prompt, the request figure's `new_tokens`
     (the first from the prefill, then a decode step each, the last feeding position c + n
-    + new_tokens - 2) must fit too."""
+    + new_tokens - 2) must fit too. With `dynamic` RoPE a prompt must end within the
+    positions: transformers rotates a forward pass's tokens at one base, its last
+    position's, which past m is scaled for tokens before it too; kernbench rotates each
+    token at its own, as a decode step does (the same below m)."""
     last, most = p["context"] + p["prompt"] + p["steps"] - 1, rope.max_positions
     if rope.kind == "dynamic":
+        if p["prompt"] and p["context"] + p["prompt"] > most:
+            raise ValueError(
+                f"prompt = {p['prompt']}: with dynamic RoPE, a prompt past the model's "
+                f"positions (max_position_embeddings {most:,}) is rotated by transformers at "
+                "one scaled base a forward pass, which kernbench does not model (it rotates "
+                "each token at its own, as decode steps are, which match transformers); "
+                f"the prompt must end by position {most - 1:,}: "
+                + (f"at most {most:,} tokens" if p["prompt"] > most else
+                   f"context at most {most - p['prompt']:,} here"))
         return
     request = p["context"] + p["prompt"] + p["new_tokens"] - 2  # the last token it feeds
     if p["prompt"] and last < most <= request:  # the request figure's decode steps
@@ -645,11 +657,14 @@ def limit_of(p, name: str) -> int:
     less the prompt and the steps (the last step's token sits at position context +
     prompt + steps - 1) or, with a prompt, the request's new tokens if more (its last
     feeds position context + prompt + new_tokens - 2), as `_check_positions` has it;
-    `dynamic` RoPE, which scales past them, from `MAX_CONTEXT`; for "batch",
+    `dynamic` RoPE, which scales past them, from `MAX_CONTEXT` (with a prompt, the
+    positions less the prompt, as `_check_positions` has it); for "batch",
     `MAX_BATCH`. A model whose every layer has a sliding window needs no more HBM past
     its window, so its context is bounded by its positions alone."""
     if name == "context":
         rope = model_config(p).rope
+        if rope.kind == "dynamic" and p["prompt"]:  # a prompt ends within the positions
+            return max(0, rope.max_positions - p["prompt"])
         most = MAX_CONTEXT if rope.kind == "dynamic" else rope.max_positions
         after = max(p["steps"], p["new_tokens"] - 1) if p["prompt"] else p["steps"]
         return max(0, most - p["prompt"] - after)

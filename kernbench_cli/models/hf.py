@@ -63,7 +63,7 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
         "rms_norm_eps": 1e-6, "max_position_embeddings": 4096 * 32, "sliding_window": 4096,
         "tie_word_embeddings": False}),
     "qwen2": ("Qwen2ForCausalLM", {
-        "num_key_value_heads": ..., "head_dim": ..., "hidden_act": "silu",
+        "num_key_value_heads": 32, "head_dim": ..., "hidden_act": "silu",
         "rms_norm_eps": 1e-6, "max_position_embeddings": 32768, "use_sliding_window": False,
         "sliding_window": 4096, "max_window_layers": 28, "layer_types": None,
         "tie_word_embeddings": False}),

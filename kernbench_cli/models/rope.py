@@ -8,7 +8,9 @@ inv_freq[i]``; cos and sin are scaled by the type's `attention_scaling` (yarn's 
 - linear: the default over `factor`;
 - dynamic (NTK): the default with ``theta x (factor x s / m - (factor - 1)) ** (d / (d -
   2))`` for a sequence of s = position + 1 tokens longer than m =
-  `max_position_embeddings` (transformers recomputes it as the sequence grows);
+  `max_position_embeddings` (transformers recomputes it as the sequence grows: a token
+  at a time, as decode steps are; a prefill pass past m takes its last position's for
+  every token, which is not modelled: `decoder._check_positions` refuses it);
 - yarn: a ramp between the default and the default over `factor`, by the correction
   range of `beta_fast`/`beta_slow` rotations within `original_max_position_embeddings`;
   cos and sin scaled by ``0.1 ln(factor) + 1`` (or the mscale ratio, or

@@ -49,6 +49,20 @@ def test_mistral_defaults_to_a_window_of_4096_and_null_means_none():
                      "c").kv_heads == 8
 
 
+def test_qwen2_without_num_key_value_heads_has_32_as_transformers_reads_it():
+    """Qwen2Config's default is 32, not the heads (it was read as MHA: 64 heads made twice
+    the cache transformers builds); null is the heads; 16 heads cannot group 32."""
+    raw = {k: v for k, v in BASE.items() if k != "num_key_value_heads"}
+    qwen = {**raw, "model_type": "qwen2", "hidden_size": 2048}
+    assert from_dict({**qwen, "num_attention_heads": 64}, "c", "c").kv_heads == 32
+    assert from_dict({**qwen, "num_attention_heads": 64, "num_key_value_heads": None}, "c",
+                     "c").kv_heads == 64
+    with pytest.raises(ParamError) as err:
+        from_dict({**qwen, "num_attention_heads": 16}, "c", "c")
+    assert str(err.value).startswith("c: num_attention_heads 16 is not a multiple of "
+                                     "num_key_value_heads 32 ")
+
+
 def test_qwen2_slides_from_max_window_layers_only_when_asked():
     q = {"model_type": "qwen2", "sliding_window": 16}
     assert cfg(**q).windows == ()  # use_sliding_window defaults to false

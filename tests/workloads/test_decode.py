@@ -882,6 +882,32 @@ def test_dynamic_rope_runs_past_max_position_embeddings(cli, tmp_path):
     assert code == 0, err
 
 
+def test_a_dynamic_rope_prompt_past_the_positions_is_refused(cli, tmp_path):
+    """transformers rotates a prefill pass at one base, its last position's (scaled for
+    every token of the pass past m), where kernbench rotates each token at its own: 10%
+    off on the prefill's logits against transformers' prefill (probe 6). A prompt must end
+    within the positions; `max_context` with a prompt says so; decode steps past m run."""
+    from tests.conftest import TESTS
+
+    base = json.loads((TESTS / "configs" / "hf" / "llama_linear_rope.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**base, "max_position_embeddings": 32,
+                                "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}))
+    where = ("with dynamic RoPE, a prompt past the model's positions (max_position_embeddings "
+             "32) is rotated by transformers at one scaled base a forward pass, which "
+             "kernbench does not model (it rotates each token at its own, as decode steps "
+             "are, which match transformers); the prompt must end by position 31: ")
+    for given, most in ((("context=8", "prompt=40"), "at most 32 tokens"),
+                        (("context=9", "prompt=24"), "context at most 8 here")):
+        assert cli("run", "llama_decode", "-p", f"config={path}", *[
+            a for g in given for a in ("-p", g)], "--timing-only") == (
+            2, "", f"error: llama_decode: {given[1].replace('=', ' = ')}: {where}{most}\n")
+    code, out, err = cli("run", "llama_decode", "-p", f"config={path}", "-p", "context=8",
+                         "-p", "prompt=24", "--timing-only", "--json")
+    assert code == 0, err
+    assert json.loads(out)["metrics"]["max_context"] == 8
+
+
 def test_max_context_says_what_bounds_it(run, tmp_path):
     """The model's positions (with a prompt too: the context was searched without it, so
     neither its positions nor its buffers counted), or, with dynamic RoPE and a window on
