@@ -201,6 +201,9 @@ def run_of(topology, p) -> Run:
     if p["scale_to"]:
         check_scaling(cfg, timed, layers, p["pp"])
     pes, pp = topology.num_pes, p["pp"]
+    if pes < cfg.kv_heads:  # no split of the PEs helps: say what bounds it
+        raise ValueError(f"the model's {cfg.kv_heads} KV heads (num_key_value_heads) need a "
+                         f"PE each at least, and topology {topology.name!r} has {pes}")
     if pp > timed or pes % pp or (pes // pp) % cfg.kv_heads:
         raise ValueError(f"pp = {pp}: the {pes} PEs must split into {pp} stages of a multiple "
                          f"of {cfg.kv_heads} PEs (a head group per KV head), with a layer "

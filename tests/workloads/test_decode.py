@@ -246,6 +246,18 @@ def test_steps_the_model_cannot_take_are_refused(cli, params, message):
     assert (code, err) == (2, f"error: llama_decode: {message}\n")
 
 
+def test_more_kv_heads_than_pes_says_the_kv_heads_bound_it(cli, tmp_path):
+    """It said the 16 PEs "must split into 1 stages of a multiple of 32 PEs"."""
+    config = json.loads(Path(SMALL).read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config, "hidden_size": 1024, "num_attention_heads": 32,
+                                "num_key_value_heads": 32}))
+    for flag in ("--timing-only", "--bounds-only"):
+        assert cli("run", "llama_decode", "-p", f"config={path}", flag) == (
+            2, "", "error: llama_decode: the model's 32 KV heads (num_key_value_heads) need a "
+                   "PE each at least, and topology 'default' has 16\n")
+
+
 def test_layers_of_different_windows_are_not_scaled(cli, tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**json.loads((HF / "qwen2.json").read_text()),
