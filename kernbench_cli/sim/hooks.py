@@ -130,9 +130,10 @@ def verify(kernel: KernelModule, host: Host, params: dict[str, Any],
         if not isinstance(table, dict):
             raise KernelError(f"{kernel.shown}: {what}() must return a dict of name: array, "
                               f"not {type(table).__name__}")
+    declared = _declared(kernel, host, params)
     # an ARGMAX output a run does not make (a prefill's token, with no prompt) is no error;
     # the scores of one it makes must be an output
-    for table, names in (("TOLERANCE", kernel.tolerance),
+    for table, names in (("TOLERANCE", declared),
                          ("ARGMAX", [v for k, v in kernel.argmax.items() if k in expected])):
         unknown = sorted(set(names) - set(expected), key=str)
         if unknown:
@@ -158,9 +159,9 @@ def verify(kernel: KernelModule, host: Host, params: dict[str, Any],
                               f"the reference {list(want.shape)}")
         dt = NAMES.get(got.dtype, "f32")
         if name in kernel.argmax:
-            checks.append(_chosen(kernel, name, got, outputs, expected))
+            checks.append(_chosen(kernel, declared, name, got, outputs, expected))
             continue
-        atol, rtol = _tolerance(kernel, name, dt)
+        atol, rtol = _tolerance(kernel, declared, name, dt)
         g, w = got.astype(np.float64), want.astype(np.float64)
         # as numpy's allclose(equal_nan=True): NaN where the reference has NaN, and the same
         # infinity, are equal; any other NaN or infinity is an error of NaN or infinity
@@ -169,8 +170,22 @@ def verify(kernel: KernelModule, host: Host, params: dict[str, Any],
             err = np.where(same, 0.0, np.abs(g - w))
         passed = bool(np.all(same | (np.isfinite(w) & (err <= atol + rtol * np.abs(w)))))
         checks.append(Verification(name, dt, _largest(err), atol, rtol, passed,
-                                   declared=name in kernel.tolerance))
+                                   declared=name in declared))
     return checks
+
+
+def _declared(kernel: KernelModule, host: Host, params: dict[str, Any]
+              ) -> dict[str, tuple[float, float]]:
+    """The tolerances the kernel declares for this run: `TOLERANCE`, and over it what its
+    `tolerances(topology, p)` gives (a tolerance that grows with the run's depth)."""
+    if not hasattr(kernel.module, "tolerances"):
+        return kernel.tolerance
+    from kernbench_cli.sim.kernels import check_tolerance
+
+    more = call(kernel, "tolerances", host.topology, params)
+    check_tolerance(more, lambda problem: ParamError(f"{kernel.shown}: {problem}"),
+                    "tolerances()")
+    return {**kernel.tolerance, **more}
 
 
 def _largest(err: np.ndarray) -> float:
@@ -178,7 +193,7 @@ def _largest(err: np.ndarray) -> float:
     return (float("nan") if np.isnan(err).any() else float(err.max())) if err.size else 0.0
 
 
-def _chosen(kernel: KernelModule, name: str, got: np.ndarray,
+def _chosen(kernel: KernelModule, declared: dict, name: str, got: np.ndarray,
             outputs: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> Verification:
     """The check of output `name`, an argmax over the last axis of output `scores`
     (`ARGMAX`): each index the kernel chose must be a choice a correct kernel can make.
@@ -191,7 +206,7 @@ def _chosen(kernel: KernelModule, name: str, got: np.ndarray,
     the scores is an error of NaN."""
     scores = kernel.argmax[name]
     ref = np.asarray(expected[scores], np.float64)
-    atol, rtol = _tolerance(kernel, scores, NAMES.get(outputs[scores].dtype, "f32"))
+    atol, rtol = _tolerance(kernel, declared, scores, NAMES.get(outputs[scores].dtype, "f32"))
     g = got.astype(np.float64)
     if ref.shape[:-1] != g.shape or not ref.shape[-1]:
         raise KernelError(f"{kernel.shown}: output {name!r} has shape {list(g.shape)}: an "
@@ -205,18 +220,18 @@ def _chosen(kernel: KernelModule, name: str, got: np.ndarray,
         passed = bool(np.all(whole & (err <= 2 * atol + 2 * rtol *
                                       np.maximum(np.abs(top), np.abs(picked)))))
     return Verification(name, NAMES.get(outputs[scores].dtype, "f32"), _largest(err),
-                        2 * atol, 2 * rtol, passed, declared=scores in kernel.tolerance,
+                        2 * atol, 2 * rtol, passed, declared=scores in declared,
                         scores=scores)
 
 
-def _tolerance(kernel: KernelModule, name: str, dt: str) -> tuple[float, float]:
-    """(atol, rtol) of output `name` of dtype `dt`: the kernel's declared one, refused if
-    `dt` cannot meet it, or else the dtype's."""
-    if name not in kernel.tolerance:
+def _tolerance(kernel: KernelModule, declared: dict, name: str, dt: str
+               ) -> tuple[float, float]:
+    """(atol, rtol) of output `name` of dtype `dt`: the kernel's declared one (`declared`,
+    `_declared`'s), refused if `dt` cannot meet it, or else the dtype's."""
+    if name not in declared:
         return TOLERANCE[dt]
-    declared = kernel.tolerance[name]
-    problem = tolerance_problem(declared, dt)
+    problem = tolerance_problem(declared[name], dt)
     if problem:
         raise ParamError(f"{kernel.shown}: TOLERANCE[{name!r}] {problem}")
-    atol, rtol = declared
+    atol, rtol = declared[name]
     return float(atol), float(rtol)

@@ -34,6 +34,10 @@ A kernel module defines:
     ``{output: (atol, rtol)}``: the verification tolerance of those outputs in place of
     their dtype's (`lang.dtypes.TOLERANCE`); checked when loaded (two finite numbers
     >= 0) and at verification (rtol at least the output dtype's unit roundoff).
+``tolerances(topology, p)`` (optional)
+    ``{output: (atol, rtol)}`` for this run, over `TOLERANCE`: a tolerance that depends
+    on the parameters (a decoder's hidden states, whose rounding differences from the
+    reference grow with depth); checked as `TOLERANCE` is.
 ``ARGMAX`` (optional)
     ``{output: scores}``: outputs that are an argmax over the last axis of another
     output (a token chosen from logits). One is verified as any correct choice passes:
@@ -196,7 +200,8 @@ def _check_module(module: ModuleType, shown: str) -> None:
     def bad(what: str) -> ParamError:
         return ParamError(f"{shown}: {what}")
 
-    optional = tuple(n for n in ("bounds", "metrics", "quality", "scaled_defaults")
+    optional = tuple(n for n in ("bounds", "metrics", "quality", "scaled_defaults",
+                                 "tolerances")
                      if hasattr(module, n))
     for name in REQUIRED_NAMES[1:] + optional:
         if not callable(getattr(module, name)):
@@ -237,7 +242,7 @@ def _check_module(module: ModuleType, shown: str) -> None:
     for name, info in table("PARAM_INFO", "description or (description, unit)").items():
         if not isinstance(info, str) and not (isinstance(info, tuple) and len(info) == 2):
             raise bad(f"PARAM_INFO[{name!r}] must be a description or (description, unit)")
-    _check_tolerance(getattr(module, "TOLERANCE", {}), bad)
+    check_tolerance(getattr(module, "TOLERANCE", {}), bad)
     chosen = getattr(module, "ARGMAX", {})
     if not isinstance(chosen, dict) or not all(
             isinstance(k, str) and isinstance(v, str) and k != v for k, v in chosen.items()):
@@ -245,19 +250,21 @@ def _check_module(module: ModuleType, shown: str) -> None:
                   f"names), not {clip(chosen)}")
 
 
-def _check_tolerance(declared: object, bad: Callable[[str], ParamError]) -> None:
-    """A kernel's `TOLERANCE`: ``{output: (atol, rtol)}``, each two finite numbers >= 0."""
+def check_tolerance(declared: object, bad: Callable[[str], ParamError],
+                    what: str = "TOLERANCE") -> None:
+    """A kernel's `TOLERANCE` (or what `what` names: its `tolerances()`):
+    ``{output: (atol, rtol)}``, each two finite numbers >= 0."""
     if declared == {}:  # the usual case: nothing to check, and ml_dtypes (~0.5 s) not loaded
         return
     from kernbench_cli.lang.dtypes import tolerance_problem
 
     if not isinstance(declared, dict):
-        raise bad(f"TOLERANCE must be a dict of output: (atol, rtol), not "
+        raise bad(f"{what} must be a dict of output: (atol, rtol), not "
                   f"{type(declared).__name__}")
     for name, value in declared.items():
         problem = tolerance_problem(value) if isinstance(name, str) else "names no output"
         if problem:
-            raise bad(f"TOLERANCE[{name!r}] {problem}")
+            raise bad(f"{what}[{name!r}] {problem}")
 
 
 def _line_in(exc: BaseException, filename: str) -> int | str:

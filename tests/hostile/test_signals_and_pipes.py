@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -129,11 +130,15 @@ def test_a_kernel_taking_every_stop_is_ended_by_the_cli_with_its_line(tmp_path, 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_second_stop_ends_a_kernel_that_took_the_first(tmp_path, kernbench, sig):
     """Ctrl-C (or SIGTERM) raises `Interrupted` in the kernel's code, which takes it and
-    runs on: the second ends the process at once, exit 130."""
+    runs on: the second ends the process at once, exit 130. The first is sent once the
+    kernel says it spins (after a fixed 3 s, a loaded machine had not reached it yet, and
+    the first stop rightly ended the run)."""
     kernel = tmp_path / "spin.py"
-    kernel.write_text(BASE.replace("    tl.store(tl.shard(x), t)", f"    {TAKES_EVERY_STOP}"))
+    kernel.write_text(BASE.replace("    tl.store(tl.shard(x), t)",
+                                   f"    print('spinning', flush=True)\n    {TAKES_EVERY_STOP}"))
     proc = kernbench.start("run", str(kernel), "-t", ONE, cwd=tmp_path)
-    time.sleep(3)
+    ready, _, _ = select.select([proc.stderr], [], [], HANG_GUARD_S)
+    assert ready and proc.stderr.readline() == "spinning\n"
     proc.send_signal(sig)
     time.sleep(1)
     assert proc.poll() is None  # taken

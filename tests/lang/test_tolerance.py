@@ -138,3 +138,25 @@ def test_a_bad_argmax_declaration_is_refused_naming_the_kernel(cli, tmp_path, de
     path = _declaring(tmp_path, declaration)
     code, _, err = cli("run", str(path), "-t", ONE)
     assert (code, err) == (2, f"error: {path}: {problem}\n")
+
+
+@pytest.mark.parametrize(("answer", "problem"), [
+    ('{"out": (-1.0, 0.0)}', "tolerances()['out'] (-1.0, 0.0): atol and rtol must be finite "
+                             "numbers >= 0"),
+    ("[1]", "tolerances() must be a dict of output: (atol, rtol), not list"),
+    ('{"y": (1e-3, 1e-5)}', "TOLERANCE names 'y', which is not an output (outputs: out)"),
+])
+def test_a_bad_tolerances_answer_is_refused_naming_the_kernel(cli, tmp_path, answer, problem):
+    path = _declaring(tmp_path, f"def tolerances(topology, p):\n    return {answer}")
+    code, _, err = cli("run", str(path), "-t", ONE)
+    assert (code, err) == (2, f"error: {path}: {problem}\n")
+
+
+def test_tolerances_of_the_run_go_over_the_table(tmp_path):
+    """`tolerances(topology, p)` answers for the run (here from its topology's PE count)
+    and wins over `TOLERANCE`; the check says the kernel declared it."""
+    path = _declaring(tmp_path, 'TOLERANCE = {"out": (1.0, 1e-5)}\n'
+                                "def tolerances(topology, p):\n"
+                                '    return {"out": (topology.num_pes * 1e-3, 1e-5)}')
+    (check,) = [c for c in kb.run(path, topology=ONE).checks if c.kind == "verification"]
+    assert (check.passed, check.atol, check.rtol) == (True, 1e-3, 1e-5)
