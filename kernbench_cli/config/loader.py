@@ -87,9 +87,7 @@ def build(cls: type, table: dict[str, Any], where: str, file: Path, problems: li
             if len(problems) > ConfigError.SHOWN:  # past what is shown: counted, not advised
                 problems.append(f"{file}: {path}: unknown key")
                 continue
-            hint = " or ".join(repr(h) for h in difflib.get_close_matches(name, known, n=2))
-            tip = f"; did you mean {hint}?" if hint else f" (known: {', '.join(known)})"
-            problems.append(f"{file}: {path}: unknown key{tip}")
+            problems.append(f"{file}: {path}: unknown key{_tip(name, known)}")
     return cls(**kwargs)
 
 
@@ -115,14 +113,18 @@ def check_set_keys(items: Sequence[str]) -> None:
             known = [f.name for f in fields(cls) if not f.metadata.get("internal")]
             where = f"{where}.{part}" if where else part
             if part not in known:
-                hint = " or ".join(repr(h) for h in difflib.get_close_matches(part, known, n=2))
-                tip = f"; did you mean {hint}?" if hint else f" (known: {', '.join(known)})"
                 raise ConfigError([f"--set {_as_given(item)}: {prefix}{where}: unknown "
-                                   f"key{tip}"])
+                                   f"key{_tip(part, known)}"])
             cls = next(f for f in fields(cls) if f.name == part).metadata.get("section")
         if keys and cls is None:
             raise ConfigError([f"--set {_as_given(item)}: {prefix}{where} is a value, not a "
                                "table"])
+
+
+def _tip(name: str, known: list[str]) -> str:
+    """What an unknown key `name` may have meant, of the `known` ones, or all of them."""
+    hint = " or ".join(repr(h) for h in difflib.get_close_matches(name, known, n=2))
+    return f"; did you mean {hint}?" if hint else f" (known: {', '.join(known)})"
 
 
 def _has_required(cls: type) -> bool:
