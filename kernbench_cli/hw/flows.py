@@ -37,10 +37,8 @@ from collections.abc import Callable
 from heapq import heapify, heappop, heappush, heapreplace
 from itertools import chain
 
-import simpy
-
 from kernbench_cli.hw.network import PS_PER_S, Calendar
-from kernbench_cli.hw.process import Wake
+from kernbench_cli.hw.process import Clock
 from kernbench_cli.hw.ratio import Ratio, approx, ceil_div, ratio
 
 
@@ -105,7 +103,7 @@ class FairShare:
     solver's order: a float per flow on a resource where a rate rose.
     """
 
-    def __init__(self, env: simpy.Environment):
+    def __init__(self, env: Clock):
         self.env = env
         self.on: dict[Calendar, list[Flow]] = {}  # resource -> flows crossing it now
         # resource -> its flows' caps summed, each rounded up to an int B/s: at most its
@@ -182,11 +180,10 @@ class FairShare:
         if self.env.peek() != t:
             return False
         self.dirty = set(links)
-        event = Wake(self._settle)
-        self.env.schedule(event, SETTLE, t - self.env.now)
+        self.env.wake(t, SETTLE, self._settle)
         return True
 
-    def _settle(self, _event: Wake) -> None:
+    def _settle(self, _arg) -> None:
         """The solve that waited for every event at its instant: over what changed then."""
         links, self.dirty = self.dirty, None
         t = self.now
@@ -314,13 +311,11 @@ class FairShare:
 
     def _schedule(self, flow: Flow) -> None:
         flow.version += 1
-        event = Wake(self._ended)
-        event.flow, event.version = flow, flow.version
-        self.env.schedule(event, flow.owner, flow.end - self.env.now)
+        self.env.wake(flow.end, flow.owner, self._ended, (flow, flow.version))
 
-    def _ended(self, event: Wake) -> None:
-        flow = event.flow
-        if flow.version == event.version:  # not moved since
+    def _ended(self, moved: tuple[Flow, int]) -> None:
+        flow, version = moved
+        if flow.version == version:  # not moved since
             self.finish(flow, flow.end)
             flow.armed(flow)
 

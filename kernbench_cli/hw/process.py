@@ -15,7 +15,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
-from heapq import heappush
+from heapq import heappop, heappush
 
 import simpy
 
@@ -54,17 +54,38 @@ class Stuck:
     time_ps: int
 
 
-class Wake(simpy.Event):
-    """An event triggered as it is made, for its maker to schedule at once: a walk's resume
-    (`PeProcess.wake_at`), a flow's end (`hw.flows`). It skips `simpy.Event`'s bookkeeping (its
-    environment, a pending value, `succeed`): no one yields it or waits for it but its
-    callback, run by `Environment.step` like any event's."""
+class Clock(simpy.Environment):
+    """The timing pass's SimPy environment, run by a loop of its own.
 
-    _ok = True
-    _value = None
+    Its events are all wake-ups made triggered, each one callback and its argument, that
+    never fail and that nothing yields or waits for: an entry of SimPy's queue, (time,
+    priority, id, callback, argument), in SimPy's order (time, then priority: PE index,
+    then id). Per event that leaves out an event object, `Environment.step`'s call and
+    its checks for failure and `StopSimulation`; and `now` is an attribute, not SimPy's
+    property (a call each read). `schedule` and `peek` stay SimPy's."""
 
-    def __init__(self, callback) -> None:  # no Event.__init__: see the class docstring
-        self.callbacks = [callback]
+    now = 0  # an attribute in place of SimPy's property; `run` sets it with `_now`
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0
+        self.queue, self.ids = self._queue, self._eid
+
+    def wake(self, t: int, priority: int, callback, arg=None) -> None:
+        """Call `callback(arg)` at `t` (now if past), after the events of lower `priority`
+        at that time."""
+        now = self.now
+        heappush(self.queue, (t if t > now else now, priority, next(self.ids), callback, arg))
+
+    def run(self, until=None) -> None:
+        """Run every event (`until` is not taken: the pass runs to the end)."""
+        if until is not None:
+            raise ValueError("the timing pass's clock runs to the end")
+        queue = self.queue
+        while queue:
+            t, _, _, callback, arg = heappop(queue)
+            self._now = self.now = t
+            callback(arg)
 
 
 class TileOps:
@@ -155,7 +176,7 @@ class PeProcess:
                  "pid", "planned", "resume_cb", "start", "tcm_peak", "tcm_wait", "tile_buffers",
                  "tile_worst", "tiles", "waiting", "waits", "why")
 
-    def __init__(self, env: simpy.Environment, pid: int):
+    def __init__(self, env: Clock, pid: int):
         self.env = env
         self.pid = pid
         self.planned = 0  # what its composites' plans move, by formula (invariants)
@@ -199,7 +220,7 @@ class PeProcess:
         #: soonest it was offered a credit by that ring
         self.offers: dict[int, int] | None = None
 
-    def _resume(self, _event: simpy.Event) -> None:
+    def _resume(self, _arg=None) -> None:
         self.events += 1
         try:
             next(self.gen)
@@ -216,7 +237,8 @@ class PeProcess:
         (`callback`: what resumes it, if not `_resume`)."""
         env = self.env
         now = env.now
-        env.schedule(Wake(callback or self.resume_cb), self.pid, t - now if t > now else 0)
+        heappush(env.queue, (t if t > now else now, self.pid, next(env.ids),
+                             callback or self.resume_cb, None))
 
     def wake_by(self, t: int) -> None:
         """Resume at `t` at the latest: a wait for the earliest of times learnt while it
@@ -227,10 +249,10 @@ class PeProcess:
             return
         self.due = due = [t]
 
-        def resume(event: simpy.Event) -> None:
+        def resume(_arg) -> None:
             if self.due is due:  # not called off since
                 self.due = None
-                self._resume(event)
+                self._resume()
 
         self.wake_at(t, resume)
 

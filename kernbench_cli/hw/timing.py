@@ -54,8 +54,6 @@ import gc
 from array import array
 from collections.abc import Iterator
 
-import simpy
-
 from kernbench_cli import gc_control
 from kernbench_cli.hw.composite import GemmTiling
 from kernbench_cli.hw.dedup import Ghosts, expand, overlaps, tie_faults
@@ -65,7 +63,7 @@ from kernbench_cli.hw.messages import Ipcq
 from kernbench_cli.hw.multicast import Multicast
 from kernbench_cli.hw.network import LEDGER
 from kernbench_cli.hw.oplog import OP_FIELDS, OpLog, Slice
-from kernbench_cli.hw.process import TOO_LATE, PeProcess, Stuck, TimeRangeError, TimingError
+from kernbench_cli.hw.process import TOO_LATE, Clock, PeProcess, Stuck, TimeRangeError, TimingError
 from kernbench_cli.hw.routes import Routes
 from kernbench_cli.hw.symmetry import Classes, partition
 from kernbench_cli.hw.system import System
@@ -111,7 +109,7 @@ class Timing:
         self.ties: set[tuple[int, str, int, int, str]] | None = None
         self.system = system
         self.program = program
-        self.env = simpy.Environment()
+        self.env = Clock()
         self.issue = topo.cost_table.issue  # PE_CPU's cost per command kind
         self.plan_ps = topo.cost_table.scheduler.plan
         self.tcm_bytes = topo.pe.tcm.size

@@ -241,14 +241,13 @@ def test_the_meter_follows_each_resources_summed_rate():
     flows sharing a link sum to its bandwidth, not to their caps, and so do the flows there
     as one ends and another starts at one instant; a flow ended before its rates carried
     its bytes is noted on its link, with what they carried."""
-    import simpy
-
     from kernbench_cli.hw.flows import FairShare
     from kernbench_cli.hw.network import Calendar
+    from kernbench_cli.hw.process import Clock
 
     ns = 1000  # ps
     link = Calendar("noc", "test", 1000, 0)  # 1,000 B/s: 1 B alone in 10^9 ps
-    flows = FairShare(simpy.Environment())
+    flows = FairShare(Clock())
     a = flows.start(0, 1, (link,), 10**9, 0)
     b = flows.start(0, 1, (link,), 10**9, 1)
     assert (a.end, b.end) == (2 * 10**9, 2 * 10**9)  # 500 B/s each
@@ -268,13 +267,12 @@ def test_each_resources_demand_sums_its_flows_caps_rounded_up():
     each resource's flows' caps, each rounded up to a whole B/s, summed as they start and
     end. Here a wide link's 1,000 + 3,334 B/s overfill its 3,000, so the second flow gets
     the 2,000 B/s the first leaves it; when it ends, the first keeps its rate and end."""
-    import simpy
-
     from kernbench_cli.hw.flows import FairShare
     from kernbench_cli.hw.network import Calendar
+    from kernbench_cli.hw.process import Clock
 
     link, wide = Calendar("noc", "narrow", 1000, 0), Calendar("noc", "wide", 3000, 0)
-    flows = FairShare(simpy.Environment())
+    flows = FairShare(Clock())
     a = flows.start(0, 1, (link, wide), 10**9, 0)  # 1,000 B/s alone
     b = flows.start(0, 1, (wide,), 3 * 10**8, 1)  # 3,333.3 B/s alone
     assert flows.demand == {link: 1000, wide: 1000 + 3334}
