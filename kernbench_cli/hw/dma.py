@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 #: `because(ISSUED, ref)` and `because(PRODUCER, ref)` as ``BY_… | ref`` for a known `ref`
 #: (>= 0), in the per-command steps
 BY_ISSUE, BY_PRODUCER = by(ISSUED), by(PRODUCER)
+#: The most solo times a DMA engine keeps (`DmaEngine.solo`): a stream of sizes that never
+#: repeat costs no more memory than this
+SOLO_KEPT = 1024
 
 
 class DmaEngine(InOrderEngine):
@@ -48,7 +51,7 @@ class DmaEngine(InOrderEngine):
     """
 
     __slots__ = ("bytes", "ledger", "local_bandwidth", "outstanding", "overlap", "region",
-                 "setup_ps", "stream_at", "wait_ps", "waited", "waited_on", "weight")
+                 "setup_ps", "solo", "stream_at", "wait_ps", "waited", "waited_on", "weight")
 
     def __init__(self, config: DmaConfig, local_bandwidth: int):
         super().__init__()
@@ -68,6 +71,9 @@ class DmaEngine(InOrderEngine):
         self.ledger: list[list[int]] | None = None
         self.region = 0
         self.weight = 1
+        #: (bytes, pages, path) -> `stream_ps`: a PE moves the same few sizes over the same
+        #: few paths again and again (layer after layer); at most `SOLO_KEPT` kept
+        self.solo: dict[tuple[int, int, Path], int] = {}
 
     def stream_ps(self, nbytes: int, path: Path, pages: int = 0) -> int:
         """How long `nbytes` stream over `path` (opening `pages` DRAM pages at its HBM end)."""
@@ -103,8 +109,13 @@ class DmaEngine(InOrderEngine):
         if ready > start:
             start = ready
         setup_end = start + self.setup_ps
-        return (start, setup_end if setup_end > before else before,
-                self.stream_ps(nbytes, path, pages))
+        key = (nbytes, pages, path)
+        solo = self.solo.get(key)
+        if solo is None:
+            solo = self.stream_ps(nbytes, path, pages)
+            if len(self.solo) < SOLO_KEPT:
+                self.solo[key] = solo
+        return start, setup_end if setup_end > before else before, solo
 
     def streamed(self, start: int, streams_from: int, solo_ps: int, stream_at: int,
                  stream_end: int, nbytes: int) -> None:
