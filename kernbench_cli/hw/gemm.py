@@ -102,8 +102,9 @@ class GemmEngine(InOrderEngine):
         self.macs: dict[str, int] = {}  # MACs on each narrow datapath (energy)
         #: format -> (passes, MACs per cell, narrow datapath or ""): the `array_rate`s asked
         self.rates: dict[int, tuple[int, int, str]] = {}
-        # (m, k, n, format) -> duration: a composite's tiles repeat a few shapes
-        self.costs: dict[tuple[int, int, int, int], int] = {}
+        # (m, k, n, format) -> (duration, narrow datapath or "", MACs or MAC passes): a
+        # composite's tiles repeat a few shapes
+        self.costs: dict[tuple[int, int, int, int], tuple[int, str, int]] = {}
 
     def _rate(self, code: int) -> tuple[int, int, str]:
         rate = self.rates.get(code)
@@ -128,17 +129,26 @@ class GemmEngine(InOrderEngine):
             self.mac_passes += amount
 
     def run(self, ready: int, m: int, k: int, n: int, code: int) -> tuple[int, int]:
-        passes, _, datapath = self._rate(code)
+        """A composite's GEMM tile of m x k x n in format `code`, ready at `ready`: (start,
+        end). Its duration and what it counts for energy are made once per shape (a
+        composite's tiles repeat a few); the engine is taken as `occupy` takes it."""
+        key = (m, k, n, code)
+        cost = self.costs.get(key)
+        if cost is None:
+            passes, _, datapath = self._rate(code)
+            cost = self.costs[key] = (self.duration_ps(m, k, n, code), datapath,
+                                      m * k * n * (1 if datapath else passes))
+        duration, datapath, work = cost
         self.flops += 2 * m * k * n
         if datapath:  # as `count` does with `gemm_work`
-            self.macs[datapath] = self.macs.get(datapath, 0) + m * k * n
+            self.macs[datapath] = self.macs.get(datapath, 0) + work
         else:
-            self.mac_passes += m * k * n * passes
-        key = (m, k, n, code)
-        duration = self.costs.get(key)
-        if duration is None:
-            duration = self.costs[key] = self.duration_ps(m, k, n, code)
-        return self.occupy(ready, duration)
+            self.mac_passes += work
+        start = ready if ready > self.free_at else self.free_at
+        self.free_at = end = start + duration
+        self.busy_ps += duration
+        self.ops += 1
+        return start, end
 
 
 def dot_step(walk: Walk) -> Callable:

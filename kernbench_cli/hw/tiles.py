@@ -18,13 +18,23 @@ from typing import TYPE_CHECKING
 
 from kernbench_cli.formats import SIZES, gemm_datapath
 from kernbench_cli.formats import nbytes as bytes_of
-from kernbench_cli.hw.causes import ENGINE, ISSUED, PE_SHIFT, PRODUCER, SCHEDULER, TCM, because
+from kernbench_cli.hw.causes import (
+    ENGINE,
+    ISSUED,
+    PE_SHIFT,
+    PRODUCER,
+    SCHEDULER,
+    TCM,
+    because,
+    by,
+)
 from kernbench_cli.hw.composite import (
     ACC_BYTES,
     DEQUANT_TILE,
     GEMM_TILE,
     LOAD_TILE,
     Operand,
+    TileOp,
     dequantised,
     plan_gemm,
     tile_ops,
@@ -41,6 +51,10 @@ from kernbench_cli.stream import NONE, Composite
 
 if TYPE_CHECKING:
     from kernbench_cli.hw.timing import Timing
+
+#: `because(PRODUCER, ref)` as ``BY_PRODUCER | ref``: a tile operation's `after` is a
+#: reference (>= 0)
+BY_PRODUCER = by(PRODUCER)
 
 
 class CompositeRuns:
@@ -169,11 +183,11 @@ class CompositeRuns:
             for op in tile_ops:
                 kind = op[0]
                 if kind == GEMM_TILE:
-                    done.append(tiles.gemm(*op[1:]))
+                    done.append(tiles.gemm(op))
                 elif kind == DEQUANT_TILE:
                     done.append(tiles.dequant(*op[1:]))
                 else:
-                    got = tiles.move(kind == LOAD_TILE, *op[1:])
+                    got = tiles.move(op)
                     done.append(got if type(got) is tuple else (yield from got))
             # The composite stays at the heap's head while its operations run (nothing else
             # of this PE's runs meanwhile), then gives way to its next ones
@@ -254,19 +268,22 @@ class Tiles:
     def _record(self, engine: InOrderEngine, code: int, ready: int, after: int, start: int,
                 end: int) -> int:
         proc = self.proc
-        why = because(ENGINE, engine.last) if start > ready else because(PRODUCER, after)
+        why = because(ENGINE, engine.last) if start > ready else BY_PRODUCER | after
         me = self.base | (proc.n + proc.tiles.append((start, end, why, code,
                                                       self.running.index)))
         engine.last = me
         return me
 
-    def gemm(self, ready: int, after: int, m: int, k: int, n: int) -> tuple[int, int, int]:
-        gemm, log, running = self.pe.gemm, self.timing.oplog, self.running
-        start, end = gemm.run(ready, m, k, n, running.width)
+    def gemm(self, op: TileOp) -> tuple[int, int, int]:
+        """A GEMM_TILE `op`: (start, end, reference)."""
+        _, ready, after, m, k, n = op
+        running = self.running
+        start, end = self.pe.gemm.run(ready, m, k, n, running.width)
         sizes = running.sizes
         if m * n > sizes[1]:
             sizes[1] = m * n
-        me = self._record(gemm, PE_GEMM, ready, after, start, end)
+        me = self._record(self.pe.gemm, PE_GEMM, ready, after, start, end)
+        log = self.timing.oplog
         if log is not None:
             log.append(self.pe.pid, PE_GEMM, self.codes[0], ready, start, end, 0, 2 * m * k * n,
                        None, None, running.index, shape=log.gemm_shape(m, k, n))
@@ -284,21 +301,23 @@ class Tiles:
                        None, self.running.index)
         return start, end, me
 
-    def move(self, inbound: bool, ready: int, after: int, *where):
-        """A tile load (`where`: operand, first row and column, rows, columns) or an output
-        tile's store (address, rows, row bytes, stride bytes): (start, end, reference), or,
-        where it is fair-shared with other PEs' transfers, a generator to run for them."""
+    def move(self, op: TileOp):
+        """A tile load (LOAD_TILE `op`: operand, first row and column, rows, columns) or an
+        output tile's store (STORE_TILE: address, rows, row bytes, stride bytes): (start,
+        end, reference), or, where it is fair-shared with other PEs' transfers, a generator
+        to run for them."""
+        inbound = op[0] == LOAD_TILE
         if inbound:
-            op, r0, c0, rows, cols = where
-            size, block = SIZES[op.code]  # `formats.nbytes`, inlined: bytes of so many elements
-            addr = op.addr + (r0 * op.row_stride + c0) * size // block
-            row_bytes, stride = cols * size // block, op.row_stride * size // block
+            _, ready, after, operand, r0, c0, rows, cols = op
+            size, block = SIZES[operand.code]  # `formats.nbytes`, inlined
+            addr = operand.addr + (r0 * operand.row_stride + c0) * size // block
+            row_bytes, stride = cols * size // block, operand.row_stride * size // block
             largest = self.running.sizes[0]  # a dequantised tile has its wide copy beside it
-            wide = bytes_of(op.dequant, rows * cols) if op.dequant else 0
-            if rows * row_bytes + wide > largest.get(id(op), 0):
-                largest[id(op)] = rows * row_bytes + wide
+            wide = bytes_of(operand.dequant, rows * cols) if operand.dequant else 0
+            if rows * row_bytes + wide > largest.get(id(operand), 0):
+                largest[id(operand)] = rows * row_bytes + wide
         else:
-            addr, rows, row_bytes, stride = where
+            _, ready, after, addr, rows, row_bytes, stride = op
         timing, dma = self.timing, self.pe.dma
         route, private = self.routes.path(self.pe.pid, addr, inbound)
         nbytes = rows * row_bytes
