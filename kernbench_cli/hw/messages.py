@@ -12,6 +12,7 @@ PE indexes broke it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from functools import partial
 from heapq import heappop
 from typing import TYPE_CHECKING
 
@@ -180,7 +181,7 @@ class Ipcq:
             self.credit_used(ring, pe.pid, credit)
         while credit is None:
             ring.sender_waiting.append(proc)
-            proc.at, proc.waiting = i, self.full_ring(dst, ring)
+            proc.at, proc.waiting = i, partial(self.full_ring, dst, ring)
             yield
             ring.sender_waiting.remove(proc)
             proc.waiting = ""
@@ -193,6 +194,11 @@ class Ipcq:
     def full_ring(self, dst: int, ring: Ring) -> str:
         """What a sender to PE `dst` waits for when `ring` has no credit."""
         return f"send to PE ({self.system.coords[dst]}): its {ring.where[1]} ring is full"
+
+    def empty_ring(self, src: int, direction: str) -> str:
+        """What a receiver waits for from PE `src` on its `direction` ring with nothing from
+        it."""
+        return f"recv from PE ({self.system.coords[src]}) on its {direction} ring"
 
     def _deliver(self, ring: Ring, chunk: Chunk, at: int) -> None:
         """Put `chunk` (its credit taken at `at`) in `ring`; wake its waiting receiver."""
@@ -246,8 +252,7 @@ class Ipcq:
                 self._wake_senders(ring, credits)
                 ring.receiver_waiting = proc
                 proc.at = i
-                proc.waiting = (f"recv from PE ({self.system.coords[src]}) on its {direction} "
-                                "ring")
+                proc.waiting = partial(self.empty_ring, src, direction)
                 yield
                 proc.waiting = ""
                 cpu.wait_until(env.now)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from heapq import heappop, heappush
 
@@ -185,7 +185,9 @@ class PeProcess:
         self.gen: Iterator[None] | None = None
         self.done = False
         self.at = 0  # the command it waits in, while it waits
-        self.waiting = ""  # what it waits for, while it waits on another PE
+        #: what it waits for, while it waits on another PE: a str, or a function that
+        #: makes it, called only for a PE left stuck (most waits end)
+        self.waiting: str | Callable[[], str] = ""
         self.end = array("q")  # per command: when its result is ready (PENDING: not yet)
         self.last_end = 0  # the latest end of anything it did
         # For the critical path (see `hw.walk`): per command its issue time, start,
@@ -219,6 +221,10 @@ class PeProcess:
         #: while a multicast waits on several rings (`hw.multicast`): id(ring) -> the
         #: soonest it was offered a credit by that ring
         self.offers: dict[int, int] | None = None
+
+    def waits_for(self) -> str:
+        """What it waits for (`waiting`), in words."""
+        return self.waiting if isinstance(self.waiting, str) else self.waiting()
 
     def _resume(self, _arg=None) -> None:
         self.events += 1

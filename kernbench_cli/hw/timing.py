@@ -226,7 +226,8 @@ class Timing:
             raise min(errors, key=lambda exc: (exc.time_ps, exc.pid))  # the run had stopped
         for proc in procs:
             if not proc.done:
-                self.stuck.append(Stuck(proc.pid, proc.at, proc.waiting, pes[proc.pid].cpu.time))
+                self.stuck.append(Stuck(proc.pid, proc.at, proc.waits_for(),
+                                        pes[proc.pid].cpu.time))
 
     @property
     def latency_ps(self) -> int:
