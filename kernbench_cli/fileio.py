@@ -42,6 +42,33 @@ def note_input(path: Path) -> None:
             _INPUTS.add(path.resolve())
 
 
+def stamp(path: Path) -> tuple[int, int, int, int] | None:
+    """What tells a regular file's contents changed without reading it: (device, inode,
+    size, modification time in ns); None if `path` is not a regular file."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+
+
+def file_digest(path: Path) -> str | None:
+    """8 hex digits of the SHA-256 of regular file `path`'s bytes (as `config_digest` names
+    a configuration); None if it is not a regular file that can be read. Read whole: call
+    it on a file a reader has taken (sized and typed already)."""
+    import hashlib
+
+    if stamp(path) is None:  # a FIFO or device could block or never end
+        return None
+    try:
+        with path.open("rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()[:8]
+    except OSError:
+        return None
+
+
 def file_name(text: str, what: str) -> Path:
     """An output's path as typed: one that ends in a separator names a folder, and is
     refused (`Path` drops the separator, so the file would be written without it:

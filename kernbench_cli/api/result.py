@@ -230,6 +230,9 @@ class Result:
     lower_bound: str | None = None
     lower_bound_ps: int | None = None
     bound_gap: float | None = None
+    #: per parameter naming a file the kernel read (a model's config.json), its digest:
+    #: which file made the result (absent from results before it: empty)
+    file_digests: Mapping[str, str] = field(default_factory=lambda: ReadOnly({}))
     energy_pj: Energy | None = None
     average_power_w: float | None = None
     critical_path: CriticalPath | None = None

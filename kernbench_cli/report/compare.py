@@ -158,14 +158,17 @@ def shown_name(metric: str) -> str:
 
 def settings(run: dict[str, Any], axes: dict[str, Any] | None = None) -> dict[str, str]:
     """What a run was run with, each as text: kernel, topology, cost table, seed, timing
-    only, then a sweep point's axes as given, or else each parameter and `--set` item."""
+    only, then a sweep point's axes as given, or else each parameter (a file the kernel
+    read with its digest: an edited config.json differs) and `--set` item."""
     out = {key: str(run.get(key)) for key in ("kernel", "topology", "costs", "seed",
                                               "timing_only")}
     if axes is not None:
         out.update((str(k), str(v)) for k, v in axes.items())
         return out
+    digests = run.get("file_digests") if isinstance(run.get("file_digests"), dict) else {}
     params = run.get("params") if isinstance(run.get("params"), dict) else {}
-    out.update((str(k), str(v)) for k, v in sorted(params.items()))
+    out.update((str(k), str(v) + (f" #{digests[k]}" if k in digests else ""))
+               for k, v in sorted(params.items()))
     overrides = run.get("overrides") if isinstance(run.get("overrides"), list) else []
     out.update(str(item).split("=", 1) for item in overrides if "=" in str(item))
     return out

@@ -261,7 +261,9 @@ def summary(result: RunResult) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
-    params = " ".join(f"{k}={v}" for k, v in sorted(result.params.items()))
+    digests = result.file_digests
+    params = " ".join(f"{k}={v}" + (f" #{digests[k]}" if k in digests else "")
+                      for k, v in sorted(result.params.items()))
     achieved, peak = hbm_bandwidth(result)
     rate = result.commands / result.wall_s if result.wall_s else 0.0
     rows = [
@@ -410,6 +412,7 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
         "costs": result.costs,
         "topology_digest": result.topology_digest,
         "costs_digest": result.costs_digest,
+        **({"file_digests": result.file_digests} if result.file_digests else {}),
         "overrides": list(result.overrides),
         "pes": result.num_pes,
         "params": result.params,

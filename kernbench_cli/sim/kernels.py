@@ -38,6 +38,10 @@ A kernel module defines:
     ``{output: (atol, rtol)}`` for this run, over `TOLERANCE`: a tolerance that depends
     on the parameters (a decoder's hidden states, whose rounding differences from the
     reference grow with depth); checked as `TOLERANCE` is.
+``FILES`` (optional)
+    ``(name, …)``: str parameters whose value is a file the kernel reads (a model's
+    config.json); a run records each one's digest and reports no result if it changed
+    during the run.
 ``ARGMAX`` (optional)
     ``{output: scores}``: outputs that are an argmax over the last axis of another
     output (a token chosen from logits). One is verified as any correct choice passes:
@@ -242,6 +246,10 @@ def _check_module(module: ModuleType, shown: str) -> None:
     for name, info in table("PARAM_INFO", "description or (description, unit)").items():
         if not isinstance(info, str) and not (isinstance(info, tuple) and len(info) == 2):
             raise bad(f"PARAM_INFO[{name!r}] must be a description or (description, unit)")
+    files = getattr(module, "FILES", ())
+    if not isinstance(files, (tuple, list)) or not all(
+            isinstance(params.get(name), str) for name in files):
+        raise bad(f"FILES must be a tuple of str parameters in PARAMS, not {clip(files)}")
     check_tolerance(getattr(module, "TOLERANCE", {}), bad)
     chosen = getattr(module, "ARGMAX", {})
     if not isinstance(chosen, dict) or not all(

@@ -71,6 +71,9 @@ class RunResult:
     topology_digest: str = ""  # `config.loader.config_digest` of the resolved configurations
     costs_digest: str = ""
     overrides: tuple[str, ...] = ()  # the --set items, as given
+    #: per parameter naming a file the kernel read (its `FILES`), the file's digest
+    #: (`fileio.file_digest`): which config.json made the result, not only its path
+    file_digests: dict[str, str] = field(default_factory=dict)
     switches: int = 0
     events: int = 0
     peak_flops_per_ps: float = 0.0

@@ -32,6 +32,7 @@ from kernbench_cli.errors import (
     KernbenchError,
     KernelError,
 )
+from kernbench_cli.fileio import file_digest, stamp
 from kernbench_cli.hw.engines import ENGINES
 from kernbench_cli.hw.gemm import peak_macs
 from kernbench_cli.hw.ipcq import chunks_for
@@ -125,6 +126,8 @@ def _run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], 
                 kernel_timeout: float, dedup: bool, shortcuts: bool) -> RunResult:
     """`run_kernel`, its arguments in order."""
     wall = time.perf_counter()
+    named = _named_files(kernel, params)
+    stamps = {name: stamp(path) for name, path in named.items()}
     try:
         system, memory, host, args, kernel_file, launch, failures = _set_up_and_run(
             kernel, amap, params, seed, timing_only, max_commands, watch, kernel_timeout,
@@ -163,8 +166,32 @@ def _run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], 
         result.metrics.update(hooks.checked_metrics(kernel, hooks.call(
             kernel, "quality", host, params, outputs)))
     result.trace = _trace(kernel, system, params, seed, memory, program)
+    result.file_digests = result.trace.files = _digests(kernel, named, stamps)
     result.wall_s = time.perf_counter() - wall
     return result
+
+
+def _named_files(kernel: KernelModule, params: dict[str, Any]) -> dict[str, Path]:
+    """The files the run's parameters name for the kernel to read (its `FILES`; a blank
+    value names none), by parameter."""
+    return {name: Path(str(params[name])) for name in kernel.files
+            if str(params.get(name, "")).strip()}
+
+
+def _digests(kernel: KernelModule, named: dict[str, Path],
+             stamps: dict[str, tuple | None]) -> dict[str, str]:
+    """Per file in `named` the kernel read (a regular file), its digest (`file_digest`), the
+    file checked to be the one it was when the run began (`stamps`: a result is never
+    reported for a file other than the one that made it)."""
+    digests = {}
+    for name, path in named.items():
+        if stamp(path) != stamps[name]:
+            raise KernbenchError(f"{kernel.shown}: -p {name}={path}: the file changed during the "
+                                 "run, so its result is not reported: run again")
+        digest = file_digest(path) if stamps[name] else None
+        if digest is not None:
+            digests[name] = digest
+    return digests
 
 
 def _set_up_and_run(kernel: KernelModule, amap: AddressMap, params: dict[str, Any],
@@ -381,6 +408,7 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
     """Re-time a recorded trace on `amap`'s topology: the timing pass alone (`dedup`: as
     `run_kernel`'s)."""
     wall = time.perf_counter()
+    _check_files(trace, source)
     system = System(amap)
     topo = amap.topology
     program = trace.program
@@ -426,8 +454,21 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
         stated_bounds.check_latency(result.kernel, result.latency_ps, result.bounds)
     _analyse(result, system, timing, counts, model_checks, races, by_region)
     result.metrics = _shipped(trace, "metrics", topo, dict(trace.params), _timed(result))
+    result.file_digests = dict(trace.files)
     result.wall_s = time.perf_counter() - wall
     return result
+
+
+def _check_files(trace: Trace, source: str) -> None:
+    """Each file the recorded run's parameters named (`trace.files`) is still the one it
+    read: the replay's bounds and metrics read it again, and would be another model's."""
+    for name, digest in trace.files.items():
+        path = Path(str(trace.params.get(name, "")))
+        now = file_digest(path)
+        if now != digest:
+            found = f"#{now} now" if now else "no regular file there now"
+            raise TraceError(f"{source}: -p {name}={path} is not the file the recorded run "
+                             f"read (#{digest} then, {found}): restore it, or run again")
 
 
 def _same_grid(trace: Trace, topology) -> bool:

@@ -100,6 +100,9 @@ class Trace:
     #: trace relocates streams (none given: streams stored once only where equal as they are)
     slice_base: list[int] = field(default_factory=list)
     slice_bytes: int = 0
+    #: per parameter naming a file the kernel read, its digest (`fileio.file_digest`): a
+    #: replay checks it is still the file (absent in traces before it)
+    files: dict[str, str] = field(default_factory=dict)
     #: the file it was read from, as given (messages name it); "" for a run's own trace
     source: str = field(default="", compare=False)
 
@@ -119,6 +122,8 @@ def write_trace(path: Path, trace: Trace, version: int = VERSION) -> None:
         "math_kinds": [list(k) for k in program.math_kinds], "tcm_peak": program.tcm_peak,
         **(packed[0] if packed else {"composites": [list(c) for c in program.composites]}),
     }
+    if trace.files:  # absent: the parameters named no file (older traces too)
+        header["files"] = trace.files
     if program.ring_capacity is not None:  # absent: the kernel read none (older traces too)
         header["ring_capacity"] = list(program.ring_capacity)
     if len(program.regions) > 1:  # named regions: a version-5 trace without them has none
@@ -259,7 +264,15 @@ def _trace(header: dict[str, Any], columns: memoryview) -> Trace:
                  tuple(_set_item(item) for item in _list(header.get("sets", []), "sets")),
                  _str(header.get("costs_file", ""), "costs_file"),
                  list(header["slice_base"]) if header["version"] == 6 else [],
-                 header["slice_bytes"] if header["version"] == 6 else 0)
+                 header["slice_bytes"] if header["version"] == 6 else 0,
+                 _files(header.get("files", {})))
+
+
+def _files(files: Any) -> dict[str, str]:
+    """The header's "files": parameter -> digest, each a string."""
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        raise ValueError("files is not an object of digests")
+    return dict(files)
 
 
 def check_program(program: Program, memory: list[tuple[int, int, str]]) -> None:

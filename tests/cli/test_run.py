@@ -354,3 +354,38 @@ def test_a_misaligned_load_names_the_alignment_its_dtype_needs(cli):
     assert err == (f"error: {path}:12: PE (rack=0 sip=0 cube=0 pe=0) at t=0ns: tl.load: "
                    "address 0x2000000002 is not aligned for f32: it needs a multiple of 4 B "
                    "(2 B past one)\n")
+
+
+def test_a_file_the_kernel_reads_changed_during_the_run_gives_no_result(cli, tmp_path):
+    """A parameter naming a file the kernel reads (its FILES): a run during which the file
+    changed reports no result (which bytes made it is unknown), in one line, exit 2."""
+    data = tmp_path / "data.txt"
+    data.write_text("first\n")
+    kernel = _appending(tmp_path, "('data',)")
+    code, out, err = cli("run", str(kernel), "-p", f"data={data}", "--json")
+    assert (code, out) == (2, "")
+    assert err.strip() == (f"error: {kernel}: -p data={data}: the file changed during the run, so "
+                           "its result is not reported: run again")
+
+
+def _appending(tmp_path, files: str) -> Path:
+    """A kernel declaring `FILES = files` whose setup appends a line to -p data."""
+    kernel = tmp_path / "k.py"
+    kernel.write_text(
+        f"import numpy as np\nPARAMS = {{'data': '', 'n': 1}}\nFILES = {files}\n\n"
+        "def setup(host, p):\n    open(p['data'], 'a').write('more\\n')\n"
+        "    return {'x': host.replicate('x', np.zeros(16, np.float32))}\n\n"
+        "def kernel(tl, **a):\n    tl.load(tl.shard(a['x']), (16,), 'f32')\n\n"
+        "def reference(host, p):\n    return {}\n\n"
+        "def outputs(host, args, p):\n    return {}\n")
+    return kernel
+
+
+@pytest.mark.parametrize("files", ["'data'", "('n',)", "('nosuch',)", "{'data': 1}"])
+def test_files_must_name_str_parameters(cli, tmp_path, files):
+    """`FILES` is checked when the kernel loads: a tuple of its str parameters (a str alone
+    would be read letter by letter)."""
+    kernel = _appending(tmp_path, files)
+    code, _, err = cli("run", str(kernel), "-p", f"data={tmp_path / 'd'}")
+    assert (code, err) == (2, f"error: {kernel}: FILES must be a tuple of str parameters in "
+                              f"PARAMS, not {files}\n")

@@ -124,3 +124,43 @@ def test_compare_errors_are_one_line(cli, tmp_path):
     assert cli("compare", str(one), str(bad)) == (
         2, "", f"error: {bad}:1: no run result here (a failed sweep point, or not kernbench "
                "output)\n")
+
+
+def test_an_edited_config_is_another_run(cli, tmp_path):
+    """A result names the config.json that made it by its bytes' digest, not only its path:
+    the same path edited between two runs is a setting that differs, in the JSON, the
+    summary, `compare` and `Result.from_dict`."""
+    import hashlib
+    import shutil
+
+    import kernbench_cli as kb
+
+    config = tmp_path / "m.json"
+    shutil.copy(TESTS / "configs" / "hf" / "llama.json", config)
+    args = ("run", "llama_decode", "-p", f"config={config}", "--timing-only")
+
+    def ran(path):
+        code, out, _ = cli(*args, "--json")
+        assert code == 0
+        path.write_text(out)
+        return json.loads(out)
+
+    first = ran(tmp_path / "a.json")
+    digest = hashlib.sha256(config.read_bytes()).hexdigest()[:8]
+    assert first["file_digests"] == {"config": digest}
+    edited = json.loads(config.read_text()) | {"intermediate_size": 2048}
+    config.write_text(json.dumps(edited))
+    second = ran(tmp_path / "b.json")
+    assert second["file_digests"] == {"config": hashlib.sha256(config.read_bytes())
+                                      .hexdigest()[:8]} != first["file_digests"]
+    assert first["params"] == second["params"]
+    code, out, _ = cli(*args)
+    assert code == 0 and f" #{second['file_digests']['config']}" in out  # beside its path
+    code, out, _ = cli("compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json")
+    assert code == 0
+    assert json.loads(out)["changed"] == [{"config": f"{config} #{digest}"},
+                                          {"config": f"{config} "
+                                                     f"#{second['file_digests']['config']}"}]
+    assert kb.Result.from_dict(first).file_digests == {"config": digest}
+    assert kb.Result.from_dict({k: v for k, v in first.items() if k != "file_digests"}
+                               ).file_digests == {}

@@ -414,3 +414,35 @@ def test_a_trace_replays_with_its_kernel_file_gone(tmp_path):
     kernel.unlink()
     replayed = replay_trace(read_trace(path), amap, "t", oplog=True)
     assert replayed.oplog == result.oplog
+
+
+def test_a_replay_needs_the_config_the_run_read(cli, tmp_path):
+    """A trace keeps the digest of each file its run's parameters named (a model's
+    config.json): its replay reads the config again for its bounds and metrics, so the file
+    edited or gone is refused, naming it and both digests; restored, it replays."""
+    import hashlib
+    import shutil
+
+    config, trace = tmp_path / "m.json", tmp_path / "t.trace"
+    shutil.copy(TESTS / "configs" / "hf" / "llama.json", config)
+    digest = hashlib.sha256(config.read_bytes()).hexdigest()[:8]
+    code, out, _ = cli("run", "llama_decode", "-p", f"config={config}", "--timing-only",
+                       "--record", str(trace), "--json")
+    assert code == 0
+    ran = json.loads(out)
+    code, out, _ = cli("replay", str(trace), "--json")
+    assert code == 0
+    assert json.loads(out)["file_digests"] == {"config": digest}
+    assert json.loads(out)["latency_ps"] == ran["latency_ps"]
+    original = config.read_bytes()
+    config.write_text(json.dumps(json.loads(original) | {"intermediate_size": 2048}))
+    now = hashlib.sha256(config.read_bytes()).hexdigest()[:8]
+    code, _, err = cli("replay", str(trace))
+    assert code == 2
+    assert err.strip() == (f"error: {trace}: -p config={config} is not the file the recorded "
+                           f"run read (#{digest} then, #{now} now): restore it, or run again")
+    config.unlink()
+    code, _, err = cli("replay", str(trace))
+    assert code == 2 and "(#" + digest + " then, no regular file there now)" in err
+    config.write_bytes(original)
+    assert cli("replay", str(trace))[0] == 0
