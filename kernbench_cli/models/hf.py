@@ -68,6 +68,9 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
         "sliding_window": 4096, "max_window_layers": 28, "layer_types": None,
         "tie_word_embeddings": False}),
 }
+#: Families whose `num_key_value_heads` may be null (read as the attention heads):
+#: transformers types Mistral's as an int and refuses null
+_KV_NULL = {"llama", "qwen2"}
 _SIZES = ("hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers",
           "vocab_size")
 #: Keys that do not change a decode step's math in any family: metadata, tokens,
@@ -181,10 +184,19 @@ def from_dict(raw: dict[str, Any], name: str, where: str) -> ModelConfig:
     c = _Reader(raw, defaults, where)
     sizes = {k: c.positive_int(k) for k in _SIZES}
     heads = sizes["num_attention_heads"]
+    if "num_key_value_heads" in raw and raw["num_key_value_heads"] is None and \
+            family not in _KV_NULL:
+        raise ParamError(f"{where}: num_key_value_heads is null, which transformers refuses "
+                         f"for model_type {family!r} (give the KV heads, or leave the key out "
+                         f"for its {defaults['num_key_value_heads']})")
     kv_default = defaults["num_key_value_heads"] is ... or "num_key_value_heads" in raw
     kv = heads if kv_default and c.absent("num_key_value_heads") else \
         c.positive_int("num_key_value_heads")
     head_dim = c.positive_int("head_dim") if not c.absent("head_dim") else None
+    if family == "llama" and head_dim is not None and sizes["hidden_size"] % heads:
+        raise ParamError(f"{where}: hidden_size {sizes['hidden_size']} is not a multiple of "
+                         f"num_attention_heads {heads}: transformers refuses a llama config "
+                         "so, head_dim given or not")
     if head_dim is None:
         if sizes["hidden_size"] % heads:
             raise ParamError(f"{where}: hidden_size {sizes['hidden_size']} is not a multiple of "
@@ -206,6 +218,9 @@ def from_dict(raw: dict[str, Any], name: str, where: str) -> ModelConfig:
         raise ParamError(f"{where}: hidden_act {_shown(act)} is not one kernbench models "
                          f"({', '.join(ACTIVATIONS)})")
     eps = c.positive_float("rms_norm_eps")
+    if isinstance(c.get("rms_norm_eps"), int):
+        raise c.fail("rms_norm_eps", "a number with a point or an exponent (transformers "
+                     "refuses an integer here)", c.get("rms_norm_eps"))
     rope = _rope(raw, c, where, head_dim)
     bias = c.flag("attention_bias") if "attention_bias" in defaults else False
     return ModelConfig(

@@ -126,6 +126,16 @@ def test_activations(act, modelled):
     ("hidden_size must be a positive integer, got 64.0", {"hidden_size": 64.0}),
     ("num_hidden_layers must be a positive integer, got True", {"num_hidden_layers": True}),
     ("rms_norm_eps must be a positive number, got [1e-05]", {"rms_norm_eps": [1e-5]}),
+    # what transformers 5's strict configs refuse (each checked against its LlamaConfig
+    # and MistralConfig): an integer epsilon, mistral's null KV heads, and a llama whose
+    # hidden size is no multiple of its heads even with head_dim given
+    ("rms_norm_eps must be a number with a point or an exponent (transformers refuses an "
+     "integer here), got 1", {"rms_norm_eps": 1}),
+    ("num_key_value_heads is null, which transformers refuses for model_type 'mistral' "
+     "(give the KV heads, or leave the key out for its 8)",
+     {"model_type": "mistral", "num_key_value_heads": None}),
+    ("hidden_size 66 is not a multiple of num_attention_heads 4: transformers refuses a "
+     "llama config so, head_dim given or not", {"hidden_size": 66, "head_dim": 16}),
     ("rope_theta must be a number above 1, got [10000.0]", {"rope_theta": [10000.0]}),
     ("mlp_bias must be true or false, got 'no'", {"mlp_bias": "no"}),
     (f"num_hidden_layers 1,000,000,000 is more than kernbench models ({MAX_LAYERS:,})",
@@ -299,3 +309,14 @@ def test_the_shipped_test_configs_are_read(tmp_path):
                                 "rope_scaling": None, "tie_word_embeddings": True}))
     c = read_config(path)
     assert c.tied and c.rope.kind == "default" and c.name == str(path)
+
+
+def test_what_transformers_takes_of_those_is_modelled():
+    """The other side of transformers 5's refusals: mistral's hidden size need not be a
+    multiple of its heads when head_dim is given; llama's and qwen2's null KV heads are the
+    attention heads; an integer rope_theta is a number."""
+    c = cfg(model_type="mistral", hidden_size=66, head_dim=16)
+    assert (c.hidden, c.head_dim) == (66, 16)
+    assert cfg(num_key_value_heads=None).kv_heads == 4
+    assert cfg(model_type="qwen2", num_key_value_heads=None).kv_heads == 4
+    assert cfg(rope_theta=10000).rope.theta == 10000.0
