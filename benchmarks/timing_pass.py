@@ -133,7 +133,15 @@ def cpu(layers: int, batch: int, repeat: int) -> bool:
 # ---------------------------------------------------------------- instructions
 
 def inner(what: str, path: str, times: int) -> None:
-    """Run `what` `times` times on the trace at `path` (under cachegrind)."""
+    """Run `what` `times` times on the trace at `path` (under cachegrind).
+
+    SIGALRM is given a handler that does nothing first: valgrind delivers a signal at
+    its own points, so a tick of the replay's watchdog (`lang.watchdog`) that fired as it
+    stopped the timer could arrive after it put SIGALRM's default back, which ends the
+    process."""
+    import signal
+
+    signal.signal(signal.SIGALRM, lambda *_: None)
     trace = read_trace(Path(path))
     amap = replay_address_map(trace, path)
     program = trace.program

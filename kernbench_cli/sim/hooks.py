@@ -133,7 +133,7 @@ def verify(kernel: KernelModule, host: Host, params: dict[str, Any],
     declared = _declared(kernel, host, params)
     # an ARGMAX output a run does not make (a prefill's token, with no prompt) is no error;
     # the scores of one it makes must be an output
-    for table, names in (("TOLERANCE", declared),
+    for table, names in (("TOLERANCE", kernel.tolerance), ("tolerances()", declared),
                          ("ARGMAX", [v for k, v in kernel.argmax.items() if k in expected])):
         unknown = sorted(set(names) - set(expected), key=str)
         if unknown:
@@ -227,11 +227,13 @@ def _chosen(kernel: KernelModule, declared: dict, name: str, got: np.ndarray,
 def _tolerance(kernel: KernelModule, declared: dict, name: str, dt: str
                ) -> tuple[float, float]:
     """(atol, rtol) of output `name` of dtype `dt`: the kernel's declared one (`declared`,
-    `_declared`'s), refused if `dt` cannot meet it, or else the dtype's."""
+    `_declared`'s), refused if `dt` cannot meet it (naming `TOLERANCE` or `tolerances()`,
+    whichever gave it), or else the dtype's."""
     if name not in declared:
         return TOLERANCE[dt]
     problem = tolerance_problem(declared[name], dt)
     if problem:
-        raise ParamError(f"{kernel.shown}: TOLERANCE[{name!r}] {problem}")
+        table = "TOLERANCE" if kernel.tolerance.get(name) == declared[name] else "tolerances()"
+        raise ParamError(f"{kernel.shown}: {table}[{name!r}] {problem}")
     atol, rtol = declared[name]
     return float(atol), float(rtol)

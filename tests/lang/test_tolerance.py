@@ -144,7 +144,9 @@ def test_a_bad_argmax_declaration_is_refused_naming_the_kernel(cli, tmp_path, de
     ('{"out": (-1.0, 0.0)}', "tolerances()['out'] (-1.0, 0.0): atol and rtol must be finite "
                              "numbers >= 0"),
     ("[1]", "tolerances() must be a dict of output: (atol, rtol), not list"),
-    ('{"y": (1e-3, 1e-5)}', "TOLERANCE names 'y', which is not an output (outputs: out)"),
+    ('{"y": (1e-3, 1e-5)}', "tolerances() names 'y', which is not an output (outputs: out)"),
+    ('{"out": (1e-3, 1e-9)}', "tolerances()['out'] rtol 1e-09 is tighter than f32 can meet: "
+                             "rounding a value to f32 may move it by 5.96e-08 of itself"),
 ])
 def test_a_bad_tolerances_answer_is_refused_naming_the_kernel(cli, tmp_path, answer, problem):
     path = _declaring(tmp_path, f"def tolerances(topology, p):\n    return {answer}")
