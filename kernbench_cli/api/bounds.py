@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernbench_cli.api.result import frozen
+from kernbench_cli.api.result import ReadOnly, frozen
 from kernbench_cli.config.schema import Topology
 
 if TYPE_CHECKING:
@@ -45,6 +45,8 @@ class Bounds:
     lower_bound: str | None
     lower_bound_ps: int | None
     analytic: bool = True
+    #: per parameter naming a file the kernel read (a model's config.json), its digest
+    file_digests: Mapping[str, str] = field(default_factory=lambda: ReadOnly({}))
     _json: str = field(default="{}", repr=False)
 
     @classmethod
@@ -81,5 +83,5 @@ def bounds(kernel: str | Path | KernelModule, topology: str | Path | Topology | 
     module = kernel if isinstance(kernel, KernelModule) else load_kernel(kernel)
     amap = compiled(topology, costs, set)
     values = parse_params(module, param_items(params), amap.topology.num_pes)
-    found = stated.stated_for(module, amap, values)
-    return Bounds.from_dict(to_json(module.name, amap.topology, values, found))
+    found, digests = stated.stated_for(module, amap, values)
+    return Bounds.from_dict(to_json(module.name, amap.topology, values, found, digests))

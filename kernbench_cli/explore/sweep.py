@@ -307,10 +307,11 @@ def bounds_row(spec: Spec, point: Point, module=None) -> dict[str, Any]:
         amap = load_address_map(spec.topology, Path(spec.costs) if spec.costs else None,
                                 point.sets)
         params = parse_params(module, list(point.params), amap.topology.num_pes)
-        found = stated_for(module, amap, params)
+        found, digests = stated_for(module, amap, params)
     except KernbenchError as exc:
         return {**row, "error": " / ".join(exc.lines())}
-    return {**row, "error": None, "bounds": to_json(module.name, amap.topology, params, found)}
+    return {**row, "error": None,
+            "bounds": to_json(module.name, amap.topology, params, found, digests)}
 
 
 def prune_limit(text: str) -> tuple[Fraction | None, int | None]:

@@ -18,9 +18,10 @@ from kernbench_cli.sim.bounds import largest
 SCHEMA_VERSION = 1
 
 
-def to_json(kernel: str, topology, params: dict[str, Any],
-            bounds: dict[str, tuple[int, str]]) -> dict[str, Any]:
-    """The `run --bounds-only --json` object of `kernel`'s `bounds` on `topology`."""
+def to_json(kernel: str, topology, params: dict[str, Any], bounds: dict[str, tuple[int, str]],
+            file_digests: dict[str, str]) -> dict[str, Any]:
+    """The `run --bounds-only --json` object of `kernel`'s `bounds` on `topology` (the
+    files its parameters named: `file_digests`, as a run's)."""
     from kernbench_cli.config.loader import config_digest
 
     found = largest(bounds)
@@ -32,6 +33,7 @@ def to_json(kernel: str, topology, params: dict[str, Any],
         "costs": topology.cost_table.name,
         "topology_digest": config_digest(topology),
         "costs_digest": config_digest(topology.cost_table),
+        **({"file_digests": file_digests} if file_digests else {}),
         "overrides": list(topology.overrides),
         "pes": topology.num_pes,
         "params": params,
@@ -42,13 +44,21 @@ def to_json(kernel: str, topology, params: dict[str, Any],
     }
 
 
+def param_text(name: str, value: Any, digests: dict[str, str]) -> str:
+    """A parameter's value as reports show it: a file the kernel read (`digests`, a
+    result's `file_digests`) with its digest, ``path #1a2b3c4d``."""
+    return f"{value} #{digests[name]}" if name in digests else str(value)
+
+
 def summary(data: dict[str, Any]) -> Table:
     """The bounds of a `to_json` object as the run summary shows them: the kernel and
     topology, each bound, then the largest, labelled a lower bound."""
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
-    params = " ".join(f"{k}={v}" for k, v in sorted(data["params"].items()))
+    digests = data.get("file_digests", {})
+    params = " ".join(f"{k}={param_text(k, v, digests)}"
+                      for k, v in sorted(data["params"].items()))
     table.add_row("kernel", f"{data['kernel']}  ({params})")
     table.add_row("topology", f"{data['topology']} #{data['topology_digest']}: {data['pes']} "
                               f"PEs; costs {data['costs']} #{data['costs_digest']}")

@@ -20,6 +20,7 @@ from kernbench_cli.config.units import format_energy_aj, format_time_ps
 from kernbench_cli.errors import KernbenchError
 from kernbench_cli.fileio import parse_json, read_input
 from kernbench_cli.report import metrics as kernel_metrics
+from kernbench_cli.report.bounds import param_text
 from kernbench_cli.report.fit import one_line
 
 #: Bytes of a results file worth reading.
@@ -167,8 +168,7 @@ def settings(run: dict[str, Any], axes: dict[str, Any] | None = None) -> dict[st
         return out
     digests = run.get("file_digests") if isinstance(run.get("file_digests"), dict) else {}
     params = run.get("params") if isinstance(run.get("params"), dict) else {}
-    out.update((str(k), str(v) + (f" #{digests[k]}" if k in digests else ""))
-               for k, v in sorted(params.items()))
+    out.update((str(k), param_text(k, v, digests)) for k, v in sorted(params.items()))
     overrides = run.get("overrides") if isinstance(run.get("overrides"), list) else []
     out.update(str(item).split("=", 1) for item in overrides if "=" in str(item))
     return out

@@ -19,6 +19,7 @@ from kernbench_cli.config.units import format_time_short as short
 from kernbench_cli.errors import clip
 from kernbench_cli.hw.engines import ENGINES
 from kernbench_cli.report import metrics as kernel_metrics
+from kernbench_cli.report.bounds import param_text
 from kernbench_cli.report.regions import region_table, regions_json
 from kernbench_cli.sim.bounds import largest
 from kernbench_cli.sim.energy import basis
@@ -261,8 +262,7 @@ def summary(result: RunResult) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
-    digests = result.file_digests
-    params = " ".join(f"{k}={v}" + (f" #{digests[k]}" if k in digests else "")
+    params = " ".join(f"{k}={param_text(k, v, result.file_digests)}"
                       for k, v in sorted(result.params.items()))
     achieved, peak = hbm_bandwidth(result)
     rate = result.commands / result.wall_s if result.wall_s else 0.0

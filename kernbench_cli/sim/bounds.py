@@ -18,7 +18,7 @@ from typing import Any
 from kernbench_cli.errors import KernbenchError, KernelError, ParamError, clip
 from kernbench_cli.lang.confine import Interrupted, confined
 from kernbench_cli.lang.watchdog import hook_watch
-from kernbench_cli.sim.kernels import KernelModule
+from kernbench_cli.sim.kernels import KernelModule, files_read
 
 
 def declares(kernel: KernelModule) -> bool:
@@ -47,21 +47,25 @@ def stated(kernel: KernelModule, topology, params: dict[str, Any]) -> dict[str, 
     return checked(kernel, found)
 
 
-def stated_for(kernel: KernelModule, amap, params: dict[str, Any]) -> dict[str, tuple[int, str]]:
+def stated_for(kernel: KernelModule, amap, params: dict[str, Any]
+               ) -> tuple[dict[str, tuple[int, str]], dict[str, str]]:
     """`stated` for `--bounds-only` (and `kb.bounds`, a bounds-only sweep's points): only
     for a configuration the run would set up. The kernel's setup is made first, shapes
     only (`Host` of a timing-only run: nothing drawn, nothing run), so what the run
     refuses before its first command (inputs that overflow an HBM slice, a model that
-    does not fit) is refused here, with the run's message, not given a bound."""
+    does not fit) is refused here, with the run's message, not given a bound. With the
+    digests of the files the parameters name (`kernels.files_read`), as a run has them."""
     from kernbench_cli.hw.system import System
     from kernbench_cli.lang.memory import Memory
     from kernbench_cli.sim import hooks
     from kernbench_cli.sim.host import Host
 
-    if declares(kernel):  # one that declares none is refused by `stated`, setup or not
-        with contextlib.redirect_stdout(sys.stderr), confined():
-            hooks.setup(kernel, Host(System(amap), Memory(backed=False), 0, True), params)
-    return stated(kernel, amap.topology, params)
+    with files_read(kernel, params) as digests:
+        if declares(kernel):  # one that declares none is refused by `stated`, setup or not
+            with contextlib.redirect_stdout(sys.stderr), confined():
+                hooks.setup(kernel, Host(System(amap), Memory(backed=False), 0, True), params)
+        found = stated(kernel, amap.topology, params)
+    return found, digests
 
 
 def checked(kernel: KernelModule, bounds: Any) -> dict[str, tuple[int, str]]:

@@ -57,15 +57,16 @@ import importlib.util
 import math
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from kernbench_cli.config.units import read_integer
-from kernbench_cli.errors import ParamError, clip, message_of
-from kernbench_cli.fileio import note_input
+from kernbench_cli.errors import KernbenchError, ParamError, clip, message_of
+from kernbench_cli.fileio import file_digest, note_input, stamp
 from kernbench_cli.lang.confine import Interrupted, KernelMisuse, confined
 from kernbench_cli.lang.watchdog import KernelTimeout, hook_watch
 from kernbench_cli.shipped import data_dir
@@ -197,6 +198,27 @@ def described(exc: BaseException) -> str:
     if isinstance(exc, MemoryError):
         return f"this machine ran out of memory{f' ({exc})' if str(exc) else ''}"
     return f"{type(exc).__name__}: {message_of(exc)}"
+
+
+@contextmanager
+def files_read(kernel: KernelModule, params: Mapping[str, Any]) -> Iterator[dict[str, str]]:
+    """Around what reads the files `params` name for `kernel` (its `FILES`; a blank value
+    names none): a dict filled, as the block ends, with each one's digest (`file_digest`;
+    none for what is not a regular file), once each is checked to be the file it was as
+    the block began. One that changed is a one-line error: nothing is reported of what
+    may have read either."""
+    named = {name: Path(str(params[name])) for name in kernel.files
+             if str(params.get(name, "")).strip()}
+    stamps = {name: stamp(path) for name, path in named.items()}
+    digests: dict[str, str] = {}
+    yield digests
+    for name, path in named.items():
+        if stamp(path) != stamps[name]:
+            raise KernbenchError(f"{kernel.shown}: -p {name}={path}: the file changed during "
+                                 "the run, so its result is not reported: run again")
+        digest = file_digest(path) if stamps[name] else None
+        if digest is not None:
+            digests[name] = digest
 
 
 def _check_module(module: ModuleType, shown: str) -> None:

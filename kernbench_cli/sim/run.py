@@ -32,7 +32,7 @@ from kernbench_cli.errors import (
     KernbenchError,
     KernelError,
 )
-from kernbench_cli.fileio import file_digest, stamp
+from kernbench_cli.fileio import file_digest
 from kernbench_cli.hw.engines import ENGINES
 from kernbench_cli.hw.gemm import peak_macs
 from kernbench_cli.hw.ipcq import chunks_for
@@ -53,7 +53,7 @@ from kernbench_cli.sim import bounds as stated_bounds
 from kernbench_cli.sim import energy, hooks, invariants
 from kernbench_cli.sim.critical import critical_path
 from kernbench_cli.sim.host import Host
-from kernbench_cli.sim.kernels import KernelModule
+from kernbench_cli.sim.kernels import KernelModule, files_read
 from kernbench_cli.sim.races import find_races
 from kernbench_cli.sim.regions import regions
 from kernbench_cli.sim.regions import spans as region_spans
@@ -116,9 +116,11 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     PE. `shortcuts` (the default) copies a timing-only run's repetitions of a loop body
     proven alike (`tl.repeat`; the same streams), without it runs every one.
     """
-    with hook_limit(kernel_timeout):
-        return _run_kernel(kernel, amap, params, seed, timing_only, max_commands, oplog,
-                           watch or Watch(), races, kernel_timeout, dedup, shortcuts)
+    with hook_limit(kernel_timeout), files_read(kernel, params) as digests:
+        result = _run_kernel(kernel, amap, params, seed, timing_only, max_commands, oplog,
+                             watch or Watch(), races, kernel_timeout, dedup, shortcuts)
+    result.file_digests = result.trace.files = digests
+    return result
 
 
 def _run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], seed: int,
@@ -126,8 +128,6 @@ def _run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], 
                 kernel_timeout: float, dedup: bool, shortcuts: bool) -> RunResult:
     """`run_kernel`, its arguments in order."""
     wall = time.perf_counter()
-    named = _named_files(kernel, params)
-    stamps = {name: stamp(path) for name, path in named.items()}
     try:
         system, memory, host, args, kernel_file, launch, failures = _set_up_and_run(
             kernel, amap, params, seed, timing_only, max_commands, watch, kernel_timeout,
@@ -166,32 +166,8 @@ def _run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], 
         result.metrics.update(hooks.checked_metrics(kernel, hooks.call(
             kernel, "quality", host, params, outputs)))
     result.trace = _trace(kernel, system, params, seed, memory, program)
-    result.file_digests = result.trace.files = _digests(kernel, named, stamps)
     result.wall_s = time.perf_counter() - wall
     return result
-
-
-def _named_files(kernel: KernelModule, params: dict[str, Any]) -> dict[str, Path]:
-    """The files the run's parameters name for the kernel to read (its `FILES`; a blank
-    value names none), by parameter."""
-    return {name: Path(str(params[name])) for name in kernel.files
-            if str(params.get(name, "")).strip()}
-
-
-def _digests(kernel: KernelModule, named: dict[str, Path],
-             stamps: dict[str, tuple | None]) -> dict[str, str]:
-    """Per file in `named` the kernel read (a regular file), its digest (`file_digest`), the
-    file checked to be the one it was when the run began (`stamps`: a result is never
-    reported for a file other than the one that made it)."""
-    digests = {}
-    for name, path in named.items():
-        if stamp(path) != stamps[name]:
-            raise KernbenchError(f"{kernel.shown}: -p {name}={path}: the file changed during the "
-                                 "run, so its result is not reported: run again")
-        digest = file_digest(path) if stamps[name] else None
-        if digest is not None:
-            digests[name] = digest
-    return digests
 
 
 def _set_up_and_run(kernel: KernelModule, amap: AddressMap, params: dict[str, Any],

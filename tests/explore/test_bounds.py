@@ -206,6 +206,30 @@ def test_bounds_only_json_is_kb_bounds(cli):
     assert found.overrides == ("pe.gemm.rows=8",) and found.pes == 128
 
 
+def test_bounds_name_the_config_they_read_as_a_run_does(cli, tmp_path):
+    """Bounds of a model given by its config.json carry the file's digest, as the run's
+    result does (`file_digests`), in the JSON, `kb.bounds`, a bounds-only sweep's rows and
+    the summary beside the path."""
+    import hashlib
+    import shutil
+
+    config = tmp_path / "m.json"
+    shutil.copy(TESTS / "configs" / "hf" / "llama.json", config)
+    digest = hashlib.sha256(config.read_bytes()).hexdigest()[:8]
+    args = ("llama_decode", "-p", f"config={config}")
+    code, out, _ = cli("run", *args, "--bounds-only", "--json")
+    assert code == 0 and json.loads(out)["file_digests"] == {"config": digest}
+    found = kb.bounds("llama_decode", params={"config": str(config)})
+    assert found.file_digests == {"config": digest}
+    code, out, _ = cli("run", *args, "--timing-only", "--json")
+    assert code == 0 and json.loads(out)["file_digests"] == {"config": digest}
+    code, out, _ = cli("run", *args, "--bounds-only")
+    assert code == 0 and f" #{digest}" in out
+    (point,) = kb.sweep("llama_decode", params={"config": [str(config)]},
+                        bounds_only=True).points
+    assert point.bounds.file_digests == {"config": digest}
+
+
 def test_bounds_only_is_the_bound_the_run_shows(cli):
     found = kb.bounds("sharded_gemm")
     result = kb.run("sharded_gemm", timing_only=True)
