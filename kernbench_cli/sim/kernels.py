@@ -284,7 +284,7 @@ def check_tolerance(declared: object, bad: Callable[[str], ParamError],
                     what: str = "TOLERANCE") -> None:
     """A kernel's `TOLERANCE` (or what `what` names: its `tolerances()`):
     ``{output: (atol, rtol)}``, each two finite numbers >= 0."""
-    if declared == {}:  # the usual case: nothing to check, and ml_dtypes (~0.5 s) not loaded
+    if declared == {}:  # the usual case: nothing to check, and ml_dtypes not loaded
         return
     from kernbench_cli.lang.dtypes import tolerance_problem
 

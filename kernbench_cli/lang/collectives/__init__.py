@@ -113,7 +113,7 @@ def all_gather(tl, ptr: int, count: int, dtype: str, group: Sequence[int] | None
 
 def library_call(tl):
     """`lang.tl.core.library_call`, imported on first use: a kernel's `bounds()` may import
-    this module without loading the `tl` language (and ml_dtypes, half a second)."""
+    this module without loading the `tl` language (and ml_dtypes)."""
     from kernbench_cli.lang.tl.core import library_call as pinned
 
     return pinned(tl)
