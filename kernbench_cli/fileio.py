@@ -6,7 +6,8 @@ import contextlib
 import json
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -54,19 +55,50 @@ def stamp(path: Path) -> tuple[int, int, int, int] | None:
     return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
 
 
+#: The largest file `file_digest` reads (a model's config.json is some kilobytes; a reader
+#: refuses far less than this): a larger one is known by its `stamp` alone
+DIGESTED_BYTES = 64 << 20
+
+
 def file_digest(path: Path) -> str | None:
     """8 hex digits of the SHA-256 of regular file `path`'s bytes (as `config_digest` names
-    a configuration); None if it is not a regular file that can be read. Read whole: call
-    it on a file a reader has taken (sized and typed already)."""
+    a configuration); None if it is not a regular file that can be read, or is larger than
+    `DIGESTED_BYTES`."""
     import hashlib
 
-    if stamp(path) is None:  # a FIFO or device could block or never end
+    found = stamp(path)  # a FIFO or device could block or never end
+    if found is None or found[2] > DIGESTED_BYTES:
         return None
     try:
         with path.open("rb") as handle:
             return hashlib.file_digest(handle, "sha256").hexdigest()[:8]
     except OSError:
         return None
+
+
+@contextmanager
+def unchanged_files(named: dict[str, Path], shown: str, what: str) -> Iterator[dict[str, str]]:
+    """Around what reads the files `named` (by parameter): a dict of each one's digest
+    (`file_digest`; none for what is not a regular file) as the block begins, each file
+    checked, as the block ends, to be what it was then (its `stamp` and its bytes). One
+    that changed is a one-line error naming it (`shown`: whose; `what`: "run" or
+    "replay"), also where the block failed meanwhile (the change may be why): nothing is
+    reported of what may have read either."""
+    before = {name: (stamp(path), file_digest(path)) for name, path in named.items()}
+
+    def check(cause: BaseException | None) -> None:
+        for name, path in named.items():
+            if (stamp(path), file_digest(path)) != before[name]:
+                raise KernbenchError(f"{shown}: -p {name}={path}: the file changed during "
+                                     f"the {what}, so its result is not reported: {what} "
+                                     "again") from cause
+
+    try:
+        yield {name: digest for name, (_, digest) in before.items() if digest is not None}
+    except Exception as exc:
+        check(exc)
+        raise
+    check(None)
 
 
 def file_name(text: str, what: str) -> Path:

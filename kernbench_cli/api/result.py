@@ -366,8 +366,8 @@ _LEFT_OUT = ("energy_pj", "average_power_w", "critical_path", "tcm_high_water", 
 
 def _inconsistent(data: dict[str, Any]) -> str | None:
     """What in `data` (of the fields' types) no `run --json` object says: another schema,
-    a negative time or count, a `verified` that disagrees with the checks, a key it
-    leaves out given as null. None if nothing."""
+    a negative time or count, a file digest of no parameter, a `verified` that disagrees
+    with the checks, a key it leaves out given as null. None if nothing."""
     from kernbench_cli.report.run import schema_problem
 
     problem = schema_problem(data)
@@ -378,6 +378,9 @@ def _inconsistent(data: dict[str, Any]) -> str | None:
     for key in ("pes", "commands"):
         if data[key] < 0:
             return f"{key} {data[key]} is not a count"
+    stray = sorted(set(data.get("file_digests", {})) - set(data["params"]))
+    if stray:
+        return f"file_digests names {clip(stray[0])}, which is not one of the params"
     null = next((key for key in _LEFT_OUT if key in data and data[key] is None), None)
     if null is not None:
         return f"{null} is null: a `run --json` object leaves it out when a run has none"

@@ -71,6 +71,10 @@ class Clock(simpy.Environment):
         self.now = 0
         self.queue, self.ids = self._queue, self._eid
 
+    def schedule(self, event, priority=1, delay=0) -> None:
+        """Refused: SimPy's events go in its queue as entries `run` does not take."""
+        raise TypeError("the timing pass's clock takes wake-ups only (Clock.wake)")
+
     def wake(self, t: int, priority: int, callback, arg=None) -> None:
         """Call `callback(arg)` at `t` (now if past), after the events of lower `priority`
         at that time."""

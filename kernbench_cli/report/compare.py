@@ -163,10 +163,10 @@ def settings(run: dict[str, Any], axes: dict[str, Any] | None = None) -> dict[st
     read with its digest: an edited config.json differs) and `--set` item."""
     out = {key: str(run.get(key)) for key in ("kernel", "topology", "costs", "seed",
                                               "timing_only")}
-    if axes is not None:
-        out.update((str(k), str(v)) for k, v in axes.items())
-        return out
     digests = run.get("file_digests") if isinstance(run.get("file_digests"), dict) else {}
+    if axes is not None:
+        out.update((str(k), param_text(k, v, digests)) for k, v in axes.items())
+        return out
     params = run.get("params") if isinstance(run.get("params"), dict) else {}
     out.update((str(k), param_text(k, v, digests)) for k, v in sorted(params.items()))
     overrides = run.get("overrides") if isinstance(run.get("overrides"), list) else []

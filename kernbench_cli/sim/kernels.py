@@ -57,16 +57,15 @@ import importlib.util
 import math
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from kernbench_cli.config.units import read_integer
-from kernbench_cli.errors import KernbenchError, ParamError, clip, message_of
-from kernbench_cli.fileio import file_digest, note_input, stamp
+from kernbench_cli.errors import ParamError, clip, message_of
+from kernbench_cli.fileio import note_input, unchanged_files
 from kernbench_cli.lang.confine import Interrupted, KernelMisuse, confined
 from kernbench_cli.lang.watchdog import KernelTimeout, hook_watch
 from kernbench_cli.shipped import data_dir
@@ -200,25 +199,11 @@ def described(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {message_of(exc)}"
 
 
-@contextmanager
-def files_read(kernel: KernelModule, params: Mapping[str, Any]) -> Iterator[dict[str, str]]:
-    """Around what reads the files `params` name for `kernel` (its `FILES`; a blank value
-    names none): a dict filled, as the block ends, with each one's digest (`file_digest`;
-    none for what is not a regular file), once each is checked to be the file it was as
-    the block began. One that changed is a one-line error: nothing is reported of what
-    may have read either."""
-    named = {name: Path(str(params[name])) for name in kernel.files
-             if str(params.get(name, "")).strip()}
-    stamps = {name: stamp(path) for name, path in named.items()}
-    digests: dict[str, str] = {}
-    yield digests
-    for name, path in named.items():
-        if stamp(path) != stamps[name]:
-            raise KernbenchError(f"{kernel.shown}: -p {name}={path}: the file changed during "
-                                 "the run, so its result is not reported: run again")
-        digest = file_digest(path) if stamps[name] else None
-        if digest is not None:
-            digests[name] = digest
+def files_read(kernel: KernelModule, params: Mapping[str, Any]):
+    """`fileio.unchanged_files` around a run of `kernel` with `params`: over the files the
+    parameters name for it to read (its `FILES`; a blank value names none)."""
+    return unchanged_files({name: Path(str(params[name])) for name in kernel.files
+                            if str(params.get(name, "")).strip()}, kernel.shown, "run")
 
 
 def _check_module(module: ModuleType, shown: str) -> None:
@@ -270,7 +255,7 @@ def _check_module(module: ModuleType, shown: str) -> None:
             raise bad(f"PARAM_INFO[{name!r}] must be a description or (description, unit)")
     files = getattr(module, "FILES", ())
     if not isinstance(files, (tuple, list)) or not all(
-            isinstance(params.get(name), str) for name in files):
+            isinstance(name, str) and isinstance(params.get(name), str) for name in files):
         raise bad(f"FILES must be a tuple of str parameters in PARAMS, not {clip(files)}")
     check_tolerance(getattr(module, "TOLERANCE", {}), bad)
     chosen = getattr(module, "ARGMAX", {})

@@ -31,8 +31,9 @@ from kernbench_cli.errors import (
     DeadlockError,
     KernbenchError,
     KernelError,
+    clip,
 )
-from kernbench_cli.fileio import file_digest
+from kernbench_cli.fileio import unchanged_files
 from kernbench_cli.hw.engines import ENGINES
 from kernbench_cli.hw.gemm import peak_macs
 from kernbench_cli.hw.ipcq import chunks_for
@@ -382,9 +383,36 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
                  watch: Watch | None = None, races: bool = False,
                  dedup: bool = True) -> RunResult:
     """Re-time a recorded trace on `amap`'s topology: the timing pass alone (`dedup`: as
-    `run_kernel`'s)."""
+    `run_kernel`'s). Each file the recorded run's parameters named (`trace.files`) must
+    still be the one it read, through the replay: its bounds and metrics read it again,
+    and would be another model's."""
+    with unchanged_files(_recorded_files(trace, source), source, "replay") as digests:
+        for name, digest in trace.files.items():
+            if digests.get(name) != digest:
+                now = f"#{digests[name]} now" if name in digests else "no regular file there now"
+                raise TraceError(f"{source}: -p {name}={trace.params[name]} is not the file the "
+                                 f"recorded run read (#{digest} then, {now}): restore it, or run "
+                                 "again")
+        result = _replay(trace, amap, source, oplog, watch, races, dedup)
+    result.file_digests = digests
+    return result
+
+
+def _recorded_files(trace: Trace, source: str) -> dict[str, Path]:
+    """The files `trace.files` names, by parameter: each must be a parameter of the run
+    that names a file."""
+    for name in trace.files:
+        value = trace.params.get(name)
+        if not isinstance(value, str) or not value.strip():
+            raise TraceError(f"{source}: damaged trace: files names {clip(name)}, which is not "
+                             "a parameter of the run that names a file")
+    return {name: Path(trace.params[name]) for name in trace.files}
+
+
+def _replay(trace: Trace, amap: AddressMap, source: str, oplog: bool, watch: Watch | None,
+            races: bool, dedup: bool) -> RunResult:
+    """`replay_trace`, its files checked."""
     wall = time.perf_counter()
-    _check_files(trace, source)
     system = System(amap)
     topo = amap.topology
     program = trace.program
@@ -430,21 +458,8 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
         stated_bounds.check_latency(result.kernel, result.latency_ps, result.bounds)
     _analyse(result, system, timing, counts, model_checks, races, by_region)
     result.metrics = _shipped(trace, "metrics", topo, dict(trace.params), _timed(result))
-    result.file_digests = dict(trace.files)
     result.wall_s = time.perf_counter() - wall
     return result
-
-
-def _check_files(trace: Trace, source: str) -> None:
-    """Each file the recorded run's parameters named (`trace.files`) is still the one it
-    read: the replay's bounds and metrics read it again, and would be another model's."""
-    for name, digest in trace.files.items():
-        path = Path(str(trace.params.get(name, "")))
-        now = file_digest(path)
-        if now != digest:
-            found = f"#{now} now" if now else "no regular file there now"
-            raise TraceError(f"{source}: -p {name}={path} is not the file the recorded run "
-                             f"read (#{digest} then, {found}): restore it, or run again")
 
 
 def _same_grid(trace: Trace, topology) -> bool:

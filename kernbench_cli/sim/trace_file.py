@@ -270,8 +270,10 @@ def _trace(header: dict[str, Any], columns: memoryview) -> Trace:
 
 def _files(files: Any) -> dict[str, str]:
     """The header's "files": parameter -> digest, each a string."""
-    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
-        raise ValueError("files is not an object of digests")
+    if not isinstance(files, dict) or not all(
+            isinstance(v, str) and len(v) == 8 and all(c in "0123456789abcdef" for c in v)
+            for v in files.values()):
+        raise ValueError("files is not an object of digests (8 hex digits each)")
     return dict(files)
 
 

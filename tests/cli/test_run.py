@@ -368,20 +368,41 @@ def test_a_file_the_kernel_reads_changed_during_the_run_gives_no_result(cli, tmp
                            "its result is not reported: run again")
 
 
-def _appending(tmp_path, files: str) -> Path:
-    """A kernel declaring `FILES = files` whose setup appends a line to -p data."""
+def _appending(tmp_path, files: str, setup: str = "    open(p['data'], 'a').write('more')\n",
+               reference: str = "    return {}\n") -> Path:
+    """A kernel declaring `FILES = files` whose setup (by default) appends to -p data."""
     kernel = tmp_path / "k.py"
     kernel.write_text(
-        f"import numpy as np\nPARAMS = {{'data': '', 'n': 1}}\nFILES = {files}\n\n"
-        "def setup(host, p):\n    open(p['data'], 'a').write('more\\n')\n"
+        f"import os\nimport numpy as np\nPARAMS = {{'data': '', 'n': 1}}\nFILES = {files}\n\n"
+        f"def setup(host, p):\n{setup}"
         "    return {'x': host.replicate('x', np.zeros(16, np.float32))}\n\n"
         "def kernel(tl, **a):\n    tl.load(tl.shard(a['x']), (16,), 'f32')\n\n"
-        "def reference(host, p):\n    return {}\n\n"
+        f"def reference(host, p):\n{reference}\n"
         "def outputs(host, args, p):\n    return {}\n")
     return kernel
 
 
-@pytest.mark.parametrize("files", ["'data'", "('n',)", "('nosuch',)", "{'data': 1}"])
+@pytest.mark.parametrize(("setup", "reference"), [
+    # an edit that makes a later reader fail: the change is the error, not the failure
+    ("    open(p['data'], 'a').write('more')\n",
+     "    if 'more' in open(p['data']).read():\n        raise ValueError('cannot reshape')\n"
+     "    return {}\n"),
+    # the same size, its modification time put back: only its bytes tell
+    ("    st = os.stat(p['data'])\n    open(p['data'], 'r+').write('FIRST')\n"
+     "    os.utime(p['data'], ns=(st.st_atime_ns, st.st_mtime_ns))\n", "    return {}\n"),
+])
+def test_a_change_is_seen_however_it_is_made(cli, tmp_path, setup, reference):
+    data = tmp_path / "data.txt"
+    data.write_text("first\n")
+    kernel = _appending(tmp_path, "('data',)", setup, reference)
+    code, out, err = cli("run", str(kernel), "-p", f"data={data}", "--json")
+    assert (code, out) == (2, "")
+    assert err.strip() == (f"error: {kernel}: -p data={data}: the file changed during the run, "
+                           "so its result is not reported: run again")
+
+
+@pytest.mark.parametrize("files", ["'data'", "('n',)", "('nosuch',)", "{'data': 1}",
+                                   "(['data'],)"])
 def test_files_must_name_str_parameters(cli, tmp_path, files):
     """`FILES` is checked when the kernel loads: a tuple of its str parameters (a str alone
     would be read letter by letter)."""

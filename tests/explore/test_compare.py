@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.conftest import TESTS
 
 LOAD_DOT = str(TESTS / "kernels" / "load_dot.py")
@@ -164,3 +166,19 @@ def test_an_edited_config_is_another_run(cli, tmp_path):
     assert kb.Result.from_dict(first).file_digests == {"config": digest}
     assert kb.Result.from_dict({k: v for k, v in first.items() if k != "file_digests"}
                                ).file_digests == {}
+    with pytest.raises(kb.ArgumentError) as err:
+        kb.Result.from_dict(first | {"file_digests": {"nosuch": digest}})
+    assert str(err.value) == ("Result.from_dict: file_digests names 'nosuch', which is not one "
+                              "of the params")
+
+
+def test_a_sweep_rows_file_axis_shows_its_digest():
+    """A sweep point is labelled by its axes as given: a file among them carries its digest
+    too, so the same path edited between two sweeps is two settings."""
+    from kernbench_cli.report.compare import changed, settings
+
+    rows = [{"kernel": "llama_decode", "file_digests": {"config": digest}}
+            for digest in ("0123abcd", "4567ef01")]
+    every = [settings(row, {"config": "m.json", "batch": 4}) for row in rows]
+    assert changed(["a", "b"], every) == [{"config": "m.json #0123abcd"},
+                                          {"config": "m.json #4567ef01"}]

@@ -377,3 +377,22 @@ def test_flows_starting_at_one_instant_are_solved_once_as_if_one_by_one(cli, mon
     assert set(once) == set(solves)  # the same instants solved: at most twice each (an
     # end at the instant a solve made), where flow by flow solved up to once a flow
     assert max(Counter(once).values()) <= 2 < 16 < max(Counter(solves).values())
+
+
+def test_the_clock_takes_wake_ups_only():
+    """The timing pass's clock runs (time, priority, id, callback, argument) entries: a SimPy
+    event scheduled the SimPy way would reach its loop as an entry it cannot run, so it is
+    refused where it is scheduled, saying what to use."""
+    import simpy
+
+    from kernbench_cli.hw.process import Clock
+
+    clock = Clock()
+    with pytest.raises(TypeError, match=r"takes wake-ups only \(Clock.wake\)"):
+        clock.schedule(simpy.Event(clock))
+    ran = []
+    clock.wake(5, 0, ran.append, "b")
+    clock.wake(5, -1, ran.append, "a")  # a lower priority first at one time
+    clock.wake(3, 0, ran.append, "first")
+    clock.run()
+    assert (ran, clock.now) == (["first", "a", "b"], 5)

@@ -446,3 +446,29 @@ def test_a_replay_needs_the_config_the_run_read(cli, tmp_path):
     assert code == 2 and "(#" + digest + " then, no regular file there now)" in err
     config.write_bytes(original)
     assert cli("replay", str(trace))[0] == 0
+
+
+def test_a_config_changed_during_a_replay_gives_no_result(cli, tmp_path, monkeypatch):
+    """The replay reads the config again (its metrics, its bounds): one edited while it runs
+    is refused as a run's is, not reported under the digest it had."""
+    import shutil
+
+    import kernbench_cli.sim.run as sim_run
+
+    config, trace = tmp_path / "m.json", tmp_path / "t.trace"
+    shutil.copy(TESTS / "configs" / "hf" / "llama.json", config)
+    code, _, _ = cli("run", "llama_decode", "-p", f"config={config}", "--timing-only",
+                     "--record", str(trace))
+    assert code == 0
+    replay = sim_run._replay
+
+    def editing(*args):
+        result = replay(*args)
+        config.write_text(json.dumps(json.loads(config.read_text()) | {"vocab_size": 512}))
+        return result
+
+    monkeypatch.setattr(sim_run, "_replay", editing)
+    code, out, err = cli("replay", str(trace), "--json")
+    assert (code, out) == (2, "")
+    assert err.strip() == (f"error: {trace}: -p config={config}: the file changed during the "
+                           "replay, so its result is not reported: replay again")

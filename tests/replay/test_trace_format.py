@@ -132,6 +132,11 @@ def _composite_addr(value: int):
      f"PE 0's composite 0 has a relocated address past its HBM slice ({SLICE:,} B)"),
     (_column("src", LOAD, RELOCATED + SLICE - 64),  # in the slice, but no allocation there
      f"PE 0 reaches {BASE + SLICE - 64:#x}, which no host allocation holds"),
+    # a file's digest: 8 hex digits, of a parameter naming a file
+    (_set("files", lambda h: {"mode": "x"}), "files is not an object of digests (8 hex "
+                                             "digits each)"),
+    (_set("files", lambda h: {"nosuch": "0123abcd"}), "files names 'nosuch', which is not a "
+                                                      "parameter of the run that names a file"),
 ])
 def test_a_damaged_v6_trace_is_an_error_not_a_crash(cli, tmp_path, edit, message):
     trace = tmp_path / "t.trace"
