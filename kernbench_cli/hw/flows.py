@@ -311,6 +311,9 @@ class FairShare:
 
     def _schedule(self, flow: Flow) -> None:
         flow.version += 1
+        if flow.end < self.env.now:  # `wake` would run it now: time cannot go back
+            raise RuntimeError(f"flow {flow!r} ends at {flow.end} ps, before now "
+                               f"({self.env.now} ps)")
         self.env.wake(flow.end, flow.owner, self._ended, (flow, flow.version))
 
     def _ended(self, moved: tuple[Flow, int]) -> None:
