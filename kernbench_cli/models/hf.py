@@ -184,14 +184,7 @@ def from_dict(raw: dict[str, Any], name: str, where: str) -> ModelConfig:
     c = _Reader(raw, defaults, where)
     sizes = {k: c.positive_int(k) for k in _SIZES}
     heads = sizes["num_attention_heads"]
-    if "num_key_value_heads" in raw and raw["num_key_value_heads"] is None and \
-            family not in _KV_NULL:
-        raise ParamError(f"{where}: num_key_value_heads is null, which transformers refuses "
-                         f"for model_type {family!r} (give the KV heads, or leave the key out "
-                         f"for its {defaults['num_key_value_heads']})")
-    kv_default = defaults["num_key_value_heads"] is ... or "num_key_value_heads" in raw
-    kv = heads if kv_default and c.absent("num_key_value_heads") else \
-        c.positive_int("num_key_value_heads")
+    kv = _kv_heads(raw, family, c, heads)
     head_dim = c.positive_int("head_dim") if not c.absent("head_dim") else None
     if family == "llama" and head_dim is not None and sizes["hidden_size"] % heads:
         raise ParamError(f"{where}: hidden_size {sizes['hidden_size']} is not a multiple of "
@@ -230,6 +223,21 @@ def from_dict(raw: dict[str, Any], name: str, where: str) -> ModelConfig:
         act=ACTIVATIONS[act], rope=rope, qkv_bias=bias or family == "qwen2", o_bias=bias,
         mlp_bias=c.flag("mlp_bias") if "mlp_bias" in defaults else False,
         tied=c.flag("tie_word_embeddings"), windows=_windows(family, c, layers, where))
+
+
+def _kv_heads(raw: dict[str, Any], family: str, c: _Reader, heads: int) -> int:
+    """`num_key_value_heads` as transformers reads it: absent, the family's default (the
+    attention heads where it has none); null, the attention heads where its class takes
+    null (mistral's refuses it)."""
+    default = c.defaults["num_key_value_heads"]
+    if "num_key_value_heads" in raw and raw["num_key_value_heads"] is None and \
+            family not in _KV_NULL:
+        raise ParamError(f"{c.where}: num_key_value_heads is null, which transformers refuses "
+                         f"for model_type {family!r} (give the KV heads, or leave the key out "
+                         f"for its {default})")
+    if (default is ... or "num_key_value_heads" in raw) and c.absent("num_key_value_heads"):
+        return heads
+    return c.positive_int("num_key_value_heads")
 
 
 def _family(raw: dict[str, Any], where: str) -> str:
