@@ -25,7 +25,8 @@ member's send goes to (`splits`); the pass is timed again.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 
 from kernbench_cli.hw.dedup import INDEX
 from kernbench_cli.hw.ipcq import Ring
@@ -82,14 +83,15 @@ class Multicast:
         ways: list = [AT_ONCE if c is not None else None for c in credits]
         if credits[0] is None:
             yield from self._wait(proc, pe, i, rings, credits, ways,
-                                  timing.ipcq.full_ring(dst, rings[0]))
+                                  partial(timing.ipcq.full_ring, dst, rings[0]))
         self._look(pe, dst, rings, credits, ways, t, ready)
         return credits
 
     def _wait(self, proc, pe, i: int, rings: list[Ring], credits: list, ways: list,
-              waiting: str) -> Iterator[None]:
+              waiting: Callable[[], str]) -> Iterator[None]:
         """Wait, on every copy's ring still without a credit, until the representative's
-        own (the first) has one; each ring that wakes the sender says when (`ways`)."""
+        own (the first) has one; each ring that wakes the sender says when (`ways`;
+        `waiting`: what it waits for, in words if it is left stuck)."""
         timing = self.timing
         env, ties = timing.env, timing.ties
         left = [k for k, c in enumerate(credits) if c is None]
