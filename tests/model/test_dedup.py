@@ -317,3 +317,41 @@ def test_a_pe_that_names_no_region_beside_one_that_does(cli):
     assert code == 0, err
     regions = {r["name"]: r["energy_aj"] for r in json.loads(out)["regions"]}
     assert regions["r"] > 0 and regions["(outside)"] > 0
+
+
+def test_a_class_stuck_in_a_multicast_says_what_it_waits_for(monkeypatch, tmp_path):
+    """Senders of one class whose receivers (two classes: their loads differ) never
+    receive: the second send waits on every copy's full one-slot ring, and the deadlock
+    names, for each sender, the ring it waits on, as a run without dedup does."""
+    from kernbench_cli.address import load_address_map
+    from kernbench_cli.errors import DeadlockError
+    from kernbench_cli.hw import symmetry
+    from kernbench_cli.sim.kernels import load_kernel, parse_params
+    from kernbench_cli.sim.run import run_kernel
+
+    monkeypatch.setattr(symmetry, "WORTH", 1)
+    path = tmp_path / "unreceived.py"
+    path.write_text(
+        "PARAMS = {}\n\n"
+        "def setup(host, p):\n"
+        "    x = host.random('x', (host.num_pes * 64, 32), 'f16')\n"
+        "    return {'x': host.scatter('x', x, axis=0)}\n\n"
+        "def kernel(tl, x):\n"
+        "    t = tl.load(tl.shard(x), (32 if tl.pid % 4 == 1 else 64, 32), 'f16')\n"
+        "    if tl.pid % 2 == 0:\n"
+        "        tl.send(t, tl.pid + 1)\n"
+        "        tl.send(t, tl.pid + 1)\n\n"
+        "def reference(host, p):\n    return {}\n\n"
+        "def outputs(host, args, p):\n    return {}\n")
+    module = load_kernel(str(path))
+    amap = load_address_map(test_topology("default_1slot"), None, ())
+    said = []
+    for dedup in (True, False):
+        with pytest.raises(DeadlockError) as err:
+            run_kernel(module, amap, parse_params(module, []), timing_only=True, dedup=dedup)
+        said.append(str(err.value))
+    assert said[0] == said[1] == "deadlock: 8 of 16 PEs still wait and nothing is left to " \
+        "run: " + "; ".join(
+            f"PE (rack=0 sip=0 cube={p // 8} pe={p % 8}) at {path}:11 waits: send to PE "
+            f"(rack=0 sip=0 cube={p // 8} pe={p % 8 + 1}): its W ring is full (since t=12ns)"
+            for p in range(0, 16, 2))
