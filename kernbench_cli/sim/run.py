@@ -255,11 +255,15 @@ def _timing_pass(system: System, program: Program, shown: str, watch: Watch, opl
 def _out_of_memory(kernel: KernelModule, kernel_file: str, launch: Launch, pid: int | None,
                    exc: BaseException | None) -> KernelError:
     """The functional pass filled the machine's memory: what held it (the command streams,
-    and with values the tensors) and what stops a kernel that loops sooner."""
+    and with values the tensors) and what stops a kernel that loops sooner. Or, raised
+    with its reason in PE `pid`'s own code (an array larger than the machine, asked for
+    at once), that allocation's failure."""
     where = kernel.shown
     if pid is not None:
         line = kernel_line(kernel_file, exc.__traceback__)
         where += f":{line if line else '?'}: PE ({launch.system.coords[pid]})"
+        if not isinstance(exc, MemoryLow) and str(exc):  # not the streams' doing
+            return KernelError(f"{where}: {hooks.described(exc)}")
     held = "the command streams" if launch.timing_only else \
         "the command streams and the tensors' values (--timing-only keeps none)"
     count = f"{launch.commands:,} command{'s' if launch.commands != 1 else ''}"

@@ -410,3 +410,23 @@ def test_files_must_name_str_parameters(cli, tmp_path, files):
     code, _, err = cli("run", str(kernel), "-p", f"data={tmp_path / 'd'}")
     assert (code, err) == (2, f"error: {kernel}: FILES must be a tuple of str parameters in "
                               f"PARAMS, not {files}\n")
+
+
+def test_an_array_larger_than_the_machine_is_the_kernels_line_not_its_streams(cli, tmp_path):
+    """numpy refusing one allocation in the kernel's code is that line's error, with
+    numpy's reason, not the command streams filling the machine (no loop is to blame)."""
+    kernel = tmp_path / "big.py"
+    kernel.write_text(
+        "import numpy as np\nPARAMS = {}\n\n"
+        "def setup(host, p):\n"
+        "    return {'x': host.replicate('x', np.zeros(16, np.float32))}\n\n"
+        "def kernel(tl, x):\n"
+        "    tl.load(tl.shard(x), (16,), 'f32')\n"
+        "    if tl.pid == 3:\n"
+        "        np.zeros((10**7, 10**7))\n\n"
+        "def reference(host, p):\n    return {}\n\n"
+        "def outputs(host, args, p):\n    return {}\n")
+    code, _, err = cli("run", str(kernel))
+    assert (code, err) == (1, f"error: {kernel}:10: PE (rack=0 sip=0 cube=0 pe=3): this "
+                              "machine ran out of memory (Unable to allocate 728. TiB for an "
+                              "array with shape (10000000, 10000000) and data type float64)\n")
