@@ -48,7 +48,7 @@ def stamp(path: Path) -> tuple[int, int, int, int] | None:
     size, modification time in ns); None if `path` is not a regular file."""
     try:
         info = path.stat()
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the name
         return None
     if not stat.S_ISREG(info.st_mode):
         return None
@@ -77,19 +77,21 @@ def file_digest(path: Path) -> str | None:
 
 
 @contextmanager
-def unchanged_files(named: dict[str, Path], shown: str, what: str) -> Iterator[dict[str, str]]:
-    """Around what reads the files `named` (by parameter): a dict of each one's digest
-    (`file_digest`; none for what is not a regular file) as the block begins, each file
-    checked, as the block ends, to be what it was then (its `stamp` and its bytes). One
-    that changed is a one-line error naming it (`shown`: whose; `what`: "run" or
+def unchanged_files(named: dict[str, str], shown: str, what: str) -> Iterator[dict[str, str]]:
+    """Around what reads the files `named` (by parameter, as given): a dict of each one's
+    digest (`file_digest`; none for what is not a regular file) as the block begins, each
+    file checked, as the block ends, to be what it was then (its `stamp` and its bytes).
+    One that changed is a one-line error naming it (`shown`: whose; `what`: "run" or
     "replay"), also where the block failed meanwhile (the change may be why): nothing is
-    reported of what may have read either."""
-    before = {name: (stamp(path), file_digest(path)) for name, path in named.items()}
+    reported of what may have read either. A relative path is the working folder's as the
+    block begins (a kernel's `os.chdir` inside it is put back only after the check)."""
+    paths = {name: Path(os.path.abspath(text)) for name, text in named.items()}
+    before = {name: (stamp(path), file_digest(path)) for name, path in paths.items()}
 
     def check(cause: BaseException | None) -> None:
-        for name, path in named.items():
+        for name, path in paths.items():
             if (stamp(path), file_digest(path)) != before[name]:
-                raise KernbenchError(f"{shown}: -p {name}={path}: the file changed during "
+                raise KernbenchError(f"{shown}: -p {name}={named[name]}: the file changed during "
                                      f"the {what}, so its result is not reported: {what} "
                                      "again") from cause
 
@@ -324,6 +326,8 @@ def read_input(path: Path, limit: int, what: str) -> bytes:
         raise KernbenchError(f"{path}: no such file") from None
     except OSError as exc:  # a symlink loop, a name too long, no permission on a folder
         raise KernbenchError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:  # a NUL in the name (the API can pass one; argv cannot)
+        raise KernbenchError(f"{clip(str(path))}: cannot read: {exc}") from None
     if stat.S_ISDIR(info.st_mode):
         raise KernbenchError(f"{path}: is a directory, expected {what}")
     if not stat.S_ISREG(info.st_mode):

@@ -202,7 +202,7 @@ def described(exc: BaseException) -> str:
 def files_read(kernel: KernelModule, params: Mapping[str, Any]):
     """`fileio.unchanged_files` around a run of `kernel` with `params`: over the files the
     parameters name for it to read (its `FILES`; a blank value names none)."""
-    return unchanged_files({name: Path(str(params[name])) for name in kernel.files
+    return unchanged_files({name: str(params[name]) for name in kernel.files
                             if str(params.get(name, "")).strip()}, kernel.shown, "run")
 
 

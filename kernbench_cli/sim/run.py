@@ -402,7 +402,7 @@ def replay_trace(trace: Trace, amap: AddressMap, source: str, oplog: bool = Fals
     return result
 
 
-def _recorded_files(trace: Trace, source: str) -> dict[str, Path]:
+def _recorded_files(trace: Trace, source: str) -> dict[str, str]:
     """The files `trace.files` names, by parameter: each must be a parameter of the run
     that names a file."""
     for name in trace.files:
@@ -410,7 +410,7 @@ def _recorded_files(trace: Trace, source: str) -> dict[str, Path]:
         if not isinstance(value, str) or not value.strip():
             raise TraceError(f"{source}: damaged trace: files names {clip(name)}, which is not "
                              "a parameter of the run that names a file")
-    return {name: Path(trace.params[name]) for name in trace.files}
+    return {name: trace.params[name] for name in trace.files}
 
 
 def _replay(trace: Trace, amap: AddressMap, source: str, oplog: bool, watch: Watch | None,

@@ -430,3 +430,30 @@ def test_an_array_larger_than_the_machine_is_the_kernels_line_not_its_streams(cl
     assert (code, err) == (1, f"error: {kernel}:10: PE (rack=0 sip=0 cube=0 pe=3): this "
                               "machine ran out of memory (Unable to allocate 728. TiB for an "
                               "array with shape (10000000, 10000000) and data type float64)\n")
+
+
+def test_a_kernel_changing_folder_leaves_a_relative_file_its_own(cli, tmp_path, monkeypatch):
+    """A relative -p data= is the file in the folder the run began in: a kernel's os.chdir
+    (put back when the run ends) does not make it another file at the check."""
+    import hashlib
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "data.txt").write_text("first\n")
+    (tmp_path / "sub" / "data.txt").write_text("first\n")  # the same bytes, another file
+    kernel = _appending(tmp_path, "('data',)", "    os.chdir('sub')\n")
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = cli("run", str(kernel), "-p", "data=data.txt", "--json")
+    assert code == 0
+    assert json.loads(out)["file_digests"] == {
+        "data": hashlib.sha256(b"first\n").hexdigest()[:8]}
+    assert Path.cwd() == tmp_path
+
+
+def test_a_file_name_with_a_nul_is_a_one_line_error():
+    """Only the API can pass a NUL (argv cannot): refused as a file that cannot be read."""
+    import kernbench_cli as kb
+
+    with pytest.raises(kb.ParamError) as err:
+        kb.run("llama_decode", params={"config": "a\0b.json"}, timing_only=True)
+    assert str(err.value) == ("llama_decode: config 'a\\x00b.json': cannot read: embedded null "
+                              "byte")
