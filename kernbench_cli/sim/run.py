@@ -48,6 +48,7 @@ from kernbench_cli.lang.watchdog import (
     KernelTimeout,
     MemoryLow,
     hook_limit,
+    memory_left,
     watchdog,
 )
 from kernbench_cli.sim import bounds as stated_bounds
@@ -255,14 +256,14 @@ def _timing_pass(system: System, program: Program, shown: str, watch: Watch, opl
 def _out_of_memory(kernel: KernelModule, kernel_file: str, launch: Launch, pid: int | None,
                    exc: BaseException | None) -> KernelError:
     """The functional pass filled the machine's memory: what held it (the command streams,
-    and with values the tensors) and what stops a kernel that loops sooner. Or, raised
-    with its reason in PE `pid`'s own code (an array larger than the machine, asked for
-    at once), that allocation's failure."""
+    and with values the tensors) and what stops a kernel that loops sooner. Or, where PE
+    `pid`'s own code asked numpy for an array larger than the memory left (`_too_large`),
+    that allocation's failure."""
     where = kernel.shown
     if pid is not None:
         line = kernel_line(kernel_file, exc.__traceback__)
         where += f":{line if line else '?'}: PE ({launch.system.coords[pid]})"
-        if not isinstance(exc, MemoryLow) and str(exc):  # not the streams' doing
+        if _too_large(exc):  # not the streams' doing
             return KernelError(f"{where}: {hooks.described(exc)}")
     held = "the command streams" if launch.timing_only else \
         "the command streams and the tensors' values (--timing-only keeps none)"
@@ -270,6 +271,19 @@ def _out_of_memory(kernel: KernelModule, kernel_file: str, launch: Launch, pid: 
     return KernelError(f"{where}: this machine ran out of memory after the kernel issued "
                        f"{count}, holding {held}; a loop without end? "
                        f"--max-commands {launch.max_commands:,} stops it sooner")
+
+
+def _too_large(exc: BaseException) -> bool:
+    """Whether `exc` is numpy refusing one array larger than the memory left now (its
+    `shape` and `dtype`): that array's failure, not the run's growth filling the machine
+    (whose last allocation, however small, is the one that fails)."""
+    import math
+
+    shape, dtype = getattr(exc, "shape", None), getattr(exc, "dtype", None)
+    if isinstance(exc, MemoryLow) or shape is None or dtype is None:
+        return False
+    left = memory_left()
+    return left is not None and math.prod(shape) * dtype.itemsize > left[0]
 
 
 def _trace(kernel: KernelModule, system: System, params: dict[str, Any], seed: int,

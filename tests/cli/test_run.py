@@ -457,3 +457,26 @@ def test_a_file_name_with_a_nul_is_a_one_line_error():
         kb.run("llama_decode", params={"config": "a\0b.json"}, timing_only=True)
     assert str(err.value) == ("llama_decode: config 'a\\x00b.json': cannot read: embedded null "
                               "byte")
+
+
+def test_a_small_allocation_failing_is_the_run_filling_the_machine(cli, tmp_path):
+    """numpy failing on a small array (the last straw of a run that filled the machine) is
+    the run's growth, said as such, not that array's fault."""
+    kernel = tmp_path / "straw.py"
+    kernel.write_text(
+        "import numpy as np\nfrom numpy._core._exceptions import _ArrayMemoryError\n"
+        "PARAMS = {}\n\n"
+        "def setup(host, p):\n"
+        "    return {'x': host.replicate('x', np.zeros(16, np.float32))}\n\n"
+        "def kernel(tl, x):\n"
+        "    tl.load(tl.shard(x), (16,), 'f32')\n"
+        "    if tl.pid == 3:\n"
+        "        raise _ArrayMemoryError((4,), np.dtype('f8'))\n\n"
+        "def reference(host, p):\n    return {}\n\n"
+        "def outputs(host, args, p):\n    return {}\n")
+    code, _, err = cli("run", str(kernel))
+    assert (code, err) == (1, f"error: {kernel}:11: PE (rack=0 sip=0 cube=0 pe=3): this machine "
+                              "ran out of memory after the kernel issued 16 commands, holding the "
+                              "command streams and the tensors' values (--timing-only keeps "
+                              "none); a loop without end? --max-commands 100,000,000 stops it "
+                              "sooner\n")
