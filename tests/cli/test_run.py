@@ -412,20 +412,25 @@ def test_files_must_name_str_parameters(cli, tmp_path, files):
                               f"PARAMS, not {files}\n")
 
 
-def test_an_array_larger_than_the_machine_is_the_kernels_line_not_its_streams(cli, tmp_path):
-    """numpy refusing one allocation in the kernel's code is that line's error, with
-    numpy's reason, not the command streams filling the machine (no loop is to blame)."""
-    kernel = tmp_path / "big.py"
-    kernel.write_text(
-        "import numpy as np\nPARAMS = {}\n\n"
+def _on_pe_3(path: Path, imports: str, statement: str) -> Path:
+    """A kernel at `path` (numpy and `imports` first) whose PE 3 runs `statement` after a
+    load, on line 10 plus the lines of `imports`."""
+    path.write_text(
+        f"import numpy as np\n{imports}PARAMS = {{}}\n\n"
         "def setup(host, p):\n"
         "    return {'x': host.replicate('x', np.zeros(16, np.float32))}\n\n"
         "def kernel(tl, x):\n"
         "    tl.load(tl.shard(x), (16,), 'f32')\n"
-        "    if tl.pid == 3:\n"
-        "        np.zeros((10**7, 10**7))\n\n"
+        f"    if tl.pid == 3:\n        {statement}\n\n"
         "def reference(host, p):\n    return {}\n\n"
         "def outputs(host, args, p):\n    return {}\n")
+    return path
+
+
+def test_an_array_larger_than_the_machine_is_the_kernels_line_not_its_streams(cli, tmp_path):
+    """numpy refusing one allocation in the kernel's code is that line's error, with
+    numpy's reason, not the command streams filling the machine (no loop is to blame)."""
+    kernel = _on_pe_3(tmp_path / "big.py", "", "np.zeros((10**7, 10**7))")
     code, _, err = cli("run", str(kernel))
     assert (code, err) == (1, f"error: {kernel}:10: PE (rack=0 sip=0 cube=0 pe=3): this "
                               "machine ran out of memory (Unable to allocate 728. TiB for an "
@@ -462,19 +467,11 @@ def test_a_file_name_with_a_nul_is_a_one_line_error():
 def test_a_small_allocation_failing_is_the_run_filling_the_machine(cli, tmp_path):
     """numpy failing on a small array (the last straw of a run that filled the machine) is
     the run's growth, said as such, not that array's fault."""
-    kernel = tmp_path / "straw.py"
-    kernel.write_text(
-        "import numpy as np\ntry:\n    from numpy._core._exceptions import _ArrayMemoryError\n"
-        "except ImportError:  # numpy 1\n    from numpy.core._exceptions import _ArrayMemoryError\n"
-        "PARAMS = {}\n\n"
-        "def setup(host, p):\n"
-        "    return {'x': host.replicate('x', np.zeros(16, np.float32))}\n\n"
-        "def kernel(tl, x):\n"
-        "    tl.load(tl.shard(x), (16,), 'f32')\n"
-        "    if tl.pid == 3:\n"
-        "        raise _ArrayMemoryError((4,), np.dtype('f8'))\n\n"
-        "def reference(host, p):\n    return {}\n\n"
-        "def outputs(host, args, p):\n    return {}\n")
+    kernel = _on_pe_3(tmp_path / "straw.py",
+                      "try:\n    from numpy._core._exceptions import _ArrayMemoryError\n"
+                      "except ImportError:  # numpy 1\n"
+                      "    from numpy.core._exceptions import _ArrayMemoryError\n",
+                      "raise _ArrayMemoryError((4,), np.dtype('f8'))")
     code, _, err = cli("run", str(kernel))
     assert (code, err) == (1, f"error: {kernel}:14: PE (rack=0 sip=0 cube=0 pe=3): this machine "
                               "ran out of memory after the kernel issued 16 commands, holding the "
