@@ -960,6 +960,13 @@ def _projection_cycles(topology, lay, pid) -> int:
     return per_layer * len(plan["layers"])
 
 
+def resolved(topology, p):
+    """`p` as the run took it, for its trace: ``batch = 0`` made the largest batch that fits
+    `topology`; a replay (on a topology of more HBM, say) re-times that batch's step, and
+    states its figures."""
+    return {**p, "batch": run_of(topology, p).batch} if p["batch"] == 0 else p
+
+
 def _asrun_of(p):
     """`p` for the step as run (bounds() states the run's bounds, not the scaled step's)."""
     return {**p, "scale_to": 0}
@@ -973,9 +980,12 @@ def metrics(topology, p, run):
     step = run_of(topology, p)
     lay = Layout(topology, step)
     read = sum(lay.read(pid) for pid in range(topology.num_pes))
-    if step.steps > 1:  # the steps' mean: what one reads grows linearly with its position
+    macs = _macs(lay)
+    if step.steps > 1:  # the steps' mean: what one reads and multiplies grows linearly with
+        # its position
         first = Layout(topology, run_of(topology, {**p, "steps": 1}))
         read = (read + sum(first.read(pid) for pid in range(topology.num_pes))) // 2
+        macs = (macs + _macs(first)) / 2
     rate = topology.num_pes * stream_bandwidth(topology)
     hbm_bound = read / rate * 1e12
     b, power = step.batch, run.static_aj / run.latency_ps if run.latency_ps else 0.0
@@ -1007,6 +1017,8 @@ def metrics(topology, p, run):
     searched = {**p, "batch": b}  # with the run's prompt and new tokens
     most_context = largest(topology, searched, "context")
     have = topology.hbm.slice_size
+    model = ("the whole model" if step.layers == step.cfg.layers else
+             f"{step.layers} of the model's {step.cfg.layers} layers")
     decode = "the decode step" + (" after the prompt" if step.prompt else "")
     return {"tpot_ps": (tpot, f"({decode}: {how})"),
             "tokens_per_s": (b * 1e12 / tpot if tpot else 0.0, f"(batch {b} / TPOT" + (
@@ -1017,21 +1029,24 @@ def metrics(topology, p, run):
             "energy_per_token_uj": (energy / 1e12 / b, f"({decode}'s energy / batch" + (
                 ": each layer not timed at a middle layer's counted energy, static power "
                 "over the TPOT)" if step.scaled else ")")),
-            "hbm_used_bytes": (float(sum(used)), f"(the whole model over {len(used)} PEs; "
+            "hbm_used_bytes": (float(sum(used)), f"({model} over {len(used)} PEs; "
                                f"the fullest slice {max(used) / have:.1%} used)"),
             "hbm_free_bytes": (float(len(used) * have - sum(used)), ""),
-            "max_batch": (float(most_batch), f"(at context {step.positions - 1}"
+            "max_batch": (float(most_batch), f"(at context {step.context}{step.with_prompt}"
+                                             + (f", {step.steps} steps" if step.steps > 1
+                                                else "")
                                              + (f", in {step.microbatches} micro-batches"
                                                 if step.microbatches > 1 else "")
-                                             + ": the largest batch whose weights, KV "
-                                             "cache and buffers fit HBM; TCM bounds a "
+                                             + f": the largest batch whose weights ({model}), "
+                                             "KV cache and buffers fit HBM; TCM bounds a "
                                              "micro-batch apart, "
                                              "to at most "
                                              f"{most_rows(topology, step.cfg)} rows)"),
             "max_context": (float(most_context), f"(at batch {b}"
                             + (f" and a prompt of {step.prompt}" if step.prompt else "")
                             + f"{_context_bound(step, searched, most_context)})"),
-            "macs": (float(_macs(lay)), ""), **out}
+            "macs": (float(macs), f"(a step's, the mean of {step.steps})"
+                     if step.steps > 1 else ""), **out}
 
 
 def _context_bound(step: Run, searched, most: int) -> str:
@@ -1088,12 +1103,14 @@ def _request(step: Run, run, ttft: float, pre_aj: float, power: float,
     n = step.new_tokens
     request = ttft + (n - 1) * tpot
     tokens = b * step.prompt
-    return {"ttft_ps": (ttft, f"(the prompt of {step.prompt} tokens, {step.chunk} a pass, "
+    per_pass = step.chunks[0][1]  # at most the prompt: one pass of a shorter prompt
+    return {"ttft_ps": (ttft, f"(the prompt of {step.prompt} tokens, {per_pass} a pass, "
                               f"and its first token: {how})"),
             "prefill_tokens_per_s": (tokens * 1e12 / ttft, f"(batch {b} x {step.prompt} / "
                                                            "TTFT)"),
             "prefill_energy_per_token_uj": (pre_aj / 1e12 / tokens, ""),
-            "request_ps": (request, f"(TTFT + {n - 1} x TPOT: {n} new tokens)"),
+            "request_ps": (request, f"(TTFT + {n - 1} x TPOT: {n} new "
+                                    f"token{'s' if n > 1 else ''})"),
             "request_tokens_per_s_per_user": (n * 1e12 / request, ""),
             "request_tokens_per_s": (b * n * 1e12 / request, f"(batch {b})"), **out}
 

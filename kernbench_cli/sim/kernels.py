@@ -211,8 +211,8 @@ def _check_module(module: ModuleType, shown: str) -> None:
     def bad(what: str) -> ParamError:
         return ParamError(f"{shown}: {what}")
 
-    optional = tuple(n for n in ("bounds", "metrics", "quality", "scaled_defaults",
-                                 "tolerances")
+    optional = tuple(n for n in ("bounds", "metrics", "quality", "resolved",
+                                 "scaled_defaults", "tolerances")
                      if hasattr(module, n))
     for name in REQUIRED_NAMES[1:] + optional:
         if not callable(getattr(module, name)):

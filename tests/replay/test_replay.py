@@ -472,3 +472,29 @@ def test_a_config_changed_during_a_replay_gives_no_result(cli, tmp_path, monkeyp
     assert (code, out) == (2, "")
     assert err.strip() == (f"error: {trace}: -p config={config}: the file changed during the "
                            "replay, so its result is not reported: replay again")
+
+
+def test_a_largest_batch_replayed_on_more_hbm_states_the_batch_it_re_times(cli, tmp_path):
+    """`batch = 0` runs the largest batch that fits (23 sequences in 1 MiB slices); the
+    trace keeps 23 (`llama_decode.resolved`), so a replay with 2 MiB slices, where 53
+    would fit, states the 23 sequences' step: its tokens/s are 23 over its TPOT, and its
+    energy per token its energy over 23."""
+    trace = tmp_path / "b0.trace"
+    common = ("-p", "context=1000", "--timing-only")
+    code, out, err = cli("run", "llama_decode", "--set", "hbm.slice_size=1MiB",
+                         "-p", "batch=0", *common, "--record", str(trace), "--json")
+    assert code == 0, err
+    ran = json.loads(out)
+    assert ran["params"]["batch"] == 0 and read_trace(trace).params["batch"] == 23
+    code, out, err = cli("replay", str(trace), "--set", "hbm.slice_size=2MiB", "--json")
+    assert code == 0, err
+    replayed = json.loads(out)
+    metrics = replayed["metrics"]
+    assert replayed["params"]["batch"] == 23 and metrics["max_batch"] == 53
+    assert metrics["tokens_per_s"] == pytest.approx(23e12 / metrics["tpot_ps"], rel=1e-12)
+    # no prompt, one step: the step is the whole run, static power over all of it
+    energy_pj = replayed["energy_pj"]["total"]
+    assert metrics["energy_per_token_uj"] == pytest.approx(energy_pj / 1e6 / 23, rel=1e-9)
+    code, out, err = cli("run", "llama_decode", "--set", "hbm.slice_size=2MiB",
+                         "-p", "batch=23", *common, "--json")
+    assert json.loads(out)["metrics"]["hbm_bound_ps"] == metrics["hbm_bound_ps"]

@@ -829,6 +829,29 @@ def test_several_steps_verify_every_token_and_average_the_tpot(run):
     _passed(with_prompt)
 
 
+def test_each_figure_says_the_configuration_it_is_of(run):
+    """A step's MACs grow by one cached position a step, so `macs` of three steps at
+    context 37 (positions 38 to 40) is their mean, the middle step's: one step at context
+    38's. `max_batch` names the context, prompt and steps it was found for; a run of
+    fewer layers than the model's says its HBM figures are of those; a prompt shorter
+    than a pass says the pass it made; one new token is one."""
+    def figures(*params):
+        result = run("llama_decode", "default", ("batch=2", *params), timing_only=True)
+        return {k: v for k, (v, _) in result.metrics.items()}, dict(result.metrics)
+
+    (three, how), (middle, _) = figures("context=37", "steps=3"), figures("context=38")
+    assert three["macs"] == middle["macs"] and how["macs"][1] == "(a step's, the mean of 3)"
+    assert how["max_batch"][1].startswith("(at context 37, 3 steps: the largest batch whose "
+                                          "weights (the whole model), KV cache")
+    _, how = figures("context=5", "prompt=4", "chunk=64", "new_tokens=1")
+    assert how["max_batch"][1].startswith("(at context 5, a prompt of 4: ")
+    assert how["ttft_ps"][1].startswith("(the prompt of 4 tokens, 4 a pass, ")
+    assert how["request_ps"][1] == "(TTFT + 0 x TPOT: 1 new token)"
+    _, how = figures("layers=1")
+    assert how["hbm_used_bytes"][1].startswith("(1 of the model's 2 layers over 16 PEs; ")
+    assert "weights (1 of the model's 2 layers)" in how["max_batch"][1]
+
+
 def test_each_step_waits_for_the_token_before_it(run):
     """A step's input is the token the step before chose, so every PE stores that token and
     fences (PE_CPU waits until the store, which waits for the token, has landed) before
