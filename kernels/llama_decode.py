@@ -1012,13 +1012,6 @@ def metrics(topology, p, run):
         out.update(_request(step, run, float(ttft), float(pre_aj), power, tpot))
     if step.microbatches > 1:
         out.update(_pipeline(step, run, tpot))
-    used = [sum(lay.need(pid).values()) for pid in range(topology.num_pes)]
-    most_batch = largest(topology, p, "batch")  # in the run's micro-batches
-    searched = {**p, "batch": b}  # with the run's prompt and new tokens
-    most_context = largest(topology, searched, "context")
-    have = topology.hbm.slice_size
-    model = ("the whole model" if step.layers == step.cfg.layers else
-             f"{step.layers} of the model's {step.cfg.layers} layers")
     decode = "the decode step" + (" after the prompt" if step.prompt else "")
     return {"tpot_ps": (tpot, f"({decode}: {how})"),
             "tokens_per_s": (b * 1e12 / tpot if tpot else 0.0, f"(batch {b} / TPOT" + (
@@ -1029,24 +1022,36 @@ def metrics(topology, p, run):
             "energy_per_token_uj": (energy / 1e12 / b, f"({decode}'s energy / batch" + (
                 ": each layer not timed at a middle layer's counted energy, static power "
                 "over the TPOT)" if step.scaled else ")")),
-            "hbm_used_bytes": (float(sum(used)), f"({model} over {len(used)} PEs; "
-                               f"the fullest slice {max(used) / have:.1%} used)"),
-            "hbm_free_bytes": (float(len(used) * have - sum(used)), ""),
-            "max_batch": (float(most_batch), f"(at context {step.context}{step.with_prompt}"
-                                             + (f", {step.steps} steps" if step.steps > 1
-                                                else "")
-                                             + (f", in {step.microbatches} micro-batches"
-                                                if step.microbatches > 1 else "")
-                                             + f": the largest batch whose weights ({model}), "
-                                             "KV cache and buffers fit HBM; TCM bounds a "
-                                             "micro-batch apart, "
-                                             "to at most "
-                                             f"{most_rows(topology, step.cfg)} rows)"),
-            "max_context": (float(most_context), f"(at batch {b}"
-                            + (f" and a prompt of {step.prompt}" if step.prompt else "")
-                            + f"{_context_bound(step, searched, most_context)})"),
+            **_capacity(topology, p, step, lay),
             "macs": (float(macs), f"(a step's, the mean of {step.steps})"
                      if step.steps > 1 else ""), **out}
+
+
+def _capacity(topology, p, step: Run, lay: Layout) -> dict:
+    """What the model takes of HBM (`lay`, the run's placement) and the largest batch and
+    context that fit, each saying what it is of."""
+    used = [sum(lay.need(pid).values()) for pid in range(topology.num_pes)]
+    most_batch = largest(topology, p, "batch")  # in the run's micro-batches
+    b = step.batch
+    searched = {**p, "batch": b}  # with the run's prompt and new tokens
+    most_context = largest(topology, searched, "context")
+    have = topology.hbm.slice_size
+    model = ("the whole model" if step.layers == step.cfg.layers else
+             f"{step.layers} of the model's {step.cfg.layers} layers")
+    return {
+        "hbm_used_bytes": (float(sum(used)), f"({model} over {len(used)} PEs; "
+                           f"the fullest slice {max(used) / have:.1%} used)"),
+        "hbm_free_bytes": (float(len(used) * have - sum(used)), ""),
+        "max_batch": (float(most_batch), f"(at context {step.context}{step.with_prompt}"
+                      + (f", {step.steps} steps" if step.steps > 1 else "")
+                      + (f", in {step.microbatches} micro-batches"
+                         if step.microbatches > 1 else "")
+                      + f": the largest batch whose weights ({model}), KV cache and "
+                      "buffers fit HBM; TCM bounds a micro-batch apart, to at most "
+                      f"{most_rows(topology, step.cfg)} rows)"),
+        "max_context": (float(most_context), f"(at batch {b}"
+                        + (f" and a prompt of {step.prompt}" if step.prompt else "")
+                        + f"{_context_bound(step, searched, most_context)})")}
 
 
 def _context_bound(step: Run, searched, most: int) -> str:
