@@ -15,6 +15,15 @@ whenever a flow starts or ends, over the flows that share a resource with it
 exact (rational rates, no float drift), so results are deterministic and do
 not depend on the order the flows were solved in.
 
+A solve re-fills only the flows a change can move. Progressive filling is the
+same below the lowest rate a changed flow had or gets (`FairShare.floor`: a flow
+that ends, its rate; one that starts, at least the least of its cap and its
+resources' bandwidths over their flows), as every resource a changed flow crosses
+is still short of full there; so a flow whose rate is below it keeps that rate,
+and the others are filled over the room it leaves (`_fill`). The max-min
+allocation is unique, so they get the rates a filling of all would give them, and
+fill in the same rounds, from the same full resources.
+
 Flows that start or end at one instant are solved once: where other events
 wait at that instant (PEs in lockstep start their transfers together), the
 solve waits for them, in an event after every PE's at that time
@@ -113,6 +122,10 @@ class FairShare:
         self.flows = 0
         #: the resources whose flows' rates wait for the solve at `now` (None: none wait)
         self.dirty: set[Calendar] | None = None
+        self.arrived: list[Flow] = []  # the flows started since, waiting for it too
+        #: a flow whose rate's float is below this keeps its rate in the next solve (none
+        #: of the changes it solves can move it: the module's docstring)
+        self.floor = math.inf
 
     def start(self, t: int, nbytes: int, links: tuple[Calendar, ...], solo_ps: int,
               owner: int) -> Flow:
@@ -135,10 +148,10 @@ class FairShare:
             self._meter((flow,), t)
         elif self._later(links, t):
             flow.end = UNSOLVED
+            self.arrived.append(flow)
         else:
-            flows = self._component(links)
-            self._solve(flows, t)
-            self._meter(flows, t)
+            self.floor = self._least(flow)
+            self._resolve(links, t)
         return flow
 
     def arm(self, flow: Flow, ended: Callable[[Flow], None]) -> None:
@@ -165,11 +178,10 @@ class FairShare:
             cal.bytes += flow.nbytes
             cal.ops += 1
         self._leave(flow, t)
-        if (shared and (self.dirty is not None or not self._capped(flow.links))
-                and not self._later(flow.links, t)):
-            flows = self._component(flow.links)
-            self._solve(flows, t)
-            self._meter(flows, t)
+        if shared and (self.dirty is not None or not self._capped(flow.links)):
+            self.floor = min(self.floor, flow.speed)  # its rate until now
+            if not self._later(flow.links, t):
+                self._resolve(flow.links, t)
 
     def _later(self, links: tuple[Calendar, ...], t: int) -> bool:
         """Leave the flows on `links` to the solve after the other events at `t`, if any
@@ -186,10 +198,26 @@ class FairShare:
     def _settle(self, _arg) -> None:
         """The solve that waited for every event at its instant: over what changed then."""
         links, self.dirty = self.dirty, None
-        t = self.now
-        flows = self._component(tuple(links))
+        for flow in self.arrived:  # each one's least share, of the flows there at last
+            self.floor = min(self.floor, self._least(flow))
+        self.arrived = []
+        self._resolve(tuple(links), self.now)
+
+    def _resolve(self, links: tuple[Calendar, ...], t: int) -> None:
+        """Solve again the flows a change on `links` can move (those at or above `floor`
+        that share a resource with `links`, directly or through others), then meter them."""
+        flows = self._component(links, self.floor)
+        self.floor = math.inf
         self._solve(flows, t)
         self._meter(flows, t)
+
+    def _least(self, flow: Flow) -> float:
+        """A float at or below the rate `flow`, just started, gets: its cap, or a resource's
+        bandwidth over its flows if less (a flow is held by a resource only once it is
+        full, and then none of its flows has more than it). Each term is correctly rounded,
+        so the least of them is the float of the least."""
+        on = self.on
+        return min(flow.approx, min(cal.bandwidth / len(on[cal]) for cal in flow.links))
 
     # ------------------------------------------------------------------ the meter
 
@@ -269,14 +297,15 @@ class FairShare:
         return all(f.rate is None or f.rate == f.cap
                    for cal in links for f in on.get(cal, ()))
 
-    def _component(self, links: tuple[Calendar, ...]) -> list[Flow]:
-        """The active flows that share a resource with `links`, directly or through others,
-        in the order they started."""
+    def _component(self, links: tuple[Calendar, ...], floor: float) -> list[Flow]:
+        """The active flows that share a resource with `links`, directly or through others
+        (other than flows whose rate's float is below `floor`, which are left out and not
+        gone through), in the order they started."""
         on, flows, seen = self.on, {}, set(links)
         todo = list(seen)
         while todo:
             for flow in on.get(todo.pop(), ()):
-                if flow.id not in flows:
+                if flow.id not in flows and (flow.speed >= floor or flow.end == UNSOLVED):
                     flows[flow.id] = flow
                     for cal in flow.links:
                         if cal not in seen:
@@ -327,8 +356,9 @@ def _fill(flows: list[Flow], on: dict[Calendar, list[Flow]], demand: dict[Calend
           ) -> None:
     """Progressive filling: each round finds the level at which the next flows stop
     rising (the lowest cap, or the lowest fair share of what a resource has left) and
-    fixes those flows at it. `on` holds each resource's flows (all among `flows`), and
-    `demand` their caps' sum, each cap rounded up to an int.
+    fixes those flows at it. `on` holds each resource's flows, and `demand` their caps'
+    sum, each cap rounded up to an int; a flow on a resource of `flows` but not among
+    them keeps its rate, which leaves the resource's room (`FairShare.floor`).
 
     Exact, and in the order of the flows it fixes, not of rounds times flows: the caps
     are grouped by value and sorted once; the resources' shares (room over rising
@@ -348,7 +378,7 @@ def _fill(flows: list[Flow], on: dict[Calendar, list[Flow]], demand: dict[Calend
     groups = _by_cap(flows)
     rising = {flow: k for k, same in enumerate(groups) for flow in same}  # -> its group
     unfixed = [len(same) for same in groups]
-    shares = _Shares(flows, on, demand)
+    shares = _Shares(flows, rising, on, demand)
     g = 0
     while rising:
         while not unfixed[g]:
@@ -372,6 +402,13 @@ def _fill(flows: list[Flow], on: dict[Calendar, list[Flow]], demand: dict[Calend
                         break
             crossed.append(flow.links)
         shares.fixed(level, Counter(chain.from_iterable(crossed)))
+
+
+def _rate(flow: Flow) -> Ratio:
+    """`flow`'s rate (B/s): its cap until a solve sets another."""
+    if flow.rate is not None:
+        return flow.rate
+    return flow.cap or Ratio(flow.nbytes * PS_PER_S, flow.solo_ps)
 
 
 def _by_cap(flows: list[Flow]) -> list[list[Flow]]:
@@ -401,19 +438,23 @@ class _Shares:
 
     __slots__ = ("count", "debits", "heap", "room")
 
-    def __init__(self, flows: list[Flow], on: dict[Calendar, list[Flow]],
-                 demand: dict[Calendar, int]):
+    def __init__(self, flows: list[Flow], filling: dict[Flow, int],
+                 on: dict[Calendar, list[Flow]], demand: dict[Calendar, int]):
         self.room: dict[Calendar, Ratio | int] = {}
         self.count: dict[Calendar, int] = {}
         self.debits: dict[Calendar, list[tuple[Ratio, int]]] = {}
         self.heap: list[tuple[float, int, Calendar]] = []
-        for cal in dict.fromkeys(chain.from_iterable([flow.links for flow in flows])):
-            bandwidth = cal.bandwidth
+        for cal, n in Counter(chain.from_iterable([flow.links for flow in flows])).items():
+            room = bandwidth = cal.bandwidth
             if demand[cal] <= bandwidth:
                 continue  # it cannot fill
-            n = len(on[cal])
-            self.room[cal], self.count[cal] = bandwidth, n
-            self.heap.append((approx(bandwidth, n), len(self.heap), cal))
+            there = on[cal]
+            if n < len(there):  # flows kept at their rates, not filled: theirs is taken
+                for flow in there:
+                    if flow not in filling:
+                        room = room - _rate(flow)
+            self.room[cal], self.count[cal] = room, n
+            self.heap.append((approx(room, n), len(self.heap), cal))
         heapify(self.heap)
 
     def lowest(self, first: Flow) -> tuple[Ratio, list[Calendar]]:

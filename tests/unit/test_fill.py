@@ -3,11 +3,14 @@ written plainly: every round scans every rising flow and resource."""
 
 from __future__ import annotations
 
+import math
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernbench_cli.hw.flows import Flow, _fill
-from kernbench_cli.hw.network import PS_PER_S
+from kernbench_cli.hw.flows import UNSOLVED, FairShare, Flow, _fill, _rate
+from kernbench_cli.hw.network import PS_PER_S, Calendar
+from kernbench_cli.hw.process import Clock
 from kernbench_cli.hw.ratio import Ratio, approx, ratio
 
 
@@ -116,3 +119,71 @@ def test_fill_on_a_mesh_of_equal_links_gives_the_plain_rules_rates(rng, n, links
     plain_fill(plain)
     for a, b in zip(fast, plain, strict=True):
         assert (a.rate, a.slowest, a.limit, a.speed) == (b.rate, b.slowest, b.limit, b.speed)
+
+
+class _EveryFlow(FairShare):
+    """The solver solving again every flow a change reaches, none kept at its rate."""
+
+    def _component(self, links, floor):
+        return super()._component(links, -math.inf)
+
+
+def _drive(share: FairShare, clock: Clock, groups, resources) -> list[Flow]:
+    """Start and end flows in `groups` (one instant each, some with other events waiting
+    at it, so their changes are solved once, after them); every flow, in order started."""
+    made: list[Flow] = []
+    active: list[Flow] = []
+    for t, (lockstep, ops) in enumerate(groups, start=1):
+        clock.now = t * 1000
+        if lockstep:
+            clock.wake(clock.now, 0, lambda _: None)
+        for op, nbytes, solo, links in ops:
+            ended = [f for f in active if f.end != UNSOLVED]  # (one waiting: no end yet)
+            if op == "end" and ended:
+                flow = ended[nbytes % len(ended)]
+                active.remove(flow)
+                share.finish(flow, clock.now)
+            elif op == "start":  # its cap at most its path's bandwidth, as a transfer's
+                path = tuple(resources[i] for i in links)
+                least = -(-nbytes * PS_PER_S // min(cal.bandwidth for cal in path))
+                flow = share.start(clock.now, nbytes, path, max(solo, least), 0)
+                made.append(flow)
+                active.append(flow)
+        clock.run()
+        live = [_copy(f) for f in active]
+        plain_fill(live)
+        for flow, alone in zip(active, live, strict=True):
+            assert _rate(flow) == alone.rate  # the max-min rates of the flows active now
+    return made
+
+
+def _copy(flow: Flow) -> Flow:
+    twin = Flow(flow.id, 0, flow.nbytes, flow.links, flow.solo_ps, 0)
+    twin.cap = twin.rate = twin.slowest = Ratio(flow.nbytes * PS_PER_S, flow.solo_ps)
+    return twin
+
+
+_OPS = st.tuples(st.sampled_from(["start", "start", "end"]),
+                 st.sampled_from([64, 4096, 65536, 3 * 4096]),
+                 st.sampled_from([1_024_000, 1_365_333, 2_048_000, 64, 4096]),
+                 st.lists(st.integers(0, 7), min_size=1, max_size=4, unique=True))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.lists(_OPS, min_size=1, max_size=5)),
+                min_size=1, max_size=30))
+def test_a_solve_that_keeps_the_flows_below_its_floor_gives_every_flow_what_all_would(
+        groups):
+    """Flows starting and ending, one at an instant or several at once: each solve re-fills
+    only the flows at or above its floor (`FairShare.floor`), and every flow's rate, the
+    resource that held it, its bytes left and its end come out as a solve of every flow
+    gives, and the rates are the max-min ones of the flows active then."""
+    bandwidths = [64 * 10**9] * 6 + [100 * 10**9, 16 * 10**9]
+    got, want = [], []
+    for solver, out in ((FairShare, got), (_EveryFlow, want)):
+        clock = Clock()
+        resources = [Calendar("noc", f"link {i}", b, 0) for i, b in enumerate(bandwidths)]
+        for flow in _drive(solver(clock), clock, groups, resources):
+            out.append((_rate(flow), flow.slowest or _rate(flow),  # None: at its cap
+                        flow.limit and flow.limit.name, flow.left, flow.end, flow.since))
+    assert got == want
