@@ -917,47 +917,89 @@ def _macs(lay: Layout) -> int:
 def bounds(topology, p):
     """The step as run cannot be faster than its busiest PE reading its weights and KV
     cache once from its own HBM slice at the slice's stream rate (weight-stationary: no
-    other PE reads them for it), nor than the PE whose array has the most projection
-    GEMMs to run (QKV, O and the MLP of each layer it holds, for each pass: each decode
-    step's micro-batches and each prefill pass run), each GEMM untiled (a composite's
-    tiles only add folds and fills) at the 16-bit rate the array runs them at (a narrow
-    weight is dequantised first); attention and the LM head left out."""
+    other PE reads them for it; a load waits for no other stage, so these do not add
+    up along the pipeline), nor than its projection GEMMs (QKV, O and the MLP of each
+    layer a PE holds, for each pass: each decode step's micro-batches and each prefill
+    pass run), each GEMM untiled (a composite's tiles only add folds and fills) at the
+    16-bit rate the array runs them at (a narrow weight is dequantised first);
+    attention and the LM head left out. The GEMMs add up along the pipeline
+    (`_pipeline_cycles`)."""
     from kernbench_cli.lang import bounds as lb
 
     lay = Layout(topology, run_of(topology, _asrun_of(p)))
     pes = range(topology.num_pes)
     read = [lay.read(pid) for pid in pes]
     worst = max(pes, key=lambda pid: (read[pid], -pid))
-    cycles = [_projection_cycles(topology, lay, pid) for pid in pes]
-    busiest = max(pes, key=lambda pid: (cycles[pid], -pid))
+    cycles, how = _pipeline_cycles(topology, lay)
     return {"memory": (lb.hbm_ps(topology, read[worst]),
                        f"PE {worst}'s weights and KV cache, {read[worst]:,} B, at its HBM "
                        "slice's stream bandwidth"),
-            "gemm": (lb.gemm_ps(topology, cycles[busiest]),
-                     f"PE {busiest}'s projection GEMMs, {cycles[busiest]:,} cycles untiled on "
-                     f"a {lb.gemm_how(topology, 2)}")}
+            "gemm": (lb.gemm_ps(topology, cycles),
+                     f"{how}, {cycles:,} cycles untiled on a {lb.gemm_how(topology, 2)}")}
 
 
-def _projection_cycles(topology, lay, pid) -> int:
-    """Array cycles of PE `pid`'s projection GEMMs in the step as run, each untiled."""
+def _pipeline_cycles(topology, lay) -> tuple[int, str]:
+    """Array cycles the step's projection GEMMs take at least, and what they are.
+
+    Each pass (a decode micro-batch or step, a prefill pass) goes through the stages in
+    order, and a stage's GEMMs of a pass need the pass's hidden state from the stage
+    before, which needs every PE of that stage (its all-reduces): a pass spends at least
+    its busiest PE's GEMMs on each stage, one stage after another. A PE's array runs one
+    GEMM at a time. So for any stage s, the step takes at least: the least any pass
+    takes to reach s, then every pass's GEMMs on s's busiest PE, then the least any pass
+    takes from s to the end (a flow shop's bound; with one stage, the busiest PE's
+    GEMMs)."""
+    run = lay.run
+    rows = [run.rows] * (run.microbatches * run.steps) + \
+        [run.batch * t for _, t in run.timed_chunks]
+    gemms: dict[tuple, int] = {}  # PEs with the same parts run the same GEMMs
+    per = [_pass_cycles(topology, lay, pid, rows, gemms) for pid in range(len(lay.plans))]
+    # per stage, each pass's cycles on the stage's busiest PE for it
+    through = [[max(per[pid][i] for pid in stage) for i in range(len(rows))]
+               for stage in lay.stages]
+    before, after = [0] * len(rows), [sum(col) for col in zip(*through, strict=True)]
+    total = -1
+    for k, stage in enumerate(lay.stages):
+        after = [t - here for t, here in zip(after, through[k], strict=True)]
+        pid = max(stage, key=lambda pid: (sum(per[pid]), -pid))
+        if min(before) + sum(per[pid]) + min(after) > total:
+            total, at, busiest = min(before) + sum(per[pid]) + min(after), k, pid
+        before = [t + here for t, here in zip(before, through[k], strict=True)]
+    if len(lay.stages) == 1:
+        return total, f"PE {busiest}'s projection GEMMs"
+    if len(rows) == 1:
+        return total, (f"{len(lay.stages)} pipeline stages one after another (each takes "
+                       "the stage before's output), on each its busiest PE's projection "
+                       "GEMMs")
+    return total, (f"the projection GEMMs of {len(rows)} passes through {len(lay.stages)} "
+                   f"pipeline stages, each in order: every pass's on stage {at}'s busiest PE "
+                   f"({busiest}), and the least any pass takes on the busiest PEs of the "
+                   "stages before and after it")
+
+
+def _pass_cycles(topology, lay, pid, passes, gemms: dict) -> list[int]:
+    """Array cycles of PE `pid`'s projection GEMMs in each pass (of `passes`' rows)
+    through its layers, each GEMM untiled (`gemms`: those worked out, by shape)."""
     from kernbench_cli.lang.bounds import gemm_cycles_of
 
-    run, plan, hidden = lay.run, lay.plans[pid], lay.run.cfg.hidden
-    passes = [run.rows] * (run.microbatches * run.steps) + \
-        [run.batch * t for _, t in run.timed_chunks]
+    def gemm(m: int, k: int, n: int) -> int:
+        if (m, k, n) not in gemms:
+            gemms[m, k, n] = gemm_cycles_of(topology, m, k, n, 2)
+        return gemms[m, k, n]
+
+    plan, hidden = lay.plans[pid], lay.run.cfg.hidden
     _r0, rn = plan["o"]
     _f0, fn = plan["mlp"]
-    per_layer = 0
+    out = []
     for rows in passes:
         _e0, n, c0, c1 = plan["qkv"][rows]
-        if n:
-            per_layer += gemm_cycles_of(topology, rows, hidden, c1 - c0, 2)
+        per_layer = gemm(rows, hidden, c1 - c0) if n else 0
         if rn:
-            per_layer += gemm_cycles_of(topology, rows, rn, hidden, 2)
+            per_layer += gemm(rows, rn, hidden)
         if fn:
-            per_layer += 2 * gemm_cycles_of(topology, rows, hidden, fn, 2) + \
-                gemm_cycles_of(topology, rows, fn, hidden, 2)
-    return per_layer * len(plan["layers"])
+            per_layer += 2 * gemm(rows, hidden, fn) + gemm(rows, fn, hidden)
+        out.append(per_layer * len(plan["layers"]))
+    return out
 
 
 def resolved(topology, p):

@@ -77,6 +77,47 @@ def test_gqa_attention_bounds_are_the_stated_formulas():
     assert found.lower_bound == "merge"
 
 
+def _pass_cycles(params: dict, rows: int) -> list[list[int]]:
+    """Per pipeline stage, each PE's projection GEMMs in a pass of `rows` rows (default:
+    a 16x16 os array), from the shares of the work the layout gives it."""
+    from kernbench_cli.address import load_address_map
+    from kernbench_cli.models.decoder import Layout, run_of
+    from kernbench_cli.sim.kernels import load_kernel, parse_params
+
+    topology = load_address_map("default").topology
+    p = parse_params(load_kernel("llama_decode"), [f"{k}={v}" for k, v in params.items()],
+                     topology.num_pes)
+    lay = Layout(topology, run_of(topology, p))
+    hidden = lay.run.cfg.hidden
+
+    def of(plan) -> int:
+        _, n, c0, c1 = plan["qkv"][rows]
+        (_, o), (_, f) = plan["o"], plan["mlp"]
+        layer = (os_cycles(rows, hidden, c1 - c0) if n else 0) + \
+            (os_cycles(rows, o, hidden) if o else 0) + \
+            (2 * os_cycles(rows, hidden, f) + os_cycles(rows, f, hidden) if f else 0)
+        return layer * len(plan["layers"])
+
+    return [[of(lay.plans[pid]) for pid in stage] for stage in lay.stages]
+
+
+@pytest.mark.parametrize(("pp", "microbatches"), [(1, 1), (2, 1), (4, 1), (2, 2), (4, 2)])
+def test_llama_decode_gemm_bound_adds_up_along_the_pipeline(pp, microbatches):
+    """A pass's GEMMs on a stage need the stage before's output: the gemm bound of `m`
+    equal micro-batches through `pp` stages is a flow shop's, the sum of each stage's
+    busiest PE for one pass plus m - 1 more on the busiest stage. Before, it was the
+    busiest PE's alone, a stage's share of a step whose stages run one after another."""
+    params = {"config": str(TESTS / "configs" / "tiny_10_layers.json"), "layers": 4,
+              "batch": 2, "pp": pp, "microbatches": microbatches}
+    stages = [max(pes) for pes in _pass_cycles(params, 2 // microbatches)]
+    cycles = sum(stages) + (microbatches - 1) * max(stages)
+    found = kb.bounds("llama_decode", params=params)
+    assert found.bounds_ps["gemm"] == cycles * 1000
+    assert (pp == 1) == found.bounds_how["gemm"].startswith("PE ")
+    result = kb.run("llama_decode", params=params, timing_only=True)
+    assert result.latency_ps >= found.bounds_ps["gemm"]
+
+
 def test_ring_all_reduce_bounds_are_alpha_beta_on_a_pes_dma():
     """memory: the buffer read and written (2N) at the stream rate; collective: one DMA
     setup, then 2N at the stream rate, and the ring's 2N - 2 parts out at a NoC link's rate
