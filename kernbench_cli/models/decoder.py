@@ -457,7 +457,8 @@ class Layout:
                for n in {run.rows, b}}
         take = self.gathered(k)  # its parts of the hidden state handed on (or the prompt)
         give = {} if last else self.gathered(k + 1)  # the next stage's
-        windows = {cfg.window(i) for i in range(first, first + count)}
+        layers = tuple((i, cfg.window(i)) for i in range(first, first + count))
+        windows = {window for _, window in layers}
         for h in range(cfg.kv_heads):
             members = stage[h * size:(h + 1) * size]
             qkv_algo = gather_algo(grid, members, run.algo)
@@ -468,9 +469,9 @@ class Layout:
             for window in windows:
                 lo = max(0, run.positions - window) if window else 0
                 seqs[window] = (lo, coll.layout(grid, run.positions - lo, members))
-            for pid in members:
+            for at, pid in enumerate(members, h * size):
                 self.stage_of[pid] = k
-                prev, after, wrap = self._peers(k, stage.index(pid))
+                prev, after, wrap = self._peers(k, at)
                 qkv = {}  # per pass's rows: (its part of the gather, the columns it covers)
                 for rows, parts in qkv_parts.items():
                     e0, n = parts[pid]
@@ -487,7 +488,7 @@ class Layout:
                     "take": {rows: parts[pid] for rows, parts in take.items()},
                     "give": {rows: parts[after] for rows, parts in give.items()},
                     "seq": {w: (lo, *seq[pid]) for w, (lo, seq) in seqs.items()},
-                    "layers": [(i, cfg.window(i)) for i in range(first, first + count)]}
+                    "layers": layers}
                 extra = []
                 if last:
                     vn = plan["lm"][1]

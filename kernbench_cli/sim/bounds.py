@@ -63,7 +63,8 @@ def stated_for(kernel: KernelModule, amap, params: dict[str, Any]
     with files_read(kernel, params) as digests:
         if declares(kernel):  # one that declares none is refused by `stated`, setup or not
             with contextlib.redirect_stdout(sys.stderr), confined():
-                hooks.setup(kernel, Host(System(amap), Memory(backed=False), 0, True), params)
+                hooks.setup(kernel, Host(System(amap), Memory(backed=False), 0, True,
+                                                 bounds_only=True), params)
         found = stated(kernel, amap.topology, params)
     return found, digests
 

@@ -106,15 +106,22 @@ class Inputs(dict):
 
 
 class Host:
-    """Allocation and data placement for one launch."""
+    """Allocation and data placement for one launch.
 
-    def __init__(self, system: System, memory: Memory, seed: int, timing_only: bool):
+    `timing_only`: no values (inputs are shapes, placements hold zeros). `bounds_only`: a
+    setup made only to refuse what a run would refuse before its bounds are stated
+    (`sim.bounds.stated_for`: nothing will run and its arguments are not used), so a
+    setup may return once nothing it does after can be refused."""
+
+    def __init__(self, system: System, memory: Memory, seed: int, timing_only: bool,
+                 bounds_only: bool = False):
         self.system = system
         self.memory = memory
         self.topology = system.topology
         self.grid: list[PeCoord] = system.coords
         self.num_pes = len(self.grid)
-        self.timing_only = timing_only
+        self.timing_only = timing_only or bounds_only
+        self.bounds_only = bounds_only
         self.rng = np.random.default_rng(seed)
         self.inputs: Inputs = Inputs()
         grid = self.grid

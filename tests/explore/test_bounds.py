@@ -445,6 +445,49 @@ def test_bounds_refuse_what_the_setup_refuses(cli, kernel, params, message):
         kb.bounds(kernel, set=sets[1:], params=dict(p.split("=") for p in params))
 
 
+def test_bounds_only_refuses_what_the_placements_refuse_and_makes_none(monkeypatch):
+    """`llama_decode`'s setup stops before it places each PE's layers when nothing will run
+    (`Host.bounds_only`): the first answer of llama3-70b on `rack` took 15 s at `pp=2`,
+    most of it 2,965,504 placements. Around the edge of what fits, it refuses exactly
+    the configurations a run's setup (every placement made) refuses."""
+    from kernbench_cli.address import load_address_map
+    from kernbench_cli.hw.system import System
+    from kernbench_cli.lang.memory import Memory
+    from kernbench_cli.sim import hooks
+    from kernbench_cli.sim.host import Host
+    from kernbench_cli.sim.kernels import load_kernel, parse_params
+
+    kernel, sets = load_kernel("llama_decode"), ["hbm.slice_size=256KiB"]
+    amap = load_address_map("default", None, sets)
+
+    def run_refuses(items: list[str]) -> bool:
+        host = Host(System(amap), Memory(backed=False), 0, True)
+        try:
+            hooks.setup(kernel, host, parse_params(kernel, items, amap.topology.num_pes))
+        except kb.ParamError:
+            return True
+        assert host.placements > 0
+        return False
+
+    placed = []
+    seen = set()
+    for batch, prompt, context in [(b, p, c) for b in (1, 2, 3) for p in (0, 8)
+                                   for c in range(400, 1200, 50)]:
+        items = [f"batch={batch}", f"prompt={prompt}", "chunk=4", f"context={context}"]
+        refused = run_refuses(items)
+        monkeypatch.setattr(Host, "reserve", lambda self, *a, **k: placed.append(a))
+        try:
+            kb.bounds("llama_decode", set=sets, params=dict(i.split("=") for i in items))
+        except kb.ParamError:
+            seen.add(refused)
+            assert refused, items
+        else:
+            seen.add(refused)
+            assert not refused, items
+        monkeypatch.undo()
+    assert seen == {True, False} and placed == []
+
+
 def test_a_bounds_only_sweep_point_the_setup_refuses_says_so(cli):
     code, out, err = cli("sweep", "rmsnorm", "-p", "rows=16,100000000", "--bounds-only",
                          "--json")
