@@ -964,8 +964,9 @@ def _pipeline_cycles(topology, lay) -> tuple[int, str]:
     for k, stage in enumerate(lay.stages):
         after = [t - here for t, here in zip(after, through[k], strict=True)]
         pid = max(stage, key=lambda pid: (sum(per[pid]), -pid))
-        if min(before) + sum(per[pid]) + min(after) > total:
-            total, at, busiest = min(before) + sum(per[pid]) + min(after), k, pid
+        bound = min(before) + sum(per[pid]) + min(after)
+        if bound > total:
+            total, at, busiest = bound, k, pid
         before = [t + here for t, here in zip(before, through[k], strict=True)]
     if len(lay.stages) == 1:
         return total, f"PE {busiest}'s projection GEMMs"
