@@ -10,7 +10,7 @@ A step that moves m bytes between two PEs costs ``alpha + m * beta``:
   is less), and out of the receiver's slot into TCM (the NoC link rate), each of the three
   transfers of a piece (a message: half an IPCQ ring) with the DMA's setup.
 
-Per algorithm, with n ranks, a buffer of N bytes, m = N / n, p = a piece:
+Per algorithm, with n ranks, a buffer of N bytes, m = N / n, p = a piece or N if less:
 
     ring       reduce_scatter, all_gather: (n-1)(alpha + m beta); all_reduce: twice that
     direct     (n-1) half-duplex exchanges of m each way: 2(n-1)(alpha + m beta) a phase
@@ -57,7 +57,9 @@ def seconds(topology, call: str, algo: str, group: list[int], nbytes: int,
     if n == 1:
         return 0.0
     coords = pe_coords(topology)
-    piece = max(1, topology.pe.ipcq.slots // 2) * topology.pe.ipcq.slot_size
+    # the message the pipelined broadcast and reduce send: a piece, or the whole buffer
+    # when it is smaller (`Group.pieces` never sends more than there is)
+    piece = min(nbytes, max(1, topology.pe.ipcq.slots // 2) * topology.pe.ipcq.slot_size)
 
     def ab(pairs) -> tuple[float, float]:
         costs = [_pair(topology, network, coords[a], coords[b]) for a, b in pairs]

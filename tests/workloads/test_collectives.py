@@ -105,6 +105,12 @@ def test_alpha_beta_of_a_ring_of_two_is_the_stated_formula(amap):
     want = 2 * (n - 1) * (alpha + nbytes / n * beta)
     assert seconds(topo, "all_reduce", "ring", [0, 1], nbytes) == pytest.approx(want, rel=1e-12)
     assert busbw_gbps("all_reduce", n, nbytes, want) == pytest.approx(nbytes / want / 1e9)
+    # a pipelined broadcast sends pieces of the one-slot ring's 4 KiB, or the whole
+    # buffer when it is smaller: (n-1)(alpha + p beta) + N beta, p = min(piece, N)
+    for nbytes, piece in ((4, 4), (4096, 4096), (1 << 20, 4096)):
+        want = (n - 1) * (alpha + piece * beta) + nbytes * beta
+        for call in ("broadcast", "reduce"):
+            assert seconds(topo, call, "ring", [0, 1], nbytes) == pytest.approx(want, rel=1e-12)
 
 
 def _dma_bytes(result) -> dict[int, Counter]:
