@@ -158,11 +158,14 @@ def shown_name(metric: str) -> str:
 
 
 def settings(run: dict[str, Any], axes: dict[str, Any] | None = None) -> dict[str, str]:
-    """What a run was run with, each as text: kernel, topology, cost table, seed, timing
-    only, then a sweep point's axes as given, or else each parameter (a file the kernel
-    read with its digest: an edited config.json differs) and `--set` item."""
+    """What a run was run with, each as text: kernel, topology, cost table, the digests of
+    the two as resolved, seed, timing only, then a sweep point's axes as given, or else
+    each parameter (a file the kernel read with its digest: an edited config.json
+    differs) and `--set` item."""
     out = {key: str(run.get(key)) for key in ("kernel", "topology", "costs", "seed",
                                               "timing_only")}
+    out.update((f"{key} {DIGEST}", str(run[f"{key}_digest"])) for key in ("topology", "costs")
+               if run.get(f"{key}_digest"))
     digests = run.get("file_digests") if isinstance(run.get("file_digests"), dict) else {}
     if axes is not None:
         out.update((str(k), param_text(k, v, digests)) for k, v in axes.items())
@@ -178,13 +181,31 @@ def changed(labels: list[str], every: list[dict[str, str]]) -> list[dict[str, st
     """Per run, the settings that differ between the runs ("not set" where a run left a key
     as its topology has it); where none differ, the run's label (its file) under "run"."""
     keys = list(dict.fromkeys(key for one in every for key in one))
-    differ = [key for key in keys if len({one.get(key, NOT_SET) for one in every}) > 1]
+    differ = [key for key in keys if len({one.get(key, NOT_SET) for one in every}) > 1
+              and not _explained(key, keys, every)]
     if not differ:
         return [{"run": label} for label in labels]
     return [{key: one.get(key, NOT_SET) for key in differ} for one in every]
 
 
 NOT_SET = "not set"
+DIGEST = "digest"
+
+
+def _explained(key: str, keys: list[str], every: list[dict[str, str]]) -> bool:
+    """A topology's or cost table's digest is shown only where it is news: where two runs
+    of the same name and the same `--set` items (dotted keys) resolved differently (an
+    edited file; a file of a shipped topology's name). Otherwise the name or the items
+    that differ say it."""
+    if not key.endswith(f" {DIGEST}"):
+        return False
+    given = [k for k in keys if k in ("topology", "costs") or "." in k]
+    seen: dict[tuple, str] = {}
+    for one in every:
+        if seen.setdefault(tuple(one.get(k, NOT_SET) for k in given),
+                           one.get(key, NOT_SET)) != one.get(key, NOT_SET):
+            return False
+    return True
 
 
 def _cell(name: str, value: Any) -> str:

@@ -182,3 +182,34 @@ def test_a_sweep_rows_file_axis_shows_its_digest():
     every = [settings(row, {"config": "m.json", "batch": 4}) for row in rows]
     assert changed(["a", "b"], every) == [{"config": "m.json #0123abcd"},
                                           {"config": "m.json #4567ef01"}]
+
+
+def test_runs_of_an_edited_topology_or_cost_table_of_the_same_name_differ_by_digest(cli,
+                                                                                  tmp_path):
+    """A topology file of the shipped one's name with another HBM bandwidth, and a cost
+    table of the shipped one's name with another issue cost, were shown as the same
+    settings: their names agree, so only the digests of what the runs resolved can say."""
+    from tests.conftest import ROOT
+
+    shipped = (ROOT / "topologies" / "default.toml").read_text()
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "default.toml").write_text(shipped.replace('"102.4GB/s"', '"25.6GB/s"'))
+    a = _run(cli, tmp_path / "a.json")
+    b = _run(cli, tmp_path / "b.json", "-t", str(tmp_path / "t" / "default.toml"))
+    c = _run(cli, tmp_path / "c.json", "--set", "hbm.bandwidth=25.6GB/s")
+    assert (a["topology"], b["topology"]) == ("default", "default")
+    assert b["topology_digest"] == c["topology_digest"] != a["topology_digest"]
+    files = [str(tmp_path / f"{x}.json") for x in "abc"]
+    code, out, _ = cli("compare", *files[:2], "--json")
+    assert code == 0 and json.loads(out)["changed"] == [
+        {"topology digest": a["topology_digest"]}, {"topology digest": b["topology_digest"]}]
+    # where a --set item says why the digests differ, it alone is shown; b and c resolve
+    # alike under different settings, so the digest is news again
+    code, out, _ = cli("compare", files[0], files[2], "--json")
+    assert json.loads(out)["changed"] == [{"hbm.bandwidth": "not set"},
+                                          {"hbm.bandwidth": "25.6GB/s"}]
+    code, out, _ = cli("compare", *files, "--json")
+    assert json.loads(out)["changed"] == [
+        {"topology digest": a["topology_digest"], "hbm.bandwidth": "not set"},
+        {"topology digest": b["topology_digest"], "hbm.bandwidth": "not set"},
+        {"topology digest": c["topology_digest"], "hbm.bandwidth": "25.6GB/s"}]
