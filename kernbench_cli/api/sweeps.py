@@ -440,7 +440,7 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
                                 resume=resume, bounds_only=bounds_only),
                            dict(on_start=on_start, on_row=on_row))
     loaded = check_options(kernel, topology, costs, replay, out, resume, jobs, dask, params=params)
-    from kernbench_cli.explore.sweep import Results, Spec, numbered, prune_limit
+    from kernbench_cli.explore.sweep import Results, Spec, fingerprint, numbered, prune_limit
 
     todo = _checked(loaded, sweep_points(set, params, zip, pair), replay)
     spec = Spec(str(kernel), str(topology) if topology is not None else None,
@@ -451,7 +451,9 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
     module = _bounded(loaded, replay, bounds_only, limit is not None, out, resume)
     if bounds_only:
         return _bounds_only(spec, module, todo, axis_keys, on_start, on_row)
-    results = Results(out, axis_keys, _identity(spec, loaded, todo) if out is not None else "")
+    spec.read = tuple(_param_files(loaded, [item for point in todo for item in point.params]))
+    spec.begun = fingerprint(spec)
+    results = Results(out, axis_keys, spec.begun if out is not None else "")
     if resume:
         results.load({p.key: p.index for p in todo})
     rows = {p.index: numbered({**results.done[p.key], "point": p.index})
@@ -577,41 +579,24 @@ def _run_points(spec, todo: list, left: list, record_once: bool, jobs: int | Non
     all of them when only cost-table keys vary in a timing-only sweep."""
     import tempfile
 
-    from kernbench_cli.explore.sweep import cost_only, record, run_dask, run_local
+    from kernbench_cli.explore import sweep as sw
 
     scratch = None
     try:
         if spec.trace is None and spec.timing_only and record_once and left and \
-                cost_only(todo):
+                sw.cost_only(todo):
             scratch = tempfile.TemporaryDirectory(prefix="kernbench-sweep-")
             trace = Path(scratch.name) / "sweep.kbtrace"
-            record(spec, todo[0], trace)
-            spec.trace = str(trace)
+            sw.record(spec, todo[0], trace)
+            spec.trace, spec.recorded = str(trace), True
+            if spec.begun and sw.fingerprint(spec) != spec.begun:
+                raise KernbenchError(f"the recording every point replays: {sw.CHANGED}")
         if on_start is not None:
             on_start(len(left))
         if left and dask:
-            run_dask(dask, spec, left, on_row)
+            sw.run_dask(dask, spec, left, on_row)
         elif left:
-            run_local(spec, left, jobs or os.cpu_count() or 1, on_row)
+            sw.run_local(spec, left, jobs or os.cpu_count() or 1, on_row)
     finally:
         if scratch is not None:
             scratch.cleanup()
-
-
-def _identity(spec, module, todo: list) -> str:
-    """The sweep's identity (`explore.sweep.identity`), its kernel (`module`) and
-    configuration checked, with the files the points' parameters name (a model's config)."""
-    from kernbench_cli.address import load_address_map
-    from kernbench_cli.explore.sweep import identity
-
-    read = _param_files(module, [item for point in todo for item in point.params])
-    costs = Path(spec.costs) if spec.costs else None
-    if spec.trace is None:
-        amap = load_address_map(spec.topology, costs)
-    else:
-        from kernbench_cli.sim.run import replay_address_map
-        from kernbench_cli.sim.trace_file import read_trace
-
-        amap = replay_address_map(read_trace(Path(spec.trace)), spec.trace, spec.topology,
-                                  costs)
-    return identity(spec, module.path, amap, read)

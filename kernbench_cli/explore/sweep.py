@@ -68,6 +68,12 @@ class Spec:
     seed: int = 0
     timing_only: bool = False
     trace: str | None = None  # replay this recording at every point instead of running
+    #: the files the points' parameters name (a model's config)
+    read: tuple[str, ...] = ()
+    #: `fingerprint` of the files the points read, as the sweep began: each point checks,
+    #: once it has run, that they are still those ("": not checked)
+    begun: str = ""
+    recorded: bool = False  # `trace` is the sweep's own recording of its points
 
 
 def axis_number(text: str) -> tuple[int | float | None, str | None]:
@@ -245,16 +251,54 @@ def _units(axes: list[list[str]], pairs: Sequence[Sequence[str]]) -> list[list[i
             if n not in grouped or grouped[n][0] == n]
 
 
+#: A point's error when a file the sweep began with changed before the point had run
+CHANGED = ("the kernel, topology, cost table, recording or a parameter's file changed after "
+           "the sweep began; restore it and --resume runs this point again")
+
+
 def run_point(spec: Spec, point: Point) -> dict[str, Any]:
-    """The row of one point: its run's `--json` object, or the error that stopped it."""
+    """The row of one point: its run's `--json` object, or the error that stopped it; an
+    error (`CHANGED`) if the files the sweep began with are no longer those once it ran."""
+    row: dict[str, Any] = {"point": point.index, "axes": point.axes}
+    row = _replay_point(spec, point, row) if spec.trace is not None else _run(spec, point, row)
+    if spec.begun and _fingerprint_now(spec) != spec.begun:
+        return {**row, "error": CHANGED, "result": None}
+    return row
+
+
+def fingerprint(spec: Spec) -> str:
+    """`identity` of the files `spec`'s points read, as they are now (the sweep's own
+    recording stands for the kernel and configuration it recorded)."""
+    from kernbench_cli.address import load_address_map
+    from kernbench_cli.sim.kernels import kernel_file
+
+    given = Spec(spec.kernel, spec.topology, spec.costs, spec.seed, spec.timing_only,
+                 None if spec.recorded else spec.trace)
+    costs = Path(spec.costs) if spec.costs else None
+    if given.trace is None:
+        amap = load_address_map(given.topology, costs)
+    else:
+        from kernbench_cli.sim.run import replay_address_map
+        from kernbench_cli.sim.trace_file import read_trace
+
+        amap = replay_address_map(read_trace(Path(given.trace)), given.trace, given.topology,
+                                  costs)
+    return identity(given, kernel_file(given.kernel)[0], amap, spec.read)
+
+
+def _fingerprint_now(spec: Spec) -> str | None:
+    try:
+        return fingerprint(spec)
+    except (KernbenchError, OSError, MemoryError):  # gone, or no longer loads
+        return None
+
+
+def _run(spec: Spec, point: Point, row: dict[str, Any]) -> dict[str, Any]:
     from kernbench_cli.address import load_address_map
     from kernbench_cli.report.run import to_json
     from kernbench_cli.sim.kernels import load_kernel, parse_params
     from kernbench_cli.sim.run import run_kernel
 
-    row: dict[str, Any] = {"point": point.index, "axes": point.axes}
-    if spec.trace is not None:
-        return _replay_point(spec, point, row)
     try:
         module = load_kernel(spec.kernel)
         amap = load_address_map(spec.topology, Path(spec.costs) if spec.costs else None,

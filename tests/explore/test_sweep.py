@@ -15,7 +15,7 @@ import pytest
 
 import kernbench_cli as kb
 from kernbench_cli.explore.sweep import Point, Spec, points, run_local, run_point, split_values
-from tests.conftest import TESTS, test_topology
+from tests.conftest import ROOT, TESTS, test_topology
 
 LOAD_DOT = str(TESTS / "kernels" / "load_dot.py")
 AXES = ("--set", "hbm.bandwidth=102.4GB/s,204.8GB/s", "--set", "costs.issue.load=4ns,10ns")
@@ -774,3 +774,40 @@ def test_a_sigkilled_sweep_leaves_no_worker_holding_its_pipes(tmp_path, kernbenc
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the sweep's session
         proc.wait()
+
+
+@pytest.mark.parametrize("edited", ["kernel", "topology"])
+def test_a_file_changed_during_a_sweep_fails_the_points_after_and_resume_runs_them(
+        tmp_path, edited):
+    """Each point reads the kernel and topology afresh: one edited once the first row was
+    in ran the later points on the new file under the sweep's first identity, and
+    --resume kept the mixture. A point now checks, once run, that the files are still
+    those the sweep began with; those that are not fail (`CHANGED`), and --resume with
+    the file restored runs them again, giving a fresh sweep's rows."""
+    from kernbench_cli.explore.sweep import CHANGED
+
+    kernel, topology = tmp_path / "k.py", tmp_path / "t.toml"
+    kernel.write_text(Path(LOAD_DOT).read_text())
+    topology.write_text((ROOT / "topologies" / "default.toml").read_text())
+    target = {"kernel": kernel, "topology": topology}[edited]
+    original = target.read_text()
+    new = {"kernel": original.replace("tl.dot(t, t, trans_b=True)",
+                                      "tl.dot(t, t, trans_b=True)\n        tl.cycles(1000)"),
+           "topology": original.replace('"102.4GB/s"', '"25.6GB/s"')}[edited]
+    assert new != original
+    sweep = functools.partial(kb.sweep, str(kernel), topology=str(topology), jobs=1,
+                              set={"pe.gemm.rows": [16, 8, 4]}, out=tmp_path / "r.jsonl")
+
+    def edit(row):
+        if row["point"] == 0:
+            target.write_text(new)
+
+    first = sweep(on_row=edit)
+    assert [p.error for p in first.points] == [None, CHANGED, CHANGED]
+    target.write_text(original)
+    again = sweep(resume=True)
+    fresh = kb.sweep(str(kernel), topology=str(topology), jobs=1,
+                     set={"pe.gemm.rows": [16, 8, 4]})
+    assert [p.error for p in again.points] == [None, None, None]
+    assert [p.result.latency_ps for p in again.points] == \
+        [p.result.latency_ps for p in fresh.points]
