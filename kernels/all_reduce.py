@@ -160,13 +160,16 @@ def outputs(host, args, p):
 
 def metrics(topology, p, run):
     """algbw and busbw as nccl-tests defines them, and the alpha-beta model's busbw
-    (kernbench_cli/lang/alpha_beta.py) for the same algorithm on the same links."""
+    (kernbench_cli/lang/alpha_beta.py) for the same algorithm on the same links; none for
+    a group of one, which moves nothing (its latency is 0: no bandwidth to state)."""
     class _Host:  # what _groups reads
         num_pes = topology.num_pes
 
     _Host.topology = topology
     group = _groups(_Host, p)[0]
     n, nbytes = len(group), p["bytes"]
+    if n == 1:
+        return {}
     seconds = run.latency_ps / 1e12
     model = alpha_beta.seconds(topology, p["collective"], p["algo"], group, nbytes, p["root"])
     busbw = alpha_beta.busbw_gbps(p["collective"], n, nbytes, seconds)
@@ -214,7 +217,7 @@ def bounds(topology, p):
     grid = coll.Grid(topology)
     copy, stream = lb.copy_bandwidth(topology), lb.stream_bandwidth(topology)
     dma = topology.pe.dma
-    memory, collective = (0, 1, 0), (0, 1, 0, 0, 0, 0)  # (ps, -pid, bytes…)
+    memory, collective = (0, 1, 0), (0, 1, 0, 0, 0, 0, 1)  # (ps, -pid, bytes…)
     for group in groups:
         ranks = coll.ranks(grid, group)
         own = {pid: n * item for pid, (_, n) in coll.layout(grid, count, group,
@@ -231,16 +234,16 @@ def bounds(topology, p):
             ps = (transfers * dma.setup + lb.link_ps(hbm, stream) + lb.link_ps(sent, rate)
                   + lb.link_ps(got, copy))
             memory = max(memory, (lb.link_ps(hbm, stream), -pid, hbm))
-            collective = max(collective, (ps, -pid, hbm, sent, got, rate))
-    _, pid, hbm, sent, got, rate = collective
+            collective = max(collective, (ps, -pid, hbm, sent, got, rate, transfers))
+    _, pid, hbm, sent, got, rate, transfers = collective
+    setup = f"{format_time_ps(dma.setup)} setup + " if dma.setup_overlap else \
+        f"{transfers:,} transfers x {format_time_ps(dma.setup)} setup + "
     how = f"{p['algo']} {p['collective']}" if p["algo"] == "ring" else \
         f"{p['collective']} by any algorithm"
     return {
         "memory": (memory[0], f"PE {-memory[1]}'s buffer read and written, {memory[2]:,} B, "
                               f"at {lb.stream_how(topology)}"),
-        "collective": (collective[0], f"alpha-beta on PE {-pid}'s DMA ({how}): "
-                                      f"{format_time_ps(dma.setup)} setup"
-                                      f"{'' if dma.setup_overlap else ' a transfer'} + "
+        "collective": (collective[0], f"alpha-beta on PE {-pid}'s DMA ({how}): {setup}"
                                       f"{hbm:,} B at the HBM stream rate + {sent:,} B sent "
                                       f"at {format_bandwidth(rate)} + {got:,} B received at "
                                       f"{format_bandwidth(copy)}"),

@@ -129,6 +129,16 @@ def test_ring_all_reduce_bounds_are_alpha_beta_on_a_pes_dma():
     assert found.bounds_ps["memory"] == ceil_ps(2 * nbytes, STREAM)
     assert found.bounds_ps["collective"] == (20_000 + ceil_ps(2 * nbytes, STREAM)
                                              + 2 * ceil_ps(moved, 64 * 10**9))
+    # a setup a transfer when setups do not overlap: the moved bytes out and in, each in
+    # 4 KiB slots (240 transfers), and the text says how many (it said "setup a transfer")
+    found = kb.bounds("all_reduce", params={"bytes": nbytes},
+                      set=["pe.dma.setup_overlap=false", "pe.dma.setup=300ns"])
+    transfers = 2 * -(-moved // 4096)
+    assert transfers == 240
+    assert found.bounds_ps["collective"] == (transfers * 300_000 + ceil_ps(2 * nbytes, STREAM)
+                                             + 2 * ceil_ps(moved, 64 * 10**9))
+    assert found.bounds_how["collective"].startswith(
+        "alpha-beta on PE 0's DMA (ring all_reduce): 240 transfers x 300ns setup + ")
 
 
 def test_any_algorithm_moves_the_buffer_out_and_in_once():
@@ -148,6 +158,10 @@ def test_a_group_of_one_states_no_bound(cli):
     code, out, _ = cli("run", "all_reduce", "-t", test_topology("one"), "-p", "group=cube",
                        "--bounds-only")
     assert code == 0 and "lower bound  none: the kernel's bounds() states no bound" in out
+    # nor a bandwidth: 4096 B in 0 ns was stated as algbw 0 GB/s "(4096 B / latency)"
+    result = kb.run("all_reduce", topology=test_topology("one"), timing_only=True,
+                    params={"group": "cube", "bytes": 4096})
+    assert result.latency_ps == 0 and dict(result.metrics) == {}
 
 
 # ------------------------------------------------------------------ no run is below one
