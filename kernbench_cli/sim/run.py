@@ -311,7 +311,9 @@ def _trace(kernel: KernelModule, system: System, params: dict[str, Any], seed: i
                  str(topo.source.resolve()) if topo.source else "",
                  memory.allocations(), program, topo.overrides,
                  str(costs.resolve()) if costs else "",
-                 slice_base=system.slice_bases, slice_bytes=system.amap.slice_bytes)
+                 slice_base=system.slice_bases, slice_bytes=system.amap.slice_bytes,
+                 digests={"topology": config_digest(topo),
+                          "costs": config_digest(topo.cost_table)})
 
 
 def _stated(kernel: KernelModule, topology, params: dict[str, Any], result: RunResult) -> None:
@@ -365,6 +367,7 @@ def replay_address_map(trace: Trace, source: str, topology: str | None = None,
     from kernbench_cli.address import load_address_map
 
     files: list[str] = []  # files named by the trace: their problems are the trace's
+    given_topology, given_costs = topology, costs
     if topology is None:
         topology = _recorded_topology(trace, source)
         files.append(topology)
@@ -379,7 +382,29 @@ def replay_address_map(trace: Trace, source: str, topology: str | None = None,
         amap = load_address_map(topology, costs, recorded)
     except KernbenchError as exc:
         raise _from_trace(exc, source, files) from None
+    if recorded_sets or not trace.sets:
+        _same_as_recorded(trace, source, amap, {"topology": given_topology is None,
+                                                "costs": given_costs is None})
     return load_address_map(topology, costs, [*recorded, *sets]) if sets else amap
+
+
+def _same_as_recorded(trace: Trace, source: str, amap: AddressMap,
+                      recorded: dict[str, bool]) -> None:
+    """TraceError unless the topology and cost table a replay takes from `trace` (those
+    `recorded` marks) resolve to the digests the run recorded: an edited file, or a
+    shipped topology standing in for a file gone, would time another machine under the
+    run's names."""
+    now = {"topology": config_digest(amap.topology),
+           "costs": config_digest(amap.topology.cost_table)}
+    for key, option in (("topology", "--topology"), ("costs", "--costs")):
+        was = trace.digests.get(key)
+        if recorded[key] and was is not None and now[key] != was:
+            name = trace.topology if key == "topology" else \
+                (trace.costs_file or amap.topology.cost_table.name)
+            what = "topology" if key == "topology" else "cost table"
+            raise TraceError(f"{source}: the run's {what} {name} is not the one it was "
+                             f"recorded on (#{was} then, #{now[key]} now: edited since, or "
+                             f"another of its name); give {option} to replay on it as it is")
 
 
 def _recorded_topology(trace: Trace, source: str) -> str:

@@ -103,6 +103,10 @@ class Trace:
     #: per parameter naming a file the kernel read, its digest (`fileio.file_digest`): a
     #: replay checks it is still the file (absent in traces before it)
     files: dict[str, str] = field(default_factory=dict)
+    #: the digests (`config_digest`) of the topology, as the run resolved it with its
+    #: `--set` items, and of its cost table: a replay on them checks they are still those
+    #: (absent in traces before it)
+    digests: dict[str, str] = field(default_factory=dict)
     #: the file it was read from, as given (messages name it); "" for a run's own trace
     source: str = field(default="", compare=False)
 
@@ -124,6 +128,8 @@ def write_trace(path: Path, trace: Trace, version: int = VERSION) -> None:
     }
     if trace.files:  # absent: the parameters named no file (older traces too)
         header["files"] = trace.files
+    if trace.digests:  # absent in older traces
+        header["digests"] = trace.digests
     if program.ring_capacity is not None:  # absent: the kernel read none (older traces too)
         header["ring_capacity"] = list(program.ring_capacity)
     if len(program.regions) > 1:  # named regions: a version-5 trace without them has none
@@ -265,15 +271,17 @@ def _trace(header: dict[str, Any], columns: memoryview) -> Trace:
                  _str(header.get("costs_file", ""), "costs_file"),
                  list(header["slice_base"]) if header["version"] == 6 else [],
                  header["slice_bytes"] if header["version"] == 6 else 0,
-                 _files(header.get("files", {})))
+                 _files(header.get("files", {})), _files(header.get("digests", {}), "digests"))
 
 
-def _files(files: Any) -> dict[str, str]:
-    """The header's "files": parameter -> digest, each a string."""
+def _files(files: Any, key: str = "files") -> dict[str, str]:
+    """The header's "files" (parameter -> digest) or "digests" (topology, costs ->
+    digest), each a string."""
     if not isinstance(files, dict) or not all(
             isinstance(v, str) and len(v) == 8 and all(c in "0123456789abcdef" for c in v)
-            for v in files.values()):
-        raise ValueError("files is not an object of digests (8 hex digits each)")
+            for v in files.values()) or (key == "digests" and not set(files) <= {
+                "topology", "costs"}):
+        raise ValueError(f"{key} is not an object of digests (8 hex digits each)")
     return dict(files)
 
 

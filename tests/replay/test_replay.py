@@ -334,6 +334,47 @@ def test_replay_keeps_the_runs_set_items_and_cost_table(cli, tmp_path):
                    "not there; give --costs\n")
 
 
+def test_a_replay_on_the_recorded_topology_or_costs_refuses_them_changed(cli, tmp_path):
+    """A trace keeps the digests of the topology and cost table its run resolved: replayed
+    on its own, an edited topology file, a shipped topology of its name standing in for
+    its file gone, or an edited cost table was timed silently under the run's names. Each
+    is refused, naming both digests; `--topology` or `--costs` replays on it as it is."""
+    from tests.conftest import ROOT
+
+    shipped = (ROOT / "topologies" / "default.toml").read_text()
+    topology, costs = tmp_path / "mine.toml", tmp_path / "costs.toml"
+    topology.write_text(shipped)
+    costs.write_text((COSTS / "slow_issue.toml").read_text())
+    trace = tmp_path / "t.trace"
+    code, out, _ = cli("run", "softmax", "-t", str(topology), "--costs", str(costs),
+                       "--timing-only", "--record", str(trace), "--json")
+    assert code == 0
+    ran = json.loads(out)
+    assert read_trace(trace).digests == {"topology": ran["topology_digest"],
+                                         "costs": ran["costs_digest"]}
+    topology.write_text(shipped.replace('"102.4GB/s"', '"25.6GB/s"'))
+    _, out, _ = cli("run", "softmax", "-t", str(topology), "--costs", str(costs),
+                    "--timing-only", "--json")
+    now = json.loads(out)["topology_digest"]
+    code, _, err = cli("replay", str(trace))
+    assert (code, err) == (2, f"error: {trace}: the run's topology default is not the one it "
+                              f"was recorded on (#{ran['topology_digest']} then, #{now} now: "
+                              "edited since, or another of its name); give --topology to "
+                              "replay on it as it is\n")
+    code, out, _ = cli("replay", str(trace), "-t", str(topology), "--json")
+    assert code == 0 and json.loads(out)["topology_digest"] == now
+    topology.unlink()  # the shipped default stands in: it is what the run used
+    code, out, _ = cli("replay", str(trace), "--json")
+    assert code == 0 and json.loads(out)["latency_ps"] == ran["latency_ps"]
+    costs.write_text((COSTS / "slow_issue.toml").read_text().replace("=", "= ", 1))
+    assert cli("replay", str(trace))[0] == 0  # the same values: the same digest
+    costs.write_text(costs.read_text().replace('"40ns"', '"41ns"'))
+    code, _, err = cli("replay", str(trace))
+    assert code == 2 and err.startswith(
+        f"error: {trace}: the run's cost table {costs.resolve()} is not the one it was "
+        f"recorded on (#{ran['costs_digest']} then, #")
+
+
 def _field(name: str, value):
     def edit(trace) -> None:
         setattr(trace, name, value)
