@@ -22,6 +22,7 @@ from kernbench_cli.fileio import parse_json, read_input
 from kernbench_cli.report import metrics as kernel_metrics
 from kernbench_cli.report.bounds import param_text
 from kernbench_cli.report.fit import one_line
+from kernbench_cli.report.run import recorded_text
 
 #: Bytes of a results file worth reading.
 MAX_RESULTS_BYTES = 2**32
@@ -166,6 +167,9 @@ def settings(run: dict[str, Any], axes: dict[str, Any] | None = None) -> dict[st
                                               "timing_only")}
     out.update((f"{key} {DIGEST}", str(run[f"{key}_digest"])) for key in ("topology", "costs")
                if run.get(f"{key}_digest"))
+    was = run.get("recorded_on")
+    if isinstance(was, dict) and {"topology", "pes"} <= was.keys():  # a replay's streams
+        out["recorded on"] = recorded_text(was)
     digests = run.get("file_digests") if isinstance(run.get("file_digests"), dict) else {}
     if axes is not None:
         out.update((str(k), param_text(k, v, digests)) for k, v in axes.items())

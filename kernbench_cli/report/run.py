@@ -143,6 +143,21 @@ def hbm_bandwidth(result: RunResult) -> tuple[float, float]:
     return achieved, result.hbm_peak_bytes_per_ps * 1000
 
 
+def recorded_elsewhere(result: RunResult) -> bool:
+    """Whether `result` is a replay of streams recorded on another topology (by name, digest
+    or PEs) than the one it re-timed them on."""
+    was = result.recorded_on
+    return bool(was) and (was["topology"], was.get("topology_digest", result.topology_digest),
+                          was["pes"]) != (result.topology, result.topology_digest,
+                                          result.num_pes)
+
+
+def recorded_text(was: dict[str, Any]) -> str:
+    """Where a replay's streams were recorded (`RunResult.recorded_on`), as text."""
+    digest = f" #{was['topology_digest']}" if "topology_digest" in was else ""
+    return f"{was['topology']}{digest}, {was['pes']} PEs"
+
+
 def verification_text(result: RunResult) -> str:
     if result.timing_only:
         return "not verified: timing only"
@@ -270,6 +285,8 @@ def summary(result: RunResult) -> Table:
         ("kernel", f"{result.kernel}  ({params})"),
         ("topology", f"{result.topology} #{result.topology_digest}: {result.num_pes} PEs; "
                      f"costs {result.costs} #{result.costs_digest}"),
+        *([("recorded on", f"{recorded_text(result.recorded_on)}: the streams the kernel "
+                           "made there, re-timed here")] if recorded_elsewhere(result) else []),
         *([("set", " ".join(result.overrides))] if result.overrides else []),
         ("latency", format_time_ps(result.latency_ps)),
         ("verification", verification_text(result)),
@@ -413,6 +430,7 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
         "topology_digest": result.topology_digest,
         "costs_digest": result.costs_digest,
         **({"file_digests": result.file_digests} if result.file_digests else {}),
+        **({"recorded_on": result.recorded_on} if result.recorded_on else {}),
         "overrides": list(result.overrides),
         "pes": result.num_pes,
         "params": result.params,

@@ -512,6 +512,9 @@ def _replay(trace: Trace, amap: AddressMap, source: str, oplog: bool, watch: Wat
     invariants.enforce(model_checks)
     result = _collect(f"{trace.kernel} (replay)", system, timing, trace.params, trace.seed,
                       True, [])
+    result.recorded_on = {"topology": trace.topology, **(
+        {"topology_digest": trace.digests["topology"]} if "topology" in trace.digests else {}),
+        "pes": pes}
     if _same_grid(trace, topo):  # bounds of another grid say nothing of these streams
         result.bounds = _shipped(trace, "bounds", topo, dict(trace.params))
         stated_bounds.check_latency(result.kernel, result.latency_ps, result.bounds)

@@ -375,6 +375,34 @@ def test_a_replay_on_the_recorded_topology_or_costs_refuses_them_changed(cli, tm
         f"recorded on (#{ran['costs_digest']} then, #")
 
 
+def test_a_replay_on_another_topology_says_where_its_streams_were_made(cli, tmp_path):
+    """softmax recorded on `default` (16 PEs) and replayed on `sip` re-times the 16 PEs'
+    program, not the one softmax makes for 128 PEs (1.919 us), yet read as "softmax
+    rows=1024 on sip": the result now keeps where its streams were recorded, and the
+    summary and `compare` say so."""
+    trace = tmp_path / "t.trace"
+    code, out, _ = cli("run", "softmax", "--timing-only", "--record", str(trace), "--json")
+    ran = json.loads(out)
+    code, out, _ = cli("replay", str(trace), "--json")
+    assert code == 0 and json.loads(out)["recorded_on"] == {
+        "topology": "default", "topology_digest": ran["topology_digest"], "pes": 16}
+    code, text, _ = cli("replay", str(trace))
+    assert code == 0 and "recorded on" not in text  # where it was made: nothing to say
+    code, out, _ = cli("replay", str(trace), "-t", "sip", "--json")
+    (tmp_path / "replay.json").write_text(out)
+    assert json.loads(out)["recorded_on"]["pes"] == 16 and json.loads(out)["pes"] == 128
+    code, text, _ = cli("replay", str(trace), "-t", "sip")
+    line = f"default #{ran['topology_digest']}, 16 PEs"
+    assert code == 0 and f"recorded on    {line}: the streams the kernel made" in text
+    code, out, _ = cli("run", "softmax", "-t", "sip", "--timing-only", "--json")
+    (tmp_path / "run.json").write_text(out)
+    code, out, _ = cli("compare", str(tmp_path / "replay.json"), str(tmp_path / "run.json"),
+                       "--json")
+    assert json.loads(out)["changed"] == [
+        {"kernel": "softmax (replay)", "recorded on": line},
+        {"kernel": "softmax", "recorded on": "not set"}]
+
+
 def _field(name: str, value):
     def edit(trace) -> None:
         setattr(trace, name, value)

@@ -69,7 +69,9 @@ def test_a_v6_replay_is_byte_identical_to_the_run_and_to_a_v5_replay(cli, tmp_pa
         code, out[name], _ = cli("replay", str(path), "--json", "--oplog", str(logs[name]))
         assert code == 0
     assert out["v6"] == out["v5"]
-    assert json.loads(out["v6"]) == {**json.loads(ran), "kernel": "gqa_attention (replay)"}
+    run = json.loads(ran)
+    assert json.loads(out["v6"]) == {**run, "kernel": "gqa_attention (replay)", "recorded_on": {
+        "topology": "racks", "topology_digest": run["topology_digest"], "pes": 32}}
     assert logs["v6"].read_bytes() == logs["v5"].read_bytes() == logs["run"].read_bytes()
 
 
