@@ -78,10 +78,12 @@ def bounds(kernel: str | Path | KernelModule, topology: str | Path | Topology | 
     from kernbench_cli.api.runs import compiled, load_kernel
     from kernbench_cli.report.bounds import to_json
     from kernbench_cli.sim import bounds as stated
+    from kernbench_cli.sim.hooks import resolved
     from kernbench_cli.sim.kernels import KernelModule, param_items, parse_params
 
     module = kernel if isinstance(kernel, KernelModule) else load_kernel(kernel)
     amap = compiled(topology, costs, set)
     values = parse_params(module, param_items(params), amap.topology.num_pes)
     found, digests = stated.stated_for(module, amap, values)
-    return Bounds.from_dict(to_json(module.name, amap.topology, values, found, digests))
+    taken = resolved(module, amap.topology, values)  # as a run would take them
+    return Bounds.from_dict(to_json(module.name, amap.topology, taken, found, digests))

@@ -343,6 +343,7 @@ def bounds_row(spec: Spec, point: Point, module=None) -> dict[str, Any]:
     from kernbench_cli.address import load_address_map
     from kernbench_cli.report.bounds import to_json
     from kernbench_cli.sim.bounds import stated_for
+    from kernbench_cli.sim.hooks import resolved
     from kernbench_cli.sim.kernels import load_kernel, parse_params
 
     row: dict[str, Any] = {"point": point.index, "axes": point.axes, "result": None}
@@ -352,10 +353,11 @@ def bounds_row(spec: Spec, point: Point, module=None) -> dict[str, Any]:
                                 point.sets)
         params = parse_params(module, list(point.params), amap.topology.num_pes)
         found, digests = stated_for(module, amap, params)
+        taken = resolved(module, amap.topology, params)  # as a run would take them
     except KernbenchError as exc:
         return {**row, "error": " / ".join(exc.lines())}
     return {**row, "error": None,
-            "bounds": to_json(module.name, amap.topology, params, found, digests)}
+            "bounds": to_json(module.name, amap.topology, taken, found, digests)}
 
 
 def prune_limit(text: str) -> tuple[Fraction | None, int | None]:

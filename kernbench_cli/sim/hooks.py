@@ -237,3 +237,19 @@ def _tolerance(kernel: KernelModule, declared: dict, name: str, dt: str
         raise ParamError(f"{kernel.shown}: {table}[{name!r}] {problem}")
     atol, rtol = declared[name]
     return float(atol), float(rtol)
+
+
+def resolved(kernel: KernelModule, topology, params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters as the run took them, which its result (and bounds) state and its
+    trace keeps: the kernel's `resolved(topology, p)` (a value that stands for a choice
+    made from the topology, as `llama_decode`'s ``batch = 0``, the largest batch that
+    fits, made that choice), so a replay on another topology states the figures of the
+    run it re-times, and a result names the batch it ran, not the sentinel."""
+    if not hasattr(kernel.module, "resolved"):
+        return params
+    got = call(kernel, "resolved", topology, dict(params))
+    if not isinstance(got, dict) or set(got) != set(params) or any(
+            type(got[name]) is not type(value) for name, value in params.items()):
+        raise KernelError(f"{kernel.shown}: resolved() must return the parameters, each "
+                          f"of its given type, not {clip(got)}")
+    return got

@@ -158,7 +158,8 @@ def _run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], 
     if unread is not None:
         raise unread
     checks = [] if timing_only else hooks.verify(kernel, host, params, outputs)
-    result = _collect(kernel.name, system, timing, params, seed, timing_only, checks)
+    taken = hooks.resolved(kernel, amap.topology, params)  # as the run took them: its result's
+    result = _collect(kernel.name, system, timing, taken, seed, timing_only, checks)
     _analyse(result, system, timing, counts, model_checks, races, by_region)
     result.switches = launch.hub.switches
     result.repeats = dict(launch.repeats)
@@ -167,8 +168,7 @@ def _run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], 
     if not timing_only and hasattr(kernel.module, "quality"):  # after metrics: beside them
         result.metrics.update(hooks.checked_metrics(kernel, hooks.call(
             kernel, "quality", host, params, outputs)))
-    result.trace = _trace(kernel, system, _resolved(kernel, amap.topology, params), seed,
-                          memory, program)
+    result.trace = _trace(kernel, system, taken, seed, memory, program)
     result.wall_s = time.perf_counter() - wall
     return result
 
@@ -285,21 +285,6 @@ def _too_large(exc: BaseException) -> bool:
         return False
     left = memory_left()
     return left is not None and math.prod(shape) * dtype.itemsize > left[0]
-
-
-def _resolved(kernel: KernelModule, topology, params: dict[str, Any]) -> dict[str, Any]:
-    """The parameters as the run took them, which its trace keeps: the kernel's
-    `resolved(topology, p)` (a value that stands for a choice made from the topology, as
-    `llama_decode`'s ``batch = 0``, the largest batch that fits, made that choice), so a
-    replay on another topology states the figures of the run it re-times."""
-    if not hasattr(kernel.module, "resolved"):
-        return params
-    got = hooks.call(kernel, "resolved", topology, dict(params))
-    if not isinstance(got, dict) or set(got) != set(params) or any(
-            type(got[name]) is not type(value) for name, value in params.items()):
-        raise KernelError(f"{kernel.shown}: resolved() must return the parameters, each "
-                          f"of its given type, not {clip(got)}")
-    return got
 
 
 def _trace(kernel: KernelModule, system: System, params: dict[str, Any], seed: int,

@@ -554,7 +554,11 @@ def test_a_largest_batch_replayed_on_more_hbm_states_the_batch_it_re_times(cli, 
                          "-p", "batch=0", *common, "--record", str(trace), "--json")
     assert code == 0, err
     ran = json.loads(out)
-    assert ran["params"]["batch"] == 0 and read_trace(trace).params["batch"] == 23
+    # the result names the batch it ran (it said 0, the sentinel), as the trace keeps it
+    assert ran["params"]["batch"] == 23 and read_trace(trace).params["batch"] == 23
+    code, out, _ = cli("run", "llama_decode", "--set", "hbm.slice_size=1MiB", "-p", "batch=0",
+                       *common, "--bounds-only", "--json")
+    assert json.loads(out)["params"]["batch"] == 23
     code, out, err = cli("replay", str(trace), "--set", "hbm.slice_size=2MiB", "--json")
     assert code == 0, err
     replayed = json.loads(out)
