@@ -233,6 +233,9 @@ class Result:
     #: per parameter naming a file the kernel read (a model's config.json), its digest:
     #: which file made the result (absent from results before it: empty)
     file_digests: Mapping[str, str] = field(default_factory=lambda: ReadOnly({}))
+    #: the digest of the kernel file as loaded (8 hex digits; a replay's, as the recorded
+    #: run loaded it; empty where unknown: results and traces before it)
+    kernel_digest: str = ""
     #: a replay's: the topology its streams were recorded on (`topology`, its
     #: `topology_digest` when the trace kept it, `pes`); empty for a run
     recorded_on: Mapping[str, Any] = field(default_factory=lambda: ReadOnly({}))

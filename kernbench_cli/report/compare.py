@@ -160,13 +160,13 @@ def shown_name(metric: str) -> str:
 
 def settings(run: dict[str, Any], axes: dict[str, Any] | None = None) -> dict[str, str]:
     """What a run was run with, each as text: kernel, topology, cost table, the digests of
-    the two as resolved, seed, timing only, then a sweep point's axes as given, or else
-    each parameter (a file the kernel read with its digest: an edited config.json
-    differs) and `--set` item."""
+    the kernel file and of the two as resolved, a replay's recorded topology, seed, timing
+    only, then a sweep point's axes as given, or else each parameter (a file the kernel
+    read with its digest: an edited config.json differs) and `--set` item."""
     out = {key: str(run.get(key)) for key in ("kernel", "topology", "costs", "seed",
                                               "timing_only")}
-    out.update((f"{key} {DIGEST}", str(run[f"{key}_digest"])) for key in ("topology", "costs")
-               if run.get(f"{key}_digest"))
+    out.update((f"{key} {DIGEST}", str(run[f"{key}_digest"]))
+               for key in ("kernel", "topology", "costs") if run.get(f"{key}_digest"))
     was = run.get("recorded_on")
     if isinstance(was, dict) and {"topology", "pes"} <= was.keys():  # a replay's streams
         out["recorded on"] = recorded_text(was)
@@ -197,13 +197,14 @@ DIGEST = "digest"
 
 
 def _explained(key: str, keys: list[str], every: list[dict[str, str]]) -> bool:
-    """A topology's or cost table's digest is shown only where it is news: where two runs
-    of the same name and the same `--set` items (dotted keys) resolved differently (an
-    edited file; a file of a shipped topology's name). Otherwise the name or the items
-    that differ say it."""
+    """A kernel's, topology's or cost table's digest is shown only where it is news: where
+    two runs of the same kernel name, or of the same topology and cost-table names and
+    `--set` items (dotted keys), differ in it (an edited file; a file of a shipped one's
+    name). Otherwise the name or the items that differ say it."""
     if not key.endswith(f" {DIGEST}"):
         return False
-    given = [k for k in keys if k in ("topology", "costs") or "." in k]
+    given = ["kernel"] if key == f"kernel {DIGEST}" else \
+        [k for k in keys if k in ("topology", "costs") or "." in k]
     seen: dict[tuple, str] = {}
     for one in every:
         if seen.setdefault(tuple(one.get(k, NOT_SET) for k in given),

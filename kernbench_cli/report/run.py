@@ -425,6 +425,7 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "kernel": result.kernel,
+        **({"kernel_digest": result.kernel_digest} if result.kernel_digest else {}),
         "topology": result.topology,
         "costs": result.costs,
         "topology_digest": result.topology_digest,

@@ -65,7 +65,7 @@ from typing import Any
 
 from kernbench_cli.config.units import read_integer
 from kernbench_cli.errors import ParamError, clip, message_of
-from kernbench_cli.fileio import note_input, unchanged_files
+from kernbench_cli.fileio import file_digest, note_input, unchanged_files
 from kernbench_cli.lang.confine import Interrupted, KernelMisuse, confined
 from kernbench_cli.lang.watchdog import KernelTimeout, hook_watch
 from kernbench_cli.shipped import data_dir
@@ -79,6 +79,9 @@ class KernelModule:
     path: Path
     shown: str  # how messages name the file
     module: ModuleType
+    #: `fileio.file_digest` of the file as it was loaded: which kernel made a result, not
+    #: only its name (an edited kernel, or a file of a shipped kernel's name)
+    digest: str = ""
 
     @property
     def params(self) -> dict[str, Any]:
@@ -164,6 +167,7 @@ def _loaded(spec: str, path: Path, shown: str, module_name: str) -> KernelModule
     """Kernel file `path` imported as `module_name`."""
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(loader_spec)
+    digest = file_digest(path) or ""  # the bytes the loader reads next
     sys.path.insert(0, str(path.parent))  # a kernel may import helpers beside it
     try:
         with confined(), hook_watch():
@@ -183,7 +187,7 @@ def _loaded(spec: str, path: Path, shown: str, module_name: str) -> KernelModule
     if missing:
         raise ParamError(f"{shown}: a kernel module must define {', '.join(missing)}")
     _check_module(module, shown)
-    return KernelModule(path.stem, path.resolve(), shown, module)
+    return KernelModule(path.stem, path.resolve(), shown, module, digest)
 
 
 def described(exc: BaseException) -> str:

@@ -74,6 +74,9 @@ class RunResult:
     #: per parameter naming a file the kernel read (its `FILES`), the file's digest
     #: (`fileio.file_digest`): which config.json made the result, not only its path
     file_digests: dict[str, str] = field(default_factory=dict)
+    #: the digest of the kernel file as loaded (a replay's: as the recorded run loaded it,
+    #: where the trace keeps it)
+    kernel_digest: str = ""
     #: a replay's: the topology its streams were recorded on (name, digest when the trace
     #: has it, PEs); empty for a run
     recorded_on: dict[str, Any] = field(default_factory=dict)

@@ -160,6 +160,7 @@ def _run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], 
     checks = [] if timing_only else hooks.verify(kernel, host, params, outputs)
     taken = hooks.resolved(kernel, amap.topology, params)  # as the run took them: its result's
     result = _collect(kernel.name, system, timing, taken, seed, timing_only, checks)
+    result.kernel_digest = kernel.digest
     _analyse(result, system, timing, counts, model_checks, races, by_region)
     result.switches = launch.hub.switches
     result.repeats = dict(launch.repeats)
@@ -298,7 +299,8 @@ def _trace(kernel: KernelModule, system: System, params: dict[str, Any], seed: i
                  str(costs.resolve()) if costs else "",
                  slice_base=system.slice_bases, slice_bytes=system.amap.slice_bytes,
                  digests={"topology": config_digest(topo),
-                          "costs": config_digest(topo.cost_table)})
+                          "costs": config_digest(topo.cost_table),
+                          **({"kernel": kernel.digest} if kernel.digest else {})})
 
 
 def _stated(kernel: KernelModule, topology, params: dict[str, Any], result: RunResult) -> None:
@@ -497,6 +499,7 @@ def _replay(trace: Trace, amap: AddressMap, source: str, oplog: bool, watch: Wat
     invariants.enforce(model_checks)
     result = _collect(f"{trace.kernel} (replay)", system, timing, trace.params, trace.seed,
                       True, [])
+    result.kernel_digest = trace.digests.get("kernel", "")
     result.recorded_on = {"topology": trace.topology, **(
         {"topology_digest": trace.digests["topology"]} if "topology" in trace.digests else {}),
         "pes": pes}

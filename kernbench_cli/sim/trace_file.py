@@ -104,8 +104,9 @@ class Trace:
     #: replay checks it is still the file (absent in traces before it)
     files: dict[str, str] = field(default_factory=dict)
     #: the digests (`config_digest`) of the topology, as the run resolved it with its
-    #: `--set` items, and of its cost table: a replay on them checks they are still those
-    #: (absent in traces before it)
+    #: `--set` items, and of its cost table: a replay on them checks they are still those;
+    #: and of the kernel file the run loaded (`fileio.file_digest`), which the replay's
+    #: result states (absent in traces before it)
     digests: dict[str, str] = field(default_factory=dict)
     #: the file it was read from, as given (messages name it); "" for a run's own trace
     source: str = field(default="", compare=False)
@@ -280,7 +281,7 @@ def _files(files: Any, key: str = "files") -> dict[str, str]:
     if not isinstance(files, dict) or not all(
             isinstance(v, str) and len(v) == 8 and all(c in "0123456789abcdef" for c in v)
             for v in files.values()) or (key == "digests" and not set(files) <= {
-                "topology", "costs"}):
+                "topology", "costs", "kernel"}):
         raise ValueError(f"{key} is not an object of digests (8 hex digits each)")
     return dict(files)
 

@@ -351,7 +351,8 @@ def test_a_replay_on_the_recorded_topology_or_costs_refuses_them_changed(cli, tm
     assert code == 0
     ran = json.loads(out)
     assert read_trace(trace).digests == {"topology": ran["topology_digest"],
-                                         "costs": ran["costs_digest"]}
+                                         "costs": ran["costs_digest"],
+                                         "kernel": ran["kernel_digest"]}
     topology.write_text(shipped.replace('"102.4GB/s"', '"25.6GB/s"'))
     _, out, _ = cli("run", "softmax", "-t", str(topology), "--costs", str(costs),
                     "--timing-only", "--json")
