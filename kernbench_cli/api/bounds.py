@@ -47,6 +47,8 @@ class Bounds:
     analytic: bool = True
     #: per parameter naming a file the kernel read (a model's config.json), its digest
     file_digests: Mapping[str, str] = field(default_factory=lambda: ReadOnly({}))
+    #: the kernbench that stated them (its model is in its code: empty before it was kept)
+    kernbench_version: str = ""
     _json: str = field(default="{}", repr=False)
 
     @classmethod

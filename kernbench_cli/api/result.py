@@ -233,6 +233,10 @@ class Result:
     #: per parameter naming a file the kernel read (a model's config.json), its digest:
     #: which file made the result (absent from results before it: empty)
     file_digests: Mapping[str, str] = field(default_factory=lambda: ReadOnly({}))
+    #: the kernbench that ran it (the model is in its code, not only the topology and cost
+    #: table: a result of another version may time the same files otherwise; empty in
+    #: results before it was kept)
+    kernbench_version: str = ""
     #: the digest of the kernel file as loaded (8 hex digits; a replay's, as the recorded
     #: run loaded it; empty where unknown: results and traces before it)
     kernel_digest: str = ""

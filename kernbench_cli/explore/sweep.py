@@ -733,16 +733,19 @@ class Results:
 # ---------------------------------------------------------------------- the pool
 
 def identity(spec: Spec, kernel_file: Path, amap, read: Sequence[str] = ()) -> str:
-    """16 hex digits naming what a sweep's rows are results of: the kernel file's bytes, the
-    topology and cost table (resolved, `--set` axes not included), --timing-only, the seed,
-    the recording replayed (its bytes), and the bytes of each file in `read` (those the
-    points' parameters name: a model's config; one that cannot be read, by its name)."""
+    """16 hex digits naming what a sweep's rows are results of: the kernbench version (the
+    model is in its code), the kernel file's bytes, the topology and cost table
+    (resolved, `--set` axes not included), --timing-only, the seed, the recording
+    replayed (its bytes), and the bytes of each file in `read` (those the points'
+    parameters name: a model's config; one that cannot be read, by its name)."""
     import hashlib
 
+    from kernbench_cli import __version__
     from kernbench_cli.config.loader import config_digest
 
     digest = hashlib.sha256()
-    for part in (kernel_file.read_bytes(), config_digest(amap.topology).encode(),
+    for part in (__version__.encode(), kernel_file.read_bytes(),
+                 config_digest(amap.topology).encode(),
                  config_digest(amap.topology.cost_table).encode(),
                  repr((spec.timing_only, spec.seed)).encode(),
                  Path(spec.trace).read_bytes() if spec.trace else b"",

@@ -22,11 +22,13 @@ def to_json(kernel: str, topology, params: dict[str, Any], bounds: dict[str, tup
             file_digests: dict[str, str]) -> dict[str, Any]:
     """The `run --bounds-only --json` object of `kernel`'s `bounds` on `topology` (the
     files its parameters named: `file_digests`, as a run's)."""
+    from kernbench_cli import __version__
     from kernbench_cli.config.loader import config_digest
 
     found = largest(bounds)
     return {
         "schema_version": SCHEMA_VERSION,
+        "kernbench_version": __version__,
         "analytic": True,
         "kernel": kernel,
         "topology": topology.name,

@@ -165,6 +165,8 @@ def settings(run: dict[str, Any], axes: dict[str, Any] | None = None) -> dict[st
     read with its digest: an edited config.json differs) and `--set` item."""
     out = {key: str(run.get(key)) for key in ("kernel", "topology", "costs", "seed",
                                               "timing_only")}
+    if run.get("kernbench_version"):  # the model is in its code
+        out["kernbench"] = str(run["kernbench_version"])
     out.update((f"{key} {DIGEST}", str(run[f"{key}_digest"]))
                for key in ("kernel", "topology", "costs") if run.get(f"{key}_digest"))
     was = run.get("recorded_on")

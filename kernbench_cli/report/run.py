@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
+from kernbench_cli import __version__
 from kernbench_cli.config.units import format_energy_aj, format_size, format_time_ps
 from kernbench_cli.config.units import format_time_short as short
 from kernbench_cli.errors import clip
@@ -424,6 +425,7 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
     achieved, peak = hbm_bandwidth(result)
     out: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
+        "kernbench_version": __version__,
         "kernel": result.kernel,
         **({"kernel_digest": result.kernel_digest} if result.kernel_digest else {}),
         "topology": result.topology,

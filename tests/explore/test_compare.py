@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+import kernbench_cli as kb
 from tests.conftest import TESTS
 
 LOAD_DOT = str(TESTS / "kernels" / "load_dot.py")
@@ -241,3 +242,21 @@ def test_a_kernel_file_of_a_shipped_kernels_name_differs_by_digest(cli, tmp_path
     assert json.loads(out)["changed"] == [{"kernel digest": d} for d in digests]
     code, out, _ = cli("replay", str(trace), "--json")
     assert json.loads(out)["kernel_digest"] == digests[1]
+
+
+def test_results_of_two_kernbench_versions_say_so():
+    """The model is in kernbench's code: the same files under another version may time
+    otherwise, so a result keeps the version that made it and `compare` shows it where
+    two differ (not where they agree, nor for a result from before it was kept)."""
+    from kernbench_cli import __version__
+    from kernbench_cli.report.compare import changed, settings
+
+    run = kb.run("softmax", timing_only=True).to_dict()
+    assert run["kernbench_version"] == __version__
+    assert kb.bounds("softmax").kernbench_version == __version__
+    older = {**run, "kernbench_version": "0.1.0"}
+    before = {k: v for k, v in run.items() if k != "kernbench_version"}
+    every = [settings(r) for r in (run, older, before)]
+    assert changed(["a", "b", "c"], every) == [
+        {"kernbench": __version__}, {"kernbench": "0.1.0"}, {"kernbench": "not set"}]
+    assert changed(["a", "b"], [settings(run), settings(run)]) == [{"run": "a"}, {"run": "b"}]
