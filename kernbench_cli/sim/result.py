@@ -88,6 +88,9 @@ class RunResult:
     #: the flops at the 16-bit datapath's rate: a narrow datapath's MACs over the MACs a cell
     #: does on it per cycle (what the utilisations count against the array's peak)
     array_flops: float = 0.0
+    #: the array's cell-cycles of work: MAC passes (an f32 MAC takes `pe.gemm.passes.f32`),
+    #: a narrow datapath's MACs over its MACs a cell
+    array_cycles: float = 0.0
     hbm_bytes: int = 0
     hbm_peak_bytes_per_ps: float = 0.0
     bounds: dict[str, tuple[int, str]] = field(default_factory=dict)  # name: (ps, how)

@@ -663,6 +663,8 @@ def _collect(kernel_name: str, system: System, timing: Timing, params: dict[str,
         flops=sum(pe.gemm.flops for pe in pes), hbm_bytes=hbm_bytes,
         array_flops=float(sum(pe.gemm.flops - 2 * sum(pe.gemm.macs.values())
                               + 2 * peak_macs(gemm, 0, pe.gemm.macs) for pe in pes)),
+        array_cycles=float(sum(peak_macs(gemm, pe.gemm.mac_passes, pe.gemm.macs)
+                               for pe in pes)),
         hbm_peak_bytes_per_ps=topo.hbm.bandwidth * len(pes) / 10**12,
         events=timing.events, tcm_high_water=high_water, tcm_bytes=topo.pe.tcm.size,
     )
