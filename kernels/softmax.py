@@ -84,9 +84,11 @@ def outputs(host, args, p):
 
 
 def bounds(topology, p):
-    """Lower bound on the latency, in ps: reading X and writing Y once at full HBM bandwidth."""
-    _block(topology, p)  # parameters a run refuses have no bound either
-    nbytes = 2 * p["rows"] * p["cols"] * (4 if p["dtype"] == "f32" else 2)
-    pes = topology.num_pes
-    ps = -(-nbytes * 10**12 // (pes * topology.hbm.bandwidth))
-    return {"memory": (ps, f"X and Y {nbytes} B / ({pes} PEs x HBM bandwidth)")}
+    """Lower bound on the latency, in ps: a PE reading its rows of X and writing its rows of
+    Y once through its HBM slice at the slice's stream rate (every PE's share is alike)."""
+    from kernbench_cli.lang import bounds as lb
+
+    share, _ = _block(topology, p)  # parameters a run refuses have no bound either
+    nbytes = 2 * share * p["cols"] * (4 if p["dtype"] == "f32" else 2)
+    return {"memory": (lb.hbm_ps(topology, nbytes), f"a PE's {share} rows of X and of Y, "
+                       f"{nbytes:,} B, at {lb.stream_how(topology)}")}
