@@ -440,7 +440,7 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
                                 resume=resume, bounds_only=bounds_only),
                            dict(on_start=on_start, on_row=on_row))
     loaded = check_options(kernel, topology, costs, replay, out, resume, jobs, dask, params=params)
-    from kernbench_cli.explore.sweep import Results, Spec, fingerprint, numbered, prune_limit
+    from kernbench_cli.explore.sweep import Results, Spec, numbered, prune_limit
 
     todo = _checked(loaded, sweep_points(set, params, zip, pair), replay)
     spec = Spec(str(kernel), str(topology) if topology is not None else None,
@@ -451,8 +451,7 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
     module = _bounded(loaded, replay, bounds_only, limit is not None, out, resume)
     if bounds_only:
         return _bounds_only(spec, module, todo, axis_keys, on_start, on_row)
-    spec.read = tuple(_param_files(loaded, [item for point in todo for item in point.params]))
-    spec.begun = fingerprint(spec)
+    _begin(spec, loaded, todo)
     results = Results(out, axis_keys, spec.begun if out is not None else "")
     if resume:
         results.load({p.key: p.index for p in todo})
@@ -467,6 +466,15 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
         results.close()
     return SweepResult.from_rows(Path(str(kernel)).stem, axis_keys,
                                  [rows[p.index] for p in todo])
+
+
+def _begin(spec, module, todo: list) -> None:
+    """Note in `spec` the files the points' parameters name and the `fingerprint` of every
+    file the points read, as the sweep begins: each point checks it once run."""
+    from kernbench_cli.explore.sweep import fingerprint
+
+    spec.read = tuple(_param_files(module, [item for point in todo for item in point.params]))
+    spec.begun = fingerprint(spec)
 
 
 def _run_in_order(spec, todo, left, skip: dict, rows: dict, results, how: tuple,

@@ -429,14 +429,12 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
     engines = {}
     for name, stats in result.engines.items():
         row = _engine_numbers(stats, result.latency_ps)
-        row["busy_ns"] = row["busy_ps"] / 1000
-        row["wait_ns"] = row["wait_ps"] / 1000
-        row["idle_ns"] = row["idle_ps"] / 1000
+        for key in ("busy", "wait", "idle"):
+            row[f"{key}_ns"] = row[f"{key}_ps"] / 1000
         row["utilization"] = round(row["utilization"], 6)
         row["utilization_max"] = round(row["utilization_max"], 6)
         engines[name] = row
-    name, share = bound(result)
-    top, util = busiest(result)
+    (name, share), (top, util) = bound(result), busiest(result)
     achieved, peak = hbm_bandwidth(result)
     out: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
