@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from kernbench_cli import gc_control
 from kernbench_cli.errors import KernbenchError, OutputError, clip
 
 #: Files the CLI command running has read as inputs, and written as outputs (resolved):
@@ -383,8 +384,9 @@ def parse_json(text: str, where: str):
             raise KernbenchError(f"{where}: key {clip(twice)} is given twice in one object")
         return value
 
-    value = json.loads(text, parse_constant=_Unheld, parse_int=_json_int,
-                       parse_float=_json_float, object_pairs_hook=unique)
+    with gc_control.paused():  # deep nesting: json's RecursionError alone (see gc_control)
+        value = json.loads(text, parse_constant=_Unheld, parse_int=_json_int,
+                           parse_float=_json_float, object_pairs_hook=unique)
     todo = [(value, "")]
     while todo:
         item, key = todo.pop()

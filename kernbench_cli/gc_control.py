@@ -11,6 +11,12 @@ timing pass, more per command the more PEs (measured by
 `benchmarks/pass_cpu.py`). Neither pass needs it: reference counting frees
 what they drop.
 
+The parsers of input files (TOML, JSON, a trace's header) run with it
+paused too: input nested deep enough to reach the recursion limit must end
+in the parser's RecursionError alone, and a collection there would run other
+objects' finalizers at the limit, whose own RecursionErrors print "Exception
+ignored" lines past the one-line error.
+
 Both context managers restore the collector's state on the way out, whatever
 ends the pass (an error, KeyboardInterrupt); they nest, and they leave alone
 a collector the caller disabled or objects the caller froze.

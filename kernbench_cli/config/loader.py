@@ -25,6 +25,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from kernbench_cli import gc_control
 from kernbench_cli.config.schema import KINDS, REQUIRED, CostTable, Topology
 from kernbench_cli.errors import ConfigError, KernbenchError, clip
 from kernbench_cli.fileio import read_input
@@ -38,7 +39,8 @@ def read_toml(path: Path) -> dict[str, Any]:
     """Parse a TOML file; every failure becomes a one-line ConfigError."""
     try:
         data = read_input(path, MAX_TOML_BYTES, "a TOML file")
-        return tomllib.loads(data.decode())
+        with gc_control.paused():
+            return tomllib.loads(data.decode())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([f"{path}: invalid TOML: {exc}"]) from None
     except UnicodeDecodeError:
@@ -167,7 +169,8 @@ def read_set_value(raw: str) -> Any:
     """A `--set` VALUE as the loader reads it: the TOML value it is (``64``, ``[8, 4]``,
     ``true``), or else its text (``409.6GB/s``, ``80ns``, ``ws``)."""
     try:
-        return tomllib.loads(f"v = {raw}")["v"]
+        with gc_control.paused():
+            return tomllib.loads(f"v = {raw}")["v"]
     except (ValueError, RecursionError):  # not TOML (or a number of 10^5 digits): text
         return raw.strip()
 

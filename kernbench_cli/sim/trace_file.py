@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from kernbench_cli import gc_control
 from kernbench_cli.errors import KernbenchError, clip
 from kernbench_cli.fileio import atomic_write, read_input
 from kernbench_cli.formats import FORMATS
@@ -167,7 +168,8 @@ def read_trace(path: Path) -> Trace:
     else:  # version 1 was one JSON document: enough of it to name its version
         head = start + data.take(2**20)
     try:
-        header = json.loads(head)
+        with gc_control.paused():
+            header = json.loads(head)
     except (ValueError, RecursionError) as exc:  # not JSON, nested too deep, 10^5 digits
         raise TraceError(f"{path}: not a kernbench trace (header: "
                          f"{str(exc).split(';')[0]})") from None

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import gc
+import gzip
 import weakref
 
 import pytest
 
 from kernbench_cli import gc_control
 from kernbench_cli.address import load_address_map
+from kernbench_cli.config.loader import read_set_value, read_toml
+from kernbench_cli.errors import KernbenchError
+from kernbench_cli.fileio import parse_json
 from kernbench_cli.hw.system import System
 from kernbench_cli.hw.timing import Timing
 from kernbench_cli.sim.kernels import load_kernel, parse_params
 from kernbench_cli.sim.run import run_kernel
+from kernbench_cli.sim.trace_file import read_trace
 
 
 class Node:
@@ -181,3 +186,53 @@ def test_the_functional_pass_defers_the_collector_and_gives_it_back(tmp_path):
     assert kernel.module.SEEN == [(gc_control.DEFERRED_THRESHOLD, True, True)] * 16  # each PE
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
+
+
+class _Finalizer:
+    """Cyclic garbage whose finalizer makes more of it and calls a few frames deep: a
+    collection anywhere in a deep recursion runs it, and at the limit it fails. `again`
+    ends the chain."""
+
+    again = True
+
+    def __del__(self):
+        if _Finalizer.again:
+            more = _Finalizer()
+            more.me = more
+        _frames(5)
+
+
+def _frames(n: int) -> int:
+    return _frames(n - 1) if n else 0
+
+
+@pytest.mark.parametrize("kind", ["toml", "set", "json", "trace"])
+def test_nesting_past_the_recursion_limit_prints_the_one_line_error_alone(
+        kind, tmp_path, capfd):
+    """Input nested past the recursion limit is the parser's one-line error, nothing else:
+    no collection runs inside the parse (CI saw 'Exception ignored in sys.unraisablehook'
+    lines from a finalizer run at the limit)."""
+    deep = 5_000
+    path = tmp_path / "deep"
+    path.write_text({"toml": "a = " + "[" * deep + "]" * deep,
+                     "json": "[" * deep + "]" * deep}.get(kind, ""))
+    if kind == "trace":
+        path.write_bytes(gzip.compress(b'{"format": ' + b"[" * deep + b"]" * deep + b"}"))
+    _Finalizer.again = True
+    garbage = _Finalizer()
+    garbage.me = garbage
+    del garbage
+    threshold = gc.get_threshold()
+    gc.set_threshold(1)  # a collection at every allocation: one at the limit, for sure
+    try:
+        if kind == "set":
+            assert read_set_value("[" * deep) == "[" * deep
+        else:
+            with pytest.raises((KernbenchError, RecursionError)):
+                {"toml": read_toml, "trace": read_trace,
+                 "json": lambda p: parse_json(p.read_text(), str(p))}[kind](path)
+    finally:
+        gc.set_threshold(*threshold)
+        _Finalizer.again = False
+    gc.collect()
+    assert capfd.readouterr().err == ""
