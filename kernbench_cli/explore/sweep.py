@@ -31,7 +31,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -272,8 +272,7 @@ def fingerprint(spec: Spec) -> str:
     from kernbench_cli.address import load_address_map
     from kernbench_cli.sim.kernels import kernel_file
 
-    given = Spec(spec.kernel, spec.topology, spec.costs, spec.seed, spec.timing_only,
-                 None if spec.recorded else spec.trace)
+    given = replace(spec, trace=None if spec.recorded else spec.trace)
     costs = Path(spec.costs) if spec.costs else None
     if given.trace is None:
         amap = load_address_map(given.topology, costs)
@@ -872,9 +871,9 @@ def run_bundled(spec: Spec, files: dict[str, bytes], point: Point) -> dict[str, 
                 return path
             return str(root / kind / Path(path).name)
 
-        here = Spec(local(spec.kernel, "kernel"), local(spec.topology, "topology"),
-                    local(spec.costs, "costs"), spec.seed, spec.timing_only,
-                    local(spec.trace, "trace"))
+        here = replace(spec, kernel=local(spec.kernel, "kernel"),
+                       topology=local(spec.topology, "topology"),
+                       costs=local(spec.costs, "costs"), trace=local(spec.trace, "trace"))
         row = run_point(here, point)
     if row["error"]:  # name the client's files, not the worker's copies
         row["error"] = row["error"].replace(str(root) + "/kernel/", "").replace(

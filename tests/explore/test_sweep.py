@@ -544,6 +544,25 @@ def test_a_points_files_travel_with_it(tmp_path):
     assert row["result"]["costs"] == "mine" and row["result"]["latency_ps"] == 548_858
 
 
+def test_a_dask_point_checks_the_files_the_sweep_began_with(tmp_path):
+    """A point on a Dask worker runs on the bundled copies and still checks, once run, the
+    files the sweep began with: a parameter's file (a model's config) edited since fails
+    it (`CHANGED`). The worker's spec once dropped what the check needs, and such points
+    ran on the edited file, exit 0."""
+    from kernbench_cli.explore.sweep import CHANGED, bundle, fingerprint, run_bundled
+
+    kernel, config = tmp_path / "mine.py", tmp_path / "config.json"
+    kernel.write_text(Path(LOAD_DOT).read_text())
+    config.write_text('{"num_hidden_layers": 4}')
+    spec = Spec(str(kernel), read=(str(config),))
+    spec.begun = fingerprint(spec)
+    files = bundle(spec)
+    point = points([], [])[0]
+    assert run_bundled(spec, files, point)["error"] is None
+    config.write_text('{"num_hidden_layers": 2}')
+    assert run_bundled(spec, files, point)["error"] == CHANGED
+
+
 def test_dask_without_the_extra_says_how_to_install_it(cli, monkeypatch):
     import sys
 
