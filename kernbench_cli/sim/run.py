@@ -369,29 +369,45 @@ def replay_address_map(trace: Trace, source: str, topology: str | None = None,
         amap = load_address_map(topology, costs, recorded)
     except KernbenchError as exc:
         raise _from_trace(exc, source, files) from None
-    if recorded_sets or not trace.sets:
-        _same_as_recorded(trace, source, amap, {"topology": given_topology is None,
-                                                "costs": given_costs is None})
+    taken = {"topology": topology if given_topology is None else None,
+             "costs": (trace.costs_file or amap.topology.cost_table.name)
+             if given_costs is None else None}
+    if any(taken.values()):  # the digests are of the run's items applied
+        _same_as_recorded(trace, source, amap if recorded_sets or not trace.sets else
+                          _with_items(topology, costs, trace.sets), taken)
     return load_address_map(topology, costs, [*recorded, *sets]) if sets else amap
 
 
-def _same_as_recorded(trace: Trace, source: str, amap: AddressMap,
-                      recorded: dict[str, bool]) -> None:
-    """TraceError unless the topology and cost table a replay takes from `trace` (those
-    `recorded` marks) resolve to the digests the run recorded: an edited file, or a
-    shipped topology standing in for a file gone, would time another machine under the
-    run's names."""
+def _with_items(topology: str, costs: Path | None, items: Sequence[str]) -> AddressMap | None:
+    """The configuration with a trace's `--set` items, None if they no longer load (a replay
+    that leaves them out, as asked, cannot then check the digests)."""
+    from kernbench_cli.address import load_address_map
+
+    try:
+        return load_address_map(topology, costs, list(items))
+    except KernbenchError:
+        return None
+
+
+def _same_as_recorded(trace: Trace, source: str, amap: AddressMap | None,
+                      taken: dict[str, str | None]) -> None:
+    """TraceError unless the topology and cost table a replay takes from `trace` (`taken`:
+    what it loaded for each, None if given) resolve, with the run's `--set` items (`amap`;
+    None: not known), to the digests the run recorded: an edited file, or a shipped
+    topology standing in for a file gone, would time another machine under the run's
+    names."""
+    if amap is None:
+        return
     now = {"topology": config_digest(amap.topology),
            "costs": config_digest(amap.topology.cost_table)}
     for key, option in (("topology", "--topology"), ("costs", "--costs")):
         was = trace.digests.get(key)
-        if recorded[key] and was is not None and now[key] != was:
-            name = trace.topology if key == "topology" else \
-                (trace.costs_file or amap.topology.cost_table.name)
+        if taken[key] and was is not None and now[key] != was:
             what = "topology" if key == "topology" else "cost table"
-            raise TraceError(f"{source}: the run's {what} {name} is not the one it was "
-                             f"recorded on (#{was} then, #{now[key]} now: edited since, or "
-                             f"another of its name); give {option} to replay on it as it is")
+            raise TraceError(f"{source}: the run's {what} {taken[key]} is not the one it "
+                             f"was recorded on (#{was} then, #{now[key]} now: edited since, "
+                             f"or another of its name); give {option} to replay on it as "
+                             "it is")
 
 
 def _recorded_topology(trace: Trace, source: str) -> str:

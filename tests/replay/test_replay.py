@@ -358,12 +358,21 @@ def test_a_replay_on_the_recorded_topology_or_costs_refuses_them_changed(cli, tm
                     "--timing-only", "--json")
     now = json.loads(out)["topology_digest"]
     code, _, err = cli("replay", str(trace))
-    assert (code, err) == (2, f"error: {trace}: the run's topology default is not the one it "
-                              f"was recorded on (#{ran['topology_digest']} then, #{now} now: "
-                              "edited since, or another of its name); give --topology to "
-                              "replay on it as it is\n")
+    refusal = (f"error: {trace}: the run's topology {topology.resolve()} is not the one it "
+               f"was recorded on (#{ran['topology_digest']} then, #{now} now: edited since, "
+               "or another of its name); give --topology to replay on it as it is\n")
+    assert (code, err) == (2, refusal)
     code, out, _ = cli("replay", str(trace), "-t", str(topology), "--json")
     assert code == 0 and json.loads(out)["topology_digest"] == now
+    topology.write_text(shipped)  # recorded with an item, replayed without it, edited
+    itemised = tmp_path / "itemised.trace"
+    cli("run", "softmax", "-t", str(topology), "--costs", str(costs), "--timing-only",
+        "--set", "pe.clock=2GHz", "--record", str(itemised))
+    topology.write_text(shipped.replace('"102.4GB/s"', '"25.6GB/s"'))
+    for items in ([], ["--set", "pe.clock=2GHz"]):  # checked with the run's own items
+        code, _, err = cli("replay", str(itemised), "--no-recorded-sets", *items)
+        assert code == 2 and err.startswith(f"error: {itemised}: the run's topology "
+                                            f"{topology.resolve()} is not the one it was")
     topology.unlink()  # the shipped default stands in: it is what the run used
     code, out, _ = cli("replay", str(trace), "--json")
     assert code == 0 and json.loads(out)["latency_ps"] == ran["latency_ps"]
