@@ -200,17 +200,23 @@ DIGEST = "digest"
 
 def _explained(key: str, keys: list[str], every: list[dict[str, str]]) -> bool:
     """A kernel's, topology's or cost table's digest is shown only where it is news: where
-    two runs of the same kernel name, or of the same topology and cost-table names and
-    `--set` items (dotted keys), differ in it (an edited file; a file of a shipped one's
-    name). Otherwise the name or the items that differ say it."""
+    two runs of the same names and `--set` items that could change it differ in it (an
+    edited file; a file of a shipped one's name). The kernel's digest is explained by the
+    kernel's name, the topology's by its name and the items other than ``costs.`` ones,
+    the cost table's by its name, the topology's and the ``costs.`` items. A result that
+    does not know a digest (made before it was kept) differs from none."""
     if not key.endswith(f" {DIGEST}"):
         return False
-    given = ["kernel"] if key == f"kernel {DIGEST}" else \
-        [k for k in keys if k in ("topology", "costs") or "." in k]
+    given = {f"kernel {DIGEST}": ["kernel"],
+             f"topology {DIGEST}": ["topology", *(k for k in keys if "." in k
+                                                  and not k.startswith("costs."))],
+             f"costs {DIGEST}": ["topology", "costs", *(k for k in keys
+                                                         if k.startswith("costs."))]}[key]
     seen: dict[tuple, str] = {}
     for one in every:
-        if seen.setdefault(tuple(one.get(k, NOT_SET) for k in given),
-                           one.get(key, NOT_SET)) != one.get(key, NOT_SET):
+        digest = one.get(key, NOT_SET)
+        if digest != NOT_SET and seen.setdefault(
+                tuple(one.get(k, NOT_SET) for k in given), digest) != digest:
             return False
     return True
 

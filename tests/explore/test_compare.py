@@ -216,6 +216,36 @@ def test_runs_of_an_edited_topology_or_cost_table_of_the_same_name_differ_by_dig
         {"topology digest": c["topology_digest"], "hbm.bandwidth": "25.6GB/s"}]
 
 
+def test_an_item_explains_only_the_digest_it_can_change():
+    """A ``costs.`` item cannot change the topology's digest, nor a topology item the cost
+    table's: each once hid the other file's edit (two runs of "default", 10% apart, showed
+    only their issue costs). A result that does not know a digest differs from none."""
+    from kernbench_cli.report.compare import changed, settings
+
+    run = kb.run("softmax", timing_only=True).to_dict()
+
+    def with_(items: list[str], **digests: str) -> dict[str, str]:
+        return settings({**run, "overrides": items,
+                         **{f"{k}_digest": v for k, v in digests.items()}})
+
+    costs_items = [with_(["costs.issue.load=5ns"], topology="0bb1094c"),
+                   with_(["costs.issue.load=6ns"], topology="04b94d52")]
+    assert changed(["a", "b"], costs_items) == [
+        {"topology digest": "0bb1094c", "costs.issue.load": "5ns"},
+        {"topology digest": "04b94d52", "costs.issue.load": "6ns"}]
+    topology_items = [with_(["hbm.bandwidth=1GB/s"], costs="aaaaaaaa"),
+                      with_(["hbm.bandwidth=2GB/s"], costs="bbbbbbbb")]
+    assert changed(["a", "b"], topology_items) == [
+        {"costs digest": "aaaaaaaa", "hbm.bandwidth": "1GB/s"},
+        {"costs digest": "bbbbbbbb", "hbm.bandwidth": "2GB/s"}]
+    explained = [with_(["costs.issue.load=5ns"], costs="aaaaaaaa"),
+                 with_(["costs.issue.load=6ns"], costs="bbbbbbbb")]
+    assert changed(["a", "b"], explained) == [{"costs.issue.load": "5ns"},
+                                              {"costs.issue.load": "6ns"}]
+    before = settings({k: v for k, v in run.items() if k != "kernel_digest"})
+    assert changed(["a", "b"], [settings(run), before]) == [{"run": "a"}, {"run": "b"}]
+
+
 def test_a_kernel_file_of_a_shipped_kernels_name_differs_by_digest(cli, tmp_path):
     """A user's softmax.py (the shipped one, one line added) ran as `softmax` with the same
     parameters and configuration: `compare` found nothing that differed beside a 7.6%
@@ -247,7 +277,7 @@ def test_a_kernel_file_of_a_shipped_kernels_name_differs_by_digest(cli, tmp_path
 def test_results_of_two_kernbench_versions_say_so():
     """The model is in kernbench's code: the same files under another version may time
     otherwise, so a result keeps the version that made it and `compare` shows it where
-    two differ (not where they agree, nor for a result from before it was kept)."""
+    two differ (not where they agree; a result from before it was kept says "not set")."""
     from kernbench_cli import __version__
     from kernbench_cli.report.compare import changed, settings
 
