@@ -8,7 +8,9 @@ A step that moves m bytes between two PEs costs ``alpha + m * beta``:
   step three times: out of HBM (the slice's stream rate) or into it, over the route (its
   slowest link, or the IPCQ ring's credits: slots x slot size per round trip, whichever
   is less), and out of the receiver's slot into TCM (the NoC link rate), each of the three
-  transfers of a piece (a message: half an IPCQ ring) with the DMA's setup.
+  transfers of a piece (a message: half an IPCQ ring) with the DMA's setup. A message
+  shorter than a piece still takes its three setups: m beta counts them per byte, so
+  such a step adds the setups' share its bytes left out, 3 setup (1 - m / piece).
 
 Per algorithm, with n ranks, a buffer of N bytes, m = N / n, p = a piece or N if less:
 
@@ -59,35 +61,37 @@ def seconds(topology, call: str, algo: str, group: list[int], nbytes: int,
     coords = pe_coords(topology)
     # the message the pipelined broadcast and reduce send: a piece, or the whole buffer
     # when it is smaller (`Group.pieces` never sends more than there is)
-    piece = min(nbytes, max(1, topology.pe.ipcq.slots // 2) * topology.pe.ipcq.slot_size)
+    piece = min(nbytes, _piece(topology))
 
     def ab(pairs) -> tuple[float, float]:
         costs = [_pair(topology, network, coords[a], coords[b]) for a, b in pairs]
         return max(c[0] for c in costs), max(c[1] for c in costs)
 
+    step = _step(topology)
+
     ring_pairs = [(ranks[i], ranks[(i + 1) % n]) for i in range(n)]
     if algo == "hier":
-        return _hier(topology, network, coords, call, grid, ranks, nbytes)
+        return _hier(topology, network, coords, call, grid, ranks, nbytes, step)
     if call in ("broadcast", "reduce"):
         root = ranks[root_rank]
         if algo == "ring":
             a, b = ab(ring_pairs)
-            return (n - 1) * (a + piece * b) + nbytes * b
+            return (n - 1) * step(a, b, piece) + nbytes * b
         if algo == "direct":
             a, b = ab([(root, p) for p in ranks if p != root])
             return a + (n - 1) * nbytes * b
-        return _tree(ab, ranks, root_rank, nbytes, piece, 1)
+        return _tree(ab, step, ranks, root_rank, nbytes, piece, 1)
     phases = 2 if call == "all_reduce" else 1
     m = nbytes / n
     if algo == "ring":
         a, b = ab(ring_pairs)
-        return phases * (n - 1) * (a + m * b)
+        return phases * (n - 1) * step(a, b, m)
     if algo == "direct":
         a, b = ab([(p, q) for p in ranks for q in ranks if p != q])
-        return phases * 2 * (n - 1) * (a + m * b)
+        return phases * 2 * (n - 1) * step(a, b, m)
     if algo == "rhd":
-        return _rhd(ab, ranks, nbytes, phases)
-    return _tree(ab, ranks, 0, nbytes, piece, 2)
+        return _rhd(ab, step, ranks, nbytes, phases)
+    return _tree(ab, step, ranks, 0, nbytes, piece, 2)
 
 
 def busbw_gbps(call: str, n: int, nbytes: int, seconds_: float) -> float:
@@ -107,31 +111,46 @@ def _pair(topology, network: Network, src, dst) -> tuple[float, float]:
     link = min(min(c.bandwidth for c in route.resources),
                ring.slots * ring.slot_size / credit_rtt)
     setup = topology.pe.dma.setup / 1e12
-    piece = max(1, ring.slots // 2) * ring.slot_size  # the collectives' message
     alpha = latency + setup
-    beta = 1 / hbm_stream_bandwidth(topology.hbm) + 1 / link + 1 / copy + 3 * setup / piece
+    beta = (1 / hbm_stream_bandwidth(topology.hbm) + 1 / link + 1 / copy
+            + 3 * setup / _piece(topology))
     return alpha, beta
 
 
-def _rhd(ab, ranks: list[int], nbytes: int, phases: int) -> float:
+def _piece(topology) -> int:
+    """The bytes of the collectives' message: half an IPCQ ring."""
+    return max(1, topology.pe.ipcq.slots // 2) * topology.pe.ipcq.slot_size
+
+
+def _step(topology):
+    """A step's time, ``step(alpha, beta, m)``: alpha + m beta, and for a message shorter
+    than a piece the share of its three setups that m beta left out."""
+    full, setups = _piece(topology), 3 * topology.pe.dma.setup / 1e12
+
+    def step(alpha: float, beta: float, m: float) -> float:
+        return alpha + m * beta + setups * max(0.0, 1 - m / full)
+    return step
+
+
+def _rhd(ab, step, ranks: list[int], nbytes: int, phases: int) -> float:
     n = len(ranks)
     k = n.bit_length() - 1
     active, fold = ranks, 0.0
     if n != 1 << k:
         e = n - (1 << k)
         a, b = ab([(ranks[2 * i], ranks[2 * i + 1]) for i in range(e)])
-        fold = 2 * (a + nbytes * b)
+        fold = 2 * step(a, b, nbytes)
         active = [p for r, p in enumerate(ranks) if r >= 2 * e or r % 2]
     n2 = len(active)
     total = fold
-    for step in range(k):
-        d = n2 >> (step + 1)
+    for j in range(k):
+        d = n2 >> (j + 1)
         a, b = ab([(active[i], active[i ^ d]) for i in range(n2)])
-        total += phases * 2 * (a + nbytes / 2 ** (step + 1) * b)
+        total += phases * 2 * step(a, b, nbytes / 2 ** (j + 1))
     return total
 
 
-def _tree(ab, ranks: list[int], root_rank: int, nbytes: int, piece: int,
+def _tree(ab, step, ranks: list[int], root_rank: int, nbytes: int, piece: int,
           passes: int) -> float:
     n = len(ranks)
     pairs, depth = [], 0
@@ -141,11 +160,11 @@ def _tree(ab, ranks: list[int], root_rank: int, nbytes: int, piece: int,
         depth = max(depth, bin(v).count("1"))
     a, b = ab(pairs)
     children = len(binomial(n, 0)[1])
-    return passes * (depth * (a + piece * b) + nbytes * children * b)
+    return passes * (depth * step(a, b, piece) + nbytes * children * b)
 
 
 def _hier(topology, network: Network, coords, call: str, grid, ranks: list[int],
-          nbytes: int) -> float:
+          nbytes: int, step) -> float:
     """Ring terms per level of the first rank's rings (every rank's are alike)."""
     rings = levels(grid, tuple(ranks), ranks[0])
     total, size = 0.0, float(nbytes)
@@ -155,6 +174,6 @@ def _hier(topology, network: Network, coords, call: str, grid, ranks: list[int],
                  for i in range(n)]
         a, b = max(c[0] for c in costs), max(c[1] for c in costs)
         steps = 2 if call == "all_reduce" else 1  # up and back down; the top all-reduces
-        total += steps * (n - 1) * (a + size / n * b)
+        total += steps * (n - 1) * step(a, b, size / n)
         size /= n
     return total

@@ -106,9 +106,12 @@ def test_alpha_beta_of_a_ring_of_two_is_the_stated_formula(amap):
     assert seconds(topo, "all_reduce", "ring", [0, 1], nbytes) == pytest.approx(want, rel=1e-12)
     assert busbw_gbps("all_reduce", n, nbytes, want) == pytest.approx(nbytes / want / 1e9)
     # a pipelined broadcast sends pieces of the one-slot ring's 4 KiB, or the whole
-    # buffer when it is smaller: (n-1)(alpha + p beta) + N beta, p = min(piece, N)
+    # buffer when it is smaller: (n-1)(alpha + p beta) + N beta, p = min(piece, N); a
+    # message shorter than a piece still takes its three transfers' setups, of which p
+    # beta counts p / piece
     for nbytes, piece in ((4, 4), (4096, 4096), (1 << 20, 4096)):
-        want = (n - 1) * (alpha + piece * beta) + nbytes * beta
+        short = 3 * setup * (1 - piece / slot)
+        want = (n - 1) * (alpha + piece * beta + short) + nbytes * beta
         for call in ("broadcast", "reduce"):
             assert seconds(topo, call, "ring", [0, 1], nbytes) == pytest.approx(want, rel=1e-12)
 
