@@ -236,8 +236,9 @@ def bounds(topology, p):
             memory = max(memory, (lb.link_ps(hbm, stream), -pid, hbm))
             collective = max(collective, (ps, -pid, hbm, sent, got, rate, transfers))
     _, pid, hbm, sent, got, rate, transfers = collective
+    each = "transfer" if transfers == 1 else "transfers"
     setup = f"{format_time_ps(dma.setup)} setup + " if dma.setup_overlap else \
-        f"{transfers:,} transfers x {format_time_ps(dma.setup)} setup + "
+        f"{transfers:,} {each} x {format_time_ps(dma.setup)} setup + "
     how = f"{p['algo']} {p['collective']}" if p["algo"] == "ring" else \
         f"{p['collective']} by any algorithm"
     return {

@@ -121,7 +121,8 @@ PARAM_INFO = {
                      "stages in turn, so that the stages overlap; on one stage, one after "
                      "another (for a batch whose rows the TCM does not hold at once; each "
                      "part reads the weights again)", "parts"),
-    "passes": ("representative prefill passes (timing only): run this many (5 or more) "
+    "passes": ("representative prefill passes (timing only): run this many (5 or more; "
+               "as many as the prompt's passes or more: every pass) "
                "spread over the prompt, the first and the last among them, and take each "
                "pass between at the time and energy interpolated from its neighbours, "
                "with a bound from how far a timed pass is off its neighbours' line; 0: "

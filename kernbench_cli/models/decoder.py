@@ -224,8 +224,10 @@ MIN_PASSES = 5
 
 
 def _check_passes(p) -> None:
-    """Representative prefill passes (`passes`) as they can be run (ValueError)."""
-    if 0 < p["passes"] < MIN_PASSES:
+    """Representative prefill passes (`passes`) as they can be run (ValueError). As many
+    as the prompt has, or more, time every pass: nothing is then left to bound."""
+    every = -(-p["prompt"] // p["chunk"])
+    if 0 < p["passes"] < min(MIN_PASSES, every):
         raise ValueError(f"passes = {p['passes']}: representative prefill passes are "
                          f"{MIN_PASSES} or more (the first, the last and three between: the "
                          "bound on the passes not timed is from how far those three lie off "

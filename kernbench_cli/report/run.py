@@ -140,8 +140,9 @@ def gemm_array_utilization(result: RunResult) -> float:
 
 def gemm_text(result: RunResult) -> str:
     """The summary's GEMM line: both utilisations count MACs at the array's one-pass rate;
-    where MACs took more passes than one (f32), the share of the cells at work too, which
-    those passes fill (an f32 GEMM's MAC rate is at most a third of the peak)."""
+    where MACs took more passes than one (a format's `pe.gemm.passes`: f32's 3 by default),
+    the share of the cells at work too, which those passes fill (a GEMM of 3 passes a MAC
+    runs at most a third of the peak MAC rate)."""
     text = (f"{gemm_efficiency(result):.1%} of peak MAC throughput over the run; array "
             f"{gemm_array_utilization(result):.1%} used while busy")
     macs = result.array_flops / 2
@@ -150,7 +151,7 @@ def gemm_text(result: RunResult) -> str:
     busy = sum(result.engines["gemm"].busy_ps) * result.clock_hz / 10**12
     cells = result.peak_flops_per_ps * 10**12 / result.clock_hz / 2
     return (f"{text}, at one pass a MAC; these took {result.array_cycles / macs:.3g} passes "
-            f"a MAC (f32), so its cells were at work {result.array_cycles / (cells * busy):.1%}"
+            f"a MAC (pe.gemm.passes), so its cells were at work {result.array_cycles / (cells * busy):.1%}"
             " of the time it was busy")
 
 

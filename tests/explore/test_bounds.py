@@ -139,6 +139,9 @@ def test_ring_all_reduce_bounds_are_alpha_beta_on_a_pes_dma():
                                              + 2 * ceil_ps(moved, 64 * 10**9))
     assert found.bounds_how["collective"].startswith(
         "alpha-beta on PE 0's DMA (ring all_reduce): 240 transfers x 300ns setup + ")
+    one = kb.bounds("all_reduce", params={"bytes": 4, "collective": "broadcast",
+                                          "algo": "direct"}, set=["pe.dma.setup_overlap=false"])
+    assert ": 1 transfer x 20ns setup + " in one.bounds_how["collective"]
 
 
 def test_any_algorithm_moves_the_buffer_out_and_in_once():

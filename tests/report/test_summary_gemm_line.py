@@ -16,8 +16,10 @@ def test_an_f32_gemm_says_its_cells_were_at_work_three_times_its_mac_rate():
     used = gemm_array_utilization(f32)
     assert f"{used:.1%}" == "31.5%"
     assert gemm_text(f32).endswith(f"array {used:.1%} used while busy, at one pass a MAC; "
-                                   "these took 3 passes a MAC (f32), so its cells were at "
-                                   f"work {3 * used:.1%} of the time it was busy")
+                                   "these took 3 passes a MAC (pe.gemm.passes), so its cells "
+                                   f"were at work {3 * used:.1%} of the time it was busy")
     assert f"{3 * used:.1%}" == "94.5%"
     f16 = kb.run("sharded_gemm", timing_only=True).raw
     assert gemm_text(f16).endswith(f"array {gemm_array_utilization(f16):.1%} used while busy")
+    two = kb.run("sharded_gemm", timing_only=True, set=["pe.gemm.passes.f16=2"]).raw
+    assert "these took 2 passes a MAC (pe.gemm.passes)" in gemm_text(two)  # not "f32"

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import kernbench_cli as kb
 from kernbench_cli.sim.regions import OUTSIDE
 from kernbench_cli.stream import COMPOSITE, LOAD, MATH, SEND, STORE, WAIT
 
@@ -766,6 +767,11 @@ def test_representative_passes_need_timing_only(cli):
                               "bound on the passes not timed is from how far those three lie "
                               "off their neighbours' line; one or two between missed the full "
                               "prefill by up to 2.6x that bound)\n")
+    # as many as the prompt's passes time every one: nothing to bound, so fewer than 5 do
+    every, all_four = (kb.run("llama_decode", timing_only=True,
+                              params={"prompt": 32, "chunk": 8, "passes": k})
+                       for k in (0, 4))
+    assert all_four.metrics["ttft_ps"] == every.metrics["ttft_ps"]
     for items, message in ((("prompt=32", "chunk=8", "pp=2"), "pp = 2: representative "
                             "prefill passes (passes = 5) run on one pipeline stage"),
                            ((), "passes = 5: representative prefill passes need a prompt to "
