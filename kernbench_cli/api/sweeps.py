@@ -598,7 +598,8 @@ def _run_points(spec, todo: list, left: list, record_once: bool, jobs: int | Non
             sw.record(spec, todo[0], trace)
             spec.trace, spec.recorded = str(trace), True
             if spec.begun and sw.fingerprint(spec) != spec.begun:
-                raise KernbenchError(f"the recording every point replays: {sw.CHANGED}")
+                raise KernbenchError(f"the recording every point replays: "
+                                     f"{sw.FILES_CHANGED}; restore it and run the sweep again")
         if on_start is not None:
             on_start(len(left))
         if left and dask:

@@ -251,9 +251,12 @@ def _units(axes: list[list[str]], pairs: Sequence[Sequence[str]]) -> list[list[i
             if n not in grouped or grouped[n][0] == n]
 
 
+#: What changed when a file the sweep began with is no longer that file
+FILES_CHANGED = ("the kernel, topology, cost table, recording or a parameter's file changed "
+                 "after the sweep began")
 #: A point's error when a file the sweep began with changed before the point had run
-CHANGED = ("the kernel, topology, cost table, recording or a parameter's file changed after "
-           "the sweep began; restore it and --resume runs this point again")
+CHANGED = (f"{FILES_CHANGED}; restore it and run the point again (with --out, --resume runs "
+           "only the points not done)")
 
 
 def run_point(spec: Spec, point: Point) -> dict[str, Any]:
@@ -628,9 +631,9 @@ class Results:
                                  "--resume needs one") from None
         if any(row["sweep"] != self.sweep for row in rows):
             raise KernbenchError(f"{self.path}: its rows are results of another sweep (another "
-                                 "kernel, topology, cost table, file a parameter names, "
-                                 "--timing-only, seed or "
-                                 "recording); --resume needs the file this sweep wrote")
+                                 "kernbench version, kernel, topology, cost table, file a "
+                                 "parameter names, --timing-only, seed or recording); "
+                                 "--resume needs the file this sweep wrote")
         kept, moved = self._renumbered(
             [row for row in rows if row["error"] is None and not row.get("pruned")], points)
         if self.csv:

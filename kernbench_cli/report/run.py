@@ -150,9 +150,10 @@ def gemm_text(result: RunResult) -> str:
         return text
     busy = sum(result.engines["gemm"].busy_ps) * result.clock_hz / 10**12
     cells = result.peak_flops_per_ps * 10**12 / result.clock_hz / 2
+    at_work = result.array_cycles / (cells * busy)
     return (f"{text}, at one pass a MAC; these took {result.array_cycles / macs:.3g} passes "
-            f"a MAC (pe.gemm.passes), so its cells were at work {result.array_cycles / (cells * busy):.1%}"
-            " of the time it was busy")
+            f"a MAC (pe.gemm.passes), so its cells were at work {at_work:.1%} of the time it "
+            "was busy")
 
 
 def hbm_bandwidth(result: RunResult) -> tuple[float, float]:

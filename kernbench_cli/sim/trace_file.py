@@ -282,9 +282,11 @@ def _files(files: Any, key: str = "files") -> dict[str, str]:
     digest), each a string."""
     if not isinstance(files, dict) or not all(
             isinstance(v, str) and len(v) == 8 and all(c in "0123456789abcdef" for c in v)
-            for v in files.values()) or (key == "digests" and not set(files) <= {
-                "topology", "costs", "kernel"}):
+            for v in files.values()):
         raise ValueError(f"{key} is not an object of digests (8 hex digits each)")
+    other = sorted(set(files) - {"topology", "costs", "kernel"}) if key == "digests" else []
+    if other:
+        raise ValueError(f"digests names {clip(other[0])}, not topology, costs or kernel")
     return dict(files)
 
 

@@ -544,6 +544,32 @@ def test_a_points_files_travel_with_it(tmp_path):
     assert row["result"]["costs"] == "mine" and row["result"]["latency_ps"] == 548_858
 
 
+def test_a_file_changed_while_the_sweeps_one_recording_was_made_fails_the_sweep(
+        tmp_path, monkeypatch):
+    """A timing-only sweep over cost-table keys records once and replays that recording at
+    every point: a topology edited while it was made would time every point on it. The
+    sweep fails, saying what to do (the point's advice, "run the point again", fits no
+    point here)."""
+    from kernbench_cli.explore import sweep as sw
+
+    topology = tmp_path / "t.toml"
+    shipped = (ROOT / "topologies" / "default.toml").read_text()
+    topology.write_text(shipped)
+    record = sw.record
+
+    def record_then_edit(*args):
+        record(*args)
+        topology.write_text(shipped.replace('"102.4GB/s"', '"25.6GB/s"'))
+
+    monkeypatch.setattr(sw, "record", record_then_edit)
+    with pytest.raises(kb.KernbenchError) as err:
+        kb.sweep(LOAD_DOT, topology=str(topology), timing_only=True, jobs=1,
+                 set={"costs.issue.load": ["5ns", "6ns"]})
+    assert str(err.value) == ("the recording every point replays: the kernel, topology, cost "
+                              "table, recording or a parameter's file changed after the sweep "
+                              "began; restore it and run the sweep again")
+
+
 def test_a_dask_point_checks_the_files_the_sweep_began_with(tmp_path):
     """A point on a Dask worker runs on the bundled copies and still checks, once run, the
     files the sweep began with: a parameter's file (a model's config) edited since fails
@@ -648,9 +674,9 @@ def test_resume_refuses_another_sweeps_rows_and_leaves_them(cli, tmp_path, other
     before = out.read_bytes()
     code, _, err = cli("sweep", *other, *axes, "--out", str(out), "--resume")
     assert (code, err) == (2, f"error: {out}: its rows are results of another sweep (another "
-                              "kernel, topology, cost table, file a parameter names, "
-                              "--timing-only, seed or recording); --resume needs the file "
-                              "this sweep wrote\n")
+                              "kernbench version, kernel, topology, cost table, file a "
+                              "parameter names, --timing-only, seed or recording); --resume "
+                              "needs the file this sweep wrote\n")
     assert out.read_bytes() == before
 
 

@@ -139,6 +139,10 @@ def _composite_addr(value: int):
                                              "digits each)"),
     (_set("files", lambda h: {"nosuch": "0123abcd"}), "files names 'nosuch', which is not a "
                                                       "parameter of the run that names a file"),
+    (_set("digests", lambda h: {"other": "abcdef12"}), "digests names 'other', not topology, "
+                                                       "costs or kernel"),
+    (_set("digests", lambda h: {"kernel": "ABCDEF12"}), "digests is not an object of digests "
+                                                        "(8 hex digits each)"),
 ])
 def test_a_damaged_v6_trace_is_an_error_not_a_crash(cli, tmp_path, edit, message):
     trace = tmp_path / "t.trace"
