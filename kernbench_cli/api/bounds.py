@@ -78,14 +78,9 @@ def bounds(kernel: str | Path | KernelModule, topology: str | Path | Topology | 
     declares no `bounds()`, or whose `bounds()` or setup rejects the parameters, raises
     `ParamError`."""
     from kernbench_cli.api.runs import compiled, load_kernel
-    from kernbench_cli.report.bounds import to_json
-    from kernbench_cli.sim import bounds as stated
-    from kernbench_cli.sim.hooks import resolved
-    from kernbench_cli.sim.kernels import KernelModule, param_items, parse_params
+    from kernbench_cli.report.bounds import stated
+    from kernbench_cli.sim.kernels import KernelModule, param_items
 
     module = kernel if isinstance(kernel, KernelModule) else load_kernel(kernel)
     amap = compiled(topology, costs, set)
-    values = parse_params(module, param_items(params), amap.topology.num_pes)
-    found, digests = stated.stated_for(module, amap, values)
-    taken = resolved(module, amap.topology, values)  # as a run would take them
-    return Bounds.from_dict(to_json(module.name, amap.topology, taken, found, digests))
+    return Bounds.from_dict(stated(module, amap, param_items(params)))

@@ -343,23 +343,17 @@ def bounds_row(spec: Spec, point: Point, module=None) -> dict[str, Any]:
     --json` object of the kernel's `bounds()` there), or the error; no `result` (nothing
     ran). `module`: the kernel, loaded once for every point."""
     from kernbench_cli.address import load_address_map
-    from kernbench_cli.report.bounds import to_json
-    from kernbench_cli.sim.bounds import stated_for
-    from kernbench_cli.sim.hooks import resolved
-    from kernbench_cli.sim.kernels import load_kernel, parse_params
+    from kernbench_cli.report.bounds import stated
+    from kernbench_cli.sim.kernels import load_kernel
 
     row: dict[str, Any] = {"point": point.index, "axes": point.axes, "result": None}
     try:
         module = module or load_kernel(spec.kernel)
         amap = load_address_map(spec.topology, Path(spec.costs) if spec.costs else None,
                                 point.sets)
-        params = parse_params(module, list(point.params), amap.topology.num_pes)
-        found, digests = stated_for(module, amap, params)
-        taken = resolved(module, amap.topology, params)  # as a run would take them
+        return {**row, "error": None, "bounds": stated(module, amap, list(point.params))}
     except KernbenchError as exc:
         return {**row, "error": " / ".join(exc.lines())}
-    return {**row, "error": None,
-            "bounds": to_json(module.name, amap.topology, taken, found, digests)}
 
 
 def prune_limit(text: str) -> tuple[Fraction | None, int | None]:

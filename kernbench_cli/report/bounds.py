@@ -18,6 +18,20 @@ from kernbench_cli.sim.bounds import largest
 SCHEMA_VERSION = 1
 
 
+def stated(module, amap, items: list[str]) -> dict[str, Any]:
+    """The `run --bounds-only --json` object of the bounds kernel `module` states on `amap`
+    for the ``KEY=value`` parameter `items`, its parameters as a run would take them
+    (`batch = 0` as the batch it chooses). KernbenchError if they are refused."""
+    from kernbench_cli.sim.bounds import stated_for
+    from kernbench_cli.sim.hooks import resolved
+    from kernbench_cli.sim.kernels import parse_params
+
+    params = parse_params(module, items, amap.topology.num_pes)
+    found, digests = stated_for(module, amap, params)
+    return to_json(module.name, amap.topology, resolved(module, amap.topology, params),
+                   found, digests)
+
+
 def to_json(kernel: str, topology, params: dict[str, Any], bounds: dict[str, tuple[int, str]],
             file_digests: dict[str, str]) -> dict[str, Any]:
     """The `run --bounds-only --json` object of `kernel`'s `bounds` on `topology` (the
