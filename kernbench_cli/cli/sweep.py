@@ -107,7 +107,7 @@ def sweep(
                       params=param)
     if bounds_only:
         _bounds_only(kernel, topology, costs, sets, param, zipped, pair, plot, prune_above,
-                     out, resume, fmt)
+                     out, resume, fmt, replay)
         return
     if plot is not None:
         from kernbench_cli.report.plot import check
@@ -135,7 +135,7 @@ def sweep(
 def _bounds_only(kernel: str, topology: str | None, costs: Path | None,
                  sets: list[str] | None, param: list[str] | None, zipped: bool,
                  pair: list[str] | None, plot: Path | None, prune_above: str | None,
-                 out: Path | None, resume: bool, fmt: Format) -> None:
+                 out: Path | None, resume: bool, fmt: Format, replay: Path | None) -> None:
     """`sweep --bounds-only`: each point's bounds (`kb.sweep(bounds_only=True)`), printed
     in `fmt`; exit 1 if a point's bounds() failed."""
     from kernbench_cli.api import sweeps as api
@@ -146,7 +146,8 @@ def _bounds_only(kernel: str, topology: str | None, costs: Path | None,
             raise KernbenchError(f"--bounds-only runs nothing: {option} needs runs (drop one "
                                  "of them)")
     result = api.sweep(kernel, topology, params=param or [], set=sets or [], costs=costs,
-                       zip=zipped, pair=pair or (), out=out, resume=resume, bounds_only=True)
+                       zip=zipped, pair=pair or (), out=out, resume=resume, bounds_only=True,
+                       replay=replay)
     rows = result.to_dicts()
     if fmt is Format.json:
         import json

@@ -408,6 +408,18 @@ def test_sweep_bounds_errors_are_one_line(cli, tmp_path, monkeypatch, args, mess
     assert not list(tmp_path.iterdir())
 
 
+def test_a_bounds_only_sweep_refuses_a_recording(cli, tmp_path):
+    """`sweep --bounds-only --replay T` printed the kernel's bounds at its default
+    parameters, the recording silently ignored."""
+    trace = tmp_path / "t.kbtrace"
+    assert cli("run", "softmax", "--timing-only", "--record", str(trace))[0] == 0
+    code, out, err = cli("sweep", "softmax", "--replay", str(trace), "--bounds-only",
+                         "--set", "hbm.bandwidth=1GB/s,2GB/s")
+    assert (code, out, err) == (2, "", "error: --bounds-only reads the kernel's bounds() at "
+                                "each point; --replay times a recording instead (give one "
+                                "of them)\n")
+
+
 def test_pruning_needs_a_kernel_that_declares_bounds(cli):
     code, _, err = cli("sweep", str(TESTS / "kernels" / "load_dot.py"), "--set",
                        "pe.gemm.cols=8,16", "--prune-above", "x2")
