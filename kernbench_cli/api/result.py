@@ -376,8 +376,9 @@ _LEFT_OUT = ("energy_pj", "average_power_w", "critical_path", "tcm_high_water", 
 
 def _inconsistent(data: dict[str, Any]) -> str | None:
     """What in `data` (of the fields' types) no `run --json` object says: another schema,
-    a negative time or count, a file digest of no parameter, a `verified` that disagrees
-    with the checks, a key it leaves out given as null. None if nothing."""
+    a negative time or count, a file digest of no parameter, a `recorded_on` of another
+    shape, a `verified` that disagrees with the checks, a key it leaves out given as null.
+    None if nothing."""
     from kernbench_cli.report.run import schema_problem
 
     problem = schema_problem(data)
@@ -391,6 +392,13 @@ def _inconsistent(data: dict[str, Any]) -> str | None:
     stray = sorted(set(data.get("file_digests", {})) - set(data["params"]))
     if stray:
         return f"file_digests names {clip(stray[0])}, which is not one of the params"
+    was = data.get("recorded_on", {})
+    if was and not (set(was) <= {"topology", "topology_digest", "pes"}
+                    and isinstance(was.get("topology"), str)
+                    and isinstance(was.get("topology_digest", ""), str)
+                    and type(was.get("pes")) is int and was["pes"] > 0):
+        return ("recorded_on is not a replay's recorded topology (topology: a name, pes: a "
+                "count, topology_digest: a digest)")
     null = next((key for key in _LEFT_OUT if key in data and data[key] is None), None)
     if null is not None:
         return f"{null} is null: a `run --json` object leaves it out when a run has none"

@@ -162,6 +162,10 @@ def test_a_result_dict_holds_what_a_run_json_file_can():
                               "when a run has none"),
     ({"regions": None}, "regions is null: a `run --json` object leaves it out when a run "
                         "has none"),
+    *(({"recorded_on": was}, "recorded_on is not a replay's recorded topology (topology: a "
+                             "name, pes: a count, topology_digest: a digest)")
+      for was in ({"pes": "x"}, {"topology": [1], "pes": {}}, {"topology": "t", "pes": 0},
+                  {"topology": "t", "pes": 4, "other": 1})),
 ])
 def test_result_from_dict_refuses_what_no_run_json_says(changes, problem):
     """Another schema, a negative count, or null for a key a run leaves out: an
