@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernbench_cli.api.result import ReadOnly, frozen
+from kernbench_cli.api.result import ReadOnly, check_fields, frozen, json_copy
 from kernbench_cli.config.schema import Topology
 
 if TYPE_CHECKING:
@@ -53,9 +53,11 @@ class Bounds:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Bounds:
-        """The bounds a `run --bounds-only --json` object (or a sweep row's) describes."""
-        text = json.dumps(data)
-        data = json.loads(text)
+        """The bounds a `run --bounds-only --json` object (or a sweep row's) describes;
+        `ArgumentError` naming the key if `data` is not one (a key missing or of another
+        type)."""
+        data, text = json_copy(data, "Bounds.from_dict")
+        check_fields(cls, data, "", "Bounds.from_dict")
         names = {f.name for f in fields(cls)} - {"_json"}
         return cls(**{k: frozen(v) for k, v in data.items() if k in names}, _json=text)
 

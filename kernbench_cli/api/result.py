@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
+from kernbench_cli import gc_control
 from kernbench_cli.errors import (
     ArgumentError,
     KernbenchError,
@@ -267,18 +268,9 @@ class Result:
         """The result a `run --json` object (or a sweep row's `result`) describes;
         `ArgumentError` naming the key if `data` is not one (a key missing or of another
         type)."""
-        if not isinstance(data, Mapping):
-            raise ArgumentError(f"Result.from_dict: data={clip(data)}: expected a `run --json` "
-                                f"object (a dict), got {type(data).__name__}")
-        try:
-            text = json.dumps(data)  # key order kept: engines as the report lists them, the
-        except (TypeError, ValueError, RecursionError) as exc:  # path's by the time spent
-            raise ArgumentError(f"Result.from_dict: not JSON data ({exc})") from None
-        try:  # a private copy, in JSON's types, with numbers a `run --json` file can hold
-            data = parse_json(text, "Result.from_dict")
-        except KernbenchError as exc:  # NaN, Infinity: no file holds them
-            raise ArgumentError(str(exc)) from None
-        _check_fields(cls, data, "")
+        # key order kept: engines as the report lists them, the path's by the time spent
+        data, text = json_copy(data, "Result.from_dict")
+        check_fields(cls, data, "")
         problem = _inconsistent(data)
         if problem is not None:
             raise ArgumentError(f"Result.from_dict: {problem}")
@@ -410,12 +402,35 @@ def _inconsistent(data: dict[str, Any]) -> str | None:
     return None
 
 
-def _check_fields(cls: type, data: Any, where: str) -> None:
-    """ArgumentError unless `data` is an object with each field `cls` requires, of its type
-    (a part, such as `Bound` or a `Check`, checked field by field in turn)."""
+def json_copy(data: Any, who: str) -> tuple[dict[str, Any], str]:
+    """A private copy of `data` in JSON's types, with numbers a `--json` file can hold (no
+    NaN or Infinity), and its JSON text; ArgumentError (`who`: the caller) if it is not a
+    dict of JSON data."""
+    if not isinstance(data, Mapping):
+        raise ArgumentError(f"{who}: data={clip(data)}: expected {_WHO[who]} (a dict), got "
+                            f"{type(data).__name__}")
+    try:
+        with gc_control.paused():  # nesting past the recursion limit: the error alone
+            text = json.dumps(data)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ArgumentError(f"{who}: not JSON data ({exc})") from None
+    try:
+        return parse_json(text, who), text
+    except KernbenchError as exc:
+        raise ArgumentError(str(exc)) from None
+
+
+#: what `from_dict` reads, by its name: (the object it takes, the class it builds)
+_WHO = {"Result.from_dict": "a `run --json` object",
+        "Bounds.from_dict": "a `run --bounds-only --json` object"}
+
+
+def check_fields(cls: type, data: Any, where: str, who: str = "Result.from_dict") -> None:
+    """ArgumentError (`who`: the caller, in its message) unless `data` is an object with
+    each field `cls` requires, of its type (a part, such as `Bound` or a `Check`, checked
+    field by field in turn)."""
     if not isinstance(data, dict):
-        raise ArgumentError(f"Result.from_dict: {where or 'data'}: expected an object, got "
-                            f"{clip(data)}")
+        raise ArgumentError(f"{who}: {where or 'data'}: expected an object, got {clip(data)}")
     for f in fields(cls):
         if f.name.startswith("_") or f.name in ("raw", "address_map", "race_lines") or (
                 cls is Engine and f.name == "name"):  # an engine's name is its key
@@ -423,13 +438,12 @@ def _check_fields(cls: type, data: Any, where: str) -> None:
         key = f"{where}.{f.name}" if where else f.name
         if f.name not in data:
             if f.default is MISSING and f.default_factory is MISSING:
-                raise ArgumentError(f"Result.from_dict: no key {key}: not a `run --json` "
-                                    "object")
+                raise ArgumentError(f"{who}: no key {key}: not {_WHO[who]}")
             continue
-        _check_value(str(f.type), data[f.name], key)
+        _check_value(str(f.type), data[f.name], key, who)
 
 
-def _check_value(annotation: str, value: Any, key: str) -> None:
+def _check_value(annotation: str, value: Any, key: str, who: str) -> None:
     """`value` against one field's `annotation` (as written in the class)."""
     kind = annotation.replace(" | None", "")
     if value is None and kind != annotation:
@@ -447,17 +461,17 @@ def _check_value(annotation: str, value: Any, key: str) -> None:
     else:
         types = _JSON_TYPES.get(kind)
         if types is None:  # a part: an object of its own fields
-            _check_fields(_PARTS[kind], value, key)
+            check_fields(_PARTS[kind], value, key, who)
             return
         ok = isinstance(value, types) and (bool in types or not isinstance(value, bool))
         items = []
     if not ok:
-        raise ArgumentError(f"Result.from_dict: {key}: expected {kind}, got {clip(value)}")
+        raise ArgumentError(f"{who}: {key}: expected {kind}, got {clip(value)}")
     for index, part in items:
         if item in _PARTS:
-            _check_fields(_PARTS[item], part, f"{key}[{index!r}]")
+            check_fields(_PARTS[item], part, f"{key}[{index!r}]", who)
         else:
-            _check_value(item, part, f"{key}[{index!r}]")
+            _check_value(item, part, f"{key}[{index!r}]", who)
 
 
 def _arguments(inner: str) -> list[str]:

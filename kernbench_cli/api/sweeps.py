@@ -104,9 +104,8 @@ class SweepResult:
                 raise ArgumentError(f"point {row['point']}: {exc}") from None
             try:
                 bounds = Bounds.from_dict(row["bounds"]) if row.get("bounds") else None
-            except TypeError:  # keys missing: not one
-                raise ArgumentError(f"point {row['point']}: bounds: not a `run --bounds-only "
-                                    "--json` object") from None
+            except ArgumentError as exc:  # which point's bounds are not one
+                raise ArgumentError(f"point {row['point']}: {exc}") from None
             points.append(SweepPoint(
                 row["point"],
                 ReadOnly({k: read_set_value(v) for k, v in row["axes"].items()}),

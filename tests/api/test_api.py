@@ -180,6 +180,30 @@ def test_result_from_dict_refuses_what_no_run_json_says(changes, problem):
     assert (changed.latency_ns, changed.to_dict()["latency_ns"]) == (1.0, 1.0)
 
 
+def test_bounds_from_dict_refuses_what_no_bounds_json_says():
+    """`kb.Bounds.from_dict` took anything: a string raised AttributeError, a key missing a
+    TypeError listing constructor arguments, a key of another type was kept as given. Each
+    is an ArgumentError naming it, as `Result.from_dict`'s."""
+    stated = kb.bounds("softmax", ONE, params={"rows": 8, "cols": 64, "block": 8}).to_dict()
+    where = "Bounds.from_dict"
+    for data, message in (
+            ("nope", f"{where}: data='nope': expected a `run --bounds-only --json` object (a "
+                     "dict), got str"),
+            ({}, f"{where}: no key kernel: not a `run --bounds-only --json` object"),
+            ({**stated, "pes": True}, f"{where}: pes: expected int, got True"),
+            ({**stated, "bounds_ps": {"memory": "1us"}},
+             f"{where}: bounds_ps['memory']: expected int, got '1us'"),
+            ({**stated, "lower_bound_ps": float("nan")},
+             f"{where}: lower_bound_ps: NaN is not a number kernbench reads (finite, "
+             "integers within 64 bits; JSON has no NaN or Infinity)")):
+        with pytest.raises(errors.ArgumentError) as info:
+            kb.Bounds.from_dict(data)
+        assert str(info.value) == message
+    assert kb.Bounds.from_dict(stated).to_dict() == stated
+    older = {k: v for k, v in stated.items() if k != "kernbench_version"}
+    assert kb.Bounds.from_dict(older).kernbench_version == ""
+
+
 def test_sweep_result_from_rows_refuses_what_is_not_a_sweeps_rows(tmp_path):
     """Each argument, row and key not of a sweep's shape is an ArgumentError naming it
     (they were raw ValueError, TypeError, KeyError and AttributeError from inside, and a
@@ -200,7 +224,8 @@ def test_sweep_result_from_rows_refuses_what_is_not_a_sweeps_rows(tmp_path):
             (("softmax", ["rows"], [{**rows[0], "error": 5}]),
              f"{where}: rows[0]: error: expected a str or None, got 5"),
             (("softmax", ["rows"], [{**rows[0], "bounds": {"x": 1}}]),
-             "point 0: bounds: not a `run --bounds-only --json` object")):
+             "point 0: Bounds.from_dict: no key kernel: not a `run --bounds-only --json` "
+             "object")):
         with pytest.raises(errors.ArgumentError) as info:
             kb.SweepResult.from_rows(*args)
         assert str(info.value) == message
