@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from kernbench_cli import gc_control
 from kernbench_cli.errors import (
     ArgumentError,
     KernbenchError,
@@ -410,8 +409,7 @@ def json_copy(data: Any, who: str) -> tuple[dict[str, Any], str]:
         raise ArgumentError(f"{who}: data={clip(data)}: expected {_WHO[who]} (a dict), got "
                             f"{type(data).__name__}")
     try:
-        with gc_control.paused():  # nesting past the recursion limit: the error alone
-            text = json.dumps(data)
+        text = json.dumps(data)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ArgumentError(f"{who}: not JSON data ({exc})") from None
     try:
