@@ -213,28 +213,8 @@ def bounds(topology, p):
     groups = _groups(_Host, p)
     if len(groups[0]) < 2:
         return {}  # a group of one moves nothing
-    item = p["bytes"] // count
-    grid = coll.Grid(topology)
-    copy, stream = lb.copy_bandwidth(topology), lb.stream_bandwidth(topology)
-    dma = topology.pe.dma
-    memory, collective = (0, 1, 0), (0, 1, 0, 0, 0, 0, 1)  # (ps, -pid, bytes…)
-    for group in groups:
-        ranks = coll.ranks(grid, group)
-        own = {pid: n * item for pid, (_, n) in coll.layout(grid, count, group,
-                                                              p["algo"]).items()}
-        fastest = _fastest(topology, ranks)
-        for r, pid in enumerate(ranks):
-            hbm, sent, got = _moved(p, ranks, r, own, p["bytes"])
-            rate = fastest
-            if p["algo"] == "ring":  # each send to the next rank (a reduce's: the one before)
-                rate = _level_bandwidth(topology, pid, ranks[(r + (
-                    -1 if p["collective"] == "reduce" else 1)) % len(ranks)])
-            slot = topology.pe.ipcq.slot_size  # a message goes in chunks of a slot at most
-            transfers = 1 if dma.setup_overlap else max(1, -(-sent // slot) + -(-got // slot))
-            ps = (transfers * dma.setup + lb.link_ps(hbm, stream) + lb.link_ps(sent, rate)
-                  + lb.link_ps(got, copy))
-            memory = max(memory, (lb.link_ps(hbm, stream), -pid, hbm))
-            collective = max(collective, (ps, -pid, hbm, sent, got, rate, transfers))
+    copy, dma = lb.copy_bandwidth(topology), topology.pe.dma
+    memory, collective = _busiest(topology, p, groups, count)
     _, pid, hbm, sent, got, rate, transfers = collective
     each = "transfer" if transfers == 1 else "transfers"
     setup = f"{format_time_ps(dma.setup)} setup + " if dma.setup_overlap else \
@@ -281,6 +261,35 @@ def _level_bandwidth(topology, a, b):
         if a // size == b // size:
             return link.bandwidth
     return topology.rack_link.bandwidth
+
+
+def _busiest(topology, p, groups, count: int) -> tuple[tuple, tuple]:
+    """The PEs of `groups` with the largest `memory` and `collective` bounds (see
+    `bounds`): (ps, -pid, bytes) and (ps, -pid, HBM bytes, sent, received, send rate,
+    transfers)."""
+    from kernbench_cli.lang import bounds as lb
+
+    item, grid, dma = p["bytes"] // count, coll.Grid(topology), topology.pe.dma
+    copy, stream = lb.copy_bandwidth(topology), lb.stream_bandwidth(topology)
+    memory, collective = (0, 1, 0), (0, 1, 0, 0, 0, 0, 1)
+    for group in groups:
+        ranks = coll.ranks(grid, group)
+        own = {pid: n * item for pid, (_, n) in coll.layout(grid, count, group,
+                                                              p["algo"]).items()}
+        fastest = _fastest(topology, ranks)
+        for r, pid in enumerate(ranks):
+            hbm, sent, got = _moved(p, ranks, r, own, p["bytes"])
+            rate = fastest
+            if p["algo"] == "ring":  # each send to the next rank (a reduce's: the one before)
+                rate = _level_bandwidth(topology, pid, ranks[(r + (
+                    -1 if p["collective"] == "reduce" else 1)) % len(ranks)])
+            slot = topology.pe.ipcq.slot_size  # a message goes in chunks of a slot at most
+            transfers = 1 if dma.setup_overlap else max(1, -(-sent // slot) + -(-got // slot))
+            ps = (transfers * dma.setup + lb.link_ps(hbm, stream) + lb.link_ps(sent, rate)
+                  + lb.link_ps(got, copy))
+            memory = max(memory, (lb.link_ps(hbm, stream), -pid, hbm))
+            collective = max(collective, (ps, -pid, hbm, sent, got, rate, transfers))
+    return memory, collective
 
 
 def _fastest(topology, ranks):

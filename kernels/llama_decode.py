@@ -154,6 +154,26 @@ PARAM_INFO = {
 # ---------------------------------------------------------------------- setup
 
 
+def _placed(host, w, run, lay, pid: int, plan: dict) -> dict:
+    """PE `pid`'s `plan` with its tensors placed: its layers' blocks one after another,
+    then the rest (a piece a PE does not hold is None)."""
+    made = Maker(host, w, run, plan)
+    placed = {k: v for k, v in plan.items() if k != "seq"}
+    placed["layers"] = []
+    for i, window in plan["layers"]:
+        layer = dict.fromkeys(("qkv_bias", "o_bias", "gate_bias", "up_bias", "down_bias",
+                               "k", "v"))
+        layer["seq"] = plan["seq"][window]
+        for piece in lay.block(pid, window):
+            layer[piece.key] = made.place(pid, piece, lay.page, i)
+        placed["layers"].append((i, layer))
+    for key in ("norm_final", "lm_w", "iota"):
+        placed[key] = None
+    for piece in lay.extra[pid]:
+        placed[piece.key] = made.place(pid, piece, lay.page)
+    return placed
+
+
 def setup(host, p):
     run = run_of(host.topology, p)
     check_rows(host.topology, run, chosen=p["batch"] == 0)
@@ -191,23 +211,7 @@ def setup(host, p):
                 lay, run, w["prompt_embeds"])) if piece.key == "prompt" else
             host.replicate(name, values[piece.key]) if piece.key in values else
             host.empty(name, piece.shape, piece.dtype))
-    plans = []
-    for pid, plan in enumerate(lay.plans):
-        made = Maker(host, w, run, plan)
-        placed = {k: v for k, v in plan.items() if k != "seq"}
-        placed["layers"] = []
-        for i, window in plan["layers"]:  # its layers' blocks one after another, then the rest
-            layer = dict.fromkeys(("qkv_bias", "o_bias", "gate_bias", "up_bias",
-                                   "down_bias", "k", "v"))
-            layer["seq"] = plan["seq"][window]
-            for piece in lay.block(pid, window):
-                layer[piece.key] = made.place(pid, piece, lay.page, i)
-            placed["layers"].append((i, layer))
-        for key in ("norm_final", "lm_w", "iota"):
-            placed[key] = None
-        for piece in lay.extra[pid]:
-            placed[piece.key] = made.place(pid, piece, lay.page)
-        plans.append(placed)
+    plans = [_placed(host, w, run, lay, pid, plan) for pid, plan in enumerate(lay.plans)]
     dims = {"b": b, "hidden": cfg.hidden, "g": cfg.group, "d": cfg.head_dim,
             "layers": run.timed, "dt": dt, "wdt": run.wdt, "kvdt": run.kvdt,
             "per_layer": run.scaled or bool(p["scale_to"]),
