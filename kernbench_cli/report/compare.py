@@ -203,15 +203,15 @@ def _explained(key: str, keys: list[str], every: list[dict[str, str]]) -> bool:
     two runs of the same names and `--set` items that could change it differ in it (an
     edited file; a file of a shipped one's name). The kernel's digest is explained by the
     kernel's name, the topology's by its name and the items other than ``costs.`` ones,
-    the cost table's by its name, the topology's and the ``costs.`` items. A result that
-    does not know a digest (made before it was kept) differs from none."""
+    the cost table's by its name and the ``costs.`` items (not the topology's: two
+    topologies can name two cost tables of one name). A result that does not know a
+    digest (made before it was kept) differs from none."""
     if not key.endswith(f" {DIGEST}"):
         return False
     given = {f"kernel {DIGEST}": ["kernel"],
              f"topology {DIGEST}": ["topology", *(k for k in keys if "." in k
                                                   and not k.startswith("costs."))],
-             f"costs {DIGEST}": ["topology", "costs", *(k for k in keys
-                                                         if k.startswith("costs."))]}[key]
+             f"costs {DIGEST}": ["costs", *(k for k in keys if k.startswith("costs."))]}[key]
     seen: dict[tuple, str] = {}
     for one in every:
         digest = one.get(key, NOT_SET)

@@ -372,32 +372,33 @@ def replay_address_map(trace: Trace, source: str, topology: str | None = None,
     taken = {"topology": topology if given_topology is None else None,
              "costs": (trace.costs_file or amap.topology.cost_table.name)
              if given_costs is None else None}
-    if any(taken.values()):  # the digests are of the run's items applied
+    if any(taken.values()) and trace.digests:  # the digests are of the run's items applied
         _same_as_recorded(trace, source, amap if recorded_sets or not trace.sets else
-                          _with_items(topology, costs, trace.sets), taken)
+                          _with_items(trace, source, topology, costs), taken)
     return load_address_map(topology, costs, [*recorded, *sets]) if sets else amap
 
 
-def _with_items(topology: str, costs: Path | None, items: Sequence[str]) -> AddressMap | None:
-    """The configuration with a trace's `--set` items, None if they no longer load (a replay
-    that leaves them out, as asked, cannot then check the digests)."""
+def _with_items(trace: Trace, source: str, topology: str, costs: Path | None) -> AddressMap:
+    """The configuration with the trace's `--set` items, which its digests are of; a
+    TraceError if they no longer load on it (they did when it was recorded): the files
+    cannot be checked, and may have changed."""
     from kernbench_cli.address import load_address_map
 
     try:
-        return load_address_map(topology, costs, list(items))
-    except KernbenchError:
-        return None
+        return load_address_map(topology, costs, list(trace.sets))
+    except KernbenchError as exc:
+        raise TraceError(f"{source}: the run's --set items no longer load on the topology "
+                         f"and cost table it was recorded on ({exc.lines()[0]}), so they "
+                         "cannot be checked against it (edited since?); give --topology "
+                         "and --costs to replay on them as they are") from None
 
 
-def _same_as_recorded(trace: Trace, source: str, amap: AddressMap | None,
+def _same_as_recorded(trace: Trace, source: str, amap: AddressMap,
                       taken: dict[str, str | None]) -> None:
     """TraceError unless the topology and cost table a replay takes from `trace` (`taken`:
-    what it loaded for each, None if given) resolve, with the run's `--set` items (`amap`;
-    None: not known), to the digests the run recorded: an edited file, or a shipped
-    topology standing in for a file gone, would time another machine under the run's
-    names."""
-    if amap is None:
-        return
+    what it loaded for each, None if given) resolve, with the run's `--set` items (`amap`),
+    to the digests the run recorded: an edited file, or a shipped topology standing in for
+    a file gone, would time another machine under the run's names."""
     now = {"topology": config_digest(amap.topology),
            "costs": config_digest(amap.topology.cost_table)}
     for key, option in (("topology", "--topology"), ("costs", "--costs")):

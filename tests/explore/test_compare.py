@@ -242,6 +242,12 @@ def test_an_item_explains_only_the_digest_it_can_change():
                  with_(["costs.issue.load=6ns"], costs="bbbbbbbb")]
     assert changed(["a", "b"], explained) == [{"costs.issue.load": "5ns"},
                                               {"costs.issue.load": "6ns"}]
+    # two topologies of one digest naming two cost tables "default": the names do not say
+    renamed = [settings({**run, "topology": name, "costs_digest": digest})
+               for name, digest in (("default", "aaaaaaaa"), ("default-b", "bbbbbbbb"))]
+    assert changed(["a", "b"], renamed) == [{"topology": "default", "costs digest": "aaaaaaaa"},
+                                            {"topology": "default-b",
+                                             "costs digest": "bbbbbbbb"}]
     before = settings({k: v for k, v in run.items() if k != "kernel_digest"})
     assert changed(["a", "b"], [settings(run), before]) == [{"run": "a"}, {"run": "b"}]
 

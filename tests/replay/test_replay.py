@@ -13,7 +13,7 @@ import pytest
 from kernbench_cli.address import load_address_map
 from kernbench_cli.sim.run import replay_trace
 from kernbench_cli.sim.trace_file import MAGIC, read_trace, write_trace
-from tests.conftest import TESTS, test_topology
+from tests.conftest import ROOT, TESTS, test_topology
 
 COSTS = Path(__file__).parents[1] / "costs"
 CASES = [
@@ -339,7 +339,6 @@ def test_a_replay_on_the_recorded_topology_or_costs_refuses_them_changed(cli, tm
     on its own, an edited topology file, a shipped topology of its name standing in for
     its file gone, or an edited cost table was timed silently under the run's names. Each
     is refused, naming both digests; `--topology` or `--costs` replays on it as it is."""
-    from tests.conftest import ROOT
 
     shipped = (ROOT / "topologies" / "default.toml").read_text()
     topology, costs = tmp_path / "mine.toml", tmp_path / "costs.toml"
@@ -449,7 +448,17 @@ def test_what_a_trace_gave_is_said_to_come_from_it(cli, tmp_path, run):
     assert (code, err) == (2, f"error: {path}: the run's recorded --set pe.gemm.rows=-5: "
                               "pe.gemm.rows: expected a positive integer, got -5 "
                               "(--no-recorded-sets leaves them out)\n")
-    assert cli("replay", str(path), "--no-recorded-sets")[0] == 0
+    # left out, they cannot tell whether the files are the ones recorded on, which the
+    # digests are of with the items applied: given, they replay
+    code, _, err = cli("replay", str(path), "--no-recorded-sets")
+    assert (code, err) == (2, f"error: {path}: the run's --set items no longer load on the "
+                              "topology and cost table it was recorded on (--set "
+                              "pe.gemm.rows=-5: pe.gemm.rows: "
+                              "expected a positive integer, got -5), so they cannot be "
+                              "checked against it (edited since?); give --topology and "
+                              "--costs to replay on them as they are\n")
+    assert cli("replay", str(path), "--no-recorded-sets", "-t", test_topology("pair"),
+               "--costs", str(ROOT / "topologies" / "costs" / "default.toml"))[0] == 0
     junk = tmp_path / "junk.toml"
     junk.write_text("this is not TOML")
     path = _damaged(tmp_path, run, _field("topology_file", str(junk)))
