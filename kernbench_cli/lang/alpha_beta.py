@@ -23,7 +23,7 @@ Per algorithm, with n ranks, a buffer of N bytes, m = N / n, p = a piece or N if
     tree       reduce or broadcast: depth (alpha + p beta) + N c beta (c: the root's
                children, ceil(log2 n)); all_reduce: both
     ring (broadcast, reduce)   (n-1)(alpha + p beta) + N beta
-    direct (broadcast, reduce) alpha + (n-1) N beta
+    direct (broadcast, reduce) alpha + (n-1) N beta (each of the n-1 messages its setups)
 
 alpha and beta are the worst over the pairs of PEs the algorithm uses. This is a model
 of the algorithm's steps, not of the contention between them: a real run can do better
@@ -79,7 +79,7 @@ def seconds(topology, call: str, algo: str, group: list[int], nbytes: int,
             return (n - 1) * step(a, b, piece) + nbytes * b
         if algo == "direct":
             a, b = ab([(root, p) for p in ranks if p != root])
-            return a + (n - 1) * nbytes * b
+            return a + (n - 1) * step(0.0, b, nbytes)
         return _tree(ab, step, ranks, root_rank, nbytes, piece, 1)
     phases = 2 if call == "all_reduce" else 1
     m = nbytes / n

@@ -228,8 +228,9 @@ def _check_passes(p) -> None:
     as the prompt has, or more, time every pass: nothing is then left to bound."""
     every = -(-p["prompt"] // p["chunk"])
     if 0 < p["passes"] < min(MIN_PASSES, every):
+        fewer = f", or all {every} of this prompt's" if every < MIN_PASSES else ""
         raise ValueError(f"passes = {p['passes']}: representative prefill passes are "
-                         f"{MIN_PASSES} or more (the first, the last and three between: the "
+                         f"{MIN_PASSES} or more{fewer} (the first, the last and three between: the "
                          "bound on the passes not timed is from how far those three lie off "
                          "their neighbours' line; one or two between missed the full prefill "
                          "by up to 2.6x that bound)")

@@ -112,8 +112,12 @@ def test_alpha_beta_of_a_ring_of_two_is_the_stated_formula(amap):
     for nbytes, piece in ((4, 4), (4096, 4096), (1 << 20, 4096)):
         short = 3 * setup * (1 - piece / slot)
         want = (n - 1) * (alpha + piece * beta + short) + nbytes * beta
+        # direct: one alpha, then the n-1 messages of the whole buffer, each its setups
+        direct = alpha + (n - 1) * (nbytes * beta + 3 * setup * max(0, 1 - nbytes / slot))
         for call in ("broadcast", "reduce"):
             assert seconds(topo, call, "ring", [0, 1], nbytes) == pytest.approx(want, rel=1e-12)
+            assert seconds(topo, call, "direct", [0, 1], nbytes) == pytest.approx(direct,
+                                                                                 rel=1e-12)
 
 
 def _dma_bytes(result) -> dict[int, Counter]:

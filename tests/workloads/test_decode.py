@@ -772,6 +772,11 @@ def test_representative_passes_need_timing_only(cli):
                               params={"prompt": 32, "chunk": 8, "passes": k})
                        for k in (0, 4))
     assert all_four.metrics["ttft_ps"] == every.metrics["ttft_ps"]
+    code, _, err = cli("run", "llama_decode", "-p", "prompt=32", "-p", "chunk=8", "-p",
+                       "passes=3", "--timing-only")
+    assert code == 2 and err.startswith("error: llama_decode: passes = 3: representative "
+                                        "prefill passes are 5 or more, or all 4 of this "
+                                        "prompt's (the first, the last")
     for items, message in ((("prompt=32", "chunk=8", "pp=2"), "pp = 2: representative "
                             "prefill passes (passes = 5) run on one pipeline stage"),
                            ((), "passes = 5: representative prefill passes need a prompt to "
