@@ -319,15 +319,21 @@ def _run(spec: Spec, point: Point, row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _replay_point(spec: Spec, point: Point, row: dict[str, Any]) -> dict[str, Any]:
-    """A point of a replayed sweep: the recording re-timed with the point's `--set`s."""
+    """A point of a replayed sweep: the recording re-timed with the point's `--set`s. The
+    sweep's own recording (`spec.recorded`) is re-timed on the configuration it was made
+    from, the spec's, as this worker resolves it (the recording names the client's
+    files, which a Dask worker may not have)."""
+    from kernbench_cli.address import load_address_map
     from kernbench_cli.report.run import to_json
     from kernbench_cli.sim.run import replay_address_map, replay_trace
     from kernbench_cli.sim.trace_file import read_trace
 
+    costs = Path(spec.costs) if spec.costs else None
     try:
         trace = read_trace(Path(spec.trace))
-        amap = replay_address_map(trace, spec.trace, spec.topology,
-                                  Path(spec.costs) if spec.costs else None, point.sets)
+        amap = load_address_map(spec.topology, costs, [*trace.sets, *point.sets]) \
+            if spec.recorded else replay_address_map(trace, spec.trace, spec.topology, costs,
+                                                     point.sets)
         result = replay_trace(trace, amap, spec.trace)
     except KernbenchError as exc:
         return {**row, "error": " / ".join(exc.lines()), "result": None}

@@ -589,6 +589,35 @@ def test_a_dask_point_checks_the_files_the_sweep_began_with(tmp_path):
     assert run_bundled(spec, files, point)["error"] == CHANGED
 
 
+def test_a_record_once_point_replays_on_the_files_sent_with_it(tmp_path):
+    """A record-once sweep's recording names the client's cost table; a worker without the
+    client's disk failed every point ("the run used the cost table …, which is not there").
+    The sweep's own recording is re-timed on the spec's files as sent."""
+    from kernbench_cli.explore.sweep import bundle, fingerprint, record, run_bundled
+    from kernbench_cli.shipped import resolve_topology
+
+    client = tmp_path / "client"
+    client.mkdir()
+    topo = client / "t.toml"
+    topo.write_text(Path(resolve_topology("default")).read_text().replace(
+        'costs = "costs/default.toml"', 'costs = "c.toml"'))
+    (client / "c.toml").write_text('name = "mine"\n[issue]\nload = "10ns"\n')
+    kernel = client / "k.py"
+    kernel.write_text(Path(LOAD_DOT).read_text())
+    spec = Spec(str(kernel), str(topo), timing_only=True)
+    spec.begun = fingerprint(spec)
+    point = points(["costs.issue.load=8ns"], [])[0]
+    record(spec, point, client / "sweep.kbtrace")
+    spec.trace, spec.recorded = str(client / "sweep.kbtrace"), True
+    here = run_bundled(spec, bundle(spec), point)
+    files = bundle(spec)
+    client.rename(tmp_path / "gone")  # the worker has none of the client's disk
+    row = run_bundled(spec, files, point)
+    assert row["error"] is None and row["replayed"]
+    assert row["result"]["latency_ps"] == here["result"]["latency_ps"]
+    assert row["result"]["costs"] == "mine"
+
+
 def test_dask_without_the_extra_says_how_to_install_it(cli, monkeypatch):
     import sys
 
