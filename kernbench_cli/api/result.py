@@ -356,7 +356,7 @@ class Result:
 #: The JSON type each annotation of the result classes takes (None allowed where it says
 #: `| None`); a class name is an object of its own fields, checked in turn.
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "Any": (object,)}
+    "str": (str,), "int": (int,), "float": (int, float), "bool": (bool,)}
 _PARTS: dict[str, type] = {}  # class name -> class, of the result's parts (filled below)
 
 
@@ -384,12 +384,14 @@ def _inconsistent(data: dict[str, Any]) -> str | None:
     if stray:
         return f"file_digests names {clip(stray[0])}, which is not one of the params"
     was = data.get("recorded_on", {})
+    digest = was.get("topology_digest", "0" * 8)
     if was and not (set(was) <= {"topology", "topology_digest", "pes"}
-                    and isinstance(was.get("topology"), str)
-                    and isinstance(was.get("topology_digest", ""), str)
+                    and isinstance(was.get("topology"), str) and was["topology"]
+                    and isinstance(digest, str) and len(digest) == 8
+                    and all(c in "0123456789abcdef" for c in digest)
                     and type(was.get("pes")) is int and was["pes"] > 0):
         return ("recorded_on is not a replay's recorded topology (topology: a name, pes: a "
-                "count, topology_digest: a digest)")
+                "count, topology_digest: 8 hex digits)")
     null = next((key for key in _LEFT_OUT if key in data and data[key] is None), None)
     if null is not None:
         return f"{null} is null: a `run --json` object leaves it out when a run has none"
@@ -444,7 +446,7 @@ def check_fields(cls: type, data: Any, where: str, who: str = "Result.from_dict"
 def _check_value(annotation: str, value: Any, key: str, who: str) -> None:
     """`value` against one field's `annotation` (as written in the class)."""
     kind = annotation.replace(" | None", "")
-    if value is None and kind != annotation:
+    if (value is None and kind != annotation) or kind == "Any":  # a bool parameter too
         return
     outer, _, inner = kind.partition("[")
     args = _arguments(inner.removesuffix("]"))

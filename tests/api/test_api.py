@@ -163,9 +163,11 @@ def test_a_result_dict_holds_what_a_run_json_file_can():
     ({"regions": None}, "regions is null: a `run --json` object leaves it out when a run "
                         "has none"),
     *(({"recorded_on": was}, "recorded_on is not a replay's recorded topology (topology: a "
-                             "name, pes: a count, topology_digest: a digest)")
+                             "name, pes: a count, topology_digest: 8 hex digits)")
       for was in ({"pes": "x"}, {"topology": [1], "pes": {}}, {"topology": "t", "pes": 0},
-                  {"topology": "t", "pes": 4, "other": 1})),
+                  {"topology": "t", "pes": 4, "other": 1}, {"topology": "", "pes": 4},
+                  {"topology": "t", "pes": True},
+                  {"topology": "t", "pes": 4, "topology_digest": "not a digest"})),
 ])
 def test_result_from_dict_refuses_what_no_run_json_says(changes, problem):
     """Another schema, a negative count, or null for a key a run leaves out: an
@@ -202,6 +204,23 @@ def test_bounds_from_dict_refuses_what_no_bounds_json_says():
     assert kb.Bounds.from_dict(stated).to_dict() == stated
     older = {k: v for k, v in stated.items() if k != "kernbench_version"}
     assert kb.Bounds.from_dict(older).kernbench_version == ""
+
+
+def test_a_kernel_with_a_bool_parameter_runs_and_compares(tmp_path, cli):
+    """A bool among a result's parameters (a `Mapping[str, Any]`) was refused as "expected
+    Any, got False": `kb.run` of a kernel with a bool parameter raised, and `compare` of its
+    results said it had no runs."""
+    kernel = tmp_path / "flagged.py"
+    kernel.write_text((TESTS / "kernels" / "metered.py").read_text().replace(
+        'PARAMS = {"items": 4, "extra": 0}', 'PARAMS = {"items": 4, "extra": 0, "flag": False}'))
+    result = kb.run(str(kernel), timing_only=True, params={"flag": True})
+    assert result.params["flag"] is True
+    assert kb.Result.from_dict(result.to_dict()).params == result.params
+    for name, flag in (("a", "false"), ("b", "true")):
+        code, out, _ = cli("run", str(kernel), "--timing-only", "-p", f"flag={flag}", "--json")
+        (tmp_path / f"{name}.json").write_text(out)
+    code, out, _ = cli("compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json")
+    assert code == 0 and json.loads(out)["changed"] == [{"flag": "False"}, {"flag": "True"}]
 
 
 def test_sweep_result_from_rows_refuses_what_is_not_a_sweeps_rows(tmp_path):
