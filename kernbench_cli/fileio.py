@@ -384,7 +384,7 @@ def parse_json(text: str, where: str):
             raise KernbenchError(f"{where}: key {clip(twice)} is given twice in one object")
         return value
 
-    with gc_control.paused():  # deep nesting: json's RecursionError alone (see gc_control)
+    with gc_control.paused(collect=False):  # deep nesting: the error alone (gc_control)
         value = json.loads(text, parse_constant=_Unheld, parse_int=_json_int,
                            parse_float=_json_float, object_pairs_hook=unique)
     todo = [(value, "")]

@@ -39,7 +39,7 @@ def read_toml(path: Path) -> dict[str, Any]:
     """Parse a TOML file; every failure becomes a one-line ConfigError."""
     try:
         data = read_input(path, MAX_TOML_BYTES, "a TOML file")
-        with gc_control.paused():
+        with gc_control.paused(collect=False):
             return tomllib.loads(data.decode())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([f"{path}: invalid TOML: {exc}"]) from None
@@ -169,7 +169,7 @@ def read_set_value(raw: str) -> Any:
     """A `--set` VALUE as the loader reads it: the TOML value it is (``64``, ``[8, 4]``,
     ``true``), or else its text (``409.6GB/s``, ``80ns``, ``ws``)."""
     try:
-        with gc_control.paused():
+        with gc_control.paused(collect=False):
             return tomllib.loads(f"v = {raw}")["v"]
     except (ValueError, RecursionError):  # not TOML (or a number of 10^5 digits): text
         return raw.strip()

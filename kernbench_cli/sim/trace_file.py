@@ -168,7 +168,7 @@ def read_trace(path: Path) -> Trace:
     else:  # version 1 was one JSON document: enough of it to name its version
         head = start + data.take(2**20)
     try:
-        with gc_control.paused():
+        with gc_control.paused(collect=False):
             header = json.loads(head)
     except (ValueError, RecursionError) as exc:  # not JSON, nested too deep, 10^5 digits
         raise TraceError(f"{path}: not a kernbench trace (header: "
