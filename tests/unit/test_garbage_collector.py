@@ -56,6 +56,17 @@ def test_paused_runs_no_collection_inside_and_one_young_one_after(collections):
     assert all(ref() is None for ref in cycles)  # the cycles made inside are freed
 
 
+def test_paused_without_collect_runs_none_after(collections):
+    """A parser's pause: nothing collected inside or on the way out (its cycles wait for
+    the next young collection)."""
+    with gc_control.paused(collect=False):
+        cycles = [_cycle() for _ in range(100)]
+    assert gc.isenabled() and collections == []
+    assert all(ref() is not None for ref in cycles)
+    gc.collect(0)
+    assert all(ref() is None for ref in cycles)
+
+
 @pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
 def test_paused_gives_the_collector_back_on_errors(error):
     with pytest.raises(error), gc_control.paused():
