@@ -104,7 +104,8 @@ def test_the_raises_table_names_every_call_and_only_real_exceptions():
     rows = re.findall(r"^\| `kb\.([\w.]+)` \| (.*) \|$", text.split("\n\n", 1)[0], re.M)
     calls = {call for call, _ in rows}
     assert calls == {"run", "replay", "sweep", "compare", "sensitivity", "load_kernel",
-                     "load_topology", "load_trace", "Result.from_dict"}
+                     "load_topology", "load_trace", "Result.from_dict",
+                     "Bounds.from_dict"}
     for call, raises in rows:
         names = set(re.findall(r"`(\w+Error|KernbenchError|GoldenMismatch)`", raises))
         assert names, call
