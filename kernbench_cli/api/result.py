@@ -420,7 +420,7 @@ def json_copy(data: Any, who: str) -> tuple[dict[str, Any], str]:
         raise ArgumentError(str(exc)) from None
 
 
-#: what `from_dict` reads, by its name: (the object it takes, the class it builds)
+#: what each `from_dict` reads, by its name (for its messages)
 _WHO = {"Result.from_dict": "a `run --json` object",
         "Bounds.from_dict": "a `run --bounds-only --json` object"}
 
