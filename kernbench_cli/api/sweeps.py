@@ -488,7 +488,7 @@ def _run_in_order(spec, todo, left, skip: dict, rows: dict, results, how: tuple,
         rows[row["point"]] = row
         results.write(row)
         if on_row is not None:
-            on_row(row)
+            on_row(_copy(row))
 
     queue = sorted(skip)
 
@@ -552,6 +552,11 @@ def _bounded(module, replay: str | Path | None, bounds_only: bool, prune: bool,
     return module
 
 
+def _copy(row: dict[str, Any]) -> dict[str, Any]:
+    """`row` for `on_row`: its own copy (what the callback does to it stays with it)."""
+    return json.loads(json.dumps(row))
+
+
 def _bounds_only(spec, module, todo: list, axis_keys: list[str],
                  on_start: Callable[[int], None] | None,
                  on_row: Callable[[dict[str, Any]], None] | None) -> SweepResult:
@@ -564,7 +569,7 @@ def _bounds_only(spec, module, todo: list, axis_keys: list[str],
     for point in todo:
         rows.append(numbered(bounds_row(spec, point, module)))
         if on_row is not None:
-            on_row(rows[-1])
+            on_row(_copy(rows[-1]))
     return SweepResult.from_rows(Path(str(spec.kernel)).stem, axis_keys, rows)
 
 

@@ -223,6 +223,24 @@ def test_a_kernel_with_a_bool_parameter_runs_and_compares(tmp_path, cli):
     assert code == 0 and json.loads(out)["changed"] == [{"flag": "False"}, {"flag": "True"}]
 
 
+@pytest.mark.parametrize("bounds_only", [False, True])
+def test_what_on_row_does_to_its_row_stays_with_it(bounds_only):
+    """`on_row` was handed the sweep's own row: a callback that tidied it rewrote the
+    returned result (every point's latency, axes and error)."""
+    def tidy(row):
+        row["axes"]["rows"] = "12345"
+        row["error"] = "annotated"
+        if row.get("result"):
+            row["result"]["latency_ps"] = 1
+
+    sweep = kb.sweep("softmax", ONE, params={"rows": [8, 16], "cols": 64, "block": 8},
+                     timing_only=True, jobs=1, bounds_only=bounds_only, on_row=tidy)
+    plain = kb.sweep("softmax", ONE, params={"rows": [8, 16], "cols": 64, "block": 8},
+                     timing_only=True, jobs=1, bounds_only=bounds_only)
+    assert sweep.to_dicts() == plain.to_dicts()
+    assert [p.axes["rows"] for p in sweep.points] == [8, 16]
+
+
 def test_sweep_result_from_rows_refuses_what_is_not_a_sweeps_rows(tmp_path):
     """Each argument, row and key not of a sweep's shape is an ArgumentError naming it
     (they were raw ValueError, TypeError, KeyError and AttributeError from inside, and a
