@@ -22,6 +22,16 @@ _OUTPUTS: set[Path] = set()
 _COMMAND = [False]
 
 
+def is_a(path: Path, kind: str) -> bool:
+    """Whether `path` is a "file", a "dir" or "any" entry; False where it cannot be looked
+    at (a name too long for the file system, a folder not to be entered), which
+    `Path.is_file` and `Path.exists` raise as OSError."""
+    try:
+        return {"file": path.is_file, "dir": path.is_dir, "any": path.exists}[kind]()
+    except OSError:
+        return False
+
+
 def begin_command() -> None:
     """A CLI command starts: forget the inputs and outputs of the one before (tests run
     many commands in one process)."""

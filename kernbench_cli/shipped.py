@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernbench_cli.errors import ConfigError
+from kernbench_cli.errors import ConfigError, clip
+from kernbench_cli.fileio import is_a
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -47,10 +48,10 @@ def resolve_topology(spec: str | None) -> Path:
     if spec is None:
         spec = "default"
     path = Path(spec)
-    if path.suffix == ".toml" or path.exists() or len(path.parts) > 1:
+    if path.suffix == ".toml" or is_a(path, "any") or len(path.parts) > 1:
         return path
     shipped = data_dir("topologies") / f"{spec}.toml"
-    if shipped.is_file():
+    if is_a(shipped, "file"):
         return shipped
-    raise ConfigError([f"no topology named {spec!r} (shipped: {', '.join(shipped_topologies())}; "
-                       "or give a path to a .toml file)"])
+    raise ConfigError([f"no topology named {clip(spec, 200)} (shipped: "
+                       f"{', '.join(shipped_topologies())}; or give a path to a .toml file)"])

@@ -65,7 +65,7 @@ from typing import Any
 
 from kernbench_cli.config.units import read_integer
 from kernbench_cli.errors import ParamError, clip, message_of
-from kernbench_cli.fileio import file_digest, note_input, unchanged_files
+from kernbench_cli.fileio import file_digest, is_a, note_input, unchanged_files
 from kernbench_cli.lang.confine import Interrupted, KernelMisuse, confined
 from kernbench_cli.lang.watchdog import KernelTimeout, hook_watch
 from kernbench_cli.shipped import data_dir
@@ -147,17 +147,18 @@ def kernel_file(spec: str) -> tuple[Path, str]:
     path = Path(spec)
     if path.suffix == ".py" or len(path.parts) > 1:
         if path.suffix != ".py":
-            raise ParamError(f"kernel file {spec!r}: a kernel is a Python file ending in .py")
-        if path.is_dir():
-            raise ParamError(f"kernel file {spec!r} is a folder")
-        if not path.is_file():
-            raise ParamError(f"no kernel file {spec!r}")
+            raise ParamError(f"kernel file {clip(spec, 200)}: a kernel is a Python file "
+                             "ending in .py")
+        if is_a(path, "dir"):
+            raise ParamError(f"kernel file {clip(spec, 200)} is a folder")
+        if not is_a(path, "file"):
+            raise ParamError(f"no kernel file {clip(spec, 200)}")
         shown = spec
     else:
         path = data_dir("kernels") / f"{spec}.py"
-        if not path.is_file():
-            raise ParamError(f"unknown kernel {spec!r} (shipped: {', '.join(shipped_kernels())};"
-                              " or give a path to a .py file)")
+        if not is_a(path, "file"):
+            raise ParamError(f"unknown kernel {clip(spec, 200)} (shipped: "
+                             f"{', '.join(shipped_kernels())}; or give a path to a .py file)")
         shown = f"kernels/{spec}.py"
     note_input(path)
     return path, shown

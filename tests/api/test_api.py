@@ -241,6 +241,20 @@ def test_what_on_row_does_to_its_row_stays_with_it(bounds_only):
     assert [p.axes["rows"] for p in sweep.points] == [8, 16]
 
 
+def test_a_name_too_long_for_the_file_system_is_an_unknown_one():
+    """A kernel or topology name past 255 characters raised the file system's OSError
+    (ENAMETOOLONG; the CLI printed "internal error"); the name shows clipped."""
+    name = "a" * 300
+    for call, error, start in (
+            (lambda: kb.load_kernel(name), errors.ParamError, "unknown kernel 'aaa"),
+            (lambda: kb.load_kernel(name + ".py"), errors.ParamError, "no kernel file 'aaa"),
+            (lambda: kb.load_topology(name), errors.ConfigError, "no topology named 'aaa"),
+            (lambda: kb.run("softmax", name), errors.ConfigError, "no topology named 'aaa")):
+        with pytest.raises(error) as info:
+            call()
+        assert str(info.value).startswith(start) and " characters)" in str(info.value)
+
+
 def test_sweep_result_from_rows_refuses_what_is_not_a_sweeps_rows(tmp_path):
     """Each argument, row and key not of a sweep's shape is an ArgumentError naming it
     (they were raw ValueError, TypeError, KeyError and AttributeError from inside, and a
