@@ -136,6 +136,8 @@ def output_target(path: Path, what: str, rewrites_input: bool = False,
     if str(path) == "-":
         raise KernbenchError(f"{what} -: outputs go to files, not standard output; give a "
                              "file name")
+    if "\0" in str(path):
+        raise KernbenchError(f"{what} {clip(str(path))}: a file name has no NUL character")
     try:
         target = path.resolve() if path.is_symlink() else path
     except OSError as exc:

@@ -255,6 +255,21 @@ def test_a_name_too_long_for_the_file_system_is_an_unknown_one():
         assert str(info.value).startswith(start) and " characters)" in str(info.value)
 
 
+def test_an_output_path_with_a_nul_is_refused(tmp_path):
+    """An output path with a NUL character raised os's bare ValueError ("embedded null
+    byte"); input paths were refused already."""
+    sweep = kb.sweep("softmax", ONE, params={"rows": [8], "cols": 64, "block": 8},
+                     timing_only=True, jobs=1)
+    for call, what in ((lambda: sweep.plot(str(tmp_path / "p\0.svg")), "path"),
+                       (lambda: kb.sweep("softmax", ONE, params={"rows": [8]}, jobs=1,
+                                         out=str(tmp_path / "o\0.jsonl")), "--out")):
+        with pytest.raises(errors.KernbenchError) as info:
+            call()
+        assert str(info.value).startswith(f"{what} '") and str(info.value).endswith(
+            ": a file name has no NUL character")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_sweep_result_from_rows_refuses_what_is_not_a_sweeps_rows(tmp_path):
     """Each argument, row and key not of a sweep's shape is an ArgumentError naming it
     (they were raw ValueError, TypeError, KeyError and AttributeError from inside, and a
