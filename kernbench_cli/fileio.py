@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -368,6 +369,16 @@ class _Unheld:
 #: The largest integer kernbench reads back from JSON (and so may write into a result: a
 #: `--seed` is at most this).
 MAX_JSON_INT = 2**64 - 1
+
+
+def json_number(value: Any) -> bool:
+    """Whether `value` is a number a `--json` file holds as kernbench reads it back (see
+    `parse_json`): a finite float, or an int within 64 bits; not a bool."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return -2**63 <= value <= MAX_JSON_INT
+    return isinstance(value, float) and math.isfinite(value)
 
 
 def _json_int(text: str) -> int | _Unheld:

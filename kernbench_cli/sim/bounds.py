@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from kernbench_cli.errors import KernbenchError, KernelError, ParamError, clip
+from kernbench_cli.fileio import json_number
 from kernbench_cli.lang.confine import Interrupted, confined
 from kernbench_cli.lang.watchdog import hook_watch
 from kernbench_cli.sim.kernels import KernelModule, files_read
@@ -73,10 +74,10 @@ def checked(kernel: KernelModule, bounds: Any) -> dict[str, tuple[int, str]]:
     """`bounds`, a `bounds()` answer: KernelError unless a dict of name: (ps, how)."""
     if not isinstance(bounds, dict) or not all(
             isinstance(k, str) and isinstance(v, tuple) and len(v) == 2
-            and isinstance(v[0], int) and not isinstance(v[0], bool) and v[0] >= 0
+            and isinstance(v[0], int) and json_number(v[0]) and v[0] >= 0
             and isinstance(v[1], str) for k, v in bounds.items()):
         raise KernelError(f"{kernel.shown}: bounds() must return a dict of name: "
-                          "(picoseconds, how), not " + clip(bounds))
+                          "(picoseconds within 64 bits, how), not " + clip(bounds))
     return bounds
 
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import copy
 import inspect
-import math
 from typing import Any
 
 import numpy as np
 
 from kernbench_cli.errors import KernbenchError, KernelError, ParamError, clip, message_of
+from kernbench_cli.fileio import json_number
 from kernbench_cli.lang.confine import Interrupted
 from kernbench_cli.lang.dtypes import NAMES, TOLERANCE, tolerance_problem
 from kernbench_cli.lang.tl import kernel_line
@@ -35,11 +35,11 @@ HOST_FILE = host_module.__file__  # the host's code, as a traceback names it
 def checked_metrics(kernel: KernelModule, metrics: Any) -> dict[str, tuple[float, str]]:
     if not isinstance(metrics, dict) or not all(
             isinstance(k, str) and isinstance(v, tuple) and len(v) == 2
-            and isinstance(v[0], (int, float)) and not isinstance(v[0], bool)
-            and math.isfinite(v[0]) and isinstance(v[1], str)
+            and json_number(v[0]) and isinstance(v[1], str)
             for k, v in metrics.items()):
         raise KernelError(f"{kernel.shown}: metrics() must return a dict of name: "
-                          "(finite number, how), not " + clip(metrics))
+                          "(finite number, integers within 64 bits; how), not "
+                          + clip(metrics))
     return metrics
 
 

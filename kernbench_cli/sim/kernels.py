@@ -65,7 +65,7 @@ from typing import Any
 
 from kernbench_cli.config.units import read_integer
 from kernbench_cli.errors import ParamError, clip, message_of
-from kernbench_cli.fileio import file_digest, is_a, note_input, unchanged_files
+from kernbench_cli.fileio import file_digest, is_a, json_number, note_input, unchanged_files
 from kernbench_cli.lang.confine import Interrupted, KernelMisuse, confined
 from kernbench_cli.lang.watchdog import KernelTimeout, hook_watch
 from kernbench_cli.shipped import data_dir
@@ -231,6 +231,9 @@ def _check_module(module: ModuleType, shown: str) -> None:
         if type(default) not in _KIND_NAMES and type(default) is not str:
             raise bad(f"PARAMS[{name!r}]: a default must be an int, float, bool or str, "
                       f"not {type(default).__name__}")
+        if type(default) in (int, float) and not json_number(default):
+            raise bad(f"PARAMS[{name!r}]: a default number must be finite, an integer "
+                      f"within 64 bits, not {clip(default)}")
     def table(name: str, shape: str) -> dict:
         """An optional table keyed by parameters (CHOICES, PRESETS, PARAM_INFO)."""
         value = getattr(module, name, {})

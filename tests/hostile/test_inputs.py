@@ -138,6 +138,11 @@ KERNELS = {  # name: (source, exit code, what the error says)
     "params_list": (BASE + "PARAMS = [1]\n", 2, "PARAMS must be a dict"),
     "params_object": (BASE + "PARAMS = {'n': object()}\n", 2, "a default must be"),
     "params_name": (BASE + "PARAMS = {1: 2}\n", 2, "is not an identifier"),
+    # a default a result cannot hold: refused at load, not after the run as a from_dict
+    **{f"params_{what}": (BASE + f"PARAMS = {{'n': 8, 'f': {value}}}\n", 2,
+                          "a default number must be finite, an integer within 64 bits")
+       for what, value in (("nan", "float('nan')"), ("inf", "float('inf')"),
+                           ("huge", "10**30"))},
     "choices_type": (BASE + "CHOICES = 5\n", 2, "CHOICES must be a dict"),
     "choices_default": (BASE + "PARAMS = {'n': 8, 'm': 'a'}\nCHOICES = {'m': ('b',)}\n", 2,
                         "holding the default"),
@@ -209,6 +214,11 @@ KERNELS = {  # name: (source, exit code, what the error says)
     "reference_none": (BASE + "def reference(host, p):\n    return None\n", 1,
                        "reference() must return"),
     "bounds_junk": (BASE + "def bounds(topology, p):\n    return 5\n", 1, "bounds() must return"),
+    "bounds_huge": (BASE + "def bounds(topology, p):\n    return {'a': (10**30, 'x')}\n", 1,
+                    "bounds() must return a dict of name: (picoseconds within 64 bits"),
+    "metrics_huge": (BASE + "def metrics(topology, p, run):\n    return {'a': (10**30, 'x')}\n",
+                     1, "metrics() must return a dict of name: (finite number, integers "
+                        "within 64 bits"),
     "resolved_junk": (BASE + "def resolved(topology, p):\n    return {**p, 'n': 'x'}\n", 1,
                       "resolved() must return the parameters, each of its given type, not "),
     "resolved_raises": (BASE + "def resolved(topology, p):\n    return p['nope']\n", 1,
