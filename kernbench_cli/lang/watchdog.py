@@ -305,7 +305,9 @@ def _async_raise(thread: int, exc: type[BaseException]) -> None:
 def watchdog(progress, limit: float):
     """Stop the code in the block with `KernelTimeout` once ``progress()`` (a count of
     commands; None: nothing counts) has not changed for `limit` seconds (0: no limit),
-    and with `MemoryLow` once the machine's memory runs low."""
+    and with `MemoryLow` once the machine's memory runs low. A timer the caller had set
+    (`signal.alarm`, `setitimer`) waits meanwhile and runs on after: what was left of it,
+    or at once if it fell due inside."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -315,6 +317,7 @@ def watchdog(progress, limit: float):
         return
     tick = max(MIN_KERNEL_TIMEOUT, min(0.25, limit / 4)) if limit > 0 else 0.25
     thread, timer = threading.get_ident(), signal.getitimer(signal.ITIMER_REAL)
+    began = time.monotonic()
     previous, tracing = signal.signal(signal.SIGALRM, watch), sys.gettrace()
     if isinstance(previous, _Watch):
         previous.hold()
@@ -331,3 +334,6 @@ def watchdog(progress, limit: float):
         if isinstance(previous, _Watch):
             previous.resume()
             signal.setitimer(signal.ITIMER_REAL, *timer)
+        elif timer[0] > 0:  # the caller's own timer, held meanwhile: what is left, or now
+            left = timer[0] - (time.monotonic() - began)
+            signal.setitimer(signal.ITIMER_REAL, max(left, 1e-6), timer[1])

@@ -105,6 +105,34 @@ def test_a_block_inside_another_takes_the_timer_and_gives_it_back(monkeypatch):
     assert 0.15 <= time.monotonic() - inner_ended < 5.0
 
 
+def test_a_timer_of_the_callers_waits_for_the_block_and_runs_on_after():
+    """`signal.alarm` or pytest-timeout's timer set before a watched block (`kb.run`) was
+    left disarmed after it: a timeout the caller relied on was gone. What was left of it
+    runs on after the block; one that fell due inside fires at once after."""
+    import signal
+    import time
+
+    from kernbench_cli.lang import watchdog as watching
+
+    fired: list[float] = []
+    previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(time.monotonic()))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 5.0)
+        with watching.watchdog(None, 1.0):
+            _spin_until(lambda: False, 0.3)
+        left = signal.getitimer(signal.ITIMER_REAL)[0]
+        assert 4.0 < left < 4.75 and not fired
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        with watching.watchdog(None, 1.0):
+            _spin_until(lambda: False, 0.3)
+        ended = time.monotonic()
+        _spin_until(lambda: bool(fired), 2.0)
+        assert fired and fired[0] - ended < 0.5
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 @pytest.mark.parametrize(("cgroup", "files", "expected"), [
     ("0::/\n", {}, (6, 24)),  # no limit set: the machine's
     ("0::/job\n", {"/sys/fs/cgroup/job/memory.max": "8388608\n",
