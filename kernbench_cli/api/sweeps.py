@@ -27,6 +27,7 @@ from kernbench_cli.api.bounds import Bounds
 from kernbench_cli.api.result import MADE, ReadOnly, Result, sealed
 from kernbench_cli.api.runs import check_seed
 from kernbench_cli.errors import ArgumentError, KernbenchError, ParamError, SweepError, clip
+from kernbench_cli.fileio import json_number
 
 MAX_JOBS = 1024  # worker processes a sweep may start
 Axes = Mapping[str, Any] | Sequence[str] | None
@@ -337,6 +338,27 @@ def _check_rows(kernel: Any, axes: Any, rows: Any) -> None:
                                     f"{clip(row[key])}")
         if "result" not in row or "error" not in row:
             raise ArgumentError(f"{at}: no result or error key: not a sweep row")
+        first = rows[0]["axes"]
+        if not set(axes) <= set(given) or set(given) != set(first):
+            raise ArgumentError(f"{at}: axes {clip(sorted(given), 120)}: expected those of "
+                                f"every row, {clip(sorted(first), 120)}, with the axes "
+                                f"{clip(sorted(axes), 120)} among them")
+        _check_result(row["result"], at)
+
+
+def _check_result(result: Any, at: str) -> None:
+    """A sweep row's `result` as a plot reads it: a run's summary (its latency at least)
+    and its roofline, a list of {resource, ps} objects (ArgumentError naming the row)."""
+    if result is None:
+        return
+    if not json_number(result.get("latency_ps")) or isinstance(result["latency_ps"], float):
+        raise ArgumentError(f"{at}: result: no latency_ps (an int): not a run's result")
+    roofline = result.get("roofline", [])
+    if not isinstance(roofline, list) or not all(
+            isinstance(r, Mapping) and isinstance(r.get("resource"), str)
+            and json_number(r.get("ps")) for r in roofline):
+        raise ArgumentError(f"{at}: result: roofline={clip(roofline)}: expected a list of "
+                            "{resource, ps} objects")
 
 
 def _param_files(module, items: list[str]) -> list[str]:

@@ -289,6 +289,19 @@ def test_sweep_result_from_rows_refuses_what_is_not_a_sweeps_rows(tmp_path):
              f"{where}: rows[0]: axes={{'rows': None}}: expected a dict of axis: value text"),
             (("softmax", ["rows"], [{**rows[0], "error": 5}]),
              f"{where}: rows[0]: error: expected a str or None, got 5"),
+            (("softmax", ["rows"], [rows[0], {**rows[1], "axes": {"rows": "16"}}]),
+             f"{where}: rows[1]: axes ['rows']: expected those of every row, ['block', "
+             "'cols', 'rows'], with the axes ['rows'] among them"),
+            (("softmax", ["rows", "x"], rows), f"{where}: rows[0]: axes ['block', 'cols', "
+                                               "'rows']: expected those of every row, "
+                                               "['block', 'cols', 'rows'], with the axes "
+                                               "['rows', 'x'] among them"),
+            (("softmax", ["rows"], [{**rows[0], "result": {}}]),
+             f"{where}: rows[0]: result: no latency_ps (an int): not a run's result"),
+            (("softmax", ["rows"], [{**rows[0], "result": {**rows[0]["result"],
+                                                           "roofline": 7}}]),
+             f"{where}: rows[0]: result: roofline=7: expected a list of {{resource, ps}} "
+             "objects"),
             (("softmax", ["rows"], [{**rows[0], "bounds": {"x": 1}}]),
              "point 0: Bounds.from_dict: no key kernel: not a `run --bounds-only --json` "
              "object")):
