@@ -267,6 +267,10 @@ class Result:
         """The result a `run --json` object (or a sweep row's `result`) describes;
         `ArgumentError` naming the key if `data` is not one (a key missing or of another
         type)."""
+        if isinstance(race_lines, str) or not isinstance(race_lines, tuple | list) or not all(
+                isinstance(line, str) for line in race_lines):
+            raise ArgumentError(f"Result.from_dict: race_lines={clip(race_lines)}: expected "
+                                "a tuple of lines (str)")
         # key order kept: engines as the report lists them, the path's by the time spent
         data, text = json_copy(data, "Result.from_dict")
         check_fields(cls, data, "")

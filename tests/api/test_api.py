@@ -178,6 +178,10 @@ def test_result_from_dict_refuses_what_no_run_json_says(changes, problem):
     with pytest.raises(errors.ArgumentError) as info:
         kb.Result.from_dict({**result.to_dict(), **changes})
     assert str(info.value) == f"Result.from_dict: {problem}"
+    for lines in (5, "ab", ["ok", 3]):  # was a TypeError; a str was split into lines
+        with pytest.raises(errors.ArgumentError) as info:
+            kb.Result.from_dict(result.to_dict(), race_lines=lines)
+        assert str(info.value).endswith(": expected a tuple of lines (str)")
     changed = kb.Result.from_dict({**result.to_dict(), "latency_ps": 1000, "latency_ns": 5})
     assert (changed.latency_ns, changed.to_dict()["latency_ns"]) == (1.0, 1.0)
 
