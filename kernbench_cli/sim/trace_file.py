@@ -31,6 +31,7 @@ never a crash.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import itertools
 import json
 import sys
@@ -138,14 +139,18 @@ def write_trace(path: Path, trace: Trace, version: int = VERSION) -> None:
         header["regions"] = program.regions
         header["region_marks"] = [[x for mark in marks for x in mark]
                                   for marks in program.region_marks]
+    columns = [(name, stream) for name, _ in COLUMNS for stream in streams]
+    body = hashlib.sha256()
+    for name, stream in columns:
+        body.update(_little(getattr(stream, name)).tobytes())
+    header["body"] = body.hexdigest()[:16]  # an edited body is damage, not another program
     head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
 
     def write(raw) -> None:
         with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, compresslevel=6) as out:
             out.write(MAGIC + len(head).to_bytes(8, "little") + head)
-            for name, _ in COLUMNS:
-                for stream in streams:
-                    out.write(_little(getattr(stream, name)).tobytes())
+            for name, stream in columns:
+                out.write(_little(getattr(stream, name)).tobytes())
 
     atomic_write(path, write, "--record")
 
@@ -181,7 +186,11 @@ def read_trace(path: Path) -> Trace:
                          "again")
     try:
         _printable(header)
-        trace = _trace(header, data.columns(header))
+        columns = data.columns(header)
+        if "body" in header and header["body"] != hashlib.sha256(columns).hexdigest()[:16]:
+            raise ValueError("its streams are not the ones it was written with (their digest "
+                             "differs from the header's)")
+        trace = _trace(header, columns)
     except (KeyError, TypeError, ValueError, OverflowError, IndexError, AttributeError) as exc:
         what = f"no {clip(exc.args[0])}" if isinstance(exc, KeyError) else str(exc)[:300]
         raise TraceError(f"{path}: damaged trace: {what}") from None

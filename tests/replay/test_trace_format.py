@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 from array import array
 from pathlib import Path
@@ -85,9 +86,28 @@ def _rewrite(path: Path, edit) -> None:
         columns[name] = list(memoryview(body[at:at + total * width]).cast(code))
         at += total * width
     edit(header, columns)
-    head = json.dumps(header).encode()
     cols = b"".join(array(code, columns[name]).tobytes() for name, code in COLUMNS)
+    if "body" in header:  # as a writer would: the checks past the body's digest are tried
+        header["body"] = hashlib.sha256(cols).hexdigest()[:16]
+    head = json.dumps(header).encode()
     path.write_bytes(gzip.compress(MAGIC + len(head).to_bytes(8, "little") + head + cols))
+
+
+def test_a_trace_whose_streams_were_edited_is_damaged(cli, tmp_path):
+    """One bit of the streams flipped and the file gzipped again (a hand edit, a writer's
+    bug: gzip's own check passes) replayed to another latency, 4.5e18 ps for a run of
+    0.35 us: the header keeps the streams' digest, and a body that differs is damage."""
+    trace = tmp_path / "t.trace"
+    assert cli("run", "softmax", "--timing-only", "--record", str(trace))[0] == 0
+    header, body = _parts(trace)
+    head = json.dumps(header).encode()
+    flipped = bytearray(body)
+    flipped[137] ^= 1
+    trace.write_bytes(gzip.compress(MAGIC + len(head).to_bytes(8, "little") + head
+                                    + bytes(flipped)))
+    code, _, err = cli("replay", str(trace))
+    assert (code, err) == (2, f"error: {trace}: damaged trace: its streams are not the ones "
+                              "it was written with (their digest differs from the header's)\n")
 
 
 def _first(columns: dict, kind: int) -> int:
