@@ -187,7 +187,8 @@ def read_trace(path: Path) -> Trace:
     try:
         _printable(header)
         columns = data.columns(header)
-        if "body" in header and header["body"] != hashlib.sha256(columns).hexdigest()[:16]:
+        if "body" in header and len(columns) == data.size and \
+                header["body"] != hashlib.sha256(columns).hexdigest()[:16]:
             raise ValueError("its streams are not the ones it was written with (their digest "
                              "differs from the header's)")
         trace = _trace(header, columns)
@@ -206,6 +207,7 @@ class _Inflate:
     def __init__(self, raw: bytes, path: Path):
         self.inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip
         self.pending, self.path, self.limit = raw, path, len(raw) * 1032  # deflate's top ratio
+        self.size = 0  # the bytes of columns the header calls for (`columns`)
 
     def take(self, n: int) -> bytes:
         """Up to `n` more bytes (fewer at the end of the data)."""
@@ -223,9 +225,10 @@ class _Inflate:
         return b"".join(parts)
 
     def columns(self, header: dict[str, Any]) -> memoryview:
-        """The rest of the data: the stream columns `header`'s lengths call for, and no more."""
+        """The rest of the data: the stream columns `header`'s lengths call for (`size`
+        bytes), and one byte more if there is more (which `_trace` refuses)."""
         lengths = _ints(header["lengths"], "lengths")
-        size = sum(lengths) * sum(array(code).itemsize for _, code in COLUMNS)
+        size = self.size = sum(lengths) * sum(array(code).itemsize for _, code in COLUMNS)
         if size > self.limit:
             raise ValueError(f"its lengths call for {size:,} bytes of columns, more than "
                              "the file can hold")
