@@ -385,12 +385,12 @@ def _json_int(text: str) -> int | _Unheld:
     if len(text) > 21:  # past 64 bits, and before int() meets Python's 4,300-digit limit
         return _Unheld(text)
     value = int(text)
-    return value if -2**63 <= value <= MAX_JSON_INT else _Unheld(text)
+    return value if json_number(value) else _Unheld(text)
 
 
 def _json_float(text: str) -> float | _Unheld:
     value = float(text)
-    return value if value - value == 0 else _Unheld(text)  # 1e400 is inf: not a number
+    return value if json_number(value) else _Unheld(text)  # 1e400 is inf: not a number
 
 
 def parse_json(text: str, where: str):

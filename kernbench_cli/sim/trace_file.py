@@ -142,7 +142,7 @@ def write_trace(path: Path, trace: Trace, version: int = VERSION) -> None:
     columns = [(name, stream) for name, _ in COLUMNS for stream in streams]
     body = hashlib.sha256()
     for name, stream in columns:
-        body.update(_little(getattr(stream, name)).tobytes())
+        body.update(_little(getattr(stream, name)))  # its buffer: no copy
     header["body"] = body.hexdigest()[:16]  # an edited body is damage, not another program
     head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
 
