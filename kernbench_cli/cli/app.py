@@ -20,7 +20,12 @@ from typer.core import TyperGroup
 from kernbench_cli.cli import addr, compare, golden, kernels, plot, run, sweep, topology
 from kernbench_cli.cli.common import plain_help, plain_metavars
 from kernbench_cli.errors import KernbenchError
-from kernbench_cli.lang.confine import EXIT_INTERRUPTED, Interrupted, stopping
+from kernbench_cli.lang.confine import (
+    EXIT_INTERRUPTED,
+    Interrupted,
+    deferred_from_finalizer,
+    stopping,
+)
 from kernbench_cli.lang.watchdog import end_process_when_stuck
 
 #: Exit codes besides a `KernbenchError`'s own (2 bad input, 1 a run that went wrong).
@@ -178,6 +183,8 @@ def _said_interrupted() -> None:
 def _terminate(signum, frame) -> None:
     """SIGTERM ends a run as Ctrl-C does: temporary files removed, exit 130 (a second one
     that kernel code took the first of, at once: `confine.stopping`)."""
+    if deferred_from_finalizer(signum, frame):
+        return
     stopping()
     raise Interrupted
 

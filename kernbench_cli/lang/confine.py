@@ -36,11 +36,13 @@ threads print where it went.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import signal
 import sys
 import threading
+import time
 from contextlib import contextmanager
 
 from kernbench_cli.lang.watchdog import end_now, ends_process
@@ -191,9 +193,28 @@ _CWD: list = []
 _CHAINED: list = []  # the SIGINT handler `_interrupt_handler` stands in front of
 
 
+def deferred_from_finalizer(signum, frame) -> bool:
+    """Whether a stop (`signum`) landed inside a finalizer (``__del__``), and was sent again
+    to be taken once it returns: an exception raised in a finalizer is not raised but
+    printed ("Exception ignored in ...") and lost, and the run would go on."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":  # sent again 10 ms on: it has returned by then
+            _thread.start_new_thread(_send_again, (signum,))
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _send_again(signum: int) -> None:
+    time.sleep(0.01)
+    os.kill(os.getpid(), signum)
+
+
 def _interrupt_handler(signum, frame) -> None:
     """Ctrl-C while kernel code runs: the handler that was there, its stop made `Interrupted`
     (a second one may end the process: `stopping`)."""
+    if deferred_from_finalizer(signum, frame):
+        return
     try:
         _CHAINED[-1](signum, frame)
     except KeyboardInterrupt:

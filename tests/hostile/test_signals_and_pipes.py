@@ -13,6 +13,7 @@ import select
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -213,3 +214,35 @@ def test_ctrl_c_stops_a_sweep_and_its_workers(tmp_path, kernbench):
     rows = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
     assert len(rows) < 4 and all(row["result"] for row in rows)
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_stop_landing_in_a_finalizer_is_taken_after_it(tmp_path):
+    """A Ctrl-C or SIGTERM that landed while a finalizer ran (a `Tensor.__del__` freeing its
+    TCM) raised inside it: Python prints such an exception ("Exception ignored in") and
+    drops it, and the run went on to the end, exit 0. The stop is sent again once the
+    finalizer has returned, and taken there."""
+    script = tmp_path / "stop.py"
+    script.write_text(
+        "import os, signal, sys, time\n"
+        "from kernbench_cli.lang.confine import deferred_from_finalizer\n"
+        "def handler(signum, frame):\n"
+        "    if deferred_from_finalizer(signum, frame):\n"
+        "        return\n"
+        "    raise KeyboardInterrupt\n"
+        "signal.signal(signal.SIGINT, handler)\n"
+        "class Held:\n"
+        "    def __del__(self):\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        sum(range(1000))\n"
+        "try:\n"
+        "    held = Held()\n"
+        "    del held\n"
+        "    end = time.monotonic() + 5\n"
+        "    while time.monotonic() < end:\n"
+        "        pass\n"
+        "    print('ran on')\n"
+        "except KeyboardInterrupt:\n"
+        "    print('stopped')\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=HANG_GUARD_S)
+    assert (proc.stdout, proc.stderr) == ("stopped\n", "")
