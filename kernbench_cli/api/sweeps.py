@@ -5,12 +5,12 @@ An axis is a key with a list of values (``set={"pe.gemm.cols": [16, 64]}``, ``pa
 {"seq_len": [1024, 2048]}``); a key with one value (not a list) is the same at every point,
 so a single TOML array value is written as a list of one (``[[4, 2]]``). A list of
 ``KEY=V1,V2,…`` strings is taken as `kernbench sweep` takes its options. Every point's
-axis values are typed as the configuration loader reads them (a TOML value: ``16`` an
-int, ``0.5`` a float, ``true`` a bool; otherwise the text, such as ``"204.8GB/s"``), the
-same whether the sweep ran now or was resumed from its results file. Each value is also
-read as a number (`SweepPoint.numbers`, in ``unit`` `SweepPoint.units`): ``"102.4GB/s"`` is
-102400000000 B/s, so a sort or a pivot on ``KEY:number`` orders by the quantity, not by its
-text.
+axis values are typed as the configuration loader reads them (a TOML value: ``16`` an int,
+``0.5`` a float, ``true`` a bool; otherwise the text, such as ``"204.8GB/s"``; a kernel's
+str parameter is the text it got: ``"12"`` stays a str), the same whether the sweep ran
+now or was resumed from its results file. Each value is also read as a number
+(`SweepPoint.numbers`, in ``unit`` `SweepPoint.units`): ``"102.4GB/s"`` is 102400000000
+B/s, so a sort or a pivot on ``KEY:number`` orders by the quantity, not by its text.
 """
 
 from __future__ import annotations
@@ -96,8 +96,9 @@ class SweepResult:
         text = json.dumps([row if row.get("axis_numbers") is not None and
                            row.get("axis_units") is not None else numbered(dict(row))
                            for row in rows])
-        points = []
-        for row in json.loads(text):
+        points, rows = [], json.loads(text)
+        texts = _text_axes(axes, rows)
+        for row in rows:
             whole = row["result"] is not None and "schema_version" in row["result"]
             try:
                 result = Result.from_dict(row["result"]) if whole else None
@@ -109,7 +110,8 @@ class SweepResult:
                 raise ArgumentError(f"point {row['point']}: {exc}") from None
             points.append(SweepPoint(
                 row["point"],
-                ReadOnly({k: read_set_value(v) for k, v in row["axes"].items()}),
+                ReadOnly({k: v.strip() if k in texts else read_set_value(v)
+                          for k, v in row["axes"].items()}),
                 result, row["error"], bool(row.get("replayed", False)), bounds,
                 bool(row.get("pruned")), ReadOnly(row["axis_numbers"]),
                 ReadOnly(row["axis_units"])))
@@ -210,6 +212,19 @@ class SweepResult:
         if title is None:
             title = f"{self.kernel} on {done[0].get('topology')}: {len(rows)} points"
         plot(path, rows, x, y, title, option)
+
+
+def _text_axes(axes: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The axes that are a kernel's str parameters, as some point's result or bounds states
+    its parameters: their values are the text the kernel got (``"12"`` stays a str), not
+    read as TOML."""
+    texts = set()
+    for row in rows:
+        for part in (row["result"], row.get("bounds")):
+            params = part.get("params") if isinstance(part, dict) else None
+            if isinstance(params, dict):
+                texts.update(k for k in axes if isinstance(params.get(k), str))
+    return texts
 
 
 def load_sweep(path: str | Path) -> SweepResult:

@@ -447,6 +447,23 @@ def test_sweep_axes_keep_their_toml_types(cli):
     swept.check()  # nothing failed
 
 
+def test_sweep_axis_over_a_str_parameter_keeps_the_text_the_kernel_got(tmp_path):
+    kernel = tmp_path / "named.py"
+    kernel.write_text((TESTS / "kernels" / "load_dot.py").read_text().replace(
+        'PARAMS = {"n": 1}', 'PARAMS = {"n": 1, "s": "hello"}'))
+    out = tmp_path / "rows.jsonl"
+    swept = kb.sweep(kernel, topology=ONE, params={"s": ["12", "true", "nan", " pad "]},
+                     timing_only=True, jobs=2, out=out)
+    ran = [p.result.params["s"] for p in swept.points]
+    assert ran == ["12", "true", "nan", "pad"]
+    assert [p.axes["s"] for p in swept.points] == ran
+    assert [row["s"] for row in swept.table()] == ran
+    assert [p.axes["s"] for p in kb.load_sweep(out).points] == ran
+    bounded = kb.SweepResult.from_rows("named", ["s"], [
+        {**row, "result": None} for row in swept.to_dicts()])  # no point states its params
+    assert [p.axes["s"] for p in bounded.points][:2] == [12, True]
+
+
 def test_sweep_from_cli_items_types_the_same(tmp_path):
     out = tmp_path / "rows.csv"
     swept = kb.sweep(TESTS / "kernels" / "load_dot.py", topology=ONE,
