@@ -85,7 +85,7 @@ def build(cls: type, table: dict[str, Any], where: str, file: Path, problems: li
             problems.append(f"{file}: {path}: {exc}")
     for name in table:
         if name not in known:
-            path = f"{where}.{name}" if where else name
+            path = _as_given(f"{where}.{name}" if where else name)  # a quoted TOML key
             if len(problems) > ConfigError.SHOWN:  # past what is shown: counted, not advised
                 problems.append(f"{file}: {path}: unknown key")
                 continue
@@ -107,19 +107,19 @@ def check_set_keys(items: Sequence[str]) -> None:
             continue  # not KEY=VALUE: `parse_sets` says so
         prefix = COSTS_PREFIX if key.startswith(COSTS_PREFIX) else ""
         cls: Any = CostTable if prefix else Topology
-        where = ""
+        where, item = "", _as_given(item)
         for part in key[len(prefix):].split("."):
             if cls is None:
-                raise ConfigError([f"--set {_as_given(item)}: {prefix}{where} is a value, not "
+                raise ConfigError([f"--set {item}: {prefix}{_as_given(where)} is a value, not "
                                    "a table"])
             known = [f.name for f in fields(cls) if not f.metadata.get("internal")]
             where = f"{where}.{part}" if where else part
             if part not in known:
-                raise ConfigError([f"--set {_as_given(item)}: {prefix}{where}: unknown "
+                raise ConfigError([f"--set {item}: {prefix}{_as_given(where)}: unknown "
                                    f"key{_tip(part, known)}"])
             cls = next(f for f in fields(cls) if f.name == part).metadata.get("section")
         if keys and cls is None:
-            raise ConfigError([f"--set {_as_given(item)}: {prefix}{where} is a value, not a "
+            raise ConfigError([f"--set {item}: {prefix}{_as_given(where)} is a value, not a "
                                "table"])
 
 
@@ -161,7 +161,10 @@ def parse_sets(items: Sequence[str]) -> dict[str, tuple[Any, str]]:
 
 
 def _as_given(item: str) -> str:
-    """A `--set` item as a message quotes it: cut past 80 characters."""
+    """A `--set` item (or key) as a message quotes it: a control character escaped (a
+    newline, a terminal escape: the message stays one line and prints as text), cut past
+    80 characters."""
+    item = "".join(c if c.isprintable() else repr(c)[1:-1] for c in item)
     return item if len(item) <= 80 else f"{item[:60]}… ({len(item):,} characters)"
 
 
@@ -202,8 +205,9 @@ def set_items(sets: Mapping[str, Any] | Sequence[str] | None) -> list[str]:
         try:
             text = value if isinstance(value, str) else toml_literal(value)
         except ValueError:
-            raise ConfigError([f"--set {key}={clip(value)}: not a TOML value (a number, "
-                               "string or boolean, or an array or table of them)"]) from None
+            raise ConfigError([f"--set {_as_given(key)}={clip(value)}: not a TOML value (a "
+                               "number, string or boolean, or an array or table of them)"]
+                              ) from None
         items.append(f"{key}={text}")
     return items
 
@@ -252,9 +256,10 @@ def _blame_sets(problems: list[str], file: Path, sets: dict[str, tuple[Any, str]
     for problem in problems:
         for key, (_, item) in sets.items():
             for path in (key, *(key.rsplit(".", n)[0] for n in range(1, key.count(".") + 1))):
-                start = f"{file}: {path}: "
+                shown = _as_given(path)
+                start = f"{file}: {shown}: "
                 if problem.startswith(start):
-                    problem = f"--set {item}: {prefix}{path}: {problem[len(start):]}"
+                    problem = f"--set {item}: {prefix}{shown}: {problem[len(start):]}"
                     break
             else:
                 continue

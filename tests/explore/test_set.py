@@ -76,6 +76,12 @@ def test_the_summary_names_the_overrides(cli):
     ("hbm", "--set 'hbm': expected KEY=VALUE, KEY a dotted TOML path (hbm.bandwidth=409.6GB/s, "
             "costs.issue.composite=80ns)"),
     ("name.x=1", "--set name.x=1: name is a value, not a table"),
+    # a newline or a terminal escape is shown escaped: one line, printed as text
+    ("hbm.bandwidth=1GB/s\nfoo=1", "--set hbm.bandwidth=1GB/s\\nfoo=1: hbm.bandwidth: "
+     "expected a bandwidth such as '64GB/s' (units: B/s, KB/s, MB/s, GB/s, TB/s, KiB/s, "
+     "MiB/s, GiB/s, TiB/s), got '1GB/s\\nfoo=1'"),
+    ("hbm.band\x1b[2Jwidth=1GB/s", "--set hbm.band\\x1b[2Jwidth=1GB/s: hbm.band\\x1b[2Jwidth: "
+     "unknown key; did you mean 'bandwidth'?"),
 ])
 def test_a_bad_set_is_one_line_naming_the_key(cli, item, message):
     code, out, err = cli("run", LOAD_DOT, "--set", item)
@@ -146,6 +152,8 @@ def test_a_table_wildcard_stands_for_each_of_its_keys(cli):
                             "only numbers and quantities with units scale"),
     ("hbm=x2", "--set hbm=x2: hbm is a table; give one of its keys or hbm.*"),
     ("hbm.bandwidth.*=x2", "--set hbm.bandwidth.*=x2: hbm.bandwidth is a value, not a table"),
+    ("hbm.band\nwidth.*=x2", "--set hbm.band\\nwidth.*=x2: hbm.band\\nwidth: unknown key; "
+     "did you mean 'bandwidth'?"),
     ("hbm.bandwith=x2", "--set hbm.bandwith=x2: hbm.bandwith: unknown key; did you mean "
                         "'bandwidth'?"),
     ("pe.gemm.rows=x" + "9" * 5000, "--set pe.gemm.rows=x99999999999999999999999999999999999"
