@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import numbers
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -379,6 +380,18 @@ def json_number(value: Any) -> bool:
     if isinstance(value, int):
         return -2**63 <= value <= MAX_JSON_INT
     return isinstance(value, float) and math.isfinite(value)
+
+
+def plain_number(value: Any) -> int | float | None:
+    """`value` as a Python int or float if it is a number (a numpy scalar too: ``np.int64``,
+    ``np.float32``, as a kernel's arithmetic makes them), else None (a bool is not one)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return None
 
 
 def _json_int(text: str) -> int | _Unheld:

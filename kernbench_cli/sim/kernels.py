@@ -65,7 +65,14 @@ from typing import Any
 
 from kernbench_cli.config.units import read_integer
 from kernbench_cli.errors import ParamError, clip, message_of
-from kernbench_cli.fileio import file_digest, is_a, json_number, note_input, unchanged_files
+from kernbench_cli.fileio import (
+    file_digest,
+    is_a,
+    json_number,
+    note_input,
+    plain_number,
+    unchanged_files,
+)
 from kernbench_cli.lang.confine import Interrupted, KernelMisuse, confined
 from kernbench_cli.lang.watchdog import KernelTimeout, hook_watch
 from kernbench_cli.shipped import data_dir
@@ -370,8 +377,10 @@ def param_items(params: Mapping[str, Any] | Sequence[str] | None) -> list[str]:
             raise ParamError(f"params: key {clip(name)} is not a parameter name")  # its `=`
         if isinstance(value, bool):
             text = "true" if value else "false"
-        elif isinstance(value, int | float | str):
+        elif isinstance(value, str):
             text = str(value)
+        elif plain_number(value) is not None:  # a numpy scalar too: np.int64(8) is 8
+            text = str(plain_number(value))
         else:
             raise ParamError(f"parameter {name}: {clip(value)} is not an int, float, bool or "
                              "str")

@@ -464,6 +464,21 @@ def test_sweep_axis_over_a_str_parameter_keeps_the_text_the_kernel_got(tmp_path)
     assert [p.axes["s"] for p in bounded.points][:2] == [12, True]
 
 
+def test_numpy_scalars_are_taken_as_their_values(tmp_path):
+    kernel = tmp_path / "numpy_scalars.py"
+    kernel.write_text((TESTS / "kernels" / "bounded.py").read_text().replace(
+        'return {"floor": (p["floor_ps"], "as given"), "zero": (0, "nothing")}',
+        'return {"floor": (np.int64(p["floor_ps"]), "as given")}') + (
+        "\nimport numpy as np\n\n\ndef metrics(topology, p, run):\n"
+        "    return {'count': (np.int64(7), 'n'), 'share': (np.float32(0.5), 'x')}\n"))
+    result = kb.run(kernel, ONE, params={"floor_ps": np.int64(1000)}, timing_only=True)
+    assert result.params["floor_ps"] == 1000
+    assert [(v, type(v)) for v in result.metrics.values()] == [(7, int), (0.5, float)]
+    assert (result.lower_bound, result.lower_bound_ps) == ("floor", 1000)
+    bounds = kb.bounds(kernel, ONE, params={"floor_ps": np.int64(20)})
+    assert dict(bounds.bounds_ps) == {"floor": 20}
+
+
 def test_sweep_from_cli_items_types_the_same(tmp_path):
     out = tmp_path / "rows.csv"
     swept = kb.sweep(TESTS / "kernels" / "load_dot.py", topology=ONE,
