@@ -195,7 +195,8 @@ class SweepResult:
         `sweep --plot` draws it: `y` (``latency``, …, or a metric the kernel states, such as
         ``tpot_ps``) against axis `x` (default: the first that varies), and each point's
         engines. `title` defaults to the kernel, the topology and the point count; `option`
-        names the figure in errors. Needs matplotlib (the ``plot`` extra)."""
+        names the figure in errors (an option of the CLI's, ``--plot``, and they name ``--x``
+        and ``--y``). Needs matplotlib (the ``plot`` extra)."""
         from kernbench_cli.report.plot import check_figure, check_x, metric, plot
 
         path = args.output(path, "path", required=True)
@@ -203,9 +204,10 @@ class SweepResult:
         y = args.name_or_path(y, "y", "a metric name (a str)", required=True)
         title = args.name_or_path(title, "title", "a str or None")
         check_figure(path, option)
-        check_x(x, list(self.axes))
+        dashes = "--" if option.startswith("--") else ""  # the CLI's options, or ours
+        check_x(x, list(self.axes), f"{dashes}x")
         rows = self.to_dicts()
-        metric(y, rows)
+        metric(y, rows, f"{dashes}y")
         done = [row["result"] for row in rows if row["result"] is not None]
         if not done:
             raise KernbenchError(f"no point has a result to plot: all {len(rows)} failed")

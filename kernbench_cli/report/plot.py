@@ -72,22 +72,24 @@ def check_figure(path: Path, option: str) -> None:
             from None
 
 
-def check_x(x: str | None, axes: list[str]) -> None:
-    """`--x`, if given, is one of the sweep's `axes`."""
+def check_x(x: str | None, axes: list[str], option: str = "--x") -> None:
+    """`--x` (`option`: the API's ``x``), if given, is one of the sweep's `axes`."""
     if x is not None and x not in axes:
-        raise KernbenchError(f"--x {x!r}: not a swept axis (axes: {', '.join(axes) or 'none'})")
+        raise KernbenchError(f"{option} {x!r}: not a swept axis (axes: "
+                             f"{', '.join(axes) or 'none'})")
 
 
-def metric(y: str, rows: list[dict[str, Any]]) -> tuple[str, Any]:
-    """(axis label, value of a run's JSON or None) of `--y` `y`: one of `METRICS`, or a
-    metric some point's kernel states, named as it is (``tpot_ps``) or by its JSON path
-    (``metrics.tpot_ps``); a one-line error naming the choices otherwise."""
+def metric(y: str, rows: list[dict[str, Any]], option: str = "--y") -> tuple[str, Any]:
+    """(axis label, value of a run's JSON or None) of `--y` `y` (`option`: the API's ``y``):
+    one of `METRICS`, or a metric some point's kernel states, named as it is (``tpot_ps``)
+    or by its JSON path (``metrics.tpot_ps``); a one-line error naming the choices
+    otherwise."""
     if y in METRICS:
         return METRICS[y]
     stated = metrics.names(r["result"] for r in rows)
     name = y.removeprefix(metrics.PREFIX)
     if name not in stated:
-        raise KernbenchError(f"--y {y!r}: not a metric of these points; one of "
+        raise KernbenchError(f"{option} {y!r}: not a metric of these points; one of "
                              f"{', '.join([*METRICS, *stated])}")
     label, factor = metrics.axis(name)
 

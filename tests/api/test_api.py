@@ -687,6 +687,11 @@ WRONG_TYPES = [  # (call, exception, message): every public function checks its 
      "path=5: expected a path (a str or pathlib.Path), got int"),
     (lambda r: kb.SweepResult.from_rows("softmax", (), ()).plot("x.png", y=None),
      errors.ArgumentError, "y=None: expected a metric name (a str), got NoneType"),
+    (lambda r: kb.SweepResult.from_rows("softmax", (), ()).plot("x.png", x="rows"),
+     errors.KernbenchError, "x 'rows': not a swept axis (axes: none)"),
+    (lambda r: kb.SweepResult.from_rows("softmax", (), ()).plot("x.png", y="speed"),
+     errors.KernbenchError, "y 'speed': not a metric of these points; one of latency, "
+     "gemm_mac_utilization, hbm_gbps, energy, power, perf_per_watt"),
     (lambda r: kb.compare(r, r, labels=5), errors.ArgumentError,
      "labels=5: expected None or a list of labels (strings), got int"),
     (lambda r: kb.compare(r, {"latency_ps": object()}), errors.ArgumentError,
