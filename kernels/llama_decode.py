@@ -63,6 +63,7 @@ from kernbench_cli.models.decoder import (
     Maker,
     Run,
     as_stored,
+    check_request,
     check_rows,
     largest,
     limit_of,
@@ -176,9 +177,10 @@ def _placed(host, w, run, lay, pid: int, plan: dict) -> dict:
 
 def setup(host, p):
     run = run_of(host.topology, p)
-    check_rows(host.topology, run, chosen=p["batch"] == 0)
     lay = Layout(host.topology, run)
-    lay.check(host.grid)
+    lay.check(host.grid)  # HBM first: a batch it cannot hold is not to be split for TCM
+    check_request(host.topology, run, host.grid)
+    check_rows(host.topology, run, chosen=p["batch"] == 0)
     if run.sampled and not host.timing_only:
         raise ValueError(f"passes = {run.passes}: representative passes need --timing-only "
                          "(the passes not run would leave their rows out of the cache the "
@@ -1094,6 +1096,8 @@ def _capacity(topology, p, step: Run, lay: Layout) -> dict:
         "hbm_free_bytes": (float(len(used) * have - sum(used)), ""),
         "max_batch": (float(most_batch), f"(at context {step.context}{step.with_prompt}"
                       + (f", {step.steps} steps" if step.steps > 1 else "")
+                      + (f", through the request's {step.new_tokens} new tokens"
+                         if step.request_end is not step else "")
                       + (f", in {step.microbatches} micro-batches"
                          if step.microbatches > 1 else "")
                       + f": the largest batch whose weights ({model}), KV cache and "
@@ -1101,6 +1105,8 @@ def _capacity(topology, p, step: Run, lay: Layout) -> dict:
                       f"{most_rows(topology, step.cfg)} rows)"),
         "max_context": (float(most_context), f"(at batch {b}"
                         + (f" and a prompt of {step.prompt}" if step.prompt else "")
+                        + (f", through the request's {step.new_tokens} new tokens"
+                           if step.request_end is not step else "")
                         + f"{_context_bound(step, searched, most_context)})")}
 
 
@@ -1141,7 +1147,8 @@ def _request(step: Run, run, ttft: float, pre_aj: float, power: float,
     """A request's figures: TTFT (the prefill and its first token; with `scale_to`, each
     layer not timed at a middle layer's time), the prefill's tokens/s and energy, and the
     whole request of `new_tokens` tokens: TTFT + (new_tokens - 1) TPOT, each decode step
-    at the first one's TPOT (context + prompt; later steps read a few more positions)."""
+    at the first one's TPOT (context + prompt; later steps read more positions, which the
+    label says: a lower estimate where the cache grows far)."""
     b, out, how = step.batch, {}, f"{step.timed} layers as run"
     t_bound = e_bound = None
     if step.sampled:
@@ -1165,7 +1172,11 @@ def _request(step: Run, run, ttft: float, pre_aj: float, power: float,
                                                            "TTFT)"),
             "prefill_energy_per_token_uj": (pre_aj / 1e12 / tokens, ""),
             "request_ps": (request, f"(TTFT + {n - 1} x TPOT: {n} new "
-                                    f"token{'s' if n > 1 else ''})"),
+                                    f"token{'s' if n > 1 else ''}" + (
+                                        f"; each step at the first's TPOT, though the cache "
+                                        f"grows from {step.positions:,} to "
+                                        f"{step.request_end.positions:,} positions a sequence)"
+                                        if step.request_end is not step else ")")),
             "request_tokens_per_s_per_user": (n * 1e12 / request, ""),
             "request_tokens_per_s": (b * n * 1e12 / request, f"(batch {b})"), **out}
 

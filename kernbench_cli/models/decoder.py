@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -133,6 +133,16 @@ class Run:
         """Positions the cache holds after the step: the context, the prompt, the token
         each decode step appends."""
         return self.context + self.prompt + self.steps
+
+    @property
+    def request_end(self) -> Run:
+        """The request's last decode step, whose cache the request must hold: with a
+        prompt, `new_tokens` - 1 decode steps follow the prefill, the last with context +
+        prompt + new_tokens - 1 positions a sequence cached; this run if it runs that far
+        (or has no prompt, so no request)."""
+        grow = self.new_tokens - 1 - self.steps
+        return replace(self, context=self.context + grow) if self.prompt and grow > 0 \
+            else self
 
     @property
     def chunks(self) -> list[tuple[int, int]]:
@@ -608,6 +618,21 @@ class Layout:
             f"{format_size(total)} in all of {format_size(have)}")
 
 
+def check_request(topology, run: Run, system_pes: list) -> None:
+    """The request's last decode step (`Run.request_end`) within every PE's HBM slice, as
+    the step is (`Layout.check`): its cache grows by a position a sequence each decode step
+    (DoesNotFit naming `new_tokens`)."""
+    end = run.request_end
+    if end is run:
+        return
+    try:
+        Layout(topology, end).check(system_pes)
+    except DoesNotFit as exc:
+        raise DoesNotFit(f"new_tokens = {run.new_tokens}: the request's last decode step, "
+                         f"{end.positions:,} positions a sequence cached (context + prompt + "
+                         f"{run.new_tokens - 1} new tokens), does not fit: {exc}") from None
+
+
 def _in_units(grid, n: int, members: list, unit: int) -> dict:
     """`coll.layout` of `n` over `members` in whole `unit`s (a scaled weight's blocks of K;
     `n` a multiple of `unit`, as `Run` checks)."""
@@ -703,10 +728,12 @@ def largest(topology, p, name: str) -> int:
 
     def needs(value: int) -> list[int] | None:
         try:
-            lay = Layout(topology, run_of(topology, {**p, name: value * unit}))
+            run = run_of(topology, {**p, name: value * unit})
+            lays = [Layout(topology, at) for at in dict.fromkeys((run, run.request_end))]
         except DoesNotFit:
             return None
-        return [sum(lay.need(pid).values()) for pid in range(topology.num_pes)]
+        return [max(sum(lay.need(pid).values()) for lay in lays)
+                for pid in range(topology.num_pes)]
 
     def fits(value: int) -> bool:
         got = needs(value)

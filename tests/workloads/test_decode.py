@@ -395,8 +395,9 @@ def test_the_largest_batch_runs_and_one_more_is_refused(cli):
     # a micro-batch's rows size a PE's buffers: split in two, 10 sequences fit, not 8
     ({"batch": 2, "microbatches": 2}, "batch", 10),
     ({"batch": 2, "pp": 2, "microbatches": 2}, "batch", 10),
-    # the prompt's buffers and positions count: 247, not 575 (575 was refused)
-    ({"batch": 2, "prompt": 8, "chunk": 4, "new_tokens": 4}, "context", 247),
+    # the prompt's buffers and positions count: 245, not 575 (575 was refused), and the
+    # request's 3 decode steps' (247 held the first step, not the last)
+    ({"batch": 2, "prompt": 8, "chunk": 4, "new_tokens": 4}, "context", 245),
 ])
 def test_capacity_is_of_the_run_as_given(cli, given, name, most):
     """`max_batch` in the run's micro-batches and `max_context` with its prompt: the largest
@@ -415,13 +416,40 @@ def test_capacity_is_of_the_run_as_given(cli, given, name, most):
                                                  for a in ("-p", f"{k}={v}")), *small)
     said = " ".join(text.split())  # the table wraps its lines
     assert ("in 2 micro-batches:" in said) == ("microbatches" in given)
-    assert ("(at batch 2 and a prompt of 8)" in said) == ("prompt" in given)
+    assert ("(at batch 2 and a prompt of 8, through the request's 4 new tokens)" in said) \
+        == ("prompt" in given)
     assert run(**{name: most})[0] == 0
     assert run(**{name: most + given.get("microbatches", 1)})[0] == 2
     if name == "batch":
         code, out = run(batch=0)
         assert code == 0 and out["metrics"]["tokens_per_s"] == pytest.approx(
             most * 1e12 / out["metrics"]["tpot_ps"])
+
+
+def test_the_largest_batch_holds_the_whole_request(cli):
+    """With a prompt, the request's `new_tokens` - 1 decode steps grow each sequence's cache
+    to context + prompt + new_tokens - 1 positions: `max_batch` and `batch = 0` are of what
+    fits then (8 at 900 new tokens, 12 when the cache grows by one position), and a batch
+    that fits the first step but not the last is refused naming `new_tokens`."""
+    given = ("-p", "context=1000", "-p", "prompt=16", "-p", "chunk=16", "--set",
+             "hbm.slice_size=1MiB", "--timing-only")
+
+    def run(*more):
+        code, out, err = cli("run", "llama_decode", *given, *more, "--json")
+        return (code, json.loads(out)["metrics"]) if code == 0 else (code, err)
+
+    assert run("-p", "new_tokens=2")[1]["max_batch"] == 12
+    code, m = run("-p", "new_tokens=900")
+    assert code == 0 and m["max_batch"] == 8
+    code, m = run("-p", "new_tokens=900", "-p", "batch=0")
+    assert code == 0 and m["request_tokens_per_s"] == pytest.approx(
+        8 * 900 * 1e12 / m["request_ps"])
+    assert run("-p", "new_tokens=900", "-p", "batch=8")[0] == 0
+    code, err = run("-p", "new_tokens=900", "-p", "batch=9")
+    assert code == 2 and err.startswith(
+        "error: llama_decode: new_tokens = 900: the request's last decode step, 1,915 "
+        "positions a sequence cached (context + prompt + 899 new tokens), does not fit: tiny "
+        "does not fit topology 'default' at batch 9, context 1898, a prompt of 16: PE ")
 
 
 def test_a_batch_0_that_tcm_refuses_says_batch_0_chose_it(cli):
@@ -435,6 +463,10 @@ def test_a_batch_0_that_tcm_refuses_says_batch_0_chose_it(cli):
         "residual add (1,303,633,920 B), more than a PE's 2,097,152 B of TCM: give a batch, "
         "or split the batch into micro-batches of at most 682 rows (-p microbatches; other "
         "tensors share TCM, so it may take fewer)\n"))
+    # one sequence more than HBM holds is refused for HBM, not told to split for TCM
+    code, _, err = cli("run", "llama_decode", "-p", "batch=424361", "--timing-only")
+    assert code == 2 and err.startswith("error: llama_decode: tiny does not fit topology "
+                                        "'default' at batch 424361, context 64: PE ")
 
 
 def test_max_context_of_a_sliding_window_model_is_its_positions(run):
@@ -1023,8 +1055,8 @@ def test_max_context_says_what_bounds_it(run, tmp_path):
     max_position_embeddings, 4,096, at 16,777,215)."""
     result = run("llama_decode", "default", ("prompt=100", "context=10"), timing_only=True)
     assert result.metrics["max_context"] == (  # the request's last token: 1821 + 100 + 126
-        1821.0, "(at batch 1 and a prompt of 100: the model's max_position_embeddings, not "
-        "its HBM, bounds it)")
+        1821.0, "(at batch 1 and a prompt of 100, through the request's 128 new tokens: the "
+        "model's max_position_embeddings, not its HBM, bounds it)")
     config = json.loads((HF / "mistral_sliding.json").read_text())
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**config, "rope_scaling": {"rope_type": "dynamic",
