@@ -223,6 +223,7 @@ def setup(host, p):
             "chunks": run.timed_chunks, "context": run.context, "prompt": run.prompt,
             "sampled": run.sampled, "every": run.chunks, "prompt_slot": lay.prompt_slot,
             "state_slot": lay.state_slot, "state_stride": lay.state_stride,
+            "prefill_stride": lay.prefill_stride,
             "m": run.microbatches, "mb": run.rows}
     return {"plans": plans, "shared": shared, "dims": dims}
 
@@ -733,8 +734,11 @@ def _pass(tl, plan, shared, dims, p0, t, prompt, out, last):
     for i, layer in plan["layers"]:
         with tl.region(f"layer{i}") if dims["per_layer"] else contextlib.nullcontext():
             tl.repeat(_layer, layer, residual, plan, shared, dims, (p0, t), masks)
-            if last and tl.pid == plan["stage"][0]:  # each sequence's last token, checked
-                tl.store(out + i * b * hidden * 4, residual[0][t - 1::t])
+            if last:  # each sequence's last token, checked: each PE keeps its part
+                e0, n = plan["kept"]
+                if n:
+                    tl.store(out + i * dims["prefill_stride"] * 4,
+                             residual[0][t - 1::t].reshape(b * hidden)[e0:e0 + n])
     x = residual.pop()
     if plan["next"] is not None:
         _hand_on(tl, plan, x, rows)
@@ -867,11 +871,16 @@ def _prefill_outputs(host, args) -> dict[str, np.ndarray]:
     p_first = dims["context"]
     prompt = sum(t for _, t in dims["chunks"])
     out = {}
-    for pid, plan in enumerate(plans):
-        if plan["stage"][0] == pid:
-            states = host.read_shard(shared["prefill_out"], pid)
-            for i, _ in plan["layers"]:
-                out[f"prefill.hidden_states.{i}"] = states[i].reshape(b, hidden).astype(dt)
+    for pid, plan in enumerate(plans):  # each stage's PEs keep their parts of its states
+        if plan["stage"][0] != pid:
+            continue
+        parts = [(plans[q]["kept"], host.read_shard(shared["prefill_out"], q))
+                 for q in plan["stage"]]
+        for i, _ in plan["layers"]:
+            state = np.empty(b * hidden, np.float32)
+            for (e0, n), states in parts:
+                state[e0:e0 + n] = states[i][:n]
+            out[f"prefill.hidden_states.{i}"] = state.reshape(b, hidden).astype(dt)
     heads = max(plan["head"] for plan in plans) + 1
     # A narrow cache's rows are not compared: a value within bf16's tolerance of the
     # reference's before it is quantised can land one step of the narrow format away (the

@@ -381,6 +381,13 @@ class Layout:
         #: every layer stores at the same offsets within its pages
         self.state_slot = max(n for _, n in self.gathered(0)[run.rows].values())
         self.state_stride = self.aligned(run.microbatches * self.state_slot * 4) // 4
+        #: with a prompt, each sequence's last prompt token's state as the check keeps it
+        #: after each layer: each PE of a stage its part of the [batch, hidden] rows (`kept`),
+        #: in a row of whole pages (`prefill_stride` elements), as the decode step's
+        self.kept = [coll.layout(self.grid, run.batch * cfg.hidden, stage) if run.prompt
+                     else {} for stage in self.stages]
+        self.prefill_stride = self.aligned(4 * max(
+            (n for parts in self.kept for _, n in parts.values()), default=0)) // 4
         self.shared = self._shared(run.timed)
         self.plans: list[dict] = [{} for _ in range(pes)]
         self.extra: list[tuple[Piece, ...]] = [() for _ in range(pes)]
@@ -393,7 +400,8 @@ class Layout:
 
     def _shared(self, layers: int) -> list[Piece]:
         """The buffers every PE holds at one offset, for a step of `layers` layers (the
-        hidden state after each is kept, for the check, each PE its part)."""
+        hidden state after each is kept, for the check, each PE its part; the prefill's
+        too)."""
         run, cfg = self.run, self.run.cfg
         b, d, g, dt = run.batch, cfg.head_dim, cfg.group, run.dtype
         rows = max(run.pass_rows)  # the most rows a pass takes
@@ -414,7 +422,7 @@ class Layout:
                              "prompt_embeds"),
                        Piece("prompt_rope", (2, run.prompt, d // 2), "f32", "buffers"),
                        Piece("positions", (run.positions,), "f32", "buffers"),
-                       Piece("prefill_out", (layers + 1, b * cfg.hidden), "f32",
+                       Piece("prefill_out", (layers + 1, self.prefill_stride), "f32",
                              "buffers"),
                        Piece("prefill_token", (b,), "f32", "buffers"),
                        Piece("prefill_logits", (b * self.share,), "f32", "buffers")]
@@ -509,6 +517,7 @@ class Layout:
                     "gather_algo": gathers, "qkv_algo": qkv_algo, "stage": stage,
                     "prev": prev, "next": after, "wrap": wrap,
                     "take": {rows: parts[pid] for rows, parts in take.items()},
+                    "kept": self.kept[k].get(pid, (0, 0)),
                     "give": {rows: parts[after] for rows, parts in give.items()},
                     "seq": {w: (lo, *seq[pid]) for w, (lo, seq) in seqs.items()},
                     "layers": layers}

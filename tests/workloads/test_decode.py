@@ -395,9 +395,11 @@ def test_the_largest_batch_runs_and_one_more_is_refused(cli):
     # a micro-batch's rows size a PE's buffers: split in two, 10 sequences fit, not 8
     ({"batch": 2, "microbatches": 2}, "batch", 10),
     ({"batch": 2, "pp": 2, "microbatches": 2}, "batch", 10),
-    # the prompt's buffers and positions count: 245, not 575 (575 was refused), and the
-    # request's 3 decode steps' (247 held the first step, not the last)
-    ({"batch": 2, "prompt": 8, "chunk": 4, "new_tokens": 4}, "context", 245),
+    # the prompt's buffers and positions count: 309, not 575 (575 was refused), and the
+    # request's 3 decode steps' (311 holds the first step, not the last); the check's copy
+    # of the prompt's last token after each layer is spread over the stage (245 while
+    # every PE held all of it)
+    ({"batch": 2, "prompt": 8, "chunk": 4, "new_tokens": 4}, "context", 309),
 ])
 def test_capacity_is_of_the_run_as_given(cli, given, name, most):
     """`max_batch` in the run's micro-batches and `max_context` with its prompt: the largest
@@ -429,7 +431,7 @@ def test_capacity_is_of_the_run_as_given(cli, given, name, most):
 def test_the_largest_batch_holds_the_whole_request(cli):
     """With a prompt, the request's `new_tokens` - 1 decode steps grow each sequence's cache
     to context + prompt + new_tokens - 1 positions: `max_batch` and `batch = 0` are of what
-    fits then (8 at 900 new tokens, 12 when the cache grows by one position), and a batch
+    fits then (9 at 900 new tokens, 13 when the cache grows by one position), and a batch
     that fits the first step but not the last is refused naming `new_tokens`."""
     given = ("-p", "context=1000", "-p", "prompt=16", "-p", "chunk=16", "--set",
              "hbm.slice_size=1MiB", "--timing-only")
@@ -438,18 +440,18 @@ def test_the_largest_batch_holds_the_whole_request(cli):
         code, out, err = cli("run", "llama_decode", *given, *more, "--json")
         return (code, json.loads(out)["metrics"]) if code == 0 else (code, err)
 
-    assert run("-p", "new_tokens=2")[1]["max_batch"] == 12
+    assert run("-p", "new_tokens=2")[1]["max_batch"] == 13
     code, m = run("-p", "new_tokens=900")
-    assert code == 0 and m["max_batch"] == 8
+    assert code == 0 and m["max_batch"] == 9
     code, m = run("-p", "new_tokens=900", "-p", "batch=0")
     assert code == 0 and m["request_tokens_per_s"] == pytest.approx(
-        8 * 900 * 1e12 / m["request_ps"])
-    assert run("-p", "new_tokens=900", "-p", "batch=8")[0] == 0
-    code, err = run("-p", "new_tokens=900", "-p", "batch=9")
+        9 * 900 * 1e12 / m["request_ps"])
+    assert run("-p", "new_tokens=900", "-p", "batch=9")[0] == 0
+    code, err = run("-p", "new_tokens=900", "-p", "batch=10")
     assert code == 2 and err.startswith(
         "error: llama_decode: new_tokens = 900: the request's last decode step, 1,915 "
         "positions a sequence cached (context + prompt + 899 new tokens), does not fit: tiny "
-        "does not fit topology 'default' at batch 9, context 1898, a prompt of 16: PE ")
+        "does not fit topology 'default' at batch 10, context 1898, a prompt of 16: PE ")
 
 
 def test_a_batch_0_that_tcm_refuses_says_batch_0_chose_it(cli):
