@@ -67,6 +67,7 @@ from kernbench_cli.models.decoder import (
     check_rows,
     largest,
     limit_of,
+    most_head_rows,
     most_rows,
     run_of,
     weights,
@@ -1096,6 +1097,7 @@ def _capacity(topology, p, step: Run, lay: Layout) -> dict:
     b = step.batch
     searched = {**p, "batch": b}  # with the run's prompt and new tokens
     most_context = largest(topology, searched, "context")
+    rows = min(most_rows(topology, step.cfg), most_head_rows(topology, step))
     have = topology.hbm.slice_size
     model = ("the whole model" if step.layers == step.cfg.layers else
              f"{step.layers} of the model's {step.cfg.layers} layers")
@@ -1110,8 +1112,8 @@ def _capacity(topology, p, step: Run, lay: Layout) -> dict:
                       + (f", in {step.microbatches} micro-batches"
                          if step.microbatches > 1 else "")
                       + f": the largest batch whose weights ({model}), KV cache and "
-                      "buffers fit HBM; TCM bounds a micro-batch apart, to at most "
-                      f"{most_rows(topology, step.cfg)} rows)"),
+                      "buffers fit HBM; TCM bounds a micro-batch apart: more than "
+                      f"{rows} rows cannot fit, fewer may not)"),
         "max_context": (float(most_context), f"(at batch {b}"
                         + (f" and a prompt of {step.prompt}" if step.prompt else "")
                         + (f", through the request's {step.new_tokens} new tokens"

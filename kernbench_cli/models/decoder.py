@@ -258,24 +258,55 @@ def most_rows(topology, cfg: ModelConfig) -> int:
     return topology.pe.tcm.size // (3 * cfg.hidden * 4)
 
 
+def most_head_rows(topology, run: Run) -> int:
+    """The most rows the LM head can take: at its argmax a PE of the last stage holds its
+    input [rows, hidden] in f32 and normed in the dtype, the [rows, share] f32 logits (its
+    share of the vocabulary) and two temporaries of their shape (`_is_max`'s difference
+    and product), and the vocabulary's indices [share] in f32."""
+    share = -(-run.cfg.vocab // (topology.num_pes // run.pp))
+    per_row = run.cfg.hidden * (4 + ITEM[run.dtype]) + 3 * share * 4
+    return max(0, topology.pe.tcm.size - 4 * share) // per_row
+
+
+def split_of(run: Run) -> str:
+    """"microbatches = m, " where the batch is split (for messages)."""
+    return f"microbatches = {run.microbatches}, " if run.microbatches > 1 else ""
+
+
 def check_rows(topology, run: Run, chosen: bool = False) -> None:
     """Refuse a pass with more rows than a PE's TCM can hold at a layer's residual add:
-    its input, the sum and the result, each [rows, hidden] in f32, in TCM at once (a
-    necessary bound only: other tensors share TCM, so a pass under it can still
-    overflow, with the overflow's own error naming what holds TCM). `chosen`: the batch
+    its input, the sum and the result, each [rows, hidden] in f32, in TCM at once; or
+    at the LM head (`most_head_rows`, for a model of a wide vocabulary over few PEs).
+    Necessary bounds only: other tensors share TCM, so a pass under them can still
+    overflow, with the overflow's own error naming what holds TCM. `chosen`: the batch
     is the one `batch = 0` chose (the largest HBM holds), which the message says."""
     tcm, hidden, most = topology.pe.tcm.size, run.cfg.hidden, most_rows(topology, run.cfg)
     batch = (f"batch = 0, the largest batch HBM holds ({run.batch:,})" if chosen else
              f"batch = {run.batch}")
     if run.rows > most:
-        split = f"microbatches = {run.microbatches}, " if run.microbatches > 1 else ""
         raise ValueError(
-            f"{batch}: {split}a micro-batch of {run.rows} rows holds three "
+            f"{batch}: {split_of(run)}a micro-batch of {run.rows} rows holds three "
             f"[{run.rows}, {hidden}] f32 tensors at a layer's residual add "
             f"({3 * run.rows * hidden * 4:,} B), more than a PE's {tcm:,} B of TCM: "
             + ("give a batch, or " if chosen else "") +
             f"split the batch into micro-batches of at most {most} rows (-p microbatches; "
             "other tensors share TCM, so it may take fewer)")
+    head = most_head_rows(topology, run)
+    for rows, what, change in (
+            (run.rows, f"{split_of(run)}a micro-batch of {run.rows} rows holds",
+             f"split the batch into micro-batches of at most {head} rows (-p microbatches"),
+            (run.batch if run.prompt else 0, f"the prefill's last tokens ({run.batch} rows) "
+             "hold", f"give a batch of at most {head} (-p batch")):
+        if rows > head:
+            share = -(-run.cfg.vocab // (topology.num_pes // run.pp))
+            need = rows * (hidden * (4 + ITEM[run.dtype]) + 12 * share) + 4 * share
+            raise ValueError(
+                f"{batch}: {what}, at the LM head's argmax, the input [{rows}, {hidden}] in "
+                f"f32 and in {run.dtype}, the [{rows}, {share}] f32 logits of a PE's share "
+                f"of the vocabulary ({run.cfg.vocab:,} over {topology.num_pes // run.pp} "
+                f"PEs) and two temporaries of their shape ({need:,} B), more than a PE's "
+                f"{tcm:,} B of TCM: " + ("give a batch, or " if chosen else "") +
+                f"{change}; other tensors share TCM, so it may take fewer)")
     rows = max((run.batch * t for _, t in run.chunks), default=0)
     if rows > most:
         if most < run.batch:

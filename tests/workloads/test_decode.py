@@ -720,6 +720,33 @@ def test_a_pass_whose_rows_cannot_fit_tcm_is_refused_before_it_runs(cli, params,
     assert (code, err) == (2, f"error: llama_decode: {message}\n")
 
 
+@pytest.mark.parametrize(("params", "message"), [
+    (("batch=18",), "batch = 18: a micro-batch of 18 rows holds, at the LM head's argmax, the "
+     "input [18, 4096] in f32 and in bf16, the [18, 8016] f32 logits of a PE's share of the "
+     "vocabulary (128,256 over 16 PEs) and two temporaries of their shape (2,205,888 B), "
+     "more than a PE's 2,097,152 B of TCM: split the batch into micro-batches of at most 17 "
+     "rows (-p microbatches; other tensors share TCM, so it may take fewer)"),
+    (("batch=18", "prompt=1", "chunk=1", "microbatches=2"), "batch = 18: the prefill's last "
+     "tokens (18 rows) hold, at the LM head's argmax, the input [18, 4096] in f32 and in "
+     "bf16, the [18, 8016] f32 logits of a PE's share of the vocabulary (128,256 over 16 "
+     "PEs) and two temporaries of their shape (2,205,888 B), more than a PE's 2,097,152 B "
+     "of TCM: give a batch of at most 17 (-p batch; other tensors share TCM, so it may take "
+     "fewer)"),
+])
+def test_rows_the_lm_head_cannot_hold_are_refused_before_they_run(cli, params, message):
+    """On 16 PEs llama3-8b's LM head takes 8,016 of the vocabulary a PE: its [rows, 8016]
+    f32 logits and two temporaries of their shape at the argmax, with its input in f32
+    and bf16, bind before the residual add's 42 rows (17 rows fit; 18 to 40 ran out of TCM
+    mid-run). Refused at once, in a bounds-only run too; `max_batch` states the 17."""
+    args = ("run", "llama_decode", "-p", "model=llama3-8b", "-p", "layers=2", "-p",
+            "context=16", *sum((("-p", p) for p in params), ()))
+    assert cli(*args, "--bounds-only")[::2] == (2, f"error: llama_decode: {message}\n")
+    code, out, _ = cli("run", "llama_decode", "-p", "model=llama3-8b", "-p", "layers=1",
+                       "-p", "context=16", "--timing-only")
+    assert code == 0 and "TCM bounds a micro-batch apart: more than 17 rows cannot fit, " \
+        "fewer may not" in " ".join(out.split())  # the table wraps its lines
+
+
 @pytest.mark.parametrize(("base", "passes"), [
     (("prompt=64", "chunk=8", "context=0", "batch=2"), 5),
     # a pass starts on some PEs before the one before has ended on all: counted at its
