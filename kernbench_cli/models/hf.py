@@ -245,7 +245,8 @@ def _family(raw: dict[str, Any], where: str) -> str:
     names = ", ".join(FAMILIES)
     if model_type is None and arch is None:
         raise ParamError(f"{where}: no model_type (kernbench models {names})")
-    if model_type is not None and model_type not in FAMILIES:
+    if model_type is not None and (not isinstance(model_type, str) or
+                                   model_type not in FAMILIES):  # a list is no key
         raise ParamError(f"{where}: model_type {_shown(model_type)} is not one kernbench "
                          f"models ({names}); its math differs, so it is refused")
     if arch is not None:

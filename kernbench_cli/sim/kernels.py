@@ -357,7 +357,8 @@ def parse_params(kernel: KernelModule, overrides: list[str],
 
 def param_items(params: Mapping[str, Any] | Sequence[str] | None) -> list[str]:
     """The ``-p name=value`` items of the API's ``params=``: a mapping of parameter to value
-    (a bool as ``true``/``false``, a number as its shortest text, a string as given), or
+    (a bool as ``true``/``false``, a number as its shortest text, a string or a path as
+    given), or
     already a sequence of items (taken as they are). `parse_params` then reads and checks
     them as it does the command line's."""
     if params is None:
@@ -379,6 +380,8 @@ def param_items(params: Mapping[str, Any] | Sequence[str] | None) -> list[str]:
             text = "true" if value else "false"
         elif isinstance(value, str):
             text = str(value)
+        elif isinstance(value, os.PathLike) and isinstance(os.fspath(value), str):
+            text = os.fspath(value)  # a file a parameter names (`FILES`): a config
         elif plain_number(value) is not None:  # a numpy scalar too: np.int64(8) is 8
             text = str(plain_number(value))
         else:

@@ -479,6 +479,13 @@ def test_numpy_scalars_are_taken_as_their_values(tmp_path):
     assert dict(bounds.bounds_ps) == {"floor": 20}
 
 
+def test_a_path_names_a_file_parameter_as_its_text():
+    config = TESTS / "configs" / "hf" / "llama.json"
+    by_path = kb.bounds("llama_decode", params={"config": config, "context": 5})
+    assert by_path.params["config"] == str(config)
+    assert by_path == kb.bounds("llama_decode", params={"config": str(config), "context": 5})
+
+
 def test_sweep_from_cli_items_types_the_same(tmp_path):
     out = tmp_path / "rows.csv"
     swept = kb.sweep(TESTS / "kernels" / "load_dot.py", topology=ONE,

@@ -91,6 +91,10 @@ def test_activations(act, modelled):
 @pytest.mark.parametrize(("message", "keys"), [
     ("model_type 'gemma2' is not one kernbench models (llama, mistral, qwen2); its math "
      "differs, so it is refused", {"model_type": "gemma2"}),
+    ("model_type ['llama'] is not one kernbench models (llama, mistral, qwen2); its math "
+     "differs, so it is refused", {"model_type": ["llama"]}),
+    ("model_type {'a': 'llama'} is not one kernbench models (llama, mistral, qwen2); its "
+     "math differs, so it is refused", {"model_type": {"a": "llama"}}),
     ("key 'attn_logit_softcapping' (50.0) is not one kernbench models for model_type "
      "'llama'; it may change the math, so the config is refused (see the config table in "
      "docs/workloads.md)", {"attn_logit_softcapping": 50.0}),
