@@ -1075,11 +1075,13 @@ def metrics(topology, p, run):
     if step.microbatches > 1:
         out.update(_pipeline(step, run, tpot))
     decode = "the decode step" + (" after the prompt" if step.prompt else "")
+    once = (f": each read once, as the step's {step.microbatches} micro-batches do not: "
+            "each reads the weights" if step.microbatches > 1 else "")
     return {"tpot_ps": (tpot, f"({decode}: {how})"),
             "tokens_per_s": (b * 1e12 / tpot if tpot else 0.0, f"(batch {b} / TPOT" + (
                 ": the largest batch that fits)" if p["batch"] == 0 else ")")),
             "hbm_bound_ps": (hbm_bound, f"(weights and KV cache {read:,} B / aggregate HBM "
-                                        "stream bandwidth)"),
+                                        f"stream bandwidth{once})"),
             "tpot_over_hbm_bound": (tpot / hbm_bound if hbm_bound else 0.0, ""),
             "energy_per_token_uj": (energy / 1e12 / b, f"({decode}'s energy / batch" + (
                 ": each layer not timed at a middle layer's counted energy, static power "
@@ -1137,19 +1139,25 @@ def _context_bound(step: Run, searched, most: int) -> str:
 
 def _pipeline(step: Run, run, tpot: float) -> dict:
     """A micro-batched step's pipeline: the stage time (how far apart the micro-batches
-    leave the last stage), the share of the step a stage idles (fill and drain: about
-    (N - 1) / (N + m - 1) of equal stages), and the pipeline in steady state, each stage
-    always on some micro-batch: a micro-batch's next token comes max(m, N) stage times
-    after its last (it cannot enter before its token is out), so TPOT is that and the
-    batch's tokens/s is batch / that."""
+    leave the last stage: the slowest stage's time a micro-batch), the share of the step
+    that stage idles (fill and drain: about (N - 1) / (N + m - 1) of equal stages), and
+    the pipeline in steady state: a micro-batch's next token cannot enter before its
+    token is out, one round trip through the stages after it entered (the first
+    micro-batch's, TPOT less the m - 1 stage times after it), and the slowest stage takes
+    the m micro-batches one after another, so steady TPOT is the larger of the two
+    (max(m, N) stage times of equal stages) and the batch's tokens/s batch / that."""
     m, n, b = step.microbatches, step.pp, step.batch
     ends = [end for _, end in run.region_passes["lm_head"]]
     stage = (ends[-1] - ends[0]) / (m - 1)
-    steady = max(m, n) * stage
+    trip = tpot - (m - 1) * stage
+    steady = max(m * stage, trip)
     return {"stage_ps": (stage, f"(a micro-batch of {step.rows} through the slowest stage)"),
-            "pipeline_bubble": (1 - m * stage / tpot, f"(of the step, {n} stages x {m} "
+            "pipeline_bubble": (1 - m * stage / tpot, f"(the share of the step the slowest "
+                                                      f"stage idles: {n} stages x {m} "
                                                       "micro-batches)"),
-            "steady_tpot_ps": (steady, f"(max({m} micro-batches, {n} stages) x stage)"),
+            "steady_tpot_ps": (steady, f"(the larger of {m} micro-batches x stage and a "
+                                       f"micro-batch's round trip through the {n} stages, "
+                                       f"{trip / 1e6:.3f} us)"),
             "steady_tokens_per_s": (b * 1e12 / steady, f"(batch {b} / steady TPOT)")}
 
 
