@@ -214,6 +214,12 @@ def run_of(topology, p) -> Run:
     if pes < cfg.kv_heads:  # no split of the PEs helps: say what bounds it
         raise ValueError(f"the model's {cfg.kv_heads} KV heads (num_key_value_heads) need a "
                          f"PE each at least, and topology {topology.name!r} has {pes}")
+    if pes % cfg.kv_heads:  # no split into stages helps: say what bounds it
+        raise ValueError(f"{model_name(cfg)}: its {cfg.kv_heads} KV heads "
+                         f"(num_key_value_heads) need a head group of PEs each, all alike, "
+                         f"and topology {topology.name!r} has {pes} PEs, which do not split "
+                         f"so: a topology whose PE count is a multiple of {cfg.kv_heads} "
+                         "runs it")
     if pp > timed or pes % pp or (pes // pp) % cfg.kv_heads:
         raise ValueError(f"pp = {pp}: the {pes} PEs must split into {pp} stages of a multiple "
                          f"of {cfg.kv_heads} PEs (a head group per KV head), with a layer "
@@ -281,6 +287,14 @@ def check_rows(topology, run: Run, chosen: bool = False) -> None:
     overflow, with the overflow's own error naming what holds TCM. `chosen`: the batch
     is the one `batch = 0` chose (the largest HBM holds), which the message says."""
     tcm, hidden, most = topology.pe.tcm.size, run.cfg.hidden, most_rows(topology, run.cfg)
+    head = most_head_rows(topology, run)
+    if not min(most, head):  # not one row: no batch or split helps
+        raise ValueError(f"{model_name(run.cfg)}: one row does not fit a PE's {tcm:,} B of "
+                         f"TCM: " + (f"hidden_size {hidden:,} makes a layer's residual add "
+                                     f"hold three [1, {hidden}] f32 tensors ("
+                                     f"{12 * hidden:,} B)" if not most else
+                                     "the LM head's argmax holds its logits of a PE's share "
+                                     f"of the vocabulary ({run.cfg.vocab:,} tokens) and more"))
     batch = (f"batch = 0, the largest batch HBM holds ({run.batch:,})" if chosen else
              f"batch = {run.batch}")
     if run.rows > most:
@@ -291,7 +305,6 @@ def check_rows(topology, run: Run, chosen: bool = False) -> None:
             + ("give a batch, or " if chosen else "") +
             f"split the batch into micro-batches of at most {most} rows (-p microbatches; "
             "other tensors share TCM, so it may take fewer)")
-    head = most_head_rows(topology, run)
     for rows, what, change in (
             (run.rows, f"{split_of(run)}a micro-batch of {run.rows} rows holds",
              f"split the batch into micro-batches of at most {head} rows (-p microbatches"),

@@ -1112,3 +1112,26 @@ def test_steps_need_one_stage_without_micro_batches(cli):
     assert (code, err) == (2, "error: llama_decode: steps = 100000: the last token's position, "
                               "100,063, is past the model's positions (max_position_embeddings "
                               "2,048)\n")
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"num_key_value_heads": 3, "num_attention_heads": 12, "hidden_size": 384},
+     "its 3 KV heads (num_key_value_heads) need a head group of PEs each, all alike, and "
+     "topology 'default' has 16 PEs, which do not split so: a topology whose PE count is "
+     "a multiple of 3 runs it"),
+    ({"hidden_size": 1048576, "head_dim": 32},
+     "one row does not fit a PE's 2,097,152 B of TCM: hidden_size 1,048,576 makes a "
+     "layer's residual add hold three [1, 1048576] f32 tensors (12,582,912 B)"),
+    ({"vocab_size": 16777216},
+     "one row does not fit a PE's 2,097,152 B of TCM: the LM head's argmax holds its "
+     "logits of a PE's share of the vocabulary (16,777,216 tokens) and more"),
+])
+def test_a_config_no_batch_or_pp_runs_is_refused_for_its_own_key(cli, tmp_path, change,
+                                                                  message):
+    """KV heads that do not divide the PEs, or a row too wide for TCM, are the config's:
+    the refusal names the config and its key, not `pp` or `batch` (which no value of
+    would help)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads((HF / "llama.json").read_text()), **change}))
+    code, _, err = cli("run", "llama_decode", "-p", f"config={path}", "--bounds-only")
+    assert (code, err) == (2, f"error: llama_decode: the model of {path}: {message}\n")
