@@ -93,6 +93,13 @@ _INERT = frozenset((
     "tf_legacy_loss", "use_bfloat16", "pruned_heads", "_attn_implementation_autoset",
 ))
 
+#: Keys a family's transformers model never reads, left in published configs by other
+#: code (Qwen2-VL's `use_mrope` in Qwen2 text configs; nanotron's in SmolLM2's), taken
+#: with the values that cannot mean another model (true interleaved RoPE, or mrope, would)
+_INERT_AS = {"qwen2": {"use_mrope": (False, None)},
+             "llama": {"is_llama_config": (True, False, None),
+                       "rope_interleaved": (False, None)}}
+
 
 @dataclass(frozen=True)
 class Rope:
@@ -175,7 +182,10 @@ def from_dict(raw: dict[str, Any], name: str, where: str) -> ModelConfig:
     defaults = FAMILIES[family][1]
     known = set(_SIZES) | set(defaults) | _INERT | {"rope_theta", "rope_scaling",
                                                      "rope_parameters"}
+    inert = _INERT_AS.get(family, {})
     for key in raw:
+        if key in inert and any(raw[key] is value for value in inert[key]):
+            continue
         if key not in known:
             raise ParamError(f"{where}: key {_shown(key)} ({_shown(raw[key])}) is not one "
                              f"kernbench models for model_type {family!r}; it may change the "

@@ -32,6 +32,20 @@ def refused(message: str, **keys) -> None:
     assert str(err.value) == "config c.json: " + message
 
 
+def test_keys_the_model_never_reads_are_taken_where_their_value_means_nothing():
+    """Published configs carry keys of other code their transformers model never reads:
+    Qwen2 text configs Qwen2-VL's `use_mrope` (false), SmolLM2 nanotron's
+    `is_llama_config` and `rope_interleaved` (false). A value that would mean another
+    model (mrope, interleaved RoPE) is refused."""
+    plain = cfg()
+    assert cfg(is_llama_config=True, rope_interleaved=False) == plain
+    assert cfg(model_type="qwen2", use_mrope=False) == cfg(model_type="qwen2")
+    for keys in ({"rope_interleaved": True}, {"model_type": "qwen2", "use_mrope": True},
+                 {"use_mrope": False}, {"model_type": "qwen2", "use_mrope": 0}):
+        with pytest.raises(ParamError, match="it may change the math"):
+            cfg(**keys)
+
+
 def test_a_plain_llama_takes_transformers_defaults():
     c = from_dict({k: v for k, v in BASE.items() if k != "num_key_value_heads"}, "c", "c")
     assert (c.kv_heads, c.head_dim, c.eps, c.act, c.rope.kind, c.rope.theta) == \
