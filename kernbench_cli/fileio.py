@@ -82,11 +82,28 @@ def file_digest(path: Path) -> str | None:
     found = stamp(path)  # a FIFO or device could block or never end
     if found is None or found[2] > DIGESTED_BYTES:
         return None
+    digest, total = hashlib.sha256(), 0
     try:
-        with path.open("rb") as handle:
-            return hashlib.file_digest(handle, "sha256").hexdigest()[:8]
+        with _opened(path) as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+                total += len(chunk)
     except OSError:
         return None
+    if chunk is None or total != found[2]:  # it waits for bytes, or its size is not its
+        return None  # bytes' (a pseudo-file, or a file being written)
+    return digest.hexdigest()[:8]
+
+
+@contextmanager
+def _opened(path: Path) -> Iterator[BinaryIO]:
+    """Regular file `path` opened to read, not blocking: a pseudo-file that waits for data
+    (/proc/kmsg) reads None or raises at once, not blocking (OSError also if it was
+    swapped for a FIFO or device since its `stat`)."""
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        yield handle
 
 
 @contextmanager
@@ -352,10 +369,16 @@ def read_input(path: Path, limit: int, what: str) -> bytes:
                              f"(at most {limit:,})")
     note_input(path)
     try:
-        with path.open("rb") as handle:
-            return handle.read(limit + 1)
+        with _opened(path) as handle:
+            data = handle.read(limit + 1)
     except OSError as exc:
         raise KernbenchError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if data is None:  # nothing yet: it waits for bytes (/proc/kmsg)
+        raise KernbenchError(f"{path}: a pseudo-file that waits for data, expected {what}")
+    if data and not info.st_size:
+        raise KernbenchError(f"{path}: a pseudo-file (its size, 0, is not its bytes': /proc, "
+                             f"/sys), expected {what}: copy it to a file")
+    return data
 
 
 class _Unheld:

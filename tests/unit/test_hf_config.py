@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import math
 import os
+from pathlib import Path
 
 import pytest
 
 from kernbench_cli.errors import ParamError
+from kernbench_cli.fileio import file_digest
 from kernbench_cli.models.hf import MAX_LAYERS, from_dict, read_config
 from kernbench_cli.models.rope import cos_sin, inv_freq
 
@@ -231,6 +233,24 @@ def test_a_config_that_is_not_a_regular_file_is_refused_at_once(tmp_path):
     latin.write_bytes(b'{"model_type": "ll\xe9ma"}')
     with pytest.raises(ParamError, match=r"is not UTF-8 text$"):
         read_config(latin)
+
+
+def test_a_pseudo_file_is_refused_not_read_forever(cli):
+    """/proc files stat as regular and of size 0: one whose bytes come and go is refused
+    as what it is (not as "changed during the run", which running again would not cure),
+    and one that waits for data (/proc/kmsg, readable as root) at once, not blocking."""
+    with pytest.raises(ParamError, match=r"^config /proc/self/status: a pseudo-file \(its "
+                                         r"size, 0, is not its bytes'"):
+        read_config(Path("/proc/self/status"))
+    code, _, err = cli("run", "llama_decode", "-p", "config=/proc/self/status",
+                       "--bounds-only")
+    assert code == 2 and "a pseudo-file" in err
+    assert file_digest(Path("/proc/self/status")) is None
+    if os.access("/proc/kmsg", os.R_OK):
+        with pytest.raises(ParamError, match=r"^config /proc/kmsg: (a pseudo-file that "
+                                             r"waits for data|cannot read)"):
+            read_config(Path("/proc/kmsg"))
+        assert file_digest(Path("/proc/kmsg")) is None
 
 
 def test_rope_llama3_keeps_high_frequencies_and_divides_low_ones():
