@@ -918,9 +918,25 @@ def _prefill_outputs(host, args) -> dict[str, np.ndarray]:
 _GEMV = ("qkv", "o", "gate", "up", "down", "lm_w")
 
 
+def _macs_how(step: Run, lay: Layout) -> str:
+    notes = [*(["performed: a QKV column two PEs of a head group share is computed on "
+                "both"] if _straddles(lay) else []),
+             *([f"a step's, the mean of {step.steps}"] if step.steps > 1 else [])]
+    return f"({'; '.join(notes)})" if notes else ""
+
+
+def _straddles(lay: Layout) -> bool:
+    """Whether a head group's QKV columns split unevenly over its PEs, so that a column
+    straddling two PEs' parts is held and multiplied on both (`_macs` counts it twice:
+    the MACs performed, above the model's)."""
+    return any(e0 % rows or n % rows for plan in lay.plans
+               for rows, (e0, n, _, _) in plan["qkv"].items())
+
+
 def _macs(lay: Layout) -> int:
-    """The step's multiply-accumulates: every GEMV weight element once per sequence, and
-    attention's two products (q k^T, p v) over each head group's cached positions, the
+    """The step's multiply-accumulates performed: every GEMV weight element a PE holds
+    once per sequence (the model's, but for a QKV column two PEs share, `_straddles`),
+    and attention's two products (q k^T, p v) over each head group's cached positions, the
     layers a scaled run does not time included."""
     run = lay.run
 
@@ -1087,8 +1103,7 @@ def metrics(topology, p, run):
                 ": each layer not timed at a middle layer's counted energy, static power "
                 "over the TPOT)" if step.scaled else ")")),
             **_capacity(topology, p, step, lay),
-            "macs": (float(macs), f"(a step's, the mean of {step.steps})"
-                     if step.steps > 1 else ""), **out}
+            "macs": (float(macs), _macs_how(step, lay)), **out}
 
 
 def _capacity(topology, p, step: Run, lay: Layout) -> dict:

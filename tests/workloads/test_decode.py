@@ -1135,3 +1135,23 @@ def test_a_config_no_batch_or_pp_runs_is_refused_for_its_own_key(cli, tmp_path, 
     path.write_text(json.dumps({**json.loads((HF / "llama.json").read_text()), **change}))
     code, _, err = cli("run", "llama_decode", "-p", f"config={path}", "--bounds-only")
     assert (code, err) == (2, f"error: llama_decode: the model of {path}: {message}\n")
+
+
+def test_macs_say_where_they_are_more_than_the_models(run, tmp_path):
+    """One KV head: a head group's (G + 2) x head_dim = 320 QKV columns split evenly over
+    `default`'s 16 PEs, and `macs` is the model's, B x [L x (H hd (2 Hq + 2 Hkv) + 3 H I
+    + 2 Hq hd positions) + V H]; over `sip`'s 128 they do not (2.5 columns a PE), the
+    column two PEs share is computed on both, and the label says the MACs are performed."""
+    path = tmp_path / "mqa.json"
+    path.write_text(json.dumps({**json.loads((HF / "llama.json").read_text()),
+                                "num_key_value_heads": 1}))
+    b, layers, hidden, hq, hkv, hd, inter, vocab = 2, 2, 256, 8, 1, 32, 512, 1024
+    model = b * (layers * (hidden * hd * (2 * hq + 2 * hkv) + 3 * hidden * inter
+                           + 2 * hq * hd * 6) + vocab * hidden)
+    even = run("llama_decode", "default", (f"config={path}", "context=5", "batch=2"),
+               timing_only=True).metrics["macs"]
+    assert even == (model, "")
+    uneven = run("llama_decode", "sip", (f"config={path}", "context=5", "batch=2"),
+                 timing_only=True).metrics["macs"]
+    assert uneven[0] > model and uneven[1] == (
+        "(performed: a QKV column two PEs of a head group share is computed on both)")
