@@ -484,7 +484,8 @@ class Layout:
         per_layer = nbytes_of(run.wdt, (attn + 3 * cfg.hidden * cfg.intermediate,))
         cache = nbytes_of(run.kvdt, (2 * run.batch * cfg.kv_heads * cfg.head_dim * sum(
             min(run.positions, cfg.window(i) or run.positions) for i in range(run.layers)),))
-        tables = cfg.vocab * cfg.hidden * ITEM[run.dtype] * (1 if cfg.tied else 2)
+        tables = cfg.vocab * cfg.hidden * ITEM[run.dtype] * (1 if cfg.tied and run.pp == 1
+                                                            else 2)
         need = per_layer * run.layers + cache + tables
         have = self.topology.num_pes * self.topology.hbm.slice_size
         if need > have:
@@ -526,7 +527,10 @@ class Layout:
         unit = BLOCK if scaled(run.wdt) else 1  # a scaled weight's K in whole blocks
         mlp = _in_units(grid, cfg.intermediate, stage, unit)
         lm = coll.layout(grid, cfg.vocab, stage) if last else {}
-        embed = coll.layout(grid, cfg.vocab, stage) if k == 0 and not cfg.tied else {}
+        # the embedding table on the first stage: a tied one is the LM head's, which is
+        # the last stage's, so with stages the first keeps a copy (as serving stacks do)
+        embed = coll.layout(grid, cfg.vocab, stage) if k == 0 and (
+            not cfg.tied or run.pp > 1) else {}
         gathers = gather_algo(grid, stage, run.algo)
         arg = {n: coll.layout(grid, self.width * n * 2, stage, gathers)  # per LM head's rows
                for n in {run.rows, b}}

@@ -1155,3 +1155,16 @@ def test_macs_say_where_they_are_more_than_the_models(run, tmp_path):
                  timing_only=True).metrics["macs"]
     assert uneven[0] > model and uneven[1] == (
         "(performed: a QKV column two PEs of a head group share is computed on both)")
+
+
+def test_a_tied_table_has_a_copy_on_the_first_of_several_stages(run):
+    """Tied embeddings are one table, the LM head's, on one stage; with stages the LM head
+    is the last stage's and the first embeds each token, so it keeps a copy: the HBM
+    taken is then the untied model's; on one stage it is one table (1,024 x 256 bf16)
+    less."""
+    def used(name, pp):
+        return run("llama_decode", "default", (f"config={HF / name}", f"pp={pp}", "context=5"),
+                   timing_only=True).metrics["hbm_used_bytes"][0]
+
+    assert used("llama_tied.json", 2) == used("llama.json", 2)
+    assert used("llama.json", 1) - used("llama_tied.json", 1) == 1024 * 256 * 2
