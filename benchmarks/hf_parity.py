@@ -135,6 +135,16 @@ TEST_CONFIGS = {
                                           "rope_scaling": {"rope_type": "linear",
                                                            "factor": 4.0}},
                           "hub", {}, "rope_scaling linear, factor 4"),
+    "llama_yarn": ("LlamaConfig", {"rope_theta": 10000.0,
+                                   "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                    "original_max_position_embeddings": 64}},
+                   "hub", {}, "rope_scaling yarn, factor 4 over 64 positions (so it matters "
+                   "at small contexts; transformers takes the explicit factor)"),
+    "llama_dynamic": ("LlamaConfig", {"rope_theta": 10000.0, "max_position_embeddings": 256,
+                                      "rope_scaling": {"rope_type": "dynamic",
+                                                       "factor": 2.0}},
+                      "hub", {}, "rope_scaling dynamic, factor 2, max_position_embeddings "
+                      "256: the 600-token context is past it, where the base grows"),
     "llama_bias": ("LlamaConfig", {"rope_theta": 10000.0, "attention_bias": True,
                                    "mlp_bias": True}, "hub", {},
                    "attention_bias (q, k, v, o) and mlp_bias (gate, up, down)"),
