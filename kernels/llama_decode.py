@@ -1149,7 +1149,11 @@ def _context_bound(step: Run, searched, most: int) -> str:
         return (f": no bound below {MAX_CONTEXT:,} positions, where the search ends: "
                 "dynamic RoPE scales past max_position_embeddings, and sliding windows "
                 "keep the KV cache from growing")
-    return ": the model's max_position_embeddings, not its HBM, bounds it"
+    rope = step.cfg.rope
+    return (": the model's max_position_embeddings, not its HBM, bounds it"
+            if rope.end == rope.max_positions else
+            ": the model's positions (yarn's factor x original_max_position_embeddings), "
+            "not its HBM, bound it")
 
 
 def _pipeline(step: Run, run, tpot: float) -> dict:

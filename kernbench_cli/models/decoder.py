@@ -714,7 +714,8 @@ def _check_positions(p, rope: Rope) -> None:
     """Refuse a run whose last token sits past the model's positions: a step at context c
     after a prompt of n tokens, the last of `steps`, computes the token at position c + n +
     steps - 1, and a config's `max_position_embeddings` m holds positions 0 to m - 1
-    (`dynamic` RoPE has no such end: it scales past m, as transformers does). The key
+    (with yarn, as many as it extends to, `Rope.end`; `dynamic` RoPE has no such end: it
+    scales past m, as transformers does). The key
     named is the one that alone would not fit: `steps` or `prompt` if they already reach
     past m at context 0, else `context`. With a prompt, the request figure's `new_tokens`
     (the first from the prefill, then a decode step each, the last feeding position c + n
@@ -722,7 +723,7 @@ def _check_positions(p, rope: Rope) -> None:
     positions: transformers rotates a forward pass's tokens at one base, its last
     position's, which past m is scaled for tokens before it too; kernbench rotates each
     token at its own, as a decode step does (the same below m)."""
-    last, most = p["context"] + p["prompt"] + p["steps"] - 1, rope.max_positions
+    last, most = p["context"] + p["prompt"] + p["steps"] - 1, rope.end
     if rope.kind == "dynamic":
         if p["prompt"] and p["context"] + p["prompt"] > most:
             raise ValueError(
@@ -738,12 +739,12 @@ def _check_positions(p, rope: Rope) -> None:
     if p["prompt"] and last < most <= request:  # the request figure's decode steps
         raise ValueError(f"new_tokens = {p['new_tokens']}: the request's last token sits "
                          f"at position {request:,}, past the model's positions "
-                         f"(max_position_embeddings {most:,}); at most "
+                         f"({rope.end_named}); at most "
                          f"{most + 1 - p['context'] - p['prompt']:,} new tokens here")
     if last < most:
         return
     where = (f"the last token's position, {last:,}, is past the model's positions "
-             f"(max_position_embeddings {most:,})")
+             f"({rope.end_named})")
     for name, alone in (("steps", 1), ("prompt", 0)):
         if p[name] > alone and p["prompt"] + p["steps"] > most:
             raise ValueError(f"{name} = {p[name]}: {where}")
@@ -764,7 +765,7 @@ def limit_of(p, name: str) -> int:
         rope = model_config(p).rope
         if rope.kind == "dynamic" and p["prompt"]:  # a prompt ends within the positions
             return max(0, rope.max_positions - p["prompt"])
-        most = MAX_CONTEXT if rope.kind == "dynamic" else rope.max_positions
+        most = MAX_CONTEXT if rope.kind == "dynamic" else rope.end
         after = max(p["steps"], p["new_tokens"] - 1) if p["prompt"] else p["steps"]
         return max(0, most - p["prompt"] - after)
     return MAX_BATCH

@@ -121,6 +121,24 @@ class Rope:
     truncate: bool = True
     where: str = field(default="", compare=False)  # the config and key, for errors
 
+    @property
+    def end(self) -> int:
+        """The positions the model holds: `max_position_embeddings`, or with yarn the
+        context it extends to, factor x original_max_position_embeddings, if more (Qwen2.5
+        adds yarn, factor 4 over 32,768, for 131,072; transformers rotates any position
+        alike, and serving stacks take that as the model's length)."""
+        if self.kind == "yarn":
+            return max(self.max_positions,
+                       int(self.factor * (self.original_max or self.max_positions)))
+        return self.max_positions
+
+    @property
+    def end_named(self) -> str:
+        """`end` and what it is, for messages."""
+        if self.end != self.max_positions:
+            return f"yarn's factor x original_max_position_embeddings, {self.end:,}"
+        return f"max_position_embeddings {self.end:,}"
+
 
 @dataclass(frozen=True)
 class ModelConfig:

@@ -253,6 +253,22 @@ def test_a_pseudo_file_is_refused_not_read_forever(cli):
         assert file_digest(Path("/proc/kmsg")) is None
 
 
+def test_yarn_extends_the_positions_to_its_factor_times_the_original():
+    """Qwen2.5's model card adds yarn (factor 4 over 32,768) for 131,072 positions, its
+    max_position_embeddings left at 32,768: the model holds the larger; other RoPEs, and
+    a yarn whose max_position_embeddings is already past it, hold max_position_embeddings."""
+    qwen = cfg(max_position_embeddings=32768, rope_scaling={
+        "type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}).rope
+    assert (qwen.end, qwen.end_named) == (
+        131072, "yarn's factor x original_max_position_embeddings, 131,072")
+    deepseek = cfg(max_position_embeddings=163840, rope_scaling={
+        "type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096}).rope
+    assert deepseek.end == 163840
+    linear = cfg(max_position_embeddings=4096, rope_scaling={"type": "linear",
+                                                             "factor": 4.0}).rope
+    assert (linear.end, linear.end_named) == (4096, "max_position_embeddings 4,096")
+
+
 def test_rope_llama3_keeps_high_frequencies_and_divides_low_ones():
     """llama3 scaling with an original context of 64: a pair whose wavelength is below
     64 / high_freq_factor keeps its frequency, one above 64 / low_freq_factor takes it

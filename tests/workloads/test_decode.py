@@ -1168,3 +1168,23 @@ def test_a_tied_table_has_a_copy_on_the_first_of_several_stages(run):
 
     assert used("llama_tied.json", 2) == used("llama.json", 2)
     assert used("llama.json", 1) - used("llama_tied.json", 1) == 1024 * 256 * 2
+
+
+def test_yarn_runs_past_max_position_embeddings_to_what_it_extends(run, cli, tmp_path):
+    """yarn, factor 4 over 128 positions, max_position_embeddings 128: the model holds
+    512 positions; context 300 runs and verifies against the float64 reference (and, in
+    the parity script, against transformers), 512 is refused naming what bounds it."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads((HF / "llama.json").read_text()),
+                                "max_position_embeddings": 128, "rope_scaling": {
+                                    "type": "yarn", "factor": 4.0,
+                                    "original_max_position_embeddings": 128}}))
+    result = run("llama_decode", "default", (f"config={path}", "context=300"))
+    _passed(result)
+    assert result.metrics["max_context"][0] == 511
+    code, _, err = cli("run", "llama_decode", "-p", f"config={path}", "-p", "context=512",
+                       "--timing-only")
+    assert (code, err) == (2, "error: llama_decode: context = 512: the last token's "
+                              "position, 512, is past the model's positions (yarn's factor x "
+                              "original_max_position_embeddings, 512); the largest context "
+                              "here is 511\n")
