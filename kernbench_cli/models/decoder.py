@@ -269,9 +269,14 @@ def most_head_rows(topology, run: Run) -> int:
     input [rows, hidden] in f32 and normed in the dtype, the [rows, share] f32 logits (its
     share of the vocabulary) and two temporaries of their shape (`_is_max`'s difference
     and product), and the vocabulary's indices [share] in f32."""
-    share = -(-run.cfg.vocab // (topology.num_pes // run.pp))
+    share = head_share(topology, run)
     per_row = run.cfg.hidden * (4 + ITEM[run.dtype]) + 3 * share * 4
     return max(0, topology.pe.tcm.size - 4 * share) // per_row
+
+
+def head_share(topology, run: Run) -> int:
+    """The vocabulary a PE of the last stage takes at most (its LM head's columns)."""
+    return -(-run.cfg.vocab // (topology.num_pes // run.pp))
 
 
 def split_of(run: Run) -> str:
@@ -311,7 +316,7 @@ def check_rows(topology, run: Run, chosen: bool = False) -> None:
             (run.batch if run.prompt else 0, f"the prefill's last tokens ({run.batch} rows) "
              "hold", f"give a batch of at most {head} (-p batch")):
         if rows > head:
-            share = -(-run.cfg.vocab // (topology.num_pes // run.pp))
+            share = head_share(topology, run)
             need = rows * (hidden * (4 + ITEM[run.dtype]) + 12 * share) + 4 * share
             raise ValueError(
                 f"{batch}: {what}, at the LM head's argmax, the input [{rows}, {hidden}] in "
@@ -413,7 +418,7 @@ class Layout:
         width = self.width = pes // run.pp
         self.stages = [list(everyone[k * width:(k + 1) * width]) for k in range(run.pp)]
         self.stage_of = [0] * pes
-        self.share = -(-cfg.vocab // width)
+        self.share = head_share(topology, run)
         self._gathered: dict[int, dict] = {}  # by stage (`gathered`), made once
         #: a prefill pass's prompt rows as a PE holds them: the part of them it gathers
         #: (`gathered(0)`), in a slot of the largest part's size (the first pass's)
@@ -527,10 +532,8 @@ class Layout:
         unit = BLOCK if scaled(run.wdt) else 1  # a scaled weight's K in whole blocks
         mlp = _in_units(grid, cfg.intermediate, stage, unit)
         lm = coll.layout(grid, cfg.vocab, stage) if last else {}
-        # the embedding table on the first stage: a tied one is the LM head's, which is
-        # the last stage's, so with stages the first keeps a copy (as serving stacks do)
-        embed = coll.layout(grid, cfg.vocab, stage) if k == 0 and (
-            not cfg.tied or run.pp > 1) else {}
+        embed = coll.layout(grid, cfg.vocab, stage) if k == 0 and (  # tied: a copy, the
+            not cfg.tied or run.pp > 1) else {}  # LM head's table being the last stage's
         gathers = gather_algo(grid, stage, run.algo)
         arg = {n: coll.layout(grid, self.width * n * 2, stage, gathers)  # per LM head's rows
                for n in {run.rows, b}}
