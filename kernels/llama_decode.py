@@ -38,9 +38,9 @@ placed once in the PEs' HBM as a weight-stationary near-memory design keeps them
 Placement (`Layout`): per PE, its layers' blocks one after another, each weight, bias,
 norm and cache shard at the start of a DRAM page, so every layer's commands are the
 same up to relocation, page openings included; buffers the PEs share in a symmetric
-region first; the embedding table (unless tied to the LM head) as space only, split
-over the first stage. The whole model is checked against each PE's HBM slice before
-anything runs, the layers a scaled run does not time included.
+region first; the embedding table (unless tied to the LM head, and there is one stage)
+as space only, split over the first stage. The whole model is checked against each
+PE's HBM slice before anything runs, the layers a scaled run does not time included.
 
 Regions (`tl.region`) name each operator per layer, so the report times them.
 Dtype: weights, activations handed to the GEMM array and the KV cache in `dtype`;
@@ -926,27 +926,31 @@ def _macs_how(step: Run, lay: Layout) -> str:
 
 
 def _straddles(lay: Layout) -> bool:
-    """Whether a head group's QKV columns split unevenly over its PEs, so that a column
-    straddling two PEs' parts is held and multiplied on both (`_macs` counts it twice:
-    the MACs performed, above the model's)."""
-    return any(e0 % rows or n % rows for plan in lay.plans
-               for rows, (e0, n, _, _) in plan["qkv"].items())
+    """Whether a head group's QKV columns split unevenly over its PEs in the decode step,
+    so that a column straddling two PEs' parts is multiplied on both (`_macs` counts it
+    twice: the MACs performed, above the model's)."""
+    rows = lay.run.rows  # a decode micro-batch's
+    return any(e0 % rows or n % rows for e0, n, _, _ in (plan["qkv"][rows]
+                                                         for plan in lay.plans))
 
 
 def _macs(lay: Layout) -> int:
-    """The step's multiply-accumulates performed: every GEMV weight element a PE holds
+    """The step's multiply-accumulates performed: every GEMV weight element a PE multiplies
     once per sequence (the model's, but for a QKV column two PEs share, `_straddles`),
     and attention's two products (q k^T, p v) over each head group's cached positions, the
     layers a scaled run does not time included."""
     run = lay.run
 
-    def of(pieces) -> int:
-        return sum(run.batch * math.prod(p.shape) if p.key in _GEMV else
+    def of(pieces, plan) -> int:
+        _, _, c0, c1 = plan["qkv"][run.rows]  # the step's columns (a PE holds every pass's)
+        return sum(run.batch * run.cfg.hidden * (c1 - c0) if p.key == "qkv" else
+                   run.batch * math.prod(p.shape) if p.key in _GEMV else
                    2 * run.cfg.group * math.prod(p.shape) if p.key == "k" else 0
                    for p in pieces)
 
-    return sum(sum(count * of(lay.block(pid, window)) for window, count in lay.layers(pid))
-               + of(lay.extra[pid]) for pid in range(len(lay.plans)))
+    return sum(sum(count * of(lay.block(pid, window), plan)
+                   for window, count in lay.layers(pid)) + of(lay.extra[pid], plan)
+               for pid, plan in enumerate(lay.plans))
 
 
 def bounds(topology, p):

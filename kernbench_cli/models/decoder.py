@@ -97,6 +97,8 @@ class Run:
     weights: str = ""  # the decoder layers' weight matrices' format ("": dtype)
     kv: str = ""  # the KV cache's format ("": dtype)
     steps: int = 1  # decode steps, one after another (teacher-forced)
+    #: positions `request_end` moved the context on by (0: the run as given)
+    grown: int = field(default=0, compare=False)
 
     @property
     def wdt(self) -> str:
@@ -113,6 +115,14 @@ class Run:
         """Weights stored narrow: each projection as HF's [out, in] (N, K), so that a scaled
         format's blocks run along K, multiplied with `trans_b`."""
         return self.wdt in NARROW
+
+    @property
+    def where(self) -> str:
+        """"context C, a prompt of L" as given, for messages (with `request_end`'s run, at
+        the request's last decode step)."""
+        given = f"context {self.context - self.grown}{self.with_prompt}"
+        return given + (f", at the request's last decode step ({self.positions:,} positions "
+                        "a sequence)" if self.grown else "")
 
     @property
     def with_prompt(self) -> str:
@@ -141,8 +151,8 @@ class Run:
         prompt + new_tokens - 1 positions a sequence cached; this run if it runs that far
         (or has no prompt, so no request)."""
         grow = self.new_tokens - 1 - self.steps
-        return replace(self, context=self.context + grow) if self.prompt and grow > 0 \
-            else self
+        return replace(self, context=self.context + grow, grown=grow) \
+            if self.prompt and grow > 0 else self
 
     @property
     def chunks(self) -> list[tuple[int, int]]:
@@ -265,18 +275,44 @@ def most_rows(topology, cfg: ModelConfig) -> int:
 
 
 def most_head_rows(topology, run: Run) -> int:
-    """The most rows the LM head can take: at its argmax a PE of the last stage holds its
-    input [rows, hidden] in f32 and normed in the dtype, the [rows, share] f32 logits (its
-    share of the vocabulary) and two temporaries of their shape (`_is_max`'s difference
-    and product), and the vocabulary's indices [share] in f32."""
+    """The most rows the LM head can take (`head_bytes` within a PE's TCM)."""
+    per_row = head_bytes(topology, run, 1) - head_bytes(topology, run, 0)
+    return max(0, topology.pe.tcm.size - head_bytes(topology, run, 0)) // per_row
+
+
+def head_bytes(topology, run: Run, rows: int) -> int:
+    """TCM the LM head's argmax holds on a PE of the last stage for `rows` rows: its input
+    [rows, hidden] in f32 and normed in the dtype, the [rows, share] f32 logits (its share
+    of the vocabulary, `head_share`) and two temporaries of their shape (`_is_max`'s
+    difference and product), and the vocabulary's indices [share] in f32."""
     share = head_share(topology, run)
-    per_row = run.cfg.hidden * (4 + ITEM[run.dtype]) + 3 * share * 4
-    return max(0, topology.pe.tcm.size - 4 * share) // per_row
+    return rows * (run.cfg.hidden * (4 + ITEM[run.dtype]) + 12 * share) + 4 * share
 
 
 def head_share(topology, run: Run) -> int:
     """The vocabulary a PE of the last stage takes at most (its LM head's columns)."""
     return -(-run.cfg.vocab // (topology.num_pes // run.pp))
+
+
+def _check_one_row(topology, run: Run, most: int, head: int) -> None:
+    """Refuse a run of which not one row fits TCM (`most`: at a residual add; `head`: at
+    the LM head), naming what would have to change: the config's width, or `pp` where
+    fewer stages (the vocabulary over more PEs) would fit it."""
+    if most and head:
+        return
+    tcm, cfg = topology.pe.tcm.size, run.cfg
+    if not most:
+        raise ValueError(f"{model_name(cfg)}: one row does not fit a PE's {tcm:,} B of TCM: "
+                         f"hidden_size {cfg.hidden:,} makes a layer's residual add hold "
+                         f"three [1, {cfg.hidden}] f32 tensors ({12 * cfg.hidden:,} B)")
+    what = (f"the LM head's argmax holds {head_bytes(topology, run, 1):,} B for one row: "
+            f"the [1, {head_share(topology, run)}] f32 logits of a PE's share of the "
+            f"vocabulary ({cfg.vocab:,} over {topology.num_pes // run.pp} PEs) and more")
+    if run.pp > 1 and most_head_rows(topology, replace(run, pp=1)):
+        raise ValueError(f"pp = {run.pp}: {what}, more than a PE's {tcm:,} B of TCM: fewer "
+                         "stages spread the vocabulary over more PEs")
+    raise ValueError(f"{model_name(cfg)}: one row does not fit a PE's {tcm:,} B of TCM: "
+                     f"{what}")
 
 
 def split_of(run: Run) -> str:
@@ -287,43 +323,37 @@ def split_of(run: Run) -> str:
 def check_rows(topology, run: Run, chosen: bool = False) -> None:
     """Refuse a pass with more rows than a PE's TCM can hold at a layer's residual add:
     its input, the sum and the result, each [rows, hidden] in f32, in TCM at once; or
-    at the LM head (`most_head_rows`, for a model of a wide vocabulary over few PEs).
+    at the LM head (`head_bytes`, which binds for a wide vocabulary over few PEs).
     Necessary bounds only: other tensors share TCM, so a pass under them can still
     overflow, with the overflow's own error naming what holds TCM. `chosen`: the batch
     is the one `batch = 0` chose (the largest HBM holds), which the message says."""
     tcm, hidden, most = topology.pe.tcm.size, run.cfg.hidden, most_rows(topology, run.cfg)
     head = most_head_rows(topology, run)
-    if not min(most, head):  # not one row: no batch or split helps
-        raise ValueError(f"{model_name(run.cfg)}: one row does not fit a PE's {tcm:,} B of "
-                         f"TCM: " + (f"hidden_size {hidden:,} makes a layer's residual add "
-                                     f"hold three [1, {hidden}] f32 tensors ("
-                                     f"{12 * hidden:,} B)" if not most else
-                                     "the LM head's argmax holds its logits of a PE's share "
-                                     f"of the vocabulary ({run.cfg.vocab:,} tokens) and more"))
+    _check_one_row(topology, run, most, head)
+    fit = min(most, head)  # the rows a micro-batch may have by both bounds
     batch = (f"batch = 0, the largest batch HBM holds ({run.batch:,})" if chosen else
              f"batch = {run.batch}")
+    split = f"split the batch into micro-batches of at most {fit} rows (-p microbatches"
     if run.rows > most:
         raise ValueError(
             f"{batch}: {split_of(run)}a micro-batch of {run.rows} rows holds three "
             f"[{run.rows}, {hidden}] f32 tensors at a layer's residual add "
             f"({3 * run.rows * hidden * 4:,} B), more than a PE's {tcm:,} B of TCM: "
             + ("give a batch, or " if chosen else "") +
-            f"split the batch into micro-batches of at most {most} rows (-p microbatches; "
-            "other tensors share TCM, so it may take fewer)")
+            f"{split}; other tensors share TCM, so it may take fewer)")
     for rows, what, change in (
-            (run.rows, f"{split_of(run)}a micro-batch of {run.rows} rows holds",
-             f"split the batch into micro-batches of at most {head} rows (-p microbatches"),
+            (run.rows, f"{split_of(run)}a micro-batch of {run.rows} rows holds", split),
             (run.batch if run.prompt else 0, f"the prefill's last tokens ({run.batch} rows) "
              "hold", f"give a batch of at most {head} (-p batch")):
         if rows > head:
             share = head_share(topology, run)
-            need = rows * (hidden * (4 + ITEM[run.dtype]) + 12 * share) + 4 * share
             raise ValueError(
                 f"{batch}: {what}, at the LM head's argmax, the input [{rows}, {hidden}] in "
                 f"f32 and in {run.dtype}, the [{rows}, {share}] f32 logits of a PE's share "
                 f"of the vocabulary ({run.cfg.vocab:,} over {topology.num_pes // run.pp} "
-                f"PEs) and two temporaries of their shape ({need:,} B), more than a PE's "
-                f"{tcm:,} B of TCM: " + ("give a batch, or " if chosen else "") +
+                f"PEs) and two temporaries of their shape ("
+                f"{head_bytes(topology, run, rows):,} B), more than a PE's {tcm:,} B of "
+                "TCM: " + ("give a batch, or " if chosen else "") +
                 f"{change}; other tensors share TCM, so it may take fewer)")
     rows = max((run.batch * t for _, t in run.chunks), default=0)
     if rows > most:
@@ -497,7 +527,7 @@ class Layout:
             raise DoesNotFit(
                 f"{model_name(cfg)} does not fit topology {self.topology.name!r}: its "
                 f"{run.layers} layers' weights, the LM head and embedding table and the KV "
-                f"cache of batch {run.batch} at context {run.context}{run.with_prompt} take "
+                f"cache of batch {run.batch} at {run.where} take "
                 f"{format_size(need)} ({need:,} B); the system has {format_size(have)} of "
                 f"HBM ({self.topology.num_pes} PEs x {format_size(self.topology.hbm.slice_size)})")
 
@@ -670,7 +700,7 @@ class Layout:
         parts = ", ".join(f"{k.replace('_', ' ')} {format_size(v)}" for k, v in by.items() if v)
         raise DoesNotFit(
             f"{model_name(self.run.cfg)} does not fit topology {self.topology.name!r} at "
-            f"batch {self.run.batch}, context {self.run.context}{self.run.with_prompt}: PE "
+            f"batch {self.run.batch}, {self.run.where}: PE "
             f"({system_pes[worst]}) "
             f"needs {format_size(needs[worst])} ({parts}) for its share of "
             f"{self.run.layers} layers, its HBM slice has {format_size(slice_bytes)}; "
@@ -688,9 +718,7 @@ def check_request(topology, run: Run, system_pes: list) -> None:
     try:
         Layout(topology, end).check(system_pes)
     except DoesNotFit as exc:
-        raise DoesNotFit(f"new_tokens = {run.new_tokens}: the request's last decode step, "
-                         f"{end.positions:,} positions a sequence cached (context + prompt + "
-                         f"{run.new_tokens - 1} new tokens), does not fit: {exc}") from None
+        raise DoesNotFit(f"new_tokens = {run.new_tokens}: {exc}") from None
 
 
 def _in_units(grid, n: int, members: list, unit: int) -> dict:

@@ -385,8 +385,8 @@ def param_items(params: Mapping[str, Any] | Sequence[str] | None) -> list[str]:
         elif plain_number(value) is not None:  # a numpy scalar too: np.int64(8) is 8
             text = str(plain_number(value))
         else:
-            raise ParamError(f"parameter {name}: {clip(value)} is not an int, float, bool or "
-                             "str")
+            raise ParamError(f"parameter {name}: {clip(value)} is not an int, float, bool, "
+                             "str or path")
         items.append(f"{name}={text}")
     return items
 

@@ -449,9 +449,9 @@ def test_the_largest_batch_holds_the_whole_request(cli):
     assert run("-p", "new_tokens=900", "-p", "batch=9")[0] == 0
     code, err = run("-p", "new_tokens=900", "-p", "batch=10")
     assert code == 2 and err.startswith(
-        "error: llama_decode: new_tokens = 900: the request's last decode step, 1,915 "
-        "positions a sequence cached (context + prompt + 899 new tokens), does not fit: tiny "
-        "does not fit topology 'default' at batch 10, context 1898, a prompt of 16: PE ")
+        "error: llama_decode: new_tokens = 900: tiny does not fit topology 'default' at "
+        "batch 10, context 1000, a prompt of 16, at the request's last decode step (1,915 "
+        "positions a sequence): PE ")
 
 
 def test_a_batch_0_that_tcm_refuses_says_batch_0_chose_it(cli):
@@ -732,6 +732,10 @@ def test_a_pass_whose_rows_cannot_fit_tcm_is_refused_before_it_runs(cli, params,
      "vocabulary (128,256 over 16 PEs) and two temporaries of their shape (2,205,888 B), "
      "more than a PE's 2,097,152 B of TCM: split the batch into micro-batches of at most 17 "
      "rows (-p microbatches; other tensors share TCM, so it may take fewer)"),
+    (("batch=43",), "batch = 43: a micro-batch of 43 rows holds three [43, 4096] f32 "
+     "tensors at a layer's residual add (2,113,536 B), more than a PE's 2,097,152 B of TCM: "
+     "split the batch into micro-batches of at most 17 rows (-p microbatches; other tensors "
+     "share TCM, so it may take fewer)"),
     (("batch=18", "prompt=1", "chunk=1", "microbatches=2"), "batch = 18: the prefill's last "
      "tokens (18 rows) hold, at the LM head's argmax, the input [18, 4096] in f32 and in "
      "bf16, the [18, 8016] f32 logits of a PE's share of the vocabulary (128,256 over 16 "
@@ -742,8 +746,10 @@ def test_a_pass_whose_rows_cannot_fit_tcm_is_refused_before_it_runs(cli, params,
 def test_rows_the_lm_head_cannot_hold_are_refused_before_they_run(cli, params, message):
     """On 16 PEs llama3-8b's LM head takes 8,016 of the vocabulary a PE: its [rows, 8016]
     f32 logits and two temporaries of their shape at the argmax, with its input in f32
-    and bf16, bind before the residual add's 42 rows (17 rows fit; 18 to 40 ran out of TCM
-    mid-run). Refused at once, in a bounds-only run too; `max_batch` states the 17."""
+    and bf16, bind before the residual add's 42 rows (16 rows run; 17 to 40 ran out of
+    TCM mid-run, and 17 still does: the bound is necessary, not sufficient). More than 17
+    are refused at once, in a bounds-only run too, and a split is advised by the smaller
+    bound; `max_batch` states the 17."""
     args = ("run", "llama_decode", "-p", "model=llama3-8b", "-p", "layers=2", "-p",
             "context=16", *sum((("-p", p) for p in params), ()))
     assert cli(*args, "--bounds-only")[::2] == (2, f"error: llama_decode: {message}\n")
@@ -1114,6 +1120,21 @@ def test_steps_need_one_stage_without_micro_batches(cli):
                               "2,048)\n")
 
 
+def test_the_stages_that_leave_no_room_for_one_row_are_named(cli, tmp_path):
+    """A vocabulary of 1,500,000 over 16 PEs takes 93,750 a PE, whose one row's logits and
+    temporaries fit TCM; over a stage of 8 (pp = 2) they do not, and `pp` is named."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads((HF / "llama.json").read_text()),
+                                "vocab_size": 1500000}))
+    args = ("run", "llama_decode", "-p", f"config={path}", "--bounds-only")
+    assert cli(*args)[0] == 0
+    assert cli(*args, "-p", "pp=2")[::2] == (2, (
+        "error: llama_decode: pp = 2: the LM head's argmax holds 3,001,536 B for one row: the "
+        "[1, 187500] f32 logits of a PE's share of the vocabulary (1,500,000 over 8 PEs) and "
+        "more, more than a PE's 2,097,152 B of TCM: fewer stages spread the vocabulary over "
+        "more PEs\n"))
+
+
 @pytest.mark.parametrize(("change", "message"), [
     ({"num_key_value_heads": 3, "num_attention_heads": 12, "hidden_size": 384},
      "its 3 KV heads (num_key_value_heads) need a head group of PEs each, all alike, and "
@@ -1123,8 +1144,9 @@ def test_steps_need_one_stage_without_micro_batches(cli):
      "one row does not fit a PE's 2,097,152 B of TCM: hidden_size 1,048,576 makes a "
      "layer's residual add hold three [1, 1048576] f32 tensors (12,582,912 B)"),
     ({"vocab_size": 16777216},
-     "one row does not fit a PE's 2,097,152 B of TCM: the LM head's argmax holds its "
-     "logits of a PE's share of the vocabulary (16,777,216 tokens) and more"),
+     "one row does not fit a PE's 2,097,152 B of TCM: the LM head's argmax holds "
+     "16,778,752 B for one row: the [1, 1048576] f32 logits of a PE's share of the "
+     "vocabulary (16,777,216 over 16 PEs) and more"),
 ])
 def test_a_config_no_batch_or_pp_runs_is_refused_for_its_own_key(cli, tmp_path, change,
                                                                   message):
@@ -1188,3 +1210,17 @@ def test_yarn_runs_past_max_position_embeddings_to_what_it_extends(run, cli, tmp
                               "position, 512, is past the model's positions (yarn's factor x "
                               "original_max_position_embeddings, 512); the largest context "
                               "here is 511\n")
+
+
+def test_macs_of_a_step_after_a_prompt_are_the_steps(run, tmp_path):
+    """A PE holds the QKV columns of every pass (the prompt's passes split the group's
+    columns otherwise than the decode step): the step's MACs are of the columns it
+    multiplies, the same after a prompt as at the same position without one."""
+    path = tmp_path / "hd20.json"
+    path.write_text(json.dumps({**json.loads((HF / "llama.json").read_text()),
+                                "num_key_value_heads": 1, "head_dim": 20}))
+    alone = run("llama_decode", "default", (f"config={path}", "context=8"),
+                timing_only=True).metrics["macs"]
+    after = run("llama_decode", "default", (f"config={path}", "context=0", "prompt=8",
+                                            "chunk=2"), timing_only=True).metrics["macs"]
+    assert after == alone == (1238656.0, "")
