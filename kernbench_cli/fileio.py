@@ -175,7 +175,7 @@ def output_target(path: Path, what: str, rewrites_input: bool = False,
     if info is not None and not stat.S_ISREG(info.st_mode):
         raise KernbenchError(f"{what} {path}: is not a regular file (a device, FIFO or "
                              "socket); outputs go to regular files only")
-    resolved = target.resolve()
+    resolved = _resolved(target, f"{what} {path}")
     if resolved in _INPUTS and not rewrites_input:
         raise KernbenchError(f"{what} {path}: is an input of this command; write the output "
                              "elsewhere")
@@ -184,19 +184,44 @@ def output_target(path: Path, what: str, rewrites_input: bool = False,
     return target
 
 
+def _resolved(path: Path, shown: str) -> Path:
+    """`path` made absolute, symlinks followed; a relative one whose working folder was
+    deleted is a one-line error (`shown`: the option and path as given)."""
+    try:
+        return path.resolve()
+    except FileNotFoundError:
+        raise KernbenchError(f"{shown}: the working folder no longer exists; cd to a folder "
+                             "that exists") from None
+
+
 def check_outputs(outputs: dict[str, Path | None], rewrites: tuple[str, ...] = ()) -> None:
     """Before a command does its work: every output it was given (option -> path) may be
-    written (`output_target`; those named in `rewrites` may rewrite an input), and no two
-    go to one file."""
+    written (`output_target`; those named in `rewrites` may rewrite an input; its folder
+    takes a new file), and no two go to one file."""
     seen: dict[Path, str] = {}
     for what, path in outputs.items():
         if path is None:
             continue
-        target = output_target(path, what, what in rewrites).resolve()
+        target = _resolved(output_target(path, what, what in rewrites), f"{what} {path}")
         if target in seen:
             raise KernbenchError(f"{what} {path}: {seen[target]} goes there too; give each "
                                  "output its own file")
         seen[target] = what
+        check_writable(target.parent, f"{what} {path}")
+
+
+def check_writable(folder: Path, shown: str) -> None:
+    """A file can be made in `folder` (a read-only file system, a folder not to be written
+    says so before the work, not after it): one made and removed at once."""
+    import tempfile
+
+    try:
+        handle, probe = tempfile.mkstemp(dir=folder, prefix=".kernbench-probe-")
+    except OSError as exc:
+        raise KernbenchError(f"{shown}: cannot write in {str(folder)!r}: "
+                             f"{exc.strerror or exc}") from None
+    os.close(handle)
+    os.unlink(probe)
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], None], what: str,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import signal
 import sys
@@ -119,9 +120,10 @@ def _save_traceback() -> str:
     return path
 
 
-#: errno of a write to stdout that cannot succeed: a full disk or quota, a closed or dead
-#: descriptor (a broken pipe is EPIPE: exit 141, quietly)
-_STDOUT_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EBADF, errno.EIO)
+#: errno of a write to stdout that cannot succeed: a full disk or quota, a file past the
+#: size limit (`ulimit -f`), a closed or dead descriptor (a broken pipe is EPIPE: exit 141,
+#: quietly)
+_STDOUT_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EBADF, errno.EIO)
 
 
 def _stdout_failed(exc: OSError) -> None:
@@ -130,11 +132,29 @@ def _stdout_failed(exc: OSError) -> None:
     _STDOUT_FAILED = True
     with contextlib.suppress(OSError, ValueError):
         _quiet_stdout()
-    typer.echo(f"error: cannot write to stdout: {exc.strerror or exc}", err=True)
+    try:
+        typer.echo(f"error: cannot write to stdout: {exc.strerror or exc}", err=True)
+    except OSError:  # stderr is what failed: nothing can say so; what it holds goes nowhere,
+        with contextlib.suppress(OSError, ValueError):  # not into a failed flush at exit
+            _quiet_stdout(sys.stderr)
     raise typer.Exit(1)
 
 
 _STDOUT_FAILED = False  # `_stdout_failed` pointed stdout at /dev/null (not a broken pipe)
+
+
+def _buffered_streams() -> None:
+    """Under PYTHONUNBUFFERED (`python -u`), stdout and stderr write straight to the
+    descriptor, which drops what a short write leaves (a pipe whose reader went, a file at
+    its size limit) without an error: each goes through a buffer, which writes the rest or
+    raises, flushed at each line on a terminal and on stderr, as unbuffered output is."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        raw = getattr(stream, "buffer", None)
+        if isinstance(stream, io.TextIOWrapper) and isinstance(raw, io.FileIO):
+            setattr(sys, name, io.TextIOWrapper(
+                io.BufferedWriter(raw), encoding=stream.encoding, errors=stream.errors,
+                line_buffering=name == "stderr" or stream.isatty()))
 
 
 def _open_closed_streams() -> None:
@@ -164,10 +184,13 @@ def _on_devnull() -> bool:
     return (here.st_dev, here.st_ino) == (null.st_dev, null.st_ino)
 
 
-def _quiet_stdout() -> None:
-    """Point stdout at /dev/null, so flushing it at exit raises no second BrokenPipeError."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+def _quiet_stdout(stream=None) -> None:
+    """Point stdout (or `stream`) at /dev/null, so flushing it at exit raises no second
+    BrokenPipeError."""
+    devnull, fd = os.open(os.devnull, os.O_WRONLY), (stream or sys.stdout).fileno()
+    if devnull != fd:
+        os.dup2(devnull, fd)
+        os.close(devnull)
 
 
 _INTERRUPT_SAID = [False]
@@ -234,6 +257,7 @@ def main() -> None:
     if sys.stdout is None:  # started with stdout closed (`kernbench … >&-`)
         sys.exit(EXIT_BROKEN_PIPE)
     _open_closed_streams()
+    _buffered_streams()
     was_devnull = _on_devnull()
     try:
         try:

@@ -19,6 +19,7 @@ from kernbench_cli.cli.common import (
     following,
 )
 from kernbench_cli.errors import GoldenMismatch, KernbenchError
+from kernbench_cli.fileio import check_writable, is_a
 
 app = typer.Typer(help="Golden results: regenerate after an intended model change; check in CI.",
                   no_args_is_help=True)
@@ -80,15 +81,17 @@ def _run(only: str | None, directory: Path | None, costs: Path | None, write: bo
     from kernbench_cli.sim.watch import Watch
 
     folder = directory or _default_folder(write)
-    if write and not folder.is_dir():
+    if write and not is_a(folder, "dir"):
         try:
             folder.mkdir(parents=True)
         except OSError as exc:
             raise KernbenchError(f"--dir {folder}: cannot create the folder: "
                                  f"{exc.strerror or exc}") from None
-    if not folder.is_dir():
+    if not is_a(folder, "dir"):
         raise KernbenchError(f"goldens folder {str(folder)!r} " + (
             "is not a folder" if os.path.lexists(folder) else "does not exist"))
+    if write:  # before any case runs
+        check_writable(folder, f"--dir {folder}")
     cases = select(only)
     if not cases:
         raise KernbenchError(f"no golden case matches {only!r}")

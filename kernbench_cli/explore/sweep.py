@@ -1005,15 +1005,16 @@ _POLL_S = 0.25
 
 @contextmanager
 def _pool(jobs: int, context) -> Iterator[ProcessPoolExecutor]:
-    """A pool of `jobs` workers that leave Ctrl-C to the sweep: on an interrupt the workers
-    are stopped at once (their points are not finished) and the interrupt goes on. A worker
+    """A pool of `jobs` workers that leave Ctrl-C to the sweep: on an interrupt, or any
+    failure of the sweep's own (stderr past its size limit), the workers are stopped at
+    once (their points are not finished) and the exception goes on. A worker
     runs one point and is replaced: nothing a kernel leaves in a module or class (a counter
     in a helper, an attribute on `type(tl)`) reaches the next point."""
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context, max_tasks_per_child=1,
                              initializer=_leave_interrupts, initargs=(os.getpid(),)) as pool:
         try:
             yield pool
-        except KeyboardInterrupt:
+        except BaseException:  # Ctrl-C, or the sweep's own failure (its output cut off)
             for process in list(getattr(pool, "_processes", {}).values()):
                 process.terminate()
             # wait for the pool to wind down: a replacement worker the pool was starting

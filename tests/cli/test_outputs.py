@@ -206,3 +206,55 @@ def test_a_later_write_removes_stale_temporaries_of_its_own_output_only(cli, tmp
     assert not stale.exists()
     assert all(path.read_text() == "half a trace" for path in kept)
     assert link.is_symlink() and (tmp_path / "elsewhere").read_text() == "not a temporary"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("run", "softmax", "--timing-only", "--record", "r.trace"),
+     "--record r.trace: the working folder no longer exists; cd to a folder that exists"),
+    (("run", "softmax", "--save", "s.npz"),
+     "--save s.npz: the working folder no longer exists; cd to a folder that exists"),
+])
+def test_a_relative_output_in_a_deleted_working_folder_is_one_line(tmp_path, kernbench, args,
+                                                                   message):
+    """The shell's folder was removed under it: a relative output cannot be placed (it was
+    an internal error, exit 70, from resolving the path)."""
+    proc = subprocess.run(f"mkdir gone && cd gone && rmdir ../gone && "
+                          f"{kernbench.shell} {' '.join(args)}", shell=True, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (2, f"error: {message}\n")
+
+
+@pytest.mark.parametrize("command", ["regen", "check"])
+def test_a_goldens_folder_name_too_long_is_one_line(cli, tmp_path, command):
+    name = tmp_path / ("a" * 300)
+    code, _, err = cli("golden", command, "--only", "softmax.default", "--dir", str(name))
+    assert code == 2 and "Traceback" not in err and len(err.splitlines()) == 1
+    assert err.startswith(f"error: --dir {name}: cannot create the folder: File name too "
+                          "long" if command == "regen" else
+                          f"error: goldens folder '{name}' does not exist")
+
+
+def test_an_output_folder_that_takes_no_file_is_refused_before_the_work(cli, tmp_path,
+                                                                       monkeypatch):
+    """A read-only file system (here the probe's file refused as one would be) is said
+    before the run or the goldens' cases, not after them."""
+    import errno
+    import tempfile
+
+    made = tempfile.mkstemp
+
+    def read_only(*args, **kwargs):
+        if kwargs.get("prefix") == ".kernbench-probe-":
+            raise OSError(errno.EROFS, "Read-only file system")
+        return made(*args, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    code, out, err = cli("run", "softmax", "--timing-only", "--record", str(tmp_path / "r.tr"))
+    assert (code, out, err) == (2, "", f"error: --record {tmp_path / 'r.tr'}: cannot write in "
+                                       f"'{tmp_path}': Read-only file system\n")
+    (tmp_path / "gd").mkdir()
+    code, out, err = cli("golden", "regen", "--only", "softmax.default", "--dir",
+                         str(tmp_path / "gd"))
+    assert (code, err) == (2, f"error: --dir {tmp_path / 'gd'}: cannot write in "
+                              f"'{tmp_path / 'gd'}': Read-only file system\n")
+    assert list((tmp_path / "gd").iterdir()) == []

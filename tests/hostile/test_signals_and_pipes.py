@@ -163,6 +163,52 @@ def test_a_closed_pipe_ends_quietly(tmp_path, kernbench):
     assert proc.stderr == ""
 
 
+@pytest.mark.slow  # a rack run, to report more than a pipe holds
+@pytest.mark.parametrize("unbuffered", [False, True])
+def test_a_pipe_closed_mid_report_ends_141_unbuffered_too(tmp_path, kernbench, unbuffered):
+    """The reader takes 10 bytes of a 2.7 MB report and goes: exit 141, quietly. Under
+    PYTHONUNBUFFERED the report went to the descriptor in one write, whose short count
+    was dropped: exit 0, the rest lost without a word."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env.update({"PYTHONUNBUFFERED": "1"} if unbuffered else {})
+    proc = subprocess.run(
+        kernbench.shell + " run softmax -t rack --timing-only --per-pe --json | (sleep 1; "
+        "head -c 10 >/dev/null); echo ${PIPESTATUS[0]}", shell=True, executable="/bin/bash",
+        cwd=tmp_path, capture_output=True, text=True, timeout=HANG_GUARD_S, env=env)
+    assert (proc.stdout, proc.stderr) == ("141\n", "")
+
+
+@pytest.mark.parametrize("unbuffered", [False, True])
+@pytest.mark.parametrize("json_out", [False, True])
+def test_stdout_past_its_file_size_limit_is_one_line(tmp_path, kernbench, unbuffered,
+                                                     json_out):
+    """`ulimit -f 1` and the report to a file: EFBIG, one line and exit 1 (it was a
+    traceback, an "internal error", or under PYTHONUNBUFFERED a file cut at 1 KiB and
+    exit 0)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env.update({"PYTHONUNBUFFERED": "1"} if unbuffered else {})
+    proc = subprocess.run(
+        f"ulimit -f 1; {kernbench.shell} run softmax{' --json' if json_out else ''} > out",
+        shell=True, executable="/bin/bash", cwd=tmp_path, capture_output=True, text=True,
+        timeout=HANG_GUARD_S, env=env)
+    assert (proc.returncode, proc.stderr) == (1, "error: cannot write to stdout: File too "
+                                                 "large\n")
+
+
+@pytest.mark.slow  # a sweep of 18 points
+def test_a_sweep_whose_stderr_passes_its_size_limit_ends(tmp_path, kernbench):
+    """The last point's progress line crosses stderr's 1 KiB limit: the sweep ends, exit
+    1, where it waited at exit for a replacement worker it had never stopped."""
+    rows = "256,512,1024,2048,4096,8192,16384,32768,64,128,96,80,72,88,104,112,120,136"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    proc = subprocess.run(
+        f"ulimit -f 1; {kernbench.shell} sweep softmax --timing-only -p rows={rows} -j 2 "
+        ">/dev/null 2>err", shell=True, executable="/bin/bash", cwd=tmp_path,
+        capture_output=True, text=True, timeout=HANG_GUARD_S, env=env)
+    assert proc.returncode == 1
+    assert (tmp_path / "err").stat().st_size == 1024
+
+
 def test_no_numpy_warning_reaches_the_terminal(tmp_path, kernbench):
     """NaN and overflow in a kernel's values are the verification's business; numpy's
     RuntimeWarnings stay quiet (the installed CLI, so Python's own warning output shows)."""
@@ -176,7 +222,6 @@ def test_no_numpy_warning_reaches_the_terminal(tmp_path, kernbench):
     assert "latency" in proc.stdout
 
 
-@pytest.mark.slow  # seconds each, signals against wall-clock delays: CI's slow part
 @pytest.mark.slow  # seconds each, signals against wall-clock delays: CI's slow part
 @pytest.mark.parametrize(("sig", "group"), [(signal.SIGINT, True), (signal.SIGTERM, False)])
 def test_a_stop_ends_a_sweep_whose_points_run_at_once(tmp_path, kernbench, sig, group):
