@@ -247,8 +247,8 @@ def test_a_pseudo_file_is_refused_not_read_forever(cli):
     assert code == 2 and "a pseudo-file" in err
     assert file_digest(Path("/proc/self/status")) is None
     if os.access("/proc/kmsg", os.R_OK):
-        with pytest.raises(ParamError, match=r"^config /proc/kmsg: (a pseudo-file that "
-                                             r"waits for data|cannot read)"):
+        with pytest.raises(ParamError, match=r"^config /proc/kmsg: (a pseudo-file|cannot "
+                                             r"read)"):  # waiting, or with a message
             read_config(Path("/proc/kmsg"))
         assert file_digest(Path("/proc/kmsg")) is None
 
