@@ -220,8 +220,15 @@ def check_writable(folder: Path, shown: str) -> None:
     except OSError as exc:
         raise KernbenchError(f"{shown}: cannot write in {str(folder)!r}: "
                              f"{exc.strerror or exc}") from None
-    os.close(handle)
-    os.unlink(probe)
+    try:
+        os.close(handle)
+    finally:  # an interrupt between: the probe still goes
+        try:
+            os.unlink(probe)
+        except OSError as exc:  # an append-only folder: an output could not replace a file
+            raise KernbenchError(f"{shown}: cannot write in {str(folder)!r}: a file made "
+                                 f"there cannot be removed ({exc.strerror or exc}; "
+                                 f"{Path(probe).name} is left there)") from None
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], None], what: str,

@@ -942,8 +942,9 @@ def _macs(lay: Layout) -> int:
     run = lay.run
 
     def of(pieces, plan) -> int:
-        _, _, c0, c1 = plan["qkv"][run.rows]  # the step's columns (a PE holds every pass's)
-        return sum(run.batch * run.cfg.hidden * (c1 - c0) if p.key == "qkv" else
+        _, n, c0, c1 = plan["qkv"][run.rows]  # the step's columns (a PE holds every
+        # pass's), none where its share of the gather is empty (it multiplies nothing)
+        return sum(run.batch * run.cfg.hidden * (c1 - c0 if n else 0) if p.key == "qkv" else
                    run.batch * math.prod(p.shape) if p.key in _GEMV else
                    2 * run.cfg.group * math.prod(p.shape) if p.key == "k" else 0
                    for p in pieces)

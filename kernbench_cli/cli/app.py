@@ -147,14 +147,15 @@ def _buffered_streams() -> None:
     """Under PYTHONUNBUFFERED (`python -u`), stdout and stderr write straight to the
     descriptor, which drops what a short write leaves (a pipe whose reader went, a file at
     its size limit) without an error: each goes through a buffer, which writes the rest or
-    raises, flushed at each line on a terminal and on stderr, as unbuffered output is."""
+    raises, flushed at each line (so stdout and stderr to one pipe or log keep their
+    order, as unbuffered output does)."""
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         raw = getattr(stream, "buffer", None)
         if isinstance(stream, io.TextIOWrapper) and isinstance(raw, io.FileIO):
             setattr(sys, name, io.TextIOWrapper(
                 io.BufferedWriter(raw), encoding=stream.encoding, errors=stream.errors,
-                line_buffering=name == "stderr" or stream.isatty()))
+                line_buffering=True))
 
 
 def _open_closed_streams() -> None:

@@ -1010,6 +1010,9 @@ def _pool(jobs: int, context) -> Iterator[ProcessPoolExecutor]:
     once (their points are not finished) and the exception goes on. A worker
     runs one point and is replaced: nothing a kernel leaves in a module or class (a counter
     in a helper, an attribute on `type(tl)`) reaches the next point."""
+    import multiprocessing
+
+    before = set(multiprocessing.active_children())
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context, max_tasks_per_child=1,
                              initializer=_leave_interrupts, initargs=(os.getpid(),)) as pool:
         try:
@@ -1021,6 +1024,9 @@ def _pool(jobs: int, context) -> Iterator[ProcessPoolExecutor]:
             # must find the sweep still there to read its start-up from (or it prints a
             # traceback); it gets no point and ends at once
             pool.shutdown(wait=True, cancel_futures=True)
+            for process in set(multiprocessing.active_children()) - before:  # one started
+                process.terminate()  # as the pool wound down, which exit would wait for
+                process.join(timeout=5)
             raise
 
 

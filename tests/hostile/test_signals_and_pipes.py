@@ -178,6 +178,17 @@ def test_a_pipe_closed_mid_report_ends_141_unbuffered_too(tmp_path, kernbench, u
     assert (proc.stdout, proc.stderr) == ("141\n", "")
 
 
+def test_stdout_and_stderr_to_one_pipe_keep_their_order_unbuffered(tmp_path, kernbench):
+    """Under PYTHONUNBUFFERED, stdout goes through a buffer flushed at each line, as
+    stderr: a report's lines come before the error that follows them."""
+    proc = subprocess.run(kernbench.shell + " decode 0x7ffffffffffff 2>&1 | cat",
+                          shell=True, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=HANG_GUARD_S, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("0x7ffffffffffff: not in topology") and \
+        lines[-1].startswith("error: not in topology 'default'")
+
+
 @pytest.mark.parametrize("unbuffered", [False, True])
 @pytest.mark.parametrize("json_out", [False, True])
 def test_stdout_past_its_file_size_limit_is_one_line(tmp_path, kernbench, unbuffered,

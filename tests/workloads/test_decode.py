@@ -1224,3 +1224,10 @@ def test_macs_of_a_step_after_a_prompt_are_the_steps(run, tmp_path):
     after = run("llama_decode", "default", (f"config={path}", "context=0", "prompt=8",
                                             "chunk=2"), timing_only=True).metrics["macs"]
     assert after == alone == (1238656.0, "")
+    # head_dim 2: the group's 10 QKV columns over 8 PEs leave some a share of none, which
+    # multiply nothing: the model's MACs, B x [L x (H hd (2 Hq + 2 Hkv) + 3 H I + 2 Hq hd
+    # positions) + V H] at context 64
+    path.write_text(json.dumps({**json.loads((HF / "llama.json").read_text()),
+                                "head_dim": 2}))
+    assert run("llama_decode", "default", (f"config={path}",), timing_only=True).metrics[
+        "macs"] == (2 * (256 * 2 * 20 + 3 * 256 * 512 + 2 * 8 * 2 * 65) + 1024 * 256, "")
