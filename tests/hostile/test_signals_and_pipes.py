@@ -6,6 +6,7 @@ of a run: they are marked `slow`."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -212,11 +213,15 @@ def test_a_sweep_whose_stderr_passes_its_size_limit_ends(tmp_path, kernbench):
     1, where it waited at exit for a replacement worker it had never stopped."""
     rows = "256,512,1024,2048,4096,8192,16384,32768,64,128,96,80,72,88,104,112,120,136"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    proc = subprocess.run(
-        f"ulimit -f 1; {kernbench.shell} sweep softmax --timing-only -p rows={rows} -j 2 "
-        ">/dev/null 2>err", shell=True, executable="/bin/bash", cwd=tmp_path,
-        capture_output=True, text=True, timeout=HANG_GUARD_S, env=env)
-    assert proc.returncode == 1
+    proc = subprocess.Popen(
+        f"ulimit -f 1; exec {kernbench.shell} sweep softmax --timing-only -p rows={rows} "
+        "-j 2 >/dev/null 2>err", shell=True, executable="/bin/bash", cwd=tmp_path, env=env,
+        start_new_session=True)
+    try:
+        assert proc.wait(timeout=HANG_GUARD_S) == 1
+    finally:  # a hang: the sweep and its workers go, not left behind the test
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
     assert (tmp_path / "err").stat().st_size == 1024
 
 
