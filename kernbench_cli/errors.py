@@ -41,10 +41,21 @@ def message_of(exc: BaseException) -> str:
     return text
 
 
+#: The most characters of an error's message shown: past it (a path of 100,000 characters
+#: given through the API), its head and tail, and how long it was
+MESSAGE_MOST = 2000
+
+
 class KernbenchError(Exception):
     """Root of every error a user can cause."""
 
     exit_code = 2
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if len(text) <= MESSAGE_MOST:
+            return text
+        return f"{text[:MESSAGE_MOST - 200]}… ({len(text):,} characters) …{text[-150:]}"
 
     def lines(self) -> list[str]:
         """The message as the CLI prints it, one problem per line."""

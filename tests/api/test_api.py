@@ -780,3 +780,13 @@ def test_import_is_light_and_names_are_lazy():
     assert out == ["[]", "[]", "kernbench_cli.api.sweeps True"]
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         kb.nope  # noqa: B018
+
+
+def test_a_message_past_two_thousand_characters_keeps_its_head_and_tail():
+    """A path of 100,000 characters through the API (the CLI's argv cannot carry one): the
+    message shows its start, its length and its end (what went wrong), not all of it."""
+    with pytest.raises(errors.KernbenchError) as raised:
+        kb.load_trace("a" * 100000)
+    text = str(raised.value)
+    assert len(text) <= errors.MESSAGE_MOST and "… (100," in text
+    assert text.startswith("a" * 100) and text.endswith(": cannot read: File name too long")
