@@ -199,6 +199,7 @@ def check_outputs(outputs: dict[str, Path | None], rewrites: tuple[str, ...] = (
     written (`output_target`; those named in `rewrites` may rewrite an input; its folder
     takes a new file), and no two go to one file."""
     seen: dict[Path, str] = {}
+    probed: set[Path] = set()  # folders `check_writable` made a file in
     for what, path in outputs.items():
         if path is None:
             continue
@@ -207,7 +208,9 @@ def check_outputs(outputs: dict[str, Path | None], rewrites: tuple[str, ...] = (
             raise KernbenchError(f"{what} {path}: {seen[target]} goes there too; give each "
                                  "output its own file")
         seen[target] = what
-        check_writable(target.parent, f"{what} {path}")
+        if target.parent not in probed:
+            check_writable(target.parent, f"{what} {path}")
+            probed.add(target.parent)
 
 
 def check_writable(folder: Path, shown: str) -> None:
@@ -447,6 +450,25 @@ def plain_number(value: Any) -> int | float | None:
     if isinstance(value, numbers.Real):
         return float(value)
     return None
+
+
+def named_numbers(value: Any, ok: Callable[[int | float], bool]
+                  ) -> dict[str, tuple[int | float, str]] | None:
+    """`value` (a kernel's `metrics()` or `bounds()` answer) as {name: (number, how)}, each
+    number a Python one (`plain_number`) that is `ok`; None unless it is a dict of such
+    pairs."""
+    if not isinstance(value, dict):
+        return None
+    out = {}
+    for name, pair in value.items():
+        if not (isinstance(name, str) and isinstance(pair, tuple) and len(pair) == 2
+                and isinstance(pair[1], str)):
+            return None
+        number = plain_number(pair[0])
+        if number is None or not ok(number):
+            return None
+        out[name] = (number, pair[1])
+    return out
 
 
 def _json_int(text: str) -> int | _Unheld:

@@ -67,9 +67,8 @@ from kernbench_cli.models.decoder import (
     check_rows,
     largest,
     limit_of,
-    most_head_rows,
-    most_rows,
     run_of,
+    tcm_rows,
     weights,
 )
 from kernbench_cli.models.reference import step
@@ -1119,7 +1118,7 @@ def _capacity(topology, p, step: Run, lay: Layout) -> dict:
     b = step.batch
     searched = {**p, "batch": b}  # with the run's prompt and new tokens
     most_context = largest(topology, searched, "context")
-    rows = min(most_rows(topology, step.cfg), most_head_rows(topology, step))
+    rows = tcm_rows(topology, step)
     have = topology.hbm.slice_size
     model = ("the whole model" if step.layers == step.cfg.layers else
              f"{step.layers} of the model's {step.cfg.layers} layers")

@@ -289,6 +289,12 @@ def head_bytes(topology, run: Run, rows: int) -> int:
     return rows * (run.cfg.hidden * (4 + ITEM[run.dtype]) + 12 * share) + 4 * share
 
 
+def tcm_rows(topology, run: Run) -> int:
+    """The most rows a micro-batch can have by both TCM bounds (`most_rows`,
+    `most_head_rows`): more cannot fit, fewer may not."""
+    return min(most_rows(topology, run.cfg), most_head_rows(topology, run))
+
+
 def head_share(topology, run: Run) -> int:
     """The vocabulary a PE of the last stage takes at most (its LM head's columns)."""
     return -(-run.cfg.vocab // (topology.num_pes // run.pp))
@@ -330,7 +336,7 @@ def check_rows(topology, run: Run, chosen: bool = False) -> None:
     tcm, hidden, most = topology.pe.tcm.size, run.cfg.hidden, most_rows(topology, run.cfg)
     head = most_head_rows(topology, run)
     _check_one_row(topology, run, most, head)
-    fit = min(most, head)  # the rows a micro-batch may have by both bounds
+    fit = min(most, head)  # `tcm_rows`, of the bounds at hand
     batch = (f"batch = 0, the largest batch HBM holds ({run.batch:,})" if chosen else
              f"batch = {run.batch}")
     split = f"split the batch into micro-batches of at most {fit} rows (-p microbatches"

@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from kernbench_cli.errors import KernbenchError, KernelError, ParamError, clip
-from kernbench_cli.fileio import json_number, plain_number
+from kernbench_cli.fileio import json_number, named_numbers
 from kernbench_cli.lang.confine import Interrupted, confined
 from kernbench_cli.lang.watchdog import hook_watch
 from kernbench_cli.sim.kernels import KernelModule, files_read
@@ -73,13 +73,12 @@ def stated_for(kernel: KernelModule, amap, params: dict[str, Any]
 def checked(kernel: KernelModule, bounds: Any) -> dict[str, tuple[int, str]]:
     """`bounds`, a `bounds()` answer, each time a Python int (a numpy integer taken as its
     value): KernelError unless a dict of name: (ps, how)."""
-    if not isinstance(bounds, dict) or not all(
-            isinstance(k, str) and isinstance(v, tuple) and len(v) == 2
-            and isinstance(plain_number(v[0]), int) and json_number(plain_number(v[0]))
-            and v[0] >= 0 and isinstance(v[1], str) for k, v in bounds.items()):
+    found = named_numbers(bounds, lambda ps: isinstance(ps, int) and json_number(ps)
+                          and ps >= 0)
+    if found is None:
         raise KernelError(f"{kernel.shown}: bounds() must return a dict of name: "
                           "(picoseconds within 64 bits, how), not " + clip(bounds))
-    return {k: (int(v[0]), v[1]) for k, v in bounds.items()}
+    return found
 
 
 def largest(bounds: dict[str, tuple[int, str]]) -> tuple[str, int] | None:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from kernbench_cli.errors import KernbenchError, KernelError, ParamError, clip, message_of
-from kernbench_cli.fileio import json_number, plain_number
+from kernbench_cli.fileio import json_number, named_numbers
 from kernbench_cli.lang.confine import Interrupted
 from kernbench_cli.lang.dtypes import NAMES, TOLERANCE, tolerance_problem
 from kernbench_cli.lang.tl import kernel_line
@@ -35,14 +35,12 @@ HOST_FILE = host_module.__file__  # the host's code, as a traceback names it
 def checked_metrics(kernel: KernelModule, metrics: Any) -> dict[str, tuple[float, str]]:
     """`metrics`, a `metrics()` answer, each number a Python int or float (a numpy scalar
     taken as its value): KernelError unless a dict of name: (number, how)."""
-    if not isinstance(metrics, dict) or not all(
-            isinstance(k, str) and isinstance(v, tuple) and len(v) == 2
-            and json_number(plain_number(v[0])) and isinstance(v[1], str)
-            for k, v in metrics.items()):
+    found = named_numbers(metrics, json_number)
+    if found is None:
         raise KernelError(f"{kernel.shown}: metrics() must return a dict of name: "
                           "(finite number, integers within 64 bits; how), not "
                           + clip(metrics))
-    return {k: (plain_number(v[0]), v[1]) for k, v in metrics.items()}
+    return found
 
 
 def kernel_fn(kernel: KernelModule, args: dict[str, Any]):
