@@ -694,6 +694,7 @@ def _prefill(tl, plan, shared, dims):
     x = t = None
     for c, (p0, t) in enumerate(dims["chunks"]):
         k = dims["every"].index((p0, t))  # the pass's place in the prompt
+        x = None  # the pass before's output (only the last one's is used): its TCM is free
         with tl.region(f"pass{k}") if dims["sampled"] else contextlib.nullcontext():
             x = _pass(tl, plan, shared, dims, p0, t, prompt + k * slot_bytes, out,
                       c == len(dims["chunks"]) - 1)

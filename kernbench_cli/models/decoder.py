@@ -371,7 +371,8 @@ def check_rows(topology, run: Run, chosen: bool = False) -> None:
         raise ValueError(f"chunk = {run.chunk}: a prefill pass of batch x chunk = {rows} "
                          f"rows holds three [{rows}, {hidden}] f32 tensors at a layer's "
                          f"residual add ({3 * rows * hidden * 4:,} B), more than a PE's "
-                         f"{tcm:,} B of TCM: lower -p chunk to at most {most // run.batch}")
+                         f"{tcm:,} B of TCM: lower -p chunk to at most {most // run.batch} (other "
+                         "tensors share TCM, so it may take fewer)")
 
 
 def _check_formats(cfg: ModelConfig, p) -> None:

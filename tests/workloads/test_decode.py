@@ -547,6 +547,16 @@ def test_a_prefill_verifies_and_the_decode_step_reads_its_cache(run, params):
     assert all(c.max_abs_err == 0 for c in tokens)
 
 
+def test_a_prefill_pass_holds_no_output_of_the_pass_before(run):
+    """Only the last pass's output feeds the LM head: the one before leaves TCM before the
+    next pass runs. Held across it (400 KiB a pass here, at 400 rows of tiny's 256
+    columns in f32) it overflowed the 2 MiB TCM in the next pass's attention."""
+    result = run("llama_decode", "default", ("context=0", "prompt=800", "chunk=400",
+                                             "layers=1"), timing_only=True)
+    peak, tcm = max(b for b, _, _ in result.tcm_high_water), 2 << 20
+    assert 3 * 400 * 256 * 4 < peak < tcm - 400 * 256 * 4  # no fourth [400, 256] f32
+
+
 def test_a_request_is_its_prefill_and_its_decode_steps(run):
     """TTFT is the prefill's end (its first token), TPOT the decode step after it; a
     request of n tokens takes TTFT + (n - 1) TPOT, and the rates follow."""
@@ -711,7 +721,8 @@ def test_micro_batches_that_cannot_be_are_refused(cli, params, message):
      "(-p microbatches; other tensors share TCM, so it may take fewer)"),
     (("batch=2", "prompt=64", "context=0"), "chunk = 64: a prefill pass of batch x chunk = "
      "128 rows holds three [128, 4096] f32 tensors at a layer's residual add (6,291,456 B), "
-     "more than a PE's 2,097,152 B of TCM: lower -p chunk to at most 21"),
+     "more than a PE's 2,097,152 B of TCM: lower -p chunk to at most 21 (other tensors share "
+     "TCM, so it may take fewer)"),
     (("batch=43", "prompt=8", "context=0", "microbatches=43"), "batch = 43: a prefill pass "
      "of one token a sequence (43 rows) holds three [43, 4096] f32 tensors at a layer's "
      "residual add, more than a PE's 2,097,152 B of TCM"),
