@@ -53,11 +53,14 @@ A kernel module defines:
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import math
 import os
 import sys
+import sysconfig
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -176,9 +179,9 @@ def _loaded(spec: str, path: Path, shown: str, module_name: str) -> KernelModule
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(loader_spec)
     digest = file_digest(path) or ""  # the bytes the loader reads next
-    sys.path.insert(0, str(path.parent))  # a kernel may import helpers beside it
+    helpers: dict[str, str] = {}
     try:
-        with confined(), hook_watch():
+        with _helpers_beside(str(path.parent), helpers), confined(), hook_watch():
             loader_spec.loader.exec_module(module)
     except Interrupted:
         raise
@@ -189,13 +192,86 @@ def _loaded(spec: str, path: Path, shown: str, module_name: str) -> KernelModule
         raise ParamError(f"{shown}:{line}: loading the kernel failed: {described(exc)}") \
             from None
     finally:
-        sys.path.remove(str(path.parent))
         sys.modules.pop(module_name, None)
+    if digest and helpers:  # the helpers' code made the result too
+        digest = _digest_of(digest, helpers)
     missing = [n for n in REQUIRED_NAMES if not hasattr(module, n)]
     if missing:
         raise ParamError(f"{shown}: a kernel module must define {', '.join(missing)}")
     _check_module(module, shown)
     return KernelModule(path.stem, path.resolve(), shown, module, digest)
+
+
+@contextmanager
+def _helpers_beside(folder: str, loaded: dict[str, str]):
+    """A kernel's load, importing the helper modules beside it (in `folder`) afresh: the
+    folder first on `sys.path`; modules already imported under a name the folder provides
+    (a caller's own `utils`, or an earlier kernel's `helper`) set aside meanwhile and put
+    back after; and the modules the load imported from the folder dropped after it, each
+    put in `loaded` as {name: `file_digest`}, so that no later load or caller sees them
+    (one process runs kernel after kernel: the API, a notebook). The standard library's,
+    installed packages' and kernbench's own modules are never set aside or dropped."""
+    provided = _Provided(folder)
+    aside = {name: module for name, module in sys.modules.items()
+             if provided(name) and not _kept(module)}
+    for name in aside:
+        del sys.modules[name]
+    sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        sys.path.remove(folder)
+        for name, module in list(sys.modules.items()):
+            file = getattr(module, "__file__", None)
+            if provided(name) and isinstance(file, str) and _from(folder, name, file) \
+                    and not _kept(module):
+                del sys.modules[name]
+                loaded[name] = file_digest(Path(file)) or ""
+        sys.modules.update(aside)
+
+
+class _Provided(dict):
+    """Whether a folder holds the module or package a module name starts with (`name.py`
+    or `name/__init__.py`), asked of the file system once a name."""
+
+    def __init__(self, folder: str):
+        super().__init__()
+        self.folder = folder
+
+    def __call__(self, name: str) -> bool:
+        return self[name.partition(".")[0]]
+
+    def __missing__(self, top: str) -> bool:
+        found = self[top] = (os.path.isfile(os.path.join(self.folder, f"{top}.py")) or
+                             os.path.isfile(os.path.join(self.folder, top, "__init__.py")))
+        return found
+
+
+def _from(folder: str, name: str, file: str) -> bool:
+    """Whether module `name`, from `file`, was found through `folder` on `sys.path`."""
+    rel = os.path.relpath(file, folder)
+    first = rel.split(os.sep, 1)[0]
+    return not rel.startswith(os.pardir) and first.partition(".")[0] == name.partition(".")[0]
+
+
+def _kept(module: ModuleType) -> bool:
+    """The standard library's, installed packages' and kernbench's own modules."""
+    file = getattr(module, "__file__", None)
+    if module.__name__.partition(".")[0] == "kernbench_cli" or not isinstance(file, str):
+        return True
+    return any(os.path.abspath(file).startswith(os.path.abspath(root) + os.sep)
+               for root in _LIBRARY_ROOTS)
+
+
+#: where the standard library and installed packages live
+_LIBRARY_ROOTS = tuple(dict.fromkeys(
+    sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")))
+
+
+def _digest_of(kernel: str, helpers: dict[str, str]) -> str:
+    """8 hex digits naming the kernel file's digest with its helpers' (`_helpers_beside`)."""
+    text = "\n".join([kernel, *(f"{name}={helpers[name]}" for name in sorted(helpers))])
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
 def described(exc: BaseException) -> str:

@@ -790,3 +790,40 @@ def test_a_message_past_two_thousand_characters_keeps_its_head_and_tail():
     text = str(raised.value)
     assert len(text) <= errors.MESSAGE_MOST and "… (100," in text
     assert text.startswith("a" * 100) and text.endswith(": cannot read: File name too long")
+
+
+def _kernel_with_helper(folder: Path, wait: int) -> Path:
+    """A kernel in `folder` that waits `helper.WAIT` ns on PE 0, `helper.py` beside it."""
+    folder.mkdir()
+    (folder / "helper.py").write_text(f"WAIT = {wait}\n")
+    kernel = folder / "k.py"
+    kernel.write_text("import helper\n\nPARAMS = {}\n\n\ndef setup(host, p):\n    return {}\n\n\n"
+                      "def kernel(tl):\n    if tl.pid == 0:\n        tl.cycles(helper.WAIT)\n\n\n"
+                      "def reference(host, p):\n    return {}\n\n\n"
+                      "def outputs(host, args, p):\n    return {}\n")
+    return kernel
+
+
+def test_a_kernels_helpers_are_its_own_on_every_run_in_one_process(tmp_path, monkeypatch):
+    """Two kernels each with a `helper.py` beside it, and a helper edited between runs: each
+    run imports the helpers beside its kernel as they are (in a fresh process alike), the
+    kernel digest names them, and neither the caller's own `helper` nor a later run sees
+    another's."""
+    first, second = (_kernel_with_helper(tmp_path / name, wait)
+                     for name, wait in (("a", 1000), ("b", 5000)))
+    caller = tmp_path / "caller"
+    caller.mkdir()
+    (caller / "helper.py").write_text("WAIT = 7\n")
+    monkeypatch.syspath_prepend(str(caller))
+    import helper  # the caller's own module of that name
+
+    def latency(kernel: Path) -> tuple[float, str]:
+        result = kb.run(str(kernel), timing_only=True)
+        return result.latency_ps, result.kernel_digest
+
+    a, digest_a = latency(first)
+    assert (a, latency(second)[0]) == (1_000_000, 5_000_000)
+    (first.parent / "helper.py").write_text("WAIT = 3000\n")
+    again, digest_again = latency(first)
+    assert again == 3_000_000 and digest_again != digest_a
+    assert sys.modules["helper"] is helper and helper.WAIT == 7
