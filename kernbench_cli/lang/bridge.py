@@ -19,7 +19,18 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from greenlet import greenlet
+from greenlet import GreenletExit, greenlet
+
+from kernbench_cli.lang.confine import KernelMisuse
+
+#: what a kernel that switches greenlets itself is told, at the line that switched
+SWITCHED = ("a kernel may not switch greenlets itself (each PE's kernel runs in one; a "
+            "`recv` waits by handing the turn on)")
+
+
+class Dropped(GreenletExit):
+    """A waiting PE's kernel ended from outside (its greenlet dropped when the pass
+    stopped), as against a `GreenletExit` the kernel's own code raised (its failure)."""
 
 
 class PeThread:
@@ -41,7 +52,10 @@ class PeThread:
         """Wait (inside the kernel's greenlet) until another PE calls `wake`."""
         self.waiting = True
         self.hub.switches += 1
-        self.hub.glet.switch()
+        try:
+            self.hub.glet.switch()
+        except GreenletExit:
+            raise Dropped from None
 
     def wake(self) -> None:
         """Make a PE waiting in `block` runnable again."""
@@ -71,4 +85,17 @@ class Hub:
         while self.ready:
             thread = self.current = self.ready.popleft()
             self.switches += 1
+            self._turn(thread)
+
+    @staticmethod
+    def _turn(thread: PeThread) -> None:
+        """PE `thread`'s kernel run until it ends or waits in a receive. A kernel that
+        handed the turn back otherwise (a greenlet switch or throw of its own) is failed
+        there with `SWITCHED`, so its stream does not end short as if it had finished."""
+        try:
             thread.glet.switch()
+        except BaseException:
+            if thread.glet.dead or thread.waiting:
+                raise  # raised on the way out of the kernel, not thrown by it
+        while not (thread.glet.dead or thread.waiting):
+            thread.glet.throw(KernelMisuse(SWITCHED))

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from greenlet import GreenletExit
 
 from kernbench_cli.address.physaddr import AddressMap
 from kernbench_cli.config.loader import config_digest
@@ -40,6 +39,7 @@ from kernbench_cli.hw.ipcq import chunks_for
 from kernbench_cli.hw.system import System
 from kernbench_cli.hw.timing import Stuck, Timing, TimingError
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
+from kernbench_cli.lang.bridge import Dropped
 from kernbench_cli.lang.confine import Interrupted, confined, printing_to_stderr
 from kernbench_cli.lang.memory import Memory
 from kernbench_cli.lang.tl import CommandLimit, Launch, ShortcutMissed, functional_pass, kernel_line
@@ -196,7 +196,7 @@ def _set_up_and_run(kernel: KernelModule, amap: AddressMap, params: dict[str, An
             left_open = tl._left_open()
             if left_open is not None:
                 raise left_open
-        except (Interrupted, KernelTimeout, MemoryLow, GreenletExit, ShortcutMissed):
+        except (Interrupted, KernelTimeout, MemoryLow, Dropped, ShortcutMissed):
             raise  # the whole pass stops
         except BaseException as exc:  # sys.exit(), KeyboardInterrupt: the kernel's errors too
             failures[tl.pid] = exc

@@ -31,6 +31,25 @@ def test_a_kernel_that_would_run_nothing_is_an_error(cli, tmp_path, body, what):
                               "none of its body; write a plain function\n")
 
 
+SWITCHED = ("a kernel may not switch greenlets itself (each PE's kernel runs in one; a "
+            "`recv` waits by handing the turn on)")
+
+
+@pytest.mark.parametrize(("line", "says"), [
+    ("greenlet.getcurrent().parent.switch()", SWITCHED),  # was: PE 1's kernel cut short
+    ("greenlet.getcurrent().parent.throw(RuntimeError('x'))", SWITCHED),  # was: internal
+    ("raise greenlet.GreenletExit('out')", "GreenletExit: out"),  # was: PE 1 as if done
+])
+def test_a_kernel_that_ends_its_greenlet_itself_fails_at_its_line(cli, tmp_path, line, says):
+    """A PE's kernel that handed its turn back by a greenlet switch or throw of its own, or
+    raised GreenletExit, fails there; it is not taken as finished, with a result."""
+    path = _kernel(tmp_path, "import greenlet\n\ndef kernel(tl):\n    tl.cycles(1)\n"
+                             f"    if tl.pid == 1:\n        {line}\n    tl.cycles(1)")
+    code, out, err = cli("run", str(path), "-t", test_topology("pair"), "--timing-only")
+    assert (code, out, err) == (1, "", f"error: {path}:11: PE (rack=0 sip=0 cube=0 pe=1) at "
+                                       f"t=1ns: {says}\n")
+
+
 def test_print_in_a_kernel_keeps_json_on_stdout(cli, tmp_path):
     path = _kernel(tmp_path, "def kernel(tl):\n    print('hello from', tl.pid)")
     code, out, err = cli("run", str(path), "-t", test_topology("pair"), "--json")
