@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernbench_cli.api.result import ReadOnly, check_fields, frozen, json_copy
 from kernbench_cli.config.schema import Topology
+from kernbench_cli.lang.watchdog import holds_caller_timer
 
 if TYPE_CHECKING:
     from kernbench_cli.api.runs import Params, Sets
@@ -71,6 +72,7 @@ class Bounds:
         return json.loads(self._json)
 
 
+@holds_caller_timer
 def bounds(kernel: str | Path | KernelModule, topology: str | Path | Topology | None = None,
            *, params: Params = None, set: Sets = None,  # `set`, as the CLI says it
            costs: str | Path | None = None) -> Bounds:

@@ -21,7 +21,12 @@ from kernbench_cli.config.schema import Topology
 from kernbench_cli.errors import KernbenchError, ParamError, clip
 from kernbench_cli.fileio import MAX_JSON_INT
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
-from kernbench_cli.lang.watchdog import DEFAULT_KERNEL_TIMEOUT, MIN_KERNEL_TIMEOUT, hook_limit
+from kernbench_cli.lang.watchdog import (
+    DEFAULT_KERNEL_TIMEOUT,
+    MIN_KERNEL_TIMEOUT,
+    holds_caller_timer,
+    hook_limit,
+)
 
 if TYPE_CHECKING:
     from kernbench_cli.address.physaddr import AddressMap
@@ -33,6 +38,7 @@ Sets = Mapping[str, Any] | Sequence[str] | None
 Params = Mapping[str, Any] | Sequence[str] | None
 
 
+@holds_caller_timer
 def load_kernel(kernel: str | Path, *,
                 kernel_timeout: float = DEFAULT_KERNEL_TIMEOUT) -> KernelModule:
     """A shipped kernel by name (``"gqa_attention"``) or a kernel file by path, imported and
@@ -151,6 +157,7 @@ def _result(raw, amap: AddressMap, per_pe: bool, shown: str, check: bool) -> Res
     return result
 
 
+@holds_caller_timer
 def run(kernel: str | Path | KernelModule, topology: str | Path | Topology | None = None, *,
         params: Params = None, set: Sets = None,  # `set`, as the CLI says it
         costs: str | Path | None = None, timing_only: bool = False, seed: int = 0,
@@ -191,6 +198,7 @@ def run(kernel: str | Path | KernelModule, topology: str | Path | Topology | Non
     return _result(raw, amap, per_pe, module.shown, check)
 
 
+@holds_caller_timer
 def replay(trace: str | Path | Trace | Result, topology: str | Path | Topology | None = None,
            *, costs: str | Path | None = None, set: Sets = None,
            recorded_sets: bool = True, per_pe: bool = False, races: bool = False,

@@ -19,6 +19,7 @@ from typing import Any
 
 from kernbench_cli.api.result import Result
 from kernbench_cli.errors import KernbenchError
+from kernbench_cli.lang.watchdog import holds_caller_timer
 
 #: (key, how it gets 2x better: "x2" doubles it, "/2" halves it, the engine or link level
 #: that must have been used for it to matter, or None). `costs.issue.*` is one group.
@@ -65,6 +66,7 @@ class Sensitivity:
                             for c in self.changes]}
 
 
+@holds_caller_timer
 def sensitivity(result: Result, keys: tuple[str, ...] | None = None) -> Sensitivity:
     """Re-time `result` (a result of `kb.run` or `kb.replay` that holds its recording) with
     each of `keys` (default: every `KEYS` entry the run used) made 2x better."""

@@ -28,6 +28,7 @@ from kernbench_cli.api.result import MADE, ReadOnly, Result, sealed
 from kernbench_cli.api.runs import check_seed
 from kernbench_cli.errors import ArgumentError, KernbenchError, ParamError, SweepError, clip
 from kernbench_cli.fileio import json_number
+from kernbench_cli.lang.watchdog import holds_caller_timer
 
 MAX_JOBS = 1024  # worker processes a sweep may start
 Axes = Mapping[str, Any] | Sequence[str] | None
@@ -444,6 +445,7 @@ def _axes(given: Axes, option: str, items: Callable[[Mapping[str, Any]], list[st
     return axes
 
 
+@holds_caller_timer
 def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axes = None,
           set: Axes = None,  # `set`, as the CLI says it
           costs: str | Path | None = None, zip: bool = False,

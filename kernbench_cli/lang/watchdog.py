@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import _thread
 import ctypes
+import functools
 import os
 import signal
 import sys
@@ -144,6 +145,28 @@ def hook_limit(seconds: float):
         yield
     finally:
         HOOK_LIMIT.reset(token)
+
+
+def holds_caller_timer(call):
+    """`call` (an API function) with the caller's own interval timer (`signal.alarm`,
+    `setitimer`) held while it runs and set again after it returns or raises: what was
+    left of it, or at once if it fell due meanwhile. So the timer's handler runs in the
+    caller's code, with what it raises reaching the caller as raised, never inside
+    kernbench's handling of a kernel's errors (there it was taken for the kernel's)."""
+    @functools.wraps(call)
+    def held(*args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            return call(*args, **kwargs)
+        timer = signal.setitimer(signal.ITIMER_REAL, 0)
+        if timer[0] <= 0:
+            return call(*args, **kwargs)
+        began = time.monotonic()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            left = timer[0] - (time.monotonic() - began)
+            signal.setitimer(signal.ITIMER_REAL, max(left, 1e-6), timer[1])
+    return held
 
 
 def hook_watch(progress=None):

@@ -133,6 +133,38 @@ def test_a_timer_of_the_callers_waits_for_the_block_and_runs_on_after():
         signal.signal(signal.SIGALRM, previous)
 
 
+def test_a_callers_timer_due_in_a_kernels_hook_raises_in_the_caller(tmp_path):
+    """The caller's timer fell due while `setup` ran: re-armed as the hook's watch ended,
+    its handler ran inside kernbench's handling of the hook's errors, and what it raised
+    came back as the kernel's error (`KernelError ... in setup`). It runs after the API
+    call now, and its exception reaches the caller as raised."""
+    import signal
+
+    import kernbench_cli as kb
+
+    class Budget(Exception):
+        pass
+
+    def over(*_):
+        raise Budget("the caller's budget")
+
+    kernel = tmp_path / "slow_setup.py"
+    kernel.write_text("import time\nPARAMS = {}\n\ndef setup(host, p):\n"
+                      "    end = time.monotonic() + 0.6\n    while time.monotonic() < end:\n"
+                      "        pass\n    return {}\n\ndef kernel(tl):\n    tl.cycles(1)\n\n"
+                      "def reference(host, p):\n    return {}\n\n"
+                      "def outputs(host, args, p):\n    return {}\n")
+    kb.load_kernel(kernel)  # imports made before the timer is set
+    previous = signal.signal(signal.SIGALRM, over)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)  # setup runs from some 0.1 s to 0.7 s
+        with pytest.raises(Budget, match="the caller's budget"):
+            kb.run(kernel, timing_only=True)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 @pytest.mark.parametrize(("cgroup", "files", "expected"), [
     ("0::/\n", {}, (6, 24)),  # no limit set: the machine's
     ("0::/job\n", {"/sys/fs/cgroup/job/memory.max": "8388608\n",
