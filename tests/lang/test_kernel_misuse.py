@@ -50,6 +50,17 @@ def test_a_kernel_that_ends_its_greenlet_itself_fails_at_its_line(cli, tmp_path,
                                        f"t=1ns: {says}\n")
 
 
+def test_a_value_read_is_read_only(cli, tmp_path):
+    """`numpy()` was the tensor's own values: a ReLU done in numpy on it, then stored,
+    verified as the kernel's output with no command timed for it."""
+    path = _kernel(tmp_path, "def kernel(tl):\n    t = tl.zeros((4,))\n"
+                             "    v = t.numpy()\n    v[0] = 1.0\n    assert t.numpy()[0] == 0")
+    code, out, err = cli("run", str(path), "-t", test_topology("pair"))
+    assert (code, out) == (1, "")
+    assert err == (f"error: {path}:9: PE (rack=0 sip=0 cube=0 pe=0) at t=9ns: ValueError: "
+                   "assignment destination is read-only\n")
+
+
 def test_print_in_a_kernel_keeps_json_on_stdout(cli, tmp_path):
     path = _kernel(tmp_path, "def kernel(tl):\n    print('hello from', tl.pid)")
     code, out, err = cli("run", str(path), "-t", test_topology("pair"), "--json")

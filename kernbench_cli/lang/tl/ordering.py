@@ -48,9 +48,13 @@ class Ordering(Core):
         self._emit(CYCLES, NONE, NONE, 0, n)
 
     def _read(self, x: Tensor) -> np.ndarray:
-        """The value of `x` in its dtype: the CPU waits for it (a READ in the stream)."""
+        """The value of `x` in its dtype: the CPU waits for it (a READ in the stream).
+        Read-only: a view of the tensor's own values, which a change in numpy would
+        change untimed (work done on the host, stored and verified as the kernel's)."""
         if not self._values:
             raise KernelError("the kernel reads a tensor value, which --timing-only does not "
                               "compute")
         self._emit(READ, self._own(x, "Tensor.numpy").cmd, NONE, 0, 0, depth=3)
-        return as_dtype(x.value, x.dtype)
+        value = as_dtype(x.value, x.dtype).view()
+        value.flags.writeable = False
+        return value
