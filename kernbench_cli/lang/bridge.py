@@ -15,6 +15,7 @@ waiting PEs' streams end with the receive they wait in.
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -72,6 +73,7 @@ class Hub:
         self.switches = 0
         self.glet: greenlet | None = None
         self.current: PeThread | None = None  # the PE whose kernel runs (or ran last)
+        self.threads: list[PeThread] = []
 
     def thread(self, pid: int) -> PeThread:
         return PeThread(self, pid)
@@ -79,6 +81,7 @@ class Hub:
     def run(self, threads: list[PeThread], targets: list[Callable[[], Any]]) -> None:
         """Run `targets[i]` as PE `threads[i]`'s kernel; returns when nothing can run."""
         self.glet = greenlet.getcurrent()
+        self.threads = threads
         for thread, target in zip(threads, targets, strict=True):
             thread.glet = greenlet(target, parent=self.glet)
         self.ready.extend(threads)
@@ -86,6 +89,20 @@ class Hub:
             thread = self.current = self.ready.popleft()
             self.switches += 1
             self._turn(thread)
+
+    def stop(self) -> None:
+        """End the kernels still waiting in a receive (a deadlock, or a PE that failed
+        while another waited on it), once the run is done with them: left suspended,
+        their greenlets' frames held the whole run for the life of the process (a `rack`
+        system a failed run, in a notebook). Each is thrown `GreenletExit` (`block`
+        raises `Dropped`) and unwinds: a kernel's own `finally` code runs then, and what
+        it raises is dropped (the run's result or error is made already)."""
+        for thread in self.threads:
+            if thread.glet is not None and not thread.glet.dead:
+                with contextlib.suppress(Exception):  # the kernel's clean-up, after its run
+                    thread.glet.throw()
+            thread.glet = None
+        self.threads, self.current = [], None
 
     @staticmethod
     def _turn(thread: PeThread) -> None:

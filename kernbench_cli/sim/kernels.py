@@ -59,6 +59,7 @@ import math
 import os
 import sys
 import sysconfig
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -210,24 +211,31 @@ def _helpers_beside(folder: str, loaded: dict[str, str]):
     back after; and the modules the load imported from the folder dropped after it, each
     put in `loaded` as {name: `file_digest`}, so that no later load or caller sees them
     (one process runs kernel after kernel: the API, a notebook). The standard library's,
-    installed packages' and kernbench's own modules are never set aside or dropped."""
-    provided = _Provided(folder)
-    aside = {name: module for name, module in sys.modules.items()
-             if provided(name) and not _kept(module)}
-    for name in aside:
-        del sys.modules[name]
-    sys.path.insert(0, folder)
-    try:
-        yield
-    finally:
-        sys.path.remove(folder)
-        for name, module in list(sys.modules.items()):
-            file = getattr(module, "__file__", None)
-            if provided(name) and isinstance(file, str) and _from(folder, name, file) \
-                    and not _kept(module):
-                del sys.modules[name]
-                loaded[name] = file_digest(Path(file)) or ""
-        sys.modules.update(aside)
+    installed packages' and kernbench's own modules are never set aside or dropped. One
+    load at a time in the process (threads calling the API take turns)."""
+    with _LOADING:
+        provided = _Provided(folder)
+        aside = {name: module for name, module in list(sys.modules.items())
+                 if provided(name) and not _kept(module)}
+        for name in aside:
+            del sys.modules[name]
+        sys.path.insert(0, folder)
+        try:
+            yield
+        finally:
+            sys.path.remove(folder)
+            for name, module in list(sys.modules.items()):
+                file = getattr(module, "__file__", None)
+                if provided(name) and isinstance(file, str) and _from(folder, name, file) \
+                        and not _kept(module):
+                    sys.modules.pop(name, None)
+                    loaded[name] = file_digest(Path(file)) or ""
+            sys.modules.update(aside)
+
+
+#: held while a kernel module loads (`_helpers_beside`): reentrant, for a kernel that
+#: loads another as it is imported
+_LOADING = threading.RLock()
 
 
 class _Provided(dict):

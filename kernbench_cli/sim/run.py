@@ -138,40 +138,43 @@ def _run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], 
         system, memory, host, args, kernel_file, launch, failures = _set_up_and_run(
             kernel, amap, params, seed, timing_only, max_commands, watch, kernel_timeout,
             False)
-    outputs, unread = {}, None
-    if not timing_only and not failures:  # read now: simulated memory goes before timing
-        try:
-            outputs = hooks.call(kernel, "outputs", host, args, params)
-        except KernbenchError as exc:  # reported where it was: after the timing pass's errors
-            unread = exc
-        memory.release()
-    program = launch.program
-    timing = _timing_pass(system, program, kernel.shown, watch, oplog and not failures, dedup)
-    if failures:
-        raise _first_failure(kernel, kernel_file, system, failures)
-    if timing.stuck:
-        raise _deadlock(kernel.shown, system, program, timing.stuck)
-    _check_unreceived(kernel.shown, launch)
-    counts, by_region = energy.count(system, timing), energy.by_region(system, timing)
-    model_checks = invariants.check(system, timing, counts, by_region)
-    invariants.enforce(model_checks)
-    if unread is not None:
-        raise unread
-    checks = [] if timing_only else hooks.verify(kernel, host, params, outputs)
-    taken = hooks.resolved(kernel, amap.topology, params)  # as the run took them: its result's
-    result = _collect(kernel.name, system, timing, taken, seed, timing_only, checks)
-    result.kernel_digest = kernel.digest
-    _analyse(result, system, timing, counts, model_checks, races, by_region)
-    result.switches = launch.hub.switches
-    result.repeats = dict(launch.repeats)
-    result.inputs, result.outputs = host.inputs, outputs
-    _stated(kernel, amap.topology, params, result)
-    if not timing_only and hasattr(kernel.module, "quality"):  # after metrics: beside them
-        result.metrics.update(hooks.checked_metrics(kernel, hooks.call(
-            kernel, "quality", host, params, outputs)))
-    result.trace = _trace(kernel, system, taken, seed, memory, program)
-    result.wall_s = time.perf_counter() - wall
-    return result
+    try:
+        outputs, unread = {}, None
+        if not timing_only and not failures:  # read now: simulated memory goes before timing
+            try:
+                outputs = hooks.call(kernel, "outputs", host, args, params)
+            except KernbenchError as exc:  # reported where it was: after the timing pass's errors
+                unread = exc
+            memory.release()
+        program = launch.program
+        timing = _timing_pass(system, program, kernel.shown, watch, oplog and not failures, dedup)
+        if failures:
+            raise _first_failure(kernel, kernel_file, system, failures)
+        if timing.stuck:
+            raise _deadlock(kernel.shown, system, program, timing.stuck)
+        _check_unreceived(kernel.shown, launch)
+        counts, by_region = energy.count(system, timing), energy.by_region(system, timing)
+        model_checks = invariants.check(system, timing, counts, by_region)
+        invariants.enforce(model_checks)
+        if unread is not None:
+            raise unread
+        checks = [] if timing_only else hooks.verify(kernel, host, params, outputs)
+        taken = hooks.resolved(kernel, amap.topology, params)  # as the run took them: its result's
+        result = _collect(kernel.name, system, timing, taken, seed, timing_only, checks)
+        result.kernel_digest = kernel.digest
+        _analyse(result, system, timing, counts, model_checks, races, by_region)
+        result.switches = launch.hub.switches
+        result.repeats = dict(launch.repeats)
+        result.inputs, result.outputs = host.inputs, outputs
+        _stated(kernel, amap.topology, params, result)
+        if not timing_only and hasattr(kernel.module, "quality"):  # after metrics: beside them
+            result.metrics.update(hooks.checked_metrics(kernel, hooks.call(
+                kernel, "quality", host, params, outputs)))
+        result.trace = _trace(kernel, system, taken, seed, memory, program)
+        result.wall_s = time.perf_counter() - wall
+        return result
+    finally:
+        launch.hub.stop()  # the kernels still waiting (the run failed), done with now
 
 
 def _set_up_and_run(kernel: KernelModule, amap: AddressMap, params: dict[str, Any],
@@ -202,7 +205,11 @@ def _set_up_and_run(kernel: KernelModule, amap: AddressMap, params: dict[str, An
             failures[tl.pid] = exc
 
     watch.begin("functional pass", launch)
-    _functional(kernel, kernel_file, launch, body, kernel_timeout, failures)
+    try:
+        _functional(kernel, kernel_file, launch, body, kernel_timeout, failures)
+    except BaseException:
+        launch.hub.stop()
+        raise
     return system, memory, host, args, kernel_file, launch, failures
 
 

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -827,3 +828,26 @@ def test_a_kernels_helpers_are_its_own_on_every_run_in_one_process(tmp_path, mon
     again, digest_again = latency(first)
     assert again == 3_000_000 and digest_again != digest_a
     assert sys.modules["helper"] is helper and helper.WAIT == 7
+
+
+@pytest.mark.parametrize("kernel", ["deadlock.py", "raises_while_waited.py"])
+def test_a_run_that_fails_with_a_pe_waiting_frees_its_system(kernel):
+    """A PE left waiting in a receive (a deadlock; a PE that failed while another waited on
+    it) kept its greenlet suspended, and with it the run's whole system, for the life of
+    the process: some 100 MB a failed `rack` run, in a notebook."""
+    import gc
+
+    from kernbench_cli.hw.system import System
+
+    def systems() -> int:
+        gc.collect()
+        return sum(isinstance(o, System) for o in gc.get_objects())
+
+    before = systems()
+    for _ in range(3):
+        with pytest.raises(kb.KernbenchError):
+            kb.run(TESTS / "kernels" / kernel, topology=PAIR)
+    guard = time.monotonic() + 30  # the last run's watchdog thread ends within a tick
+    while systems() != before and time.monotonic() < guard:
+        time.sleep(0.05)
+    assert systems() == before
