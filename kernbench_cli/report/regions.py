@@ -10,18 +10,28 @@ from kernbench_cli.config.units import format_energy_aj
 from kernbench_cli.config.units import format_time_short as short
 from kernbench_cli.sim.result import RunResult
 
+#: the most regions the table shows, in the order first entered (then the time outside
+#: them); a kernel naming a region per loop step may name tens of thousands
+MOST_ROWS = 100
+
 
 def region_table(result: RunResult) -> Table:
-    """A row per region (nested ones indented under theirs), then the time outside them:
-    the critical path's time in it, by engine, its span, its commands' dynamic energy."""
+    """A row per region (nested ones indented under theirs; the first `MOST_ROWS`, the
+    caption says how many more), then the time outside them: the critical path's time in
+    it, by engine, its span, its commands' dynamic energy."""
     latency = result.latency_ps
+    shown = result.regions[:MOST_ROWS] + result.regions[-1:] \
+        if len(result.regions) > MOST_ROWS + 1 else result.regions
+    more = len(result.regions) - len(shown)
     table = Table(title="Regions: the critical path's time and the commands' energy in "
-                        "each (nested ones in theirs)")
+                        "each (nested ones in theirs)",
+                  caption=f"and {more:,} more regions, after the first {MOST_ROWS} (--json "
+                          "has every one)" if more else None)
     for col, justify in (("region", "left"), ("on path", "right"), ("share", "right"),
                          ("mostly", "left"), ("span", "right"),
                          ("commands", "right"), ("energy", "right")):
         table.add_column(col, justify=justify, overflow="fold")
-    for region in result.regions:
+    for region in shown:
         depth = region.name.count("/")
         top = ", ".join(f"{engine} {ps / region.path_ps:.0%}"
                         for engine, ps in list(region.by_engine.items())[:1]) \

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kernbench_cli.sim.critical import CriticalPath
-from kernbench_cli.stream import OUTSIDE, Program
+from kernbench_cli.stream import CYCLES, OUTSIDE, Program
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,22 @@ class Region:
     energy_aj: int = 0
 
 
+def _around(names: list[str]) -> list[list[int]]:
+    """Per region name, every region a command in it belongs to: itself and each named
+    path around it (`a` and `a/b` around `a/b/c`), by index in `names`; none for the
+    unnamed (index 0). Linear in the names' length (each against every other name was
+    quadratic: minutes for 20,000 names)."""
+    at: dict[str, list[int]] = {}
+    for j, name in enumerate(names):
+        if name:
+            at.setdefault(name, []).append(j)
+
+    def of(name: str) -> list[int]:
+        paths = [name[:i] for i, c in enumerate(name) if c == "/"] + [name]
+        return sorted(j for path in paths for j in at.get(path, ()))
+    return [of(name) if name else [] for name in names]
+
+
 def regions(program: Program, path: CriticalPath | None,
             stretches: list[tuple[int, str, int, int]],
             energy_aj: list[int] | None = None) -> list[Region]:
@@ -44,9 +60,7 @@ def regions(program: Program, path: CriticalPath | None,
     if len(program.regions) == 1:
         return []
     names = program.regions
-    # every region a leaf belongs to: itself and each path around it
-    around = [[j for j, other in enumerate(names) if other and (
-        name == other or name.startswith(other + "/"))] for name in names]
+    around = _around(names)
     path_ps = [0] * len(names)
     by_engine: list[dict[str, int]] = [{} for _ in names]
     of = {pid: program.region_of(pid) for pid in range(len(program.streams))
@@ -96,15 +110,28 @@ def _sorted(ps: dict[str, int]) -> dict[str, int]:
     return dict(sorted(ps.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+def _stretch(proc, ops, first: int, end: int) -> tuple[int, int]:
+    """When commands `first` to `end` of a PE ran: from the earliest issue (a `tl.cycles`,
+    whose issue is PE_CPU's work, from its start) to the latest end (PE_CPU's own
+    commands, which make no result, at their issue: a stretch of `tl.cycles` alone ended
+    at 0 before, a negative span)."""
+    issued = proc.issue[first:end]
+    lo = min(issued)
+    if CYCLES in ops[first:end]:
+        lo = min(lo, *(proc.start[i] for i in range(first, end) if ops[i] == CYCLES))
+    return lo, max(max(proc.end[first:end]), max(issued))
+
+
 def spans(program: Program, timing) -> list[tuple[int, str, int, int]]:
     """(pid, region path, start, end) of each stretch of a PE's commands in a region (each
-    level of a nested one): from the earliest issue of its commands to their latest end,
-    in the order the stretches begin."""
+    level of a nested one): from the earliest issue of its commands to their latest end
+    (`_stretch`), in the order the stretches begin."""
     out = []
     for pid, marks in enumerate(program.region_marks):
         if not marks:
             continue
-        proc, n = timing.procs[pid], len(program.streams[pid].op)
+        proc, ops = timing.procs[pid], program.streams[pid].op
+        n = len(ops)
         open_: dict[str, list[int]] = {}  # path -> [start, end] of its stretch so far
         for k, (first, leaf) in enumerate(marks):
             end = marks[k + 1][0] if k + 1 < len(marks) else n
@@ -116,7 +143,7 @@ def spans(program: Program, timing) -> list[tuple[int, str, int, int]]:
                 out.append((pid, path, start, stop))
             if first == end:
                 continue
-            lo, hi = min(proc.issue[first:end]), max(proc.end[first:end])
+            lo, hi = _stretch(proc, ops, first, end)
             for path in paths:
                 got = open_.setdefault(path, [lo, hi])
                 got[0], got[1] = min(got[0], lo), max(got[1], hi)

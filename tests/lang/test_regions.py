@@ -7,6 +7,7 @@ import json
 import pytest
 
 from kernbench_cli.sim.regions import OUTSIDE
+from tests.conftest import test_topology
 
 
 def test_regions_tile_the_critical_path(run):
@@ -89,3 +90,39 @@ def outputs(host, args, p):
     assert code == 1
     assert err == (f"error: {kernel}:6: PE (rack=0 sip=0 cube=0 pe=0) at t=0ns: tl.region: "
                    f"{says}\n")
+
+
+def test_a_region_of_cpu_cycles_spans_them(cli, tmp_path):
+    """A region whose commands are PE_CPU's own (`tl.cycles`, no result) took its end as 0:
+    a span of minus its start. It spans the cycles: 1 ns at 1 GHz, after the 2 ns before."""
+    path = tmp_path / "cycles.py"
+    path.write_text("PARAMS = {}\n\ndef setup(host, p):\n    return {}\n\n"
+                    "def kernel(tl):\n    tl.cycles(2)\n    with tl.region('r'):\n"
+                    "        tl.cycles(1)\n\ndef reference(host, p):\n    return {}\n\n"
+                    "def outputs(host, args, p):\n    return {}\n")
+    code, out, err = cli("run", str(path), "-t", test_topology("pair"), "--json")
+    assert code == 0, err
+    assert [(r["name"], r["span_ps"], r["path_ps"]) for r in json.loads(out)["regions"]] == [
+        ("r", 1000, 1000), (OUTSIDE, 0, 2000)]
+
+
+def test_regions_around_a_name_are_its_paths(tmp_path, cli):
+    """Each region a command in a name belongs to: itself and each named path before a `/`
+    (found by lookup: against every other name, 20,000 names took minutes). The table
+    shows the first 100 regions and the time outside them, and says how many more."""
+    from kernbench_cli.sim.regions import _around
+
+    names = ["", "a", "a/b", "ab", "a/b/c", "x/y", "a//c", "a/"]
+    assert _around(names) == [[], [1], [1, 2], [3], [1, 2, 4], [5], [1, 6, 7], [1, 7]]
+    path = tmp_path / "many.py"
+    path.write_text("PARAMS = {}\n\ndef setup(host, p):\n    return {}\n\n"
+                    "def kernel(tl):\n    for i in range(150):\n"
+                    "        with tl.region(f'step{i}'):\n            tl.cycles(1)\n\n"
+                    "def reference(host, p):\n    return {}\n\n"
+                    "def outputs(host, args, p):\n    return {}\n")
+    code, out, err = cli("run", str(path), "-t", test_topology("pair"))
+    assert code == 0, err
+    rows = [line.split("│")[1].strip() for line in out.splitlines()
+            if line.startswith("│ step") or line.startswith(f"│ {OUTSIDE}")]
+    assert rows == [f"step{i}" for i in range(100)] + [OUTSIDE]
+    assert "and 50 more regions, after the first 100 (--json has every one)" in out
