@@ -81,6 +81,10 @@ def setup(kernel: KernelModule, host: Host, params: dict[str, Any]) -> dict[str,
         raise located(kernel, exc, "setup") from exc
     if not isinstance(args, dict):
         raise ParamError(f"{kernel.shown}: setup must return the kernel's arguments as a dict")
+    for name in args:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ParamError(f"{kernel.shown}: setup must return the kernel's arguments as a "
+                             f"dict of argument names, not the key {clip(name, 80)}")
     return args
 
 

@@ -292,7 +292,8 @@ def described(exc: BaseException) -> str:
         return "the kernel raised KeyboardInterrupt (Ctrl-C stops kernbench; a kernel may not)"
     if isinstance(exc, MemoryError):
         return f"this machine ran out of memory{f' ({exc})' if str(exc) else ''}"
-    return f"{type(exc).__name__}: {message_of(exc)}"
+    message = message_of(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
 def files_read(kernel: KernelModule, params: Mapping[str, Any]):

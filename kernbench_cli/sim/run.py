@@ -199,8 +199,12 @@ def _set_up_and_run(kernel: KernelModule, amap: AddressMap, params: dict[str, An
             left_open = tl._left_open()
             if left_open is not None:
                 raise left_open
-        except (Interrupted, KernelTimeout, MemoryLow, Dropped, ShortcutMissed):
+        except (Interrupted, KernelTimeout, MemoryLow, Dropped):
             raise  # the whole pass stops
+        except ShortcutMissed as exc:
+            if exc.ours:
+                raise  # made again without shortcuts
+            failures[tl.pid] = exc  # the kernel's own
         except BaseException as exc:  # sys.exit(), KeyboardInterrupt: the kernel's errors too
             failures[tl.pid] = exc
 

@@ -156,6 +156,10 @@ KERNELS = {  # name: (source, exit code, what the error says)
     "setup_not_callable": (BASE + "setup = 5\n", 2, "setup must be a function"),
     "kernel_not_function": (BASE + "kernel = print\n", 1, "kernel must be a function"),
     "setup_list": (BASE + "def setup(host, p):\n    return [1]\n", 2, "as a dict"),
+    "setup_int_key": (BASE + "def setup(host, p):\n    return {1: 2}\n", 2,
+                      "as a dict of argument names, not the key 1"),  # was an internal error
+    "setup_str_key": (BASE + "def setup(host, p):\n    return {'a b': 2}\n", 2,
+                      "as a dict of argument names, not the key 'a b'"),
     "setup_raises": (BASE + "def setup(host, p):\n    return {}['x']\n", 1, "in setup: KeyError"),
     "setup_exit": (BASE + "import sys\ndef setup(host, p):\n    sys.exit(4)\n", 1,
                    "sys.exit(4)"),

@@ -50,6 +50,30 @@ def test_a_kernel_that_ends_its_greenlet_itself_fails_at_its_line(cli, tmp_path,
                                        f"t=1ns: {says}\n")
 
 
+@pytest.mark.parametrize("timing_only", [(), ("--timing-only",)])
+def test_a_kernels_own_shortcut_missed_is_its_failure(cli, tmp_path, timing_only):
+    """`ShortcutMissed` is how `tl.repeat` has a run made again without shortcuts; raised by
+    the kernel itself it went through as that, and out of the CLI as a traceback."""
+    path = _kernel(tmp_path, "from kernbench_cli.lang.tl import ShortcutMissed\n\n"
+                             "def kernel(tl):\n    tl.cycles(1)\n    raise ShortcutMissed")
+    code, out, err = cli("run", str(path), "-t", test_topology("pair"), *timing_only)
+    assert (code, out, err) == (1, "", f"error: {path}:10: PE (rack=0 sip=0 cube=0 pe=0) at "
+                                       "t=1ns: ShortcutMissed\n")
+
+
+@pytest.mark.parametrize(("head", "what"), [("def", "a generator"),
+                                            ("async def", "an async generator")])
+def test_a_repeat_body_that_would_run_nothing_is_an_error(cli, tmp_path, head, what):
+    """A generator as `tl.repeat`'s body ran none of it: 0 commands, a latency of 0."""
+    path = _kernel(tmp_path, f"{head} body(tl, moves, state):\n    tl.cycles(1)\n    yield\n\n"
+                             "def kernel(tl):\n    tl.repeat(body, {}, [])")
+    code, out, err = cli("run", str(path), "-t", test_topology("pair"), "--timing-only")
+    assert (code, out) == (1, "")
+    assert err == (f"error: {path}:11: PE (rack=0 sip=0 cube=0 pe=0) at t=0ns: tl.repeat: "
+                   f"body body() is {what}: calling it would run none of its body; write a "
+                   "plain function\n")
+
+
 def test_a_value_read_is_read_only(cli, tmp_path):
     """`numpy()` was the tensor's own values: a ReLU done in numpy on it, then stored,
     verified as the kernel's output with no command timed for it."""

@@ -75,6 +75,6 @@ def functional_pass(launch: Launch, kernel: Callable[[TL], None],
             hub.run(threads, [(lambda tl=tl: kernel(tl)) for tl in tls])
         if any(tl._copying and tl._thread.waiting for tl in tls):
             hub.stop()  # this launch is dropped: its waiting kernels with it
-            raise ShortcutMissed  # deadlocked inside a copy: its stream would not end there
+            raise ShortcutMissed.missed()  # deadlocked inside a copy: its stream would end short
         launch.finish(tls)
     return tls

@@ -54,6 +54,7 @@ stop there as running would: it is made again without shortcuts (`ShortcutMissed
 
 from __future__ import annotations
 
+import inspect
 import math
 import sys
 import weakref
@@ -85,7 +86,20 @@ class ShortcutMissed(BaseException):
     """A run stopped inside a copied repetition (the command limit reached in it, a
     deadlock in one of its receives, a message of another size), where a copy cannot stop
     as running would: the launcher runs it again without shortcuts. Not an `Exception`, so
-    that a kernel's ``except Exception`` does not take it."""
+    that a kernel's ``except Exception`` does not take it. `missed()` makes the one
+    `tl.repeat` raises; another (a kernel's own `raise ShortcutMissed`) is the kernel's
+    failure."""
+
+    @classmethod
+    def missed(cls) -> ShortcutMissed:
+        return cls(_MISSED)
+
+    @property
+    def ours(self) -> bool:
+        return self.args == (_MISSED,)
+
+
+_MISSED = "a copied repetition stopped where running it would"
 
 
 class _NotRepeatable(Exception):
@@ -197,6 +211,7 @@ class Repeats(Core):
         if not isinstance(moves, dict) or not isinstance(state, list):
             raise KernelError("tl.repeat(body, moves, state, ...): moves is a dict and state "
                               "a list")
+        _check_body(body)
         memory = self._memory
         addrs = [value for value in moves.values() if value.__class__ is int]
         extents = [memory.extent(value, f"tl.repeat: moves[{name!r}]") for name, value in
@@ -402,7 +417,7 @@ class Repeats(Core):
                     del launch.receivers[pid]
                     box = mail.get((src, pid))
                 if box[0][0] != nbytes:  # the receive's error, at its own line: run it
-                    raise ShortcutMissed
+                    raise ShortcutMissed.missed()
                 box.popleft()
         self._count(take.commands - counted)
         launch.copied += take.commands
@@ -417,8 +432,22 @@ class Repeats(Core):
         """Count `commands` issued (`ShortcutMissed` past the limit)."""
         launch = self._launch
         if launch.commands + commands > launch.max_commands:
-            raise ShortcutMissed
+            raise ShortcutMissed.missed()
         launch.commands += commands
+
+
+def _check_body(body: Any) -> None:
+    """`tl.repeat`'s body, a plain function (KernelError): a generator or async one, called,
+    runs none of its body (as `kernel` itself may not be)."""
+    if not callable(body):
+        raise KernelError(f"tl.repeat: body must be a function, not {type(body).__name__}")
+    for test, what in ((inspect.isgeneratorfunction, "a generator"),
+                       (inspect.iscoroutinefunction, "an async function"),
+                       (inspect.isasyncgenfunction, "an async generator")):
+        if test(body):
+            raise KernelError(f"tl.repeat: body {getattr(body, '__qualname__', '')}() is "
+                              f"{what}: calling it would run none of its body; write a plain "
+                              "function")
 
 
 def _inert(x: Any, within: frozenset = frozenset()) -> bool:
