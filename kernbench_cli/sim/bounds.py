@@ -11,13 +11,11 @@ configuration alone (`lang.bounds` has the terms); `how` says how, in a line.
 
 from __future__ import annotations
 
-import contextlib
-import sys
 from typing import Any
 
 from kernbench_cli.errors import KernbenchError, KernelError, ParamError, clip
 from kernbench_cli.fileio import json_number, named_numbers
-from kernbench_cli.lang.confine import Interrupted, confined
+from kernbench_cli.lang.confine import Interrupted, confined, printing_to_stderr
 from kernbench_cli.lang.watchdog import hook_watch
 from kernbench_cli.sim.kernels import KernelModule, files_read
 
@@ -35,7 +33,7 @@ def stated(kernel: KernelModule, topology, params: dict[str, Any]) -> dict[str, 
         raise ParamError(f"{kernel.name} declares no bounds(): it states no lower bound to "
                          "show (docs/kernels.md says how a kernel states one)")
     try:  # what it prints goes to stderr (--json on stdout stays JSON), its code confined
-        with contextlib.redirect_stdout(sys.stderr), confined(), hook_watch():
+        with printing_to_stderr(), confined(), hook_watch():
             found = kernel.fn("bounds")(topology, dict(params))
     except (KernbenchError, Interrupted):
         raise
@@ -63,7 +61,7 @@ def stated_for(kernel: KernelModule, amap, params: dict[str, Any]
 
     with files_read(kernel, params) as digests:
         if declares(kernel):  # one that declares none is refused by `stated`, setup or not
-            with contextlib.redirect_stdout(sys.stderr), confined():
+            with printing_to_stderr(), confined():
                 hooks.setup(kernel, Host(System(amap), Memory(backed=False), 0, True,
                                                  bounds_only=True), params)
         found = stated(kernel, amap.topology, params)

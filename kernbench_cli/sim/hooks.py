@@ -20,7 +20,7 @@ import numpy as np
 
 from kernbench_cli.errors import KernbenchError, KernelError, ParamError, clip, message_of
 from kernbench_cli.fileio import json_number, named_numbers
-from kernbench_cli.lang.confine import Interrupted
+from kernbench_cli.lang.confine import Interrupted, printing_to_stderr
 from kernbench_cli.lang.dtypes import NAMES, TOLERANCE, tolerance_problem
 from kernbench_cli.lang.tl import kernel_line
 from kernbench_cli.lang.watchdog import hook_watch
@@ -69,7 +69,7 @@ def setup(kernel: KernelModule, host: Host, params: dict[str, Any]) -> dict[str,
     """The kernel's arguments, as its `setup` makes them (the watchdog takes a placement
     made or an input drawn as progress)."""
     try:
-        with hook_watch(lambda: (host.placements, host.drawn_bytes)):
+        with printing_to_stderr(), hook_watch(lambda: (host.placements, host.drawn_bytes)):
             args = kernel.fn("setup")(host, dict(params))
     except KernbenchError as exc:
         raise _host_call(kernel, exc, "setup") from None
@@ -92,7 +92,7 @@ def call(kernel: KernelModule, name: str, *args: Any) -> Any:
     """The kernel's hook `name` called with `args` (stopped by the watchdog if it does not
     return within the limit)."""
     try:
-        with hook_watch():
+        with printing_to_stderr(), hook_watch():
             return kernel.fn(name)(*args)
     except KernbenchError as exc:
         raise _host_call(kernel, exc, name) from None

@@ -77,7 +77,7 @@ from kernbench_cli.fileio import (
     plain_number,
     unchanged_files,
 )
-from kernbench_cli.lang.confine import Interrupted, KernelMisuse, confined
+from kernbench_cli.lang.confine import Interrupted, KernelMisuse, confined, printing_to_stderr
 from kernbench_cli.lang.watchdog import KernelTimeout, hook_watch
 from kernbench_cli.shipped import data_dir
 
@@ -182,7 +182,8 @@ def _loaded(spec: str, path: Path, shown: str, module_name: str) -> KernelModule
     digest = file_digest(path) or ""  # the bytes the loader reads next
     helpers: dict[str, str] = {}
     try:
-        with _helpers_beside(str(path.parent), helpers), confined(), hook_watch():
+        with _helpers_beside(str(path.parent), helpers), printing_to_stderr(), confined(), \
+                hook_watch():
             loader_spec.loader.exec_module(module)
     except Interrupted:
         raise
@@ -478,7 +479,7 @@ def param_items(params: Mapping[str, Any] | Sequence[str] | None) -> list[str]:
 
 def _scaled(kernel: KernelModule, num_pes: int) -> dict[str, Any]:
     try:
-        with confined(), hook_watch():
+        with printing_to_stderr(), confined(), hook_watch():
             scaled = kernel.module.scaled_defaults(num_pes)
     except Interrupted:
         raise

@@ -111,6 +111,18 @@ def _verify(got, want):
     return verify(Kernel(), None, {}, {"x": got})[0]
 
 
+def test_print_at_a_kernels_import_keeps_json_on_stdout(cli, tmp_path):
+    """Prints at the module's import and in `scaled_defaults` went to stdout, before the
+    JSON: `--json` was not JSON (run, sweep)."""
+    path = tmp_path / "k.py"
+    path.write_text("print('at import')\nPARAMS = {'n': 1}\n\n"
+                    "def scaled_defaults(num_pes):\n    print('scaled')\n    return {}\n\n"
+                    "def setup(host, p):\n    return {}\n\ndef kernel(tl):\n    pass" + TAIL)
+    code, out, err = cli("run", str(path), "-t", test_topology("pair"), "--json")
+    assert (code, json.loads(out)["latency_ps"]) == (0, 0)
+    assert err.splitlines() == ["at import", "scaled"]
+
+
 def test_nan_and_infinity_verify_as_numpy_allclose_with_equal_nan():
     both = np.array([1.0, np.nan, np.inf, -np.inf], dtype=np.float32)
     check = _verify(both.copy(), both.copy())
