@@ -46,7 +46,8 @@ kept in TCM. READ is not a command (it costs no issue): the CPU waits there
 for a value the kernel reads.
 
 Streams hold no times and no values: kernels cannot observe time, so a
-stream holds for any cost table (ADR-0064 requirement 5).
+stream holds for any cost table, and a run and its replay share one timing pass (as
+ADR-0064's requirements 4 and 5 ask of its two paths).
 """
 
 from __future__ import annotations

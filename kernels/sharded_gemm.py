@@ -62,7 +62,7 @@ def setup(host, p):
 
 
 def kernel(tl, a, b, out, M, K, n, dtype, mode, tiles):
-    # ADR-0022: the global program id, PEs of a cube fastest, then cubes, then SIPs.
+    # ADR-0022's global program id, PEs of a cube fastest, then cubes; then SIPs.
     cube = tl.program_id(axis=2) * tl.num_programs(axis=1) + tl.program_id(axis=1)
     global_pid = cube * tl.num_programs(axis=0) + tl.program_id(axis=0)
     a_ptr = tl.shard(a, pid=global_pid)

@@ -19,7 +19,9 @@ Generated from `kernbench_cli/config/schema.py` by
 
 A **topology** file (`topologies/*.toml`) describes one system; the **cost
 table** it names (`costs = "…"`, relative to the topology file, or
-`--costs FILE`) holds the ADR-0064 issue costs. Every quantity is a string
+`--costs FILE`) holds the issue costs of
+[ADR-0064](decisions.md#adr-0064-issue-costs) (the design records cited are
+summarised in [decisions.md](decisions.md)). Every quantity is a string
 with a unit (`"1.5GHz"`, `"64KiB"`, `"30ns"`, `"51.2GB/s"`); times are kept
 as integer picoseconds. Unknown keys are errors (with a did-you-mean), and
 every error names the file and the key path. Keys may be left out and take
@@ -31,7 +33,8 @@ numbers: calibrate them before quoting results as predictions.
 """
 
 _PE_WINDOW_NOTE = """\
-The `[pe.resources]` ranges answer ADR-0031's open D2. Each is
+The `[pe.resources]` ranges answer
+[ADR-0031](decisions.md#adr-0031-physaddr-pe-resource-extension)'s open D2. Each is
 `{ start = 0x…, size = "…" }`, an offset inside one PE's 1 GiB resource
 window (`pe_offset`, the 30 bits `ext:sub_offset` of a PE-unit PhysAddr).
 Starts and sizes are multiples of 4 KiB, ranges may not overlap or leave the

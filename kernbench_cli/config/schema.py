@@ -365,7 +365,8 @@ class ResourcesConfig(Frozen):
     """
 
     tcm: RangeSpec = _range(0x0000_0000, "16MiB", "TCM; starts at 0 so pe_tcm_addr keeps its "
-                            "pre-ADR-0031 encoding (D4). Must hold pe.tcm.size.")
+                            "pre-ADR-0031 bits too (D4 keeps its signature and meaning). "
+                            "Must hold pe.tcm.size.")
     ipcq: RangeSpec = _range(0x0100_0000, "16MiB", "IPCQ rings: 4 directions x slots x "
                              "slot_size. Must hold them.")
     scratchpad: RangeSpec = _range(0x0200_0000, "1MiB", "PE scratchpad.")
@@ -579,14 +580,16 @@ class IssueCosts(Frozen):
     """PE_CPU time to construct a command and push it to the scheduler (ADR-0064 D1)."""
 
     composite: int = key("time", "40ns", "tl.composite: build a GEMM descriptor and push it.",
-                         "ADR-0064 Q1 estimate.")
-    load: int = key("time", "4ns", "tl.load: a DMA descriptor.", "ADR-0064 D1: a few ns.")
+                         "ADR-0064 Q1 estimate (~40 ns).")
+    load: int = key("time", "4ns", "tl.load: a DMA descriptor.",
+                    "ADR-0064 D1: a few ns (4 ns: kernbench's pick).")
     store: int = key("time", "4ns", "tl.store: a DMA descriptor.", "ADR-0064 D1.")
     dot: int = key("time", "4ns", "tl.dot: one GEMM command.", "ADR-0064 D1.")
     math: int = key("time", "4ns", "One PE_MATH command (exp, max, sum, +, …).", "ADR-0064 D1.")
     send: int = key("time", "4ns", "tl.send: one IPCQ message.", "ADR-0064 D1.")
     recv: int = key("time", "4ns", "tl.recv: one IPCQ receive.", "ADR-0064 D1.")
-    wait: int = key("time", "4ns", "tl.wait: a completion check.", "ADR-0064 D1.")
+    wait: int = key("time", "4ns", "tl.wait: a completion check.",
+                    "kernbench's, as ADR-0064 D1's primitives (its table has no tl.wait).")
 
 
 @config

@@ -26,6 +26,7 @@ import math
 import os
 import re
 import signal
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -825,9 +826,22 @@ def run_local(spec: Spec, todo: list[Point], jobs: int,
             ready[point.index] = row if row is not None else {
                 "point": point.index, "axes": point.axes, "result": None,
                 "error": "its worker process died, and again when it ran alone (killed, or "
-                         "out of memory)"}
+                         f"out of memory{_GUARD_HINT if _from_a_script() else ''})"}
         emit()
     emit()
+
+
+#: why a sweep from a script can lose every worker: they import the script as they start
+_GUARD_HINT = (", or, from a script, kb.sweep called outside `if __name__ == '__main__':`, "
+               "which worker processes need: they import the script as they start")
+
+
+def _from_a_script() -> bool:
+    """Whether `__main__` is a script file (not the CLI, a notebook or `python -c`)."""
+    main = sys.modules.get("__main__")
+    file = getattr(main, "__file__", None)
+    return isinstance(file, str) and file.endswith(".py") and \
+        getattr(main, "__spec__", None) is None
 
 
 # ---------------------------------------------------------------------- Dask

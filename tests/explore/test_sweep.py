@@ -15,7 +15,7 @@ import pytest
 
 import kernbench_cli as kb
 from kernbench_cli.explore.sweep import Point, Spec, points, run_local, run_point, split_values
-from tests.conftest import ROOT, TESTS, test_topology
+from tests.conftest import HANG_GUARD_S, ROOT, TESTS, test_topology
 
 LOAD_DOT = str(TESTS / "kernels" / "load_dot.py")
 AXES = ("--set", "hbm.bandwidth=102.4GB/s,204.8GB/s", "--set", "costs.issue.load=4ns,10ns")
@@ -175,6 +175,24 @@ def test_a_killed_worker_is_retried_and_the_sweep_completes(tmp_path):
         (0, None), (1, "its worker process died, and again when it ran alone (killed, or out "
                        "of memory)"),
         (2, None), (3, None)]
+
+
+def test_a_sweep_from_a_script_without_a_main_guard_says_so(tmp_path):
+    """Called at a script's top level, kb.sweep's workers import the script as they start,
+    call it again and die: every point said "killed, or out of memory"."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "sweep_script.py"
+    script.write_text("import kernbench_cli as kb\n"
+                      "rows = kb.sweep('softmax', params={'rows': [16, 32]}, timing_only=True,"
+                      " jobs=2).table()\nprint({r['error'] for r in rows})\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=HANG_GUARD_S)
+    assert done.stdout.splitlines()[-1] == str({
+        "its worker process died, and again when it ran alone (killed, or out of memory, or, "
+        "from a script, kb.sweep called outside `if __name__ == '__main__':`, which worker "
+        "processes need: they import the script as they start)"})
 
 
 #: point 1 kills its worker half a second in, after point 0 has returned
