@@ -274,7 +274,7 @@ def fingerprint(spec: Spec) -> str:
     """`identity` of the files `spec`'s points read, as they are now (the sweep's own
     recording stands for the kernel and configuration it recorded)."""
     from kernbench_cli.address import load_address_map
-    from kernbench_cli.sim.kernels import kernel_file
+    from kernbench_cli.sim.kernels import load_kernel
 
     given = replace(spec, trace=None if spec.recorded else spec.trace)
     costs = Path(spec.costs) if spec.costs else None
@@ -286,7 +286,7 @@ def fingerprint(spec: Spec) -> str:
 
         amap = replay_address_map(read_trace(Path(given.trace)), given.trace, given.topology,
                                   costs)
-    return identity(given, kernel_file(given.kernel)[0], amap, spec.read)
+    return identity(given, load_kernel(given.kernel).digest, amap, spec.read)
 
 
 def _fingerprint_now(spec: Spec) -> str | None:
@@ -735,9 +735,10 @@ class Results:
 
 # ---------------------------------------------------------------------- the pool
 
-def identity(spec: Spec, kernel_file: Path, amap, read: Sequence[str] = ()) -> str:
+def identity(spec: Spec, kernel_digest: str, amap, read: Sequence[str] = ()) -> str:
     """16 hex digits naming what a sweep's rows are results of: the kernbench version (the
-    model is in its code), the kernel file's bytes, the topology and cost table
+    model is in its code), the kernel (`KernelModule.digest`: its file's bytes and the
+    helper modules beside it it imports), the topology and cost table
     (resolved, `--set` axes not included), --timing-only, the seed, the recording
     replayed (its bytes), and the bytes of each file in `read` (those the points'
     parameters name: a model's config; one that cannot be read, by its name)."""
@@ -747,7 +748,7 @@ def identity(spec: Spec, kernel_file: Path, amap, read: Sequence[str] = ()) -> s
     from kernbench_cli.config.loader import config_digest
 
     digest = hashlib.sha256()
-    for part in (__version__.encode(), kernel_file.read_bytes(),
+    for part in (__version__.encode(), kernel_digest.encode(),
                  config_digest(amap.topology).encode(),
                  config_digest(amap.topology.cost_table).encode(),
                  repr((spec.timing_only, spec.seed)).encode(),

@@ -775,6 +775,27 @@ def test_resume_refuses_rows_of_a_model_config_since_changed(cli, tmp_path):
     assert out.read_bytes() == before
 
 
+def test_resume_refuses_rows_of_a_kernel_whose_helper_changed_since(cli, tmp_path):
+    """A helper module beside the kernel is the kernel's code too: rows made before it
+    changed were resumed as this sweep's (100 ns a point, then 999 ns)."""
+    (tmp_path / "k").mkdir()
+    helper, kernel, out = tmp_path / "k" / "_h.py", tmp_path / "k" / "k.py", tmp_path / "r.jsonl"
+    helper.write_text("FACTOR = 100\n")
+    kernel.write_text("from _h import FACTOR\nPARAMS = {'c': 1}\n\n"
+                      "def setup(host, p):\n    return {'c': p['c']}\n\n"
+                      "def kernel(tl, c):\n    tl.cycles(FACTOR * c)\n\n"
+                      "def reference(host, p):\n    return {}\n\n"
+                      "def outputs(host, args, p):\n    return {}\n")
+    axes = ("-t", test_topology("one"), "-j", "1", "--out", str(out))
+    assert cli("sweep", str(kernel), "-p", "c=1,2", *axes)[0] == 0
+    before = out.read_bytes()
+    helper.write_text("FACTOR = 999\n")
+    code, _, err = cli("sweep", str(kernel), "-p", "c=1,2,3", *axes, "--resume")
+    assert (code, err.startswith(f"error: {out}: its rows are results of another sweep")) == \
+        (2, True)
+    assert out.read_bytes() == before
+
+
 @pytest.mark.parametrize("option", ["--out", "--plot"])
 def test_an_output_over_a_config_the_points_read_is_refused_before_any_runs(cli, tmp_path,
                                                                                option):
