@@ -452,17 +452,21 @@ def plain_number(value: Any) -> int | float | None:
     return None
 
 
+#: the longest name of a metric or bound (a label in the report's left column)
+MOST_NAME = 100
+
+
 def named_numbers(value: Any, ok: Callable[[int | float], bool]
                   ) -> dict[str, tuple[int | float, str]] | None:
     """`value` (a kernel's `metrics()` or `bounds()` answer) as {name: (number, how)}, each
-    number a Python one (`plain_number`) that is `ok`; None unless it is a dict of such
-    pairs."""
+    name 1 to `MOST_NAME` printable characters (a report's label), each number a Python
+    one (`plain_number`) that is `ok`; None unless it is a dict of such pairs."""
     if not isinstance(value, dict):
         return None
     out = {}
     for name, pair in value.items():
-        if not (isinstance(name, str) and isinstance(pair, tuple) and len(pair) == 2
-                and isinstance(pair[1], str)):
+        if not (isinstance(name, str) and 0 < len(name) <= MOST_NAME and name.isprintable()
+                and isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[1], str)):
             return None
         number = plain_number(pair[0])
         if number is None or not ok(number):

@@ -23,10 +23,12 @@ from rich.text import Text
 
 
 def _cells(table: Table, console: Console, index: int) -> list[Text]:
-    """Column `index`'s header and cells as Text, markup read as Rich would."""
+    """Column `index`'s header and cells as Text, markup read as Rich would, highlighted as
+    the table is (Rich's highlighter took minutes over a cell of 100,000 letters)."""
     column = table.columns[index]
     items = [column.header, *column._cells]
-    return [item if isinstance(item, Text) else console.render_str(str(item)) for item in items]
+    return [item if isinstance(item, Text) else
+            console.render_str(str(item), highlight=table.highlight) for item in items]
 
 
 def _ranges(table: Table, console: Console) -> list[tuple[int, int]]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from kernbench_cli.errors import KernbenchError, KernelError, ParamError, clip
-from kernbench_cli.fileio import json_number, named_numbers
+from kernbench_cli.fileio import MOST_NAME, json_number, named_numbers
 from kernbench_cli.lang.confine import Interrupted, confined, printing_to_stderr
 from kernbench_cli.lang.watchdog import hook_watch
 from kernbench_cli.sim.kernels import KernelModule, files_read
@@ -74,8 +74,9 @@ def checked(kernel: KernelModule, bounds: Any) -> dict[str, tuple[int, str]]:
     found = named_numbers(bounds, lambda ps: isinstance(ps, int) and json_number(ps)
                           and ps >= 0)
     if found is None:
-        raise KernelError(f"{kernel.shown}: bounds() must return a dict of name: "
-                          "(picoseconds within 64 bits, how), not " + clip(bounds))
+        raise KernelError(f"{kernel.shown}: bounds() must return a dict of name (1 to "
+                          f"{MOST_NAME} printable characters): (picoseconds within 64 bits, "
+                          "how), not " + clip(bounds))
     return found
 
 

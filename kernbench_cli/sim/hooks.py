@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from kernbench_cli.errors import KernbenchError, KernelError, ParamError, clip, message_of
-from kernbench_cli.fileio import json_number, named_numbers
+from kernbench_cli.fileio import MOST_NAME, json_number, named_numbers
 from kernbench_cli.lang.confine import Interrupted, printing_to_stderr
 from kernbench_cli.lang.dtypes import NAMES, TOLERANCE, tolerance_problem
 from kernbench_cli.lang.tl import kernel_line
@@ -37,8 +37,9 @@ def checked_metrics(kernel: KernelModule, metrics: Any) -> dict[str, tuple[float
     taken as its value): KernelError unless a dict of name: (number, how)."""
     found = named_numbers(metrics, json_number)
     if found is None:
-        raise KernelError(f"{kernel.shown}: metrics() must return a dict of name: "
-                          "(finite number, integers within 64 bits; how), not "
+        raise KernelError(f"{kernel.shown}: metrics() must return a dict of name (1 to "
+                          f"{MOST_NAME} printable characters): (finite number, integers "
+                          "within 64 bits; how), not "
                           + clip(metrics))
     return found
 

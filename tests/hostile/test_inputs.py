@@ -219,10 +219,18 @@ KERNELS = {  # name: (source, exit code, what the error says)
                        "reference() must return"),
     "bounds_junk": (BASE + "def bounds(topology, p):\n    return 5\n", 1, "bounds() must return"),
     "bounds_huge": (BASE + "def bounds(topology, p):\n    return {'a': (10**30, 'x')}\n", 1,
-                    "bounds() must return a dict of name: (picoseconds within 64 bits"),
+                    "bounds() must return a dict of name (1 to 100 printable characters): "
+                    "(picoseconds within 64 bits"),
     "metrics_huge": (BASE + "def metrics(topology, p, run):\n    return {'a': (10**30, 'x')}\n",
-                     1, "metrics() must return a dict of name: (finite number, integers "
-                        "within 64 bits"),
+                     1, "metrics() must return a dict of name (1 to 100 printable characters):"
+                        " (finite number, integers within 64 bits"),
+    # a label of 100,000 letters squeezed every value out of the report (and took minutes)
+    "bounds_long_name": (BASE + "def bounds(topology, p):\n    return {'b' * 101: (1, 'x')}\n",
+                         1, "bounds() must return a dict of name (1 to 100 printable"),
+    "metrics_long_name": (BASE + "def metrics(topology, p, run):\n    return {'m' * 101: (1, "
+                          "'x')}\n", 1, "metrics() must return a dict of name (1 to 100"),
+    "metrics_newline_name": (BASE + "def metrics(topology, p, run):\n    return {'a\\nb': (1, "
+                             "'x')}\n", 1, "metrics() must return a dict of name (1 to 100"),
     "resolved_junk": (BASE + "def resolved(topology, p):\n    return {**p, 'n': 'x'}\n", 1,
                       "resolved() must return the parameters, each of its given type, not "),
     "resolved_raises": (BASE + "def resolved(topology, p):\n    return p['nope']\n", 1,

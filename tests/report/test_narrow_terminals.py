@@ -147,3 +147,26 @@ def test_json_output_is_unchanged_by_the_width(cli, monkeypatch, files):
         _, out, _ = cli("compare", str(files / "a.json"), str(files / "b.json"), "--json")
         outputs.add(out)
     assert len(outputs) == 1 and json.loads(outputs.pop())["runs"]
+
+
+def test_a_kernels_long_words_are_not_run_through_richs_highlighter(cli, tmp_path,
+                                                                       monkeypatch):
+    """Fitting the summary to the terminal ran each cell through Rich's highlighter, which
+    the table itself does not: a metric's or bound's "how" of 100,000 letters took minutes
+    (its regular expressions backtrack over a long word). The cell is shown, cut to fit."""
+    from rich.highlighter import ReprHighlighter
+
+    def refuse(self, text):
+        raise AssertionError(f"highlighted: {text.plain[:40]}")
+
+    monkeypatch.setattr(ReprHighlighter, "highlight", refuse)
+    path = tmp_path / "long.py"
+    path.write_text("PARAMS = {}\n\ndef setup(host, p):\n    return {}\n\n"
+                    "def kernel(tl):\n    tl.cycles(1000)\n\n"
+                    "def metrics(topology, p, run):\n    return {'m': (1.0, 'a' * 100000)}\n\n"
+                    "def bounds(topology, p):\n    return {'b': (1, 'a' * 100000)}\n\n"
+                    "def reference(host, p):\n    return {}\n\n"
+                    "def outputs(host, args, p):\n    return {}\n")
+    code, out, err = cli("run", str(path), "-t", ONE)
+    assert code == 0, err
+    assert "m 1\n" in out and "b bound        1ps =" in out and "a" * 60 in out
