@@ -986,15 +986,36 @@ def run_dask(address: str, spec: Spec, todo: list[Point],
 
 def _worker_context():
     """Workers start from a fresh interpreter (forkserver), one BLAS thread each: N workers
-    on N cores, not N x the BLAS's threads spinning against each other."""
-    import multiprocessing
+    on N cores, not N x the BLAS's threads spinning against each other.
 
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
+    The fork server is multiprocessing's one for the process, which a caller's own
+    forkserver pools share (the API: a notebook, a service). So it is started here, with
+    kernbench preloaded (a worker per point starts in milliseconds; a kernel and the
+    modules it imports are loaded in the worker, and die with it), the thread limits in
+    its environment and Ctrl-C and SIGTERM not blocked (`_submit` blocks them: a server
+    started there kept them blocked for life, and a caller's pool forked from it could
+    not be terminated); then the caller's environment and preload list are put back. A
+    server already running is used as it is. What stays: the server has kernbench
+    imported, the thread limits and Ctrl-C ignored (`kernbench_cli._preload`), and so do
+    the processes it forks until they set their own."""
+    import multiprocessing
+    from multiprocessing import forkserver
+
     context = multiprocessing.get_context("forkserver")
-    # imported once in the fork server, so a worker per point starts in milliseconds; a
-    # kernel and the modules it imports are loaded in the worker, and die with it
-    context.set_forkserver_preload(["kernbench_cli._preload"])
+    server = forkserver._forkserver  # the process's one (multiprocessing's own)
+    preload = list(getattr(server, "_preload_modules", ()))
+    limits = {var: "1" for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                   "MKL_NUM_THREADS") if var not in os.environ}
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        os.environ.update(limits)
+        context.set_forkserver_preload(["kernbench_cli._preload"])
+        forkserver.ensure_running()
+    finally:
+        context.set_forkserver_preload(preload)
+        for var in limits:
+            os.environ.pop(var, None)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     return context
 
 

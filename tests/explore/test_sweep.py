@@ -195,6 +195,29 @@ def test_a_sweep_from_a_script_without_a_main_guard_says_so(tmp_path):
         "processes need: they import the script as they start)"})
 
 
+def test_a_sweep_leaves_the_callers_process_and_fork_server_as_they_were(tmp_path):
+    """kb.sweep set the BLAS thread limits in the caller's environment for good, and the
+    process's one fork server, started while the sweep blocked Ctrl-C and SIGTERM, kept
+    them blocked: the caller's own forkserver pool then could not be terminated (`with
+    Pool()` hung at its end)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "caller.py"
+    script.write_text(
+        "import os, signal, multiprocessing as mp\nimport kernbench_cli as kb\n\n"
+        "def blocked(_):\n    return sorted(int(s) for s in signal.pthread_sigmask("
+        "signal.SIG_BLOCK, []))\n\nif __name__ == '__main__':\n"
+        "    kb.sweep('softmax', params={'rows': [16, 32]}, timing_only=True, jobs=2)\n"
+        "    print(os.environ.get('OMP_NUM_THREADS'))\n"
+        "    with mp.get_context('forkserver').Pool(1) as pool:\n"
+        "        print(pool.map(blocked, [0]))\n")
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=HANG_GUARD_S)
+    assert (done.returncode, done.stdout) == (0, "None\n[[]]\n"), done.stderr
+
+
 #: point 1 kills its worker half a second in, after point 0 has returned
 _dies_late = functools.partial(_dies_once, delay=0.5)
 
