@@ -266,6 +266,13 @@ class _Router:
         return getattr(self._target(), name)
 
 
+#: The one stand-in, for the life of the process: another thread may still be inside
+#: `print()` with it after it leaves sys.stdout (CPython 3.11's `print` holds sys.stdout
+#: borrowed), which with a stand-in made per run and freed as it left crashed the process
+#: (a segmentation fault). Its `stdout` is what it stood in for last.
+_STAND_IN = _Router(None)
+
+
 class _Dropped:
     """A stream that keeps nothing (stderr is None: a GUI's Python, a closed descriptor)."""
 
@@ -289,8 +296,10 @@ def printing_to_stderr():
     with _LOCK:
         _streams_taken()
         if not _ROUTED:
-            _ROUTER.append(_Router(sys.stdout))
-            sys.stdout = _ROUTER[0]
+            if sys.stdout is not _STAND_IN:
+                _STAND_IN.stdout = sys.stdout
+            _ROUTER.append(_STAND_IN)
+            sys.stdout = _STAND_IN
         _ROUTED.add(ident)
     try:
         yield

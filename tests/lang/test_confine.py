@@ -228,3 +228,20 @@ def test_a_thread_entering_while_another_kernel_moved_leaves_the_directory_as_it
     for thread in threads:
         thread.join(30)
     assert os.getcwd() == str(tmp_path)
+
+
+def test_the_stand_in_on_stdout_outlives_every_run():
+    """A thread inside `print()` holds sys.stdout borrowed (CPython 3.11): a stand-in made
+    per run and freed as the run left it crashed the process (a segmentation fault) when
+    another thread printed as a run ended. One stand-in serves every run, and lives on."""
+    import weakref
+
+    from kernbench_cli.lang.confine import printing_to_stderr
+
+    original, seen = sys.stdout, []
+    for _ in range(2):
+        with printing_to_stderr():
+            seen.append(weakref.ref(sys.stdout))
+            assert sys.stdout is not original
+        assert sys.stdout is original
+    assert seen[0]() is not None and seen[0]() is seen[1]()
