@@ -19,18 +19,29 @@ ignored" lines past the one-line error.
 
 Both context managers restore the collector's state on the way out, whatever
 ends the pass (an error, KeyboardInterrupt); they nest, and they leave alone
-a collector the caller disabled or objects the caller froze.
+a collector the caller disabled or objects the caller froze. The collector is the
+process's: threads running passes at once (the API from several threads) share one
+change of each kind, made by the first in and undone by the last out (each thread
+saving and restoring its own left the threshold at 50,000 for good when their blocks
+interleaved).
 """
 
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 #: Objects allocated (and not freed) between young collections in `deferred`: CPython's
 #: default is 700.
 DEFERRED_THRESHOLD = 50_000
+
+_LOCK = threading.Lock()
+#: [blocks inside, whether the collector was on when the first entered] (`paused`)
+_PAUSED: list = [0, False]
+#: [blocks inside, the thresholds and whether it froze, as the first found them] (`deferred`)
+_DEFERRED: list = [0, None, False]
 
 
 @contextmanager
@@ -46,15 +57,21 @@ def paused(collect: bool = True) -> Iterator[None]:
     walking only what the pass made (0.7 s on the 8,192-PE gqa case, against
     about 17 s of collections inside the pass before).
     """
-    enabled = gc.isenabled()
-    gc.disable()
+    with _LOCK:
+        if not _PAUSED[0]:
+            _PAUSED[1] = gc.isenabled()
+            gc.disable()
+        _PAUSED[0] += 1
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
-            if collect:
-                gc.collect(0)
+        with _LOCK:
+            _PAUSED[0] -= 1
+            last = not _PAUSED[0] and _PAUSED[1]
+            if last:
+                gc.enable()
+        if last and collect:
+            gc.collect(0)
 
 
 @contextmanager
@@ -68,14 +85,22 @@ def deferred(threshold: int = DEFERRED_THRESHOLD) -> Iterator[None]:
     objects late. Frozen objects return to the oldest generation on the way
     out; objects the caller froze (``gc.freeze``) stay frozen.
     """
-    thresholds = gc.get_threshold()
-    freeze = gc.isenabled() and gc.get_freeze_count() == 0
-    if freeze:
-        gc.freeze()
-    gc.set_threshold(max(threshold, thresholds[0]), *thresholds[1:])
+    with _LOCK:
+        if not _DEFERRED[0]:
+            thresholds = gc.get_threshold()
+            freeze = gc.isenabled() and gc.get_freeze_count() == 0
+            _DEFERRED[1:] = [thresholds, freeze]
+            if freeze:
+                gc.freeze()
+            gc.set_threshold(max(threshold, thresholds[0]), *thresholds[1:])
+        _DEFERRED[0] += 1
     try:
         yield
     finally:
-        gc.set_threshold(*thresholds)
-        if freeze:
-            gc.unfreeze()
+        with _LOCK:
+            _DEFERRED[0] -= 1
+            if not _DEFERRED[0]:
+                thresholds, freeze = _DEFERRED[1:]
+                gc.set_threshold(*thresholds)
+                if freeze:
+                    gc.unfreeze()

@@ -249,3 +249,38 @@ def test_nesting_past_the_recursion_limit_prints_the_one_line_error_alone(
         _Finalizer.again = False
     gc.collect()
     assert capfd.readouterr().err == ""
+
+
+@pytest.mark.parametrize("manager", ["deferred", "paused"])
+def test_threads_in_the_collectors_blocks_at_once_leave_it_as_it_was(manager):
+    """Two threads enter, the first leaves first: each saving and restoring its own left
+    the threshold at 50,000 (the second saved the first's), or the collector on while the
+    second's pass ran. The first in changes it, the last out puts it back."""
+    import threading
+
+    block = getattr(gc_control, manager)
+    before = (gc.get_threshold(), gc.isenabled())
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    inside = []
+
+    def first() -> None:
+        with block():
+            first_in.set()
+            second_in.wait(10)
+        first_out.set()
+
+    def second() -> None:
+        first_in.wait(10)
+        with block():
+            second_in.set()
+            first_out.wait(10)
+            inside.append((gc.get_threshold(), gc.isenabled()))
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    changed = ((gc_control.DEFERRED_THRESHOLD, *before[0][1:]), True) \
+        if manager == "deferred" else (before[0], False)
+    assert inside == [changed] and (gc.get_threshold(), gc.isenabled()) == before
