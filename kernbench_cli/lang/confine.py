@@ -45,7 +45,7 @@ import threading
 import time
 from contextlib import contextmanager
 
-from kernbench_cli.lang.watchdog import end_now, ends_process
+from kernbench_cli.lang.watchdog import end_now, ends_process, stops_deferred
 
 #: The exit status of a command stopped by Ctrl-C or SIGTERM.
 EXIT_INTERRUPTED = 130
@@ -121,37 +121,46 @@ def confined():
     if ident in _CONFINED:  # nested (a kernel's setup calls into a run): already confined
         yield
         return
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        handler = signal.getsignal(signal.SIGINT)
-        if callable(handler) and handler is not _interrupt_handler:
-            previous = handler
-            signal.signal(signal.SIGINT, _interrupt_handler)
-            _CHAINED.append(handler)
-    with _LOCK:
-        _streams_taken()
-        if not _CONFINED:
-            _install()
-            _CWD[:] = [_cwd()]
-        _CONFINED.add(ident)
-        cwd = _CWD[0]
+    previous = cwd = None
+    entered = False
     try:
+        with stops_deferred() as aside:  # in place whole, or (a stop first) not at all
+            if threading.current_thread() is threading.main_thread():
+                handler = aside.get(signal.SIGINT)
+                if callable(handler) and handler is not _interrupt_handler:
+                    _CHAINED.append(handler)
+                    previous = handler
+                    signal.signal(signal.SIGINT, _interrupt_handler)
+            with _LOCK:
+                _streams_taken()
+                if not _CONFINED:
+                    _install()
+                    _CWD[:] = [_cwd()]
+                _CONFINED.add(ident)
+                entered, cwd = True, _CWD[0]
         yield
     finally:
-        with _LOCK:
-            _CONFINED.discard(ident)
-            if not _CONFINED:
-                _uninstall()
-            _streams_put_back()  # as kernbench has them, whatever the kernel set
-            if not _CONFINED:
-                _CWD.clear()
-                _STOPS[0] = 0
-        if cwd is not None and _cwd() != cwd:
-            with contextlib.suppress(OSError):  # gone since: nowhere to go back to
-                os.chdir(cwd)
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-            _CHAINED.pop()
+        with stops_deferred():  # undone whole: a stop half-way left the guards in place
+            if entered:
+                _leave(ident, cwd)
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+                _CHAINED.pop()
+
+
+def _leave(ident: int, cwd: str | None) -> None:
+    """Thread `ident` leaves `confined` (`cwd`: the directory it goes back to)."""
+    with _LOCK:
+        _CONFINED.discard(ident)
+        if not _CONFINED:
+            _uninstall()
+        _streams_put_back()  # as kernbench has them, whatever the kernel set
+        if not _CONFINED:
+            _CWD.clear()
+            _STOPS[0] = 0
+    if cwd is not None and _cwd() != cwd:
+        with contextlib.suppress(OSError):  # gone since: nowhere to go back to
+            os.chdir(cwd)
 
 
 #: (sys.stdout, sys.stderr) as they were when the first thread entered `confined` or

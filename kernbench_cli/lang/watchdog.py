@@ -339,24 +339,66 @@ def watchdog(progress, limit: float):
         yield
         return
     tick = max(MIN_KERNEL_TIMEOUT, min(0.25, limit / 4)) if limit > 0 else 0.25
-    thread, timer = threading.get_ident(), signal.getitimer(signal.ITIMER_REAL)
-    began = time.monotonic()
-    previous, tracing = signal.signal(signal.SIGALRM, watch), sys.gettrace()
-    if isinstance(previous, _Watch):
-        previous.hold()
+    thread, began, tracing = threading.get_ident(), time.monotonic(), sys.gettrace()
+    previous = timer = _UNSET
     try:  # the first tick may come before the block: it is inside the block's handling
-        signal.setitimer(signal.ITIMER_REAL, tick, tick)
-        if limit > 0:  # kernbench's own thread: `threading.Thread.start` is refused here
-            _thread.start_new_thread(watch.backstop, (thread, tick))
+        with stops_deferred():  # set up whole, or (a stop first) not at all
+            timer = signal.getitimer(signal.ITIMER_REAL)
+            previous = signal.signal(signal.SIGALRM, watch)
+            if isinstance(previous, _Watch):
+                previous.hold()
+            signal.setitimer(signal.ITIMER_REAL, tick, tick)
+            if limit > 0:  # kernbench's own thread: `threading.Thread.start` is refused here
+                _thread.start_new_thread(watch.backstop, (thread, tick))
         yield
     finally:
-        watch.end()
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        sys.settrace(tracing)
-        if isinstance(previous, _Watch):
-            previous.resume()
-            signal.setitimer(signal.ITIMER_REAL, *timer)
-        elif timer[0] > 0:  # the caller's own timer, held meanwhile: what is left, or now
-            left = timer[0] - (time.monotonic() - began)
-            signal.setitimer(signal.ITIMER_REAL, max(left, 1e-6), timer[1])
+        with stops_deferred():  # undone whole: a stop half-way left the watch ticking
+            watch.end()
+            if previous is not _UNSET:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous)
+                sys.settrace(tracing)
+                if isinstance(previous, _Watch):
+                    previous.resume()
+                    signal.setitimer(signal.ITIMER_REAL, *timer)
+                elif timer[0] > 0:  # the caller's own timer, held meanwhile: what is left
+                    left = timer[0] - (time.monotonic() - began)
+                    signal.setitimer(signal.ITIMER_REAL, max(left, 1e-6), timer[1])
+
+
+_UNSET = object()
+
+
+@contextmanager
+def stops_deferred():
+    """Ctrl-C and SIGTERM set aside while the block (on the main thread) puts process-wide
+    state in place or takes it away in several steps, and taken after it, as they would
+    have been, by the handler in place then: called, or the signal sent again to a
+    default one. A stop raised between two steps left the rest undone for good
+    (kernbench's watch on SIGALRM ticking into the caller's code, raising `KernelTimeout`;
+    its Ctrl-C handler). The block may set a handler of its own for either (the one then
+    in place); a handler not set from Python is left alone (and takes a stop at once).
+    Yields the handlers set aside, by signal."""
+    if threading.current_thread() is not threading.main_thread():
+        yield {}
+        return
+    taken: list[int] = []
+
+    def aside(signum, _frame) -> None:
+        taken.append(signum)
+
+    handlers = {signum: signal.signal(signum, aside)
+                for signum in (signal.SIGINT, signal.SIGTERM)
+                if signal.getsignal(signum) is not None}
+    try:
+        yield handlers
+    finally:
+        for signum, handler in handlers.items():
+            if signal.getsignal(signum) is aside:  # the block set none of its own
+                signal.signal(signum, handler)
+        for signum in dict.fromkeys(taken):
+            handler = signal.getsignal(signum)
+            if callable(handler):
+                handler(signum, sys._getframe())
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), signum)

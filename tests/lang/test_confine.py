@@ -245,3 +245,27 @@ def test_the_stand_in_on_stdout_outlives_every_run():
             assert sys.stdout is not original
         assert sys.stdout is original
     assert seen[0]() is not None and seen[0]() is seen[1]()
+
+
+def test_a_stop_while_confinement_is_put_in_place_leaves_nothing_behind(monkeypatch):
+    """A Ctrl-C landing as `confined` put its guards in place skipped the rest, and its
+    end: the guards (on `threading.Thread.start`, `os.fork`, `os._exit`) and kernbench's
+    Ctrl-C handler stayed, for the caller's own code. The stop is taken once the guards
+    are in place, inside the block's handling, which takes them away."""
+    import os
+    import signal
+
+    from kernbench_cli.lang import confine
+
+    before = (signal.getsignal(signal.SIGINT), threading.Thread.start, os.fork)
+    install = confine._install
+
+    def interrupted_install() -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        install()
+
+    monkeypatch.setattr(confine, "_install", interrupted_install)
+    with pytest.raises(KeyboardInterrupt), confine.confined():
+        pass
+    assert (signal.getsignal(signal.SIGINT), threading.Thread.start, os.fork) == before
+    assert not confine._CONFINED and not confine._CHAINED

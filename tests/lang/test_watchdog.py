@@ -233,3 +233,35 @@ def test_the_thread_behind_the_timer_raises_again_a_grace_later_not_each_tick(mo
         _spin_until(lambda: False, 10.0)
     raised.append(time.monotonic())
     assert len(raised) == 2 and 0.25 <= raised[1] - raised[0] < 5.0
+
+
+@pytest.mark.parametrize("where", ["setting up", "taking down"])
+def test_a_stop_mid_way_through_the_watchs_steps_leaves_nothing_behind(monkeypatch, where):
+    """A Ctrl-C landing between the watch's steps (here: as it arms or disarms the interval
+    timer) skipped the rest: kernbench's watch stayed on SIGALRM with its timer ticking,
+    and raised `KernelTimeout` into the caller's code ever after. The stop is taken once
+    the steps are done, and everything is as it was."""
+    import os
+    import signal
+
+    from kernbench_cli.lang import watchdog as watching
+
+    before = (signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL))
+    real = signal.setitimer
+    sent = []
+
+    def setitimer(which, seconds, interval=0.0):
+        if (seconds > 0) == (where == "setting up") and not sent:
+            sent.append(signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)  # taken at the next bytecode
+            _spin_until(lambda: False, 0.01)
+        return real(which, seconds, interval)
+
+    monkeypatch.setattr(signal, "setitimer", setitimer)
+    with pytest.raises(KeyboardInterrupt), watching.watchdog(None, 1.0):
+        _spin_until(lambda: False, 0.05)
+    monkeypatch.undo()
+    handler, (left, interval) = signal.getsignal(signal.SIGALRM), \
+        signal.getitimer(signal.ITIMER_REAL)
+    assert sent and (handler, interval) == (before[0], before[1][1])
+    assert before[1][0] - 5 < left <= before[1][0]  # the caller's own (pytest-timeout's), or 0

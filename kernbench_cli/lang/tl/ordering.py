@@ -55,6 +55,8 @@ class Ordering(Core):
             raise KernelError("the kernel reads a tensor value, which --timing-only does not "
                               "compute")
         self._emit(READ, self._own(x, "Tensor.numpy").cmd, NONE, 0, 0, depth=3)
-        value = as_dtype(x.value, x.dtype).view()
-        value.flags.writeable = False
+        value = as_dtype(x.value, x.dtype)
+        if isinstance(value, np.ndarray):  # a scalar cannot be written through
+            value = value.view()
+            value.flags.writeable = False
         return value
