@@ -247,6 +247,10 @@ class _Watch:
         self.next_read = 0.0  # when `short_of_memory` next reads what is left
         self.ended, self.lock = threading.Event(), threading.Lock()
         self.held = False  # a block inside this one has the timer
+        #: a stop raised in the block: progress after it does not count (a kernel that
+        #: took it and issued a command each time ran for ever, each stop starting the
+        #: clock again)
+        self.stopped = False
 
     def hold(self) -> None:
         """A block inside this one takes the timer: this one's clock stops."""
@@ -260,7 +264,7 @@ class _Watch:
     def stalled(self) -> float:
         """Seconds since the progress last moved."""
         now, count = time.monotonic(), self.progress()
-        if count != self.count:
+        if count != self.count and not self.stopped:
             self.count, self.since = count, now
         return now - self.since
 
@@ -281,6 +285,7 @@ class _Watch:
         exc = self.short_of_memory()
         if exc is None and self.limit > 0 and self.stalled() >= self.limit:
             exc = KernelTimeout(self.limit)
+            self.stopped = True
         if exc is None:
             return
         outside = _outside_finalisers(frame)

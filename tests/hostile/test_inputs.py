@@ -347,6 +347,22 @@ for name, (_, code, says) in TWO_PES.items():
 for name, (_, code, says) in SPINS.items():
     case(f"kernel-spin_{name}", ("run", f"{{kernel:spin_{name}}}", "-t", ONE, "--kernel-timeout",
                                  "0.2"), code, says)
+#: a kernel that takes its PE's failure and tries again: each try appended a command past
+#: the limit (15 GB after minutes) or failed TCM again, and each counted as progress
+RETRIES = {
+    "retries_past_the_command_limit": (
+        BASE + "def kernel(tl, x, n):\n    while True:\n        try:\n            tl.cycles(1)"
+        "\n        except Exception:\n            pass\n", 1,
+        ":15: PE (rack=0 sip=0 cube=0 pe=0): the kernel issued more than 100 commands"),
+    "retries_a_full_tcm": (
+        BASE + "def kernel(tl, x, n):\n    while True:\n        try:\n            tl.zeros("
+        "(1024, 1024))\n        except Exception:\n            pass\n", 1,
+        ":15: PE (rack=0 sip=0 cube=0 pe=0) at t=4ns: tensors overflow TCM"),
+}
+KERNELS.update(RETRIES)
+for name, (_, code, says) in RETRIES.items():
+    case(f"kernel-{name}", ("run", f"{{kernel:{name}}}", "-t", ONE, "--max-commands", "100"),
+         code, says)
 # timing only refuses what a run with values does
 for name in ("kernel_full_string", "kernel_full_huge"):
     case(f"kernel-{name}-timing-only", ("run", f"{{kernel:{name}}}", "-t", ONE,

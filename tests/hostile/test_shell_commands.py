@@ -189,6 +189,13 @@ for name, body, says in [
 ]:
     case(f"kernel-{name}", "K run ./k.py -t ONE", 1, "^error: ./" + says,
          files={"k.py": kernel_source(body)}, timeout=30)
+# a kernel that takes each stop and issues a command: each one started the clock again, and
+# it ran for ever (663 s, then a second SIGTERM)
+case("kernel-takes-the-stop-and-issues", "K run ./k.py -t ONE --kernel-timeout 0.5", 1,
+     r"^error: .*k\.py:\d+: no progress for 0\.5 s of wall-clock time, and the code took every "
+     r"stop", files={"k.py": kernel_source(
+         "    while True:\n        try:\n            while True:\n                pass\n"
+         "        except BaseException:\n            tl.cycles(1)")}, timeout=60)
 case("kernel-thread-at-import", "K run ./k.py -t ONE", 2,
      r"^error: \./k\.py:3: loading the kernel failed: a kernel may not start a thread",
      files={"k.py": kernel_source("    pass").replace(

@@ -54,6 +54,14 @@ if TYPE_CHECKING:
     from kernbench_cli.hw.system import System
 
 
+class PeFailed(BaseException):
+    """A `tl` call of a PE that has failed already (TCM full, the command limit): the kernel
+    took that failure and carried on, but its PE issues nothing more, and the run reports
+    the first failure. Not an `Exception`, so that a kernel's ``except Exception`` retry
+    loop ends there: retrying, each call appended a command past the limit (15 GB and
+    minutes after `--max-commands 1000`) or failed TCM again, without end."""
+
+
 class CommandLimit(KernelError):
     """The kernel issued more than `--max-commands` commands (on the PE that issued the one
     too many, and on every PE after it)."""
@@ -133,6 +141,7 @@ class Core:
         self._pinned = 0  # inside a `library_call`: the kernel line of its commands
         self._take = None  # the repetition `tl.repeat` records, while it runs
         self._copying = False  # whether `tl.repeat` copies a repetition (and may wait in it)
+        self._failed = False  # the PE has failed (`_lasting`): it issues nothing more
         self._repeats: dict = {}  # `tl.repeat`'s records, by key
         self._held: dict = {}  # the dicts `tl.repeat` keys by identity, by id
 
@@ -143,6 +152,8 @@ class Core:
         kernel and here on this path (frames cost time to look at)."""
         if self._hub.current is not self._thread:
             raise self._foreign()
+        if self._failed:
+            raise self._done()
         rows = self._rows
         i = len(rows) // _ROW_BYTES
         rows += _PACK(op, a, b, size, arg, src, block,
@@ -164,6 +175,8 @@ class Core:
         the call if TCM is full. Either error leaves the command in the stream as it was
         issued, with no TCM of its own (the command limit: `_emit` raises)."""
         launch = self._launch
+        if self._failed:
+            raise self._done()
         try:
             tcm = self._tcm.alloc(nbytes, what) if launch.commands < launch.max_commands \
                 else NONE
@@ -187,7 +200,13 @@ class Core:
         """`exc`, raised by a call that leaves its command `i` in the stream: the PE's
         failure (`Launch.failed`) whether or not the kernel takes it."""
         self._launch.failed.setdefault(self._pid, (exc, i))
+        self._failed = True
         return exc
+
+    def _done(self) -> PeFailed:
+        """The error of a command after the PE's failure (`PeFailed`)."""
+        return PeFailed(f"the PE failed before ({self._launch.failed[self._pid][0]}), and "
+                        "the kernel carried on: it issues no more commands")
 
     def _result(self, i: int, shape: tuple[int, ...], dt: np.dtype, value: np.ndarray | None,
                 what: str) -> Tensor:
