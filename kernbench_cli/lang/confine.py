@@ -37,10 +37,12 @@ threads print where it went.
 from __future__ import annotations
 
 import _thread
+import atexit
 import contextlib
 import os
 import signal
 import sys
+import sysconfig
 import threading
 import time
 from contextlib import contextmanager
@@ -68,10 +70,13 @@ _PATCHED: list[tuple[object, str, object, object]] = []
 
 
 def _guard(original, refuse):
-    """`original`, refused (`refuse` gives the message) in a confined thread."""
+    """`original`, refused (`refuse` gives the message; None: allowed here) in a confined
+    thread."""
     def guarded(*args, **kwargs):
         if threading.get_ident() in _CONFINED:
-            raise KernelMisuse(refuse(*args))
+            message = refuse(*args)
+            if message is not None:
+                raise KernelMisuse(message)
         return original(*args, **kwargs)
 
     guarded.__wrapped__ = original
@@ -88,12 +93,27 @@ def _refusals() -> list[tuple[object, str, object]]:
             f"the kernel called os._exit({status!r}): it would end kernbench with no "
             "report")),
     ]
+    out.append((atexit, "register", lambda *_: None if _from_a_library(sys._getframe(2)) else (
+        "a kernel may not register an exit handler (atexit): it would run after kernbench's "
+        "report, outside the run (one that never returned kept the process alive)")))
     for name in ("fork", "forkpty"):
         if hasattr(os, name):
             out.append((os, name, lambda *_, name=name: (
                 f"the kernel called os.{name}(): the child would carry on with the run "
                 "(and print its report again)")))
     return out
+
+
+#: where the standard library and installed packages live: their code may register exit
+#: handlers as a kernel imports them (`logging` does)
+_LIBRARIES = tuple(os.path.abspath(root) + os.sep for root in dict.fromkeys(
+    sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")))
+
+
+def _from_a_library(frame) -> bool:
+    """Whether `frame`'s code is the standard library's or an installed package's."""
+    file = frame.f_code.co_filename if frame is not None else ""
+    return file.startswith("<frozen ") or os.path.abspath(file).startswith(_LIBRARIES)
 
 
 def _install() -> None:

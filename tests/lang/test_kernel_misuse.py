@@ -74,6 +74,18 @@ def test_a_repeat_body_that_would_run_nothing_is_an_error(cli, tmp_path, head, w
                    "plain function\n")
 
 
+def test_a_kernel_may_not_register_an_exit_handler(cli, tmp_path):
+    """An exit handler runs after the report, outside the run: one that never returned kept
+    the process alive after its report, SIGTERM or not. Libraries the kernel imports may
+    register theirs."""
+    path = _kernel(tmp_path, "import atexit\n\ndef kernel(tl):\n    atexit.register(print)")
+    code, out, err = cli("run", str(path), "-t", test_topology("pair"))
+    assert (code, out) == (1, "")
+    assert err == (f"error: {path}:9: PE (rack=0 sip=0 cube=0 pe=0) at t=0ns: a kernel may not "
+                   "register an exit handler (atexit): it would run after kernbench's report, "
+                   "outside the run (one that never returned kept the process alive)\n")
+
+
 def test_a_value_read_is_read_only(cli, tmp_path):
     """`numpy()` was the tensor's own values: a ReLU done in numpy on it, then stored,
     verified as the kernel's output with no command timed for it."""
