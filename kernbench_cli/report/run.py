@@ -292,6 +292,15 @@ def lower_bound_text(result: RunResult) -> str:
             f"(analytic){over}")
 
 
+def shortcuts_text(repeats: dict[str, int]) -> str:
+    """How many repetitions of a `tl.repeat` body a timing-only run copied, not ran: a body
+    whose commands differ in a later repetition (a global it reads) breaks the contract,
+    and only `--no-shortcuts` would show it."""
+    total = sum(repeats.values())
+    return (f"{repeats['copied']:,} of {total:,} repetitions of a tl.repeat body copied, "
+            "not run (each alike to two before it; --no-shortcuts runs every one)")
+
+
 def summary(result: RunResult) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
@@ -322,6 +331,8 @@ def summary(result: RunResult) -> Table:
         *([("energy", energy_text(result))] if result.energy is not None else []),
         ("simulated", f"{result.commands:,} commands in {result.wall_s:.2f} s wall "
                       f"({rate:,.0f} commands/s)"),
+        *([("shortcuts", shortcuts_text(result.repeats))] if result.repeats.get("copied")
+          else []),
     ]
     at = next(i for i, (key, _) in enumerate(rows) if key == "latency") + 1
     for name, (ps, how) in sorted(result.bounds.items()):

@@ -175,6 +175,22 @@ def test_cli_json_is_the_same_with_and_without_shortcuts(cli):
     assert outs[0] == outs[1]
 
 
+def test_the_summary_says_how_many_repetitions_were_copied(cli):
+    """Copies of a body whose commands differ later in a way its key cannot see would be
+    wrong, and only --no-shortcuts shows it: the summary says how many repetitions were
+    copied (16 PEs x 6 layers: on each PE three recorded, two proven alike, the last
+    copied), and says nothing where none were."""
+    base = ("run", str(TESTS / "kernels" / "repeated.py"))
+    code, out, err = cli(*base, "--timing-only")
+    assert code == 0, err
+    line = " ".join(out.split("shortcuts", 1)[1].split()).split(" Engines")[0]
+    assert line == ("16 of 96 repetitions of a tl.repeat body copied, not run (each alike "
+                    "to two before it; --no-shortcuts runs every one)")
+    for flags in (("--timing-only", "--no-shortcuts"), ()):
+        code, out, err = cli(*base, *flags)
+        assert code == 0 and "\nshortcuts" not in out, err
+
+
 def test_api_takes_shortcuts_as_a_bool():
     import kernbench_cli as kb
 
