@@ -70,6 +70,11 @@ class ReadOnly(Mapping):
     def __reduce__(self) -> tuple:
         return ReadOnly, (dict(self._data),)
 
+    # hashable as the frozen results that hold it are (as a `frozenset` of its items; a
+    # Mapping equals another of the same items, dict or not, so a dict's items hash alike)
+    def __hash__(self) -> int:
+        return hash(frozenset(self._data.items()))
+
     # a changed copy, as `MappingProxyType` gives: a dict (`prev.params | {"rows": 16}`)
     def copy(self) -> dict:
         return dict(self._data)

@@ -851,3 +851,21 @@ def test_a_run_that_fails_with_a_pe_waiting_frees_its_system(kernel):
     while systems() != before and time.monotonic() < guard:
         time.sleep(0.05)
     assert systems() == before
+
+
+def test_state_a_kernel_leaves_on_its_tl_class_dies_with_the_run():
+    """`tests/kernels/leaky.py` counts its runs on `type(tl)` and waits 1000 cycles more each
+    run: in one process the runs drifted (1, 17, 33 us), where a fresh process (the CLI, a
+    sweep's point) gives 1 us every time. Each launch has a `tl` class of its own."""
+    kernel = TESTS / "kernels" / "leaky.py"
+    assert [kb.run(kernel, topology=ONE, timing_only=True).latency_ps for _ in range(3)] == \
+        [1_000_000] * 3
+
+
+def test_results_hash_as_they_compare():
+    """`hash(result)` raised "unhashable type: 'ReadOnly'" (a frozen dataclass promises a
+    hash): a result as a dict key or in a set, in a sweep driver. Equal results hash alike."""
+    first, again = (kb.run("softmax", topology=ONE, timing_only=True) for _ in range(2))
+    other = kb.run("softmax", topology=ONE, timing_only=True, set={"pe.math.lanes": 8})
+    assert first == again and hash(first) == hash(again) and len({first, again, other}) == 2
+    assert hash(kb.bounds("all_reduce")) == hash(kb.bounds("all_reduce"))

@@ -70,7 +70,10 @@ def functional_pass(launch: Launch, kernel: Callable[[TL], None],
     with gc_control.deferred():
         hub = launch.hub
         threads = [hub.thread(pid) for pid in range(len(launch.system.pes))]
-        tls = [TL(launch, pid, thread) for pid, thread in enumerate(threads)]
+        # a class of the launch's own: what a kernel sets on `type(tl)` dies with the run
+        # (one process runs kernel after kernel: the API, a notebook)
+        own = type("TL", (TL,), {"__module__": TL.__module__, "__doc__": TL.__doc__})
+        tls = [own(launch, pid, thread) for pid, thread in enumerate(threads)]
         with guard or nullcontext():
             hub.run(threads, [(lambda tl=tl: kernel(tl)) for tl in tls])
         if any(tl._copying and tl._thread.waiting for tl in tls):
