@@ -176,7 +176,7 @@ KERNELS = {  # name: (source, exit code, what the error says)
     "kernel_overflow": (BASE + "def kernel(tl, x, n):\n    tl.cycles(10**30)\n", 1, ""),
     # a bool is no PE, count, axis or size (True was PE 1, one cycle, a size of 1)
     "cycles_bool": (BASE + "def kernel(tl, x, n):\n    tl.cycles(True)\n", 1,
-                    "tl.cycles expects an integer from 0 to 2^62, got True"),
+                    "tl.cycles expects an integer from 0 to 2^62 - 1, got True"),
     "program_id_bool": (BASE + "def kernel(tl, x, n):\n    tl.program_id(True)\n", 1,
                         "axis must be 0 (PE in cube), 1 (cube in SIP) or 2 (SIP)"),
     "shape_bool": (BASE + "def kernel(tl, x, n):\n    tl.load(tl.shard(x), (True,), 'f32')\n",

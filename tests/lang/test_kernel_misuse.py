@@ -168,8 +168,8 @@ def test_a_bool_is_no_pe_index(cli, tmp_path):
                     "def kernel(tl, x):\n    tl.load(tl.shard(x, pid=True), (4,), 'f32')"
                     + TAIL)
     code, _, err = cli("run", str(path), "-t", test_topology("pair"), "--timing-only")
-    assert (code, err) == (1, f"error: {path}:8: PE (rack=0 sip=0 cube=0 pe=0) at t=0ns: PE "
-                              "index True does not exist (0..1)\n")
+    assert (code, err) == (1, f"error: {path}:8: PE (rack=0 sip=0 cube=0 pe=0) at t=0ns: a PE "
+                              "index is an int, not True (bool)\n")
 
 
 @pytest.mark.parametrize(("line", "message"), [

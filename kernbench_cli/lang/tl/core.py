@@ -28,7 +28,7 @@ import numpy as np
 from kernbench_cli.address.allocator import FreeListPool
 from kernbench_cli.address.physaddr import PeCoord
 from kernbench_cli.config.units import format_size
-from kernbench_cli.errors import AddressError, KernelError
+from kernbench_cli.errors import AddressError, KernelError, clip
 from kernbench_cli.lang import DEFAULT_MAX_COMMANDS
 from kernbench_cli.lang.bridge import Hub, PeThread
 from kernbench_cli.lang.memory import Memory
@@ -267,7 +267,9 @@ class Core:
 
     def _coord_of(self, pid: int) -> PeCoord:
         coords = self._launch.system.coords
-        if not isinstance(pid, int) or pid.__class__ is bool or not 0 <= pid < len(coords):
+        if not isinstance(pid, int) or pid.__class__ is bool:
+            raise KernelError(f"a PE index is an int, not {clip(pid)} ({type(pid).__name__})")
+        if not 0 <= pid < len(coords):
             raise KernelError(f"PE index {pid!r} does not exist (0..{len(coords) - 1})")
         return coords[pid]
 

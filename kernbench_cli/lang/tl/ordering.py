@@ -44,7 +44,7 @@ class Ordering(Core):
     def cycles(self, n: int) -> None:
         """Spend `n` PE_CPU cycles (explicit CPU time)."""
         if not isinstance(n, int) or n.__class__ is bool or not 0 <= n < 2**62:
-            raise KernelError(f"tl.cycles expects an integer from 0 to 2^62, got {clip(n)}")
+            raise KernelError(f"tl.cycles expects an integer from 0 to 2^62 - 1, got {clip(n)}")
         self._emit(CYCLES, NONE, NONE, 0, n)
 
     def _read(self, x: Tensor) -> np.ndarray:
