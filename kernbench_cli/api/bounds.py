@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernbench_cli.api.result import ReadOnly, check_fields, frozen, json_copy
+from kernbench_cli.api.result import MADE, ReadOnly, check_fields, frozen, json_copy, sealed
 from kernbench_cli.config.schema import Topology
 from kernbench_cli.lang.watchdog import holds_caller_timer
 
@@ -51,6 +51,10 @@ class Bounds:
     #: the kernbench that stated them (its model is in its code: empty before it was kept)
     kernbench_version: str = ""
     _json: str = field(default="{}", repr=False)
+    _made: Any = field(default=None, repr=False, compare=False)  # `sealed`
+
+    def __post_init__(self) -> None:
+        sealed(self, "Bounds.from_dict(data)")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Bounds:
@@ -59,8 +63,9 @@ class Bounds:
         type)."""
         data, text = json_copy(data, "Bounds.from_dict")
         check_fields(cls, data, "", "Bounds.from_dict")
-        names = {f.name for f in fields(cls)} - {"_json"}
-        return cls(**{k: frozen(v) for k, v in data.items() if k in names}, _json=text)
+        names = {f.name for f in fields(cls)} - {"_json", "_made"}
+        return cls(**{k: frozen(v) for k, v in data.items() if k in names}, _json=text,
+                   _made=MADE)
 
     def __repr__(self) -> str:
         return (f"Bounds(kernel={self.kernel!r}, topology={self.topology!r}, "

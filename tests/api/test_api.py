@@ -112,7 +112,8 @@ def test_a_result_changed_by_dataclasses_replace_is_refused():
             (result, "Result.from_dict(data)", {"verified": False}),
             (sweep, "SweepResult.from_rows(kernel, axes, rows) or kb.load_sweep",
              {"points": ()}),
-            (comparison, "kb.compare", {"runs": ("a", "b")})):
+            (comparison, "kb.compare", {"runs": ("a", "b")}),
+            (kb.bounds("all_reduce"), "Bounds.from_dict(data)", {"lower_bound_ps": 1})):
         with pytest.raises(errors.ArgumentError) as info:
             dataclasses.replace(made, **changes)
         assert str(info.value) == (
