@@ -257,15 +257,20 @@ def test_a_stop_while_confinement_is_put_in_place_leaves_nothing_behind(monkeypa
 
     from kernbench_cli.lang import confine
 
-    before = (signal.getsignal(signal.SIGINT), threading.Thread.start, os.fork)
     install = confine._install
 
     def interrupted_install() -> None:
         os.kill(os.getpid(), signal.SIGINT)
         install()
 
-    monkeypatch.setattr(confine, "_install", interrupted_install)
-    with pytest.raises(KeyboardInterrupt), confine.confined():
-        pass
-    assert (signal.getsignal(signal.SIGINT), threading.Thread.start, os.fork) == before
-    assert not confine._CONFINED and not confine._CHAINED
+    # Python's own Ctrl-C handler: a run in the background of a script has it ignored
+    interrupts = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        before = (signal.getsignal(signal.SIGINT), threading.Thread.start, os.fork)
+        monkeypatch.setattr(confine, "_install", interrupted_install)
+        with pytest.raises(KeyboardInterrupt), confine.confined():
+            pass
+        after = (signal.getsignal(signal.SIGINT), threading.Thread.start, os.fork)
+    finally:
+        signal.signal(signal.SIGINT, interrupts)
+    assert after == before and not confine._CONFINED and not confine._CHAINED

@@ -257,10 +257,15 @@ def test_a_stop_mid_way_through_the_watchs_steps_leaves_nothing_behind(monkeypat
             _spin_until(lambda: False, 0.01)
         return real(which, seconds, interval)
 
-    monkeypatch.setattr(signal, "setitimer", setitimer)
-    with pytest.raises(KeyboardInterrupt), watching.watchdog(None, 1.0):
-        _spin_until(lambda: False, 0.05)
-    monkeypatch.undo()
+    # Python's own Ctrl-C handler: a run in the background of a script has it ignored
+    interrupts = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        monkeypatch.setattr(signal, "setitimer", setitimer)
+        with pytest.raises(KeyboardInterrupt), watching.watchdog(None, 1.0):
+            _spin_until(lambda: False, 0.05)
+        monkeypatch.undo()
+    finally:
+        signal.signal(signal.SIGINT, interrupts)
     handler, (left, interval) = signal.getsignal(signal.SIGALRM), \
         signal.getitimer(signal.ITIMER_REAL)
     assert sent and (handler, interval) == (before[0], before[1][1])
