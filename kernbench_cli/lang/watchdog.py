@@ -106,16 +106,26 @@ def end_now(line: str, code: int) -> None:
 def _where(frame) -> str:
     """The innermost frame of `frame`'s stack outside kernbench, the standard library and
     installed packages (the kernel's code, as it runs; a wheel's shipped kernels count
-    as the kernel's), as ``path:line``; ``?`` if none."""
+    as the kernel's), as ``path:line`` (relative to the working folder where it lies
+    inside it, as a kernel given by a relative path is shown); ``?`` if none."""
     package = Path(__file__).resolve().parent.parent
     ours = (f"{package}{os.sep}", f"{Path(os.__file__).resolve().parent}{os.sep}", "<")
     shipped = f"{package / '_data'}{os.sep}"
     while frame is not None:
         name = frame.f_code.co_filename
         if name.startswith(shipped) or not (name.startswith(ours) or "site-packages" in name):
-            return f"{name}:{frame.f_lineno}"
+            return f"{_near(name)}:{frame.f_lineno}"
         frame = frame.f_back
     return "?"
+
+
+def _near(path: str) -> str:
+    """`path` relative to the working folder if it lies inside it; else as it is."""
+    try:
+        near = os.path.relpath(path)
+    except (OSError, ValueError):  # no working folder (deleted)
+        return path
+    return path if near.startswith(os.pardir) else near
 
 
 class MemoryLow(MemoryError):
