@@ -344,7 +344,7 @@ class Result:
         if self.verified is False:
             checks = self.raw.checks if self.raw is not None else [
                 c for c in self.checks if c.kind == "verification"]
-            raise VerificationError(verification_failure(checks))
+            raise VerificationError(verification_failure(self.kernel, checks))
 
     def tables(self) -> dict[str, list[dict[str, Any]]]:
         """The result as tables of records (lists of dicts), the rows of `to_pandas()`:
@@ -494,13 +494,14 @@ def _arguments(inner: str) -> list[str]:
     return [*out, inner[start:].strip()]
 
 
-def verification_failure(checks) -> str:
-    """The message of a failed verification: each failing output, its error and tolerance
-    (an error that is not a number, None in the JSON, shows as nan)."""
+def verification_failure(kernel: str, checks) -> str:
+    """The message of a failed verification of `kernel`'s outputs: each failing output,
+    its error and tolerance (an error that is not a number, None in the JSON, shows as
+    nan)."""
     def err(value: float | None) -> float:
         return float("nan") if value is None else value
 
-    return "verification failed: " + "; ".join(
+    return f"{kernel}: verification failed: " + "; ".join(
         f"{c.name} max |err| {err(c.max_abs_err):.3g} exceeds atol {c.atol:g} + rtol {c.rtol:g}"
         for c in checks if not c.passed)
 

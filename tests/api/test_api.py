@@ -584,6 +584,8 @@ def test_a_failed_verification_keeps_its_result(tmp_path):
     with pytest.raises(errors.VerificationError) as raised:
         kb.run(wrong, topology=ONE)
     assert raised.value.result.verified is False
+    assert str(raised.value) == ("wrong: verification failed: out max |err| 1 exceeds atol 1e-05 "
+                                 "+ rtol 1e-05")
     unchecked = kb.run(wrong, topology=ONE, check=False)
     assert unchecked.checks[0].max_abs_err == 1.0 and not unchecked.checks[0].passed
 
