@@ -93,7 +93,8 @@ def _refusals() -> list[tuple[object, str, object]]:
             f"the kernel called os._exit({status!r}): it would end kernbench with no "
             "report")),
     ]
-    out.append((atexit, "register", lambda *_: None if _from_a_library(sys._getframe(2)) else (
+    out.append((atexit, "register", lambda *_: None if in_a_library(
+        sys._getframe(2).f_code.co_filename) else (
         "a kernel may not register an exit handler (atexit): it would run after kernbench's "
         "report, outside the run (one that never returned kept the process alive)")))
     for name in ("fork", "forkpty"):
@@ -104,15 +105,15 @@ def _refusals() -> list[tuple[object, str, object]]:
     return out
 
 
-#: where the standard library and installed packages live: their code may register exit
-#: handlers as a kernel imports them (`logging` does)
+#: where the standard library and installed packages live (`in_a_library`): their code may
+#: register exit handlers as a kernel imports them (`logging` does), and their modules
+#: stay imported between kernels (`sim.kernels`)
 _LIBRARIES = tuple(os.path.abspath(root) + os.sep for root in dict.fromkeys(
     sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")))
 
 
-def _from_a_library(frame) -> bool:
-    """Whether `frame`'s code is the standard library's or an installed package's."""
-    file = frame.f_code.co_filename if frame is not None else ""
+def in_a_library(file: str) -> bool:
+    """Whether code from `file` is the standard library's or an installed package's."""
     return file.startswith("<frozen ") or os.path.abspath(file).startswith(_LIBRARIES)
 
 

@@ -58,7 +58,6 @@ import importlib.util
 import math
 import os
 import sys
-import sysconfig
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
@@ -77,7 +76,13 @@ from kernbench_cli.fileio import (
     plain_number,
     unchanged_files,
 )
-from kernbench_cli.lang.confine import Interrupted, KernelMisuse, confined, printing_to_stderr
+from kernbench_cli.lang.confine import (
+    Interrupted,
+    KernelMisuse,
+    confined,
+    in_a_library,
+    printing_to_stderr,
+)
 from kernbench_cli.lang.watchdog import KernelTimeout, hook_watch
 from kernbench_cli.shipped import data_dir
 
@@ -266,15 +271,8 @@ def _from(folder: str, name: str, file: str) -> bool:
 def _kept(module: ModuleType) -> bool:
     """The standard library's, installed packages' and kernbench's own modules."""
     file = getattr(module, "__file__", None)
-    if module.__name__.partition(".")[0] == "kernbench_cli" or not isinstance(file, str):
-        return True
-    return any(os.path.abspath(file).startswith(os.path.abspath(root) + os.sep)
-               for root in _LIBRARY_ROOTS)
-
-
-#: where the standard library and installed packages live
-_LIBRARY_ROOTS = tuple(dict.fromkeys(
-    sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")))
+    return module.__name__.partition(".")[0] == "kernbench_cli" or \
+        not isinstance(file, str) or in_a_library(file)
 
 
 def _digest_of(kernel: str, helpers: dict[str, str]) -> str:
