@@ -96,6 +96,8 @@ PARAMS = {
 }
 #: -p model or -p config, not both (the one given is the model; the other reads empty)
 ONE_OF = (("model", "config"),)
+#: a prefill's pass size and a request's length mean something only with a prompt
+NEEDS = {"chunk": "prompt", "new_tokens": "prompt"}
 #: -p config names a file the kernel reads
 FILES = ("config",)
 #: The tokens are the logits' argmax: a near-tie in the reference may go either way

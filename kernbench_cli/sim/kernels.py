@@ -38,6 +38,10 @@ A kernel module defines:
     ``{output: (atol, rtol)}`` for this run, over `TOLERANCE`: a tolerance that depends
     on the parameters (a decoder's hidden states, whose rounding differences from the
     reference grow with depth); checked as `TOLERANCE` is.
+``NEEDS`` (optional)
+    ``{param: other}``: a parameter used only when `other` reads non-empty (not 0, "" or
+    false), as a request's `new_tokens` needs a `prompt`: given while `other` is empty,
+    it is refused, as it would change nothing the run reports.
 ``FILES`` (optional)
     ``(name, …)``: str parameters whose value is a file the kernel reads (a model's
     config.json); a run records each one's digest and reports no result if it changed
@@ -116,6 +120,11 @@ class KernelModule:
         """Groups of parameters of which a run is given at most one (`ONE_OF`: a shipped
         model or a config file); those of a group not given then read empty."""
         return getattr(self.module, "ONE_OF", ())
+
+    @property
+    def needs(self) -> dict[str, str]:
+        """The parameters used only when another reads non-empty, by parameter (`NEEDS`)."""
+        return getattr(self.module, "NEEDS", {})
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -352,6 +361,10 @@ def _check_module(module: ModuleType, shown: str) -> None:
     for name, info in table("PARAM_INFO", "description or (description, unit)").items():
         if not isinstance(info, str) and not (isinstance(info, tuple) and len(info) == 2):
             raise bad(f"PARAM_INFO[{name!r}] must be a description or (description, unit)")
+    for name, other in table("NEEDS", "the parameter it needs").items():
+        if not isinstance(other, str) or other not in params or other == name:
+            raise bad(f"NEEDS[{name!r}] must name another parameter in PARAMS, not "
+                      f"{clip(other)}")
     files = getattr(module, "FILES", ())
     if not isinstance(files, (tuple, list)) or not all(
             isinstance(name, str) and isinstance(params.get(name), str) for name in files):
@@ -436,6 +449,10 @@ def parse_params(kernel: KernelModule, overrides: list[str],
                              "what the run is of); give only one")
         if named:  # the others do not describe this run
             params.update({name: type(params[name])() for name in group if name != named[0]})
+    for name, other in kernel.needs.items():
+        if name in given and not params[other]:
+            raise ParamError(f"parameter {name}: used only with {other} (here "
+                             f"{params[other]!r}); given without it, it would change nothing")
     return params
 
 

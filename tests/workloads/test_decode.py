@@ -106,6 +106,19 @@ def test_a_model_and_a_config_together_are_refused_and_a_config_alone_names_no_m
         ("", str(config))
 
 
+@pytest.mark.parametrize("name", ["new_tokens=5", "chunk=8"])
+def test_a_request_parameter_without_a_prompt_is_refused(cli, name):
+    """`new_tokens` and `chunk` mean something only with a prompt (`NEEDS`): given without
+    one, the run would report the configuration as if they shaped it."""
+    code, _, err = cli("run", "llama_decode", "--timing-only", "-p", name)
+    key = name.partition("=")[0]
+    assert (code, err) == (2, f"error: parameter {key}: used only with prompt (here 0); "
+                              "given without it, it would change nothing\n")
+    code, _, err = cli("run", "llama_decode", "--timing-only", "-p", "layers=1", "-p", name,
+                       "-p", "prompt=8")
+    assert code == 0, err
+
+
 @pytest.mark.parametrize("flag", ["--timing-only", "--bounds-only"])
 def test_an_empty_config_is_bad_input(cli, flag):
     """`-p config=` blanks the model (it is the alternative) and names no file: it was a
