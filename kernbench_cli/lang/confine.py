@@ -41,6 +41,7 @@ import atexit
 import contextlib
 import os
 import signal
+import site
 import sys
 import sysconfig
 import threading
@@ -109,7 +110,9 @@ def _refusals() -> list[tuple[object, str, object]]:
 #: register exit handlers as a kernel imports them (`logging` does), and their modules
 #: stay imported between kernels (`sim.kernels`)
 _LIBRARIES = tuple(os.path.abspath(root) + os.sep for root in dict.fromkeys(
-    sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")))
+    [sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    + site.getsitepackages() + ([site.getusersitepackages()] if site.ENABLE_USER_SITE
+                                 else [])))
 
 
 def in_a_library(file: str) -> bool:

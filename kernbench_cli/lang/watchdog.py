@@ -108,12 +108,13 @@ def _where(frame) -> str:
     installed packages (the kernel's code, as it runs; a wheel's shipped kernels count
     as the kernel's), as ``path:line`` (relative to the working folder where it lies
     inside it, as a kernel given by a relative path is shown); ``?`` if none."""
+    from kernbench_cli.lang.confine import in_a_library  # which imports this module
+
     package = Path(__file__).resolve().parent.parent
-    ours = (f"{package}{os.sep}", f"{Path(os.__file__).resolve().parent}{os.sep}", "<")
-    shipped = f"{package / '_data'}{os.sep}"
+    ours, shipped = (f"{package}{os.sep}", "<"), f"{package / '_data'}{os.sep}"
     while frame is not None:
         name = frame.f_code.co_filename
-        if name.startswith(shipped) or not (name.startswith(ours) or "site-packages" in name):
+        if name.startswith(shipped) or not (name.startswith(ours) or in_a_library(name)):
             return f"{_near(name)}:{frame.f_lineno}"
         frame = frame.f_back
     return "?"
