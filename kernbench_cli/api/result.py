@@ -132,7 +132,8 @@ class Engine:
 @dataclass(frozen=True)
 class Check:
     """One entry of `checks`: an output's verification (`kind` "verification": its dtype,
-    largest error, tolerances) or a physical invariant (`kind` "invariant": its detail).
+    largest error, tolerances; its `detail` what it could not measure, or how an argmax is
+    checked) or a physical invariant (`kind` "invariant": its detail).
     `max_abs_err` is None where the error is not a finite number."""
 
     kind: str

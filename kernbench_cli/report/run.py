@@ -188,7 +188,8 @@ def verification_text(result: RunResult) -> str:
             whose = (f"{whose}, twice that of {c.scores}, on how far the chosen one's "
                      "reference score is below the largest")
         parts.append(f"{verdict} {c.name}: max |err| {c.max_abs_err:.3g} "
-                     f"(tolerance {whose}: atol {c.atol:g} + rtol {c.rtol:g} x |ref|)")
+                     f"(tolerance {whose}: atol {c.atol:g} + rtol {c.rtol:g} x |ref|)"
+                     + (f" ({c.note})" if c.note else ""))
     return "; ".join(parts) if parts else "no outputs to check"
 
 
@@ -471,7 +472,8 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
         "max_abs_err": _json_number(result.max_abs_err),
         "checks": [{"kind": "verification", "name": c.name, "dtype": c.dtype,
                     "max_abs_err": _json_number(c.max_abs_err), "atol": c.atol, "rtol": c.rtol,
-                    "passed": c.passed, **({"detail": argmax_detail(c)} if c.scores else {})}
+                    "passed": c.passed, **({"detail": argmax_detail(c)} if c.scores else
+                                           {"detail": c.note} if c.note else {})}
                    for c in result.checks]
         + [{"kind": "invariant", "name": i.name, "passed": i.passed, "detail": i.detail}
            for i in result.invariants],

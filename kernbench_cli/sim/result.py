@@ -49,6 +49,9 @@ class Verification:
     passed: bool
     declared: bool = False  # the kernel's TOLERANCE set atol and rtol, not the dtype's
     scores: str = ""  # an argmax of this output (`ARGMAX`): twice its tolerance, `dtype` its
+    #: what the check could not measure (`hooks.vacuous`): values NaN or infinite in both
+    #: the output and the reference (equal, so passed, with no error of their own), or none
+    note: str = ""
 
 
 @dataclass

@@ -5,6 +5,7 @@ is nonsense or tighter than the dtype can meet."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -162,3 +163,41 @@ def test_tolerances_of_the_run_go_over_the_table(tmp_path):
                                 '    return {"out": (topology.num_pes * 1e-3, 1e-5)}')
     (check,) = [c for c in kb.run(path, topology=ONE).checks if c.kind == "verification"]
     assert (check.passed, check.atol, check.rtol) == (True, 1e-3, 1e-5)
+
+
+@pytest.fixture
+def identity(tmp_path):
+    """A kernel module whose reference is whatever `REF` its test sets."""
+    from kernbench_cli.sim.kernels import load_kernel
+
+    path = tmp_path / "identity.py"
+    path.write_text("PARAMS = {}\nREF = {}\ndef setup(host, p): return {}\n"
+                    "def kernel(tl): pass\ndef reference(host, p): return dict(REF)\n"
+                    "def outputs(host, args, p): return {}\n")
+    return load_kernel(str(path))
+
+
+@pytest.mark.parametrize(("want", "got", "passed", "note"), [
+    ([1.0, 2.0], [1.0, 2.0], True, ""),
+    ([np.nan, 2.0, np.inf], [np.nan, 2.0, np.inf], True,
+     "2 of 3 values NaN or infinite in both the output and the reference: equal, with no "
+     "error measured"),
+    ([np.nan, np.nan], [np.nan, np.nan], True,
+     "all 2 values NaN or infinite in both the output and the reference: equal, with no "
+     "error measured"),
+    ([np.nan], [np.nan], True, "all 1 value NaN or infinite in both the output and the "
+                               "reference: equal, with no error measured"),
+    ([], [], True, "no values: nothing compared"),
+    ([np.nan, 2.0], [1.0, 2.0], False, ""),  # a number where the reference has NaN
+])
+def test_a_check_says_what_it_could_not_measure(identity, want, got, passed, note):
+    """Values NaN or infinite in both pass as equal (numpy's equal_nan): the check says how
+    many, so an all-NaN output beside an all-NaN reference is not a silent PASS."""
+    from kernbench_cli.report.run import verification_text
+    from kernbench_cli.sim.hooks import verify
+
+    identity.module.REF = {"y": np.array(want, "f4")}
+    (check,) = verify(identity, None, {}, {"y": np.array(got, "f4")})
+    assert (check.passed, check.note) == (passed, note)
+    text = verification_text(SimpleNamespace(timing_only=False, checks=[check]))
+    assert text.endswith(f" ({note})") if note else text.endswith("x |ref|)")
