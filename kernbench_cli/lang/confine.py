@@ -41,14 +41,12 @@ import atexit
 import contextlib
 import os
 import signal
-import site
 import sys
-import sysconfig
 import threading
 import time
 from contextlib import contextmanager
 
-from kernbench_cli.lang.watchdog import end_now, ends_process, stops_deferred
+from kernbench_cli.lang.watchdog import end_now, ends_process, in_a_library, stops_deferred
 
 #: The exit status of a command stopped by Ctrl-C or SIGTERM.
 EXIT_INTERRUPTED = 130
@@ -104,20 +102,6 @@ def _refusals() -> list[tuple[object, str, object]]:
                 f"the kernel called os.{name}(): the child would carry on with the run "
                 "(and print its report again)")))
     return out
-
-
-#: where the standard library and installed packages live (`in_a_library`): their code may
-#: register exit handlers as a kernel imports them (`logging` does), and their modules
-#: stay imported between kernels (`sim.kernels`)
-_LIBRARIES = tuple(os.path.abspath(root) + os.sep for root in dict.fromkeys(
-    [sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")]
-    + site.getsitepackages() + ([site.getusersitepackages()] if site.ENABLE_USER_SITE
-                                 else [])))
-
-
-def in_a_library(file: str) -> bool:
-    """Whether code from `file` is the standard library's or an installed package's."""
-    return file.startswith("<frozen ") or os.path.abspath(file).startswith(_LIBRARIES)
 
 
 def _install() -> None:

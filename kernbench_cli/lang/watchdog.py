@@ -54,7 +54,9 @@ import ctypes
 import functools
 import os
 import signal
+import site
 import sys
+import sysconfig
 import threading
 import time
 from contextlib import contextmanager
@@ -103,13 +105,26 @@ def end_now(line: str, code: int) -> None:
     _EXIT(code)
 
 
+#: where the standard library and installed packages live (`in_a_library`): not the
+#: kernel's code where a stop names its line (`_where`); their code may register exit
+#: handlers as a kernel imports them (`logging` does: `confine`), and their modules stay
+#: imported between kernels (`sim.kernels`)
+_LIBRARIES = tuple(os.path.abspath(root) + os.sep for root in dict.fromkeys(
+    [sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    + site.getsitepackages() + ([site.getusersitepackages()] if site.ENABLE_USER_SITE
+                                 else [])))
+
+
+def in_a_library(file: str) -> bool:
+    """Whether code from `file` is the standard library's or an installed package's."""
+    return file.startswith("<frozen ") or os.path.abspath(file).startswith(_LIBRARIES)
+
+
 def _where(frame) -> str:
     """The innermost frame of `frame`'s stack outside kernbench, the standard library and
     installed packages (the kernel's code, as it runs; a wheel's shipped kernels count
     as the kernel's), as ``path:line`` (relative to the working folder where it lies
     inside it, as a kernel given by a relative path is shown); ``?`` if none."""
-    from kernbench_cli.lang.confine import in_a_library  # which imports this module
-
     package = Path(__file__).resolve().parent.parent
     ours, shipped = (f"{package}{os.sep}", "<"), f"{package / '_data'}{os.sep}"
     while frame is not None:

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import copy
 import inspect
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -42,6 +45,27 @@ def checked_metrics(kernel: KernelModule, metrics: Any) -> dict[str, tuple[float
                           "within 64 bits; how), not "
                           + clip(metrics))
     return found
+
+
+@contextmanager
+def callers_randomness() -> Iterator[None]:
+    """Put Python's `random` and numpy's global generator back as they were after the
+    block, which seeds them for the kernel's code (`seed_globals`)."""
+    python, numpy = random.getstate(), np.random.get_state()
+    try:
+        yield
+    finally:
+        random.setstate(python)
+        np.random.set_state(numpy)
+
+
+def seed_globals(seed: int) -> None:
+    """Seed Python's `random` and numpy's global generator from the run's `seed`, so that a
+    kernel drawing from them (not from `host.rng`) draws the same numbers each run of the
+    same seed: the same inputs give the same result."""
+    random.seed(seed)
+    np.random.seed([(seed >> shift) & 0xFFFFFFFF for shift in range(0, max(
+        seed.bit_length(), 1), 32)])
 
 
 def kernel_fn(kernel: KernelModule, args: dict[str, Any]):

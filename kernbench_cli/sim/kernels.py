@@ -84,10 +84,9 @@ from kernbench_cli.lang.confine import (
     Interrupted,
     KernelMisuse,
     confined,
-    in_a_library,
     printing_to_stderr,
 )
-from kernbench_cli.lang.watchdog import KernelTimeout, hook_watch
+from kernbench_cli.lang.watchdog import KernelTimeout, hook_watch, in_a_library
 from kernbench_cli.shipped import data_dir
 
 REQUIRED_NAMES = ("PARAMS", "setup", "kernel", "reference", "outputs")

@@ -118,7 +118,8 @@ def run_kernel(kernel: KernelModule, amap: AddressMap, params: dict[str, Any], s
     PE. `shortcuts` (the default) copies a timing-only run's repetitions of a loop body
     proven alike (`tl.repeat`; the same streams), without it runs every one.
     """
-    with hook_limit(kernel_timeout), files_read(kernel, params) as digests:
+    with hook_limit(kernel_timeout), files_read(kernel, params) as digests, \
+            hooks.callers_randomness():
         result = _run_kernel(kernel, amap, params, seed, timing_only, max_commands, oplog,
                              watch or Watch(), races, kernel_timeout, dedup, shortcuts)
     result.file_digests = result.trace.files = digests
@@ -183,6 +184,7 @@ def _set_up_and_run(kernel: KernelModule, amap: AddressMap, params: dict[str, An
     """The host's setup and the functional pass (`run_kernel`'s arguments): the system,
     memory, host, the kernel's arguments, its file, the launch and the PEs' failures."""
     watch.begin("setting up", None)
+    hooks.seed_globals(seed)  # again where a missed shortcut makes the program again
     system = System(amap)
     memory = Memory(backed=not timing_only)
     watch.host = host = Host(system, memory, seed, timing_only)

@@ -53,3 +53,50 @@ def test_same_input_same_op_log_and_latency(run):
     b = run("sharded_gemm", "default", params)
     assert a.latency_ps == b.latency_ps
     assert a.oplog == b.oplog
+
+
+RANDOM_KERNEL = """import random
+import numpy as np
+PARAMS = {}
+def setup(host, p):
+    return {"n": random.randint(1, 1000) + int(np.random.randint(1, 1000))}
+def kernel(tl, n):
+    tl.cycles(n * 100 + random.randint(0, 1000))
+def reference(host, p): return {}
+def outputs(host, args, p): return {}
+"""
+
+
+def test_a_kernel_drawing_from_the_global_generators_is_seeded_by_the_run(tmp_path):
+    """A kernel that draws from Python's `random` or numpy's global generator (not
+    `host.rng`) gets the same numbers each run of one seed, so the same result; the
+    caller's generators are as they were after the run."""
+    import random
+
+    import numpy as np
+
+    import kernbench_cli as kb
+
+    path = tmp_path / "draws.py"
+    path.write_text(RANDOM_KERNEL)
+    kb.run(str(path))  # whatever its first run imports (rich draws a number as it loads)
+    random.seed(99)
+    np.random.seed(99)
+    python, numpy = random.getstate(), np.random.get_state()
+
+    def latency(seed: int) -> int:
+        return kb.run(str(path), seed=seed).latency_ps
+
+    first = latency(0)
+    assert (random.getstate(), np.random.get_state()[1].tolist()) == (python,
+                                                                      numpy[1].tolist())
+    assert {latency(0), latency(0)} == {first}
+    random.seed(0)  # setup's numbers: the seed's, as a kernel given them as constants has
+    np.random.seed([0])  # them (drawing as many, for the kernel's own draws after)
+    n = random.randint(1, 1000) + int(np.random.randint(1, 1000))
+    fixed = tmp_path / "fixed.py"
+    fixed.write_text(RANDOM_KERNEL.replace(
+        "random.randint(1, 1000) + int(np.random.randint(1, 1000))",
+        f"(random.randint(1, 1000), np.random.randint(1, 1000), {n})[2]"))
+    assert kb.run(str(fixed)).latency_ps == first
+    assert len({latency(seed) for seed in (1, 2, 3, 2**40 + 5)}) > 1
