@@ -142,8 +142,9 @@ PARAM_INFO = {
     "chunk": ("prompt tokens a prefill pass takes at once (the GEMMs' M is batch x "
               "chunk)", "tokens"),
     "weights": "the decoder layers' projection weights' format: empty for dtype, or fp8, "
-               "fp8e5m2, int8, int4, mxfp8, mxfp4 (stored narrow, dequantised on PE_MATH "
-               "tile by tile; the embedding table and LM head stay in dtype)",
+               "fp8e5m2 (the element alone: no per-tensor scale), int8, int4, mxfp8, "
+               "mxfp4 (a scale per 32) (stored narrow, dequantised on PE_MATH tile by "
+               "tile; the embedding table and LM head stay in dtype)",
     "kv": "the KV cache's format: empty for dtype, or a narrow one as for weights (each new "
           "row quantised by a PE_MATH cast as it is stored)",
     "steps": ("decode steps one after another, each sequence's next tokens, each step's "
@@ -1093,10 +1094,11 @@ def metrics(topology, p, run):
     if tpot < hbm_bound:
         raise RuntimeError(f"TPOT {tpot:.0f} ps is below the step's HBM bound {hbm_bound:.0f} "
                            "ps: a bug in kernbench, please report it")
-    if step.prompt:
-        out.update(_request(step, run, float(ttft), float(pre_aj), power, tpot))
     if step.microbatches > 1:
         out.update(_pipeline(step, run, tpot))
+    if step.prompt:
+        steady = out["steady_tpot_ps"][0] if step.microbatches > 1 else tpot
+        out.update(_request(step, run, float(ttft), float(pre_aj), power, tpot, steady))
     decode = "the decode step" + (" after the prompt" if step.prompt else "")
     once = (f": each read once, as the step's {step.microbatches} micro-batches do not: "
             "each reads the weights" if step.microbatches > 1 else "")
@@ -1188,12 +1190,14 @@ def _pipeline(step: Run, run, tpot: float) -> dict:
 
 
 def _request(step: Run, run, ttft: float, pre_aj: float, power: float,
-             tpot: float) -> dict:
+             tpot: float, steady: float) -> dict:
     """A request's figures: TTFT (the prefill and its first token; with `scale_to`, each
     layer not timed at a middle layer's time), the prefill's tokens/s and energy, and the
     whole request of `new_tokens` tokens: TTFT + (new_tokens - 1) TPOT, each decode step
     at the first one's TPOT (context + prompt; later steps read more positions, which the
-    label says: a lower estimate where the cache grows far)."""
+    label says: a lower estimate where the cache grows far). With micro-batches the first
+    decode step fills the pipeline and each later one follows it by `steady` (steady TPOT,
+    `_pipeline`): TTFT + TPOT + (new_tokens - 2) steady TPOT."""
     b, out, how = step.batch, {}, f"{step.timed} layers as run"
     t_bound = e_bound = None
     if step.sampled:
@@ -1207,17 +1211,23 @@ def _request(step: Run, run, ttft: float, pre_aj: float, power: float,
         out["prefill_energy_per_token_bound_uj"] = (
             (e_bound + power * t_bound) / 1e12 / (b * step.prompt), "")
     pre_aj += power * ttft
-    n = step.new_tokens
-    request = ttft + (n - 1) * tpot
+    n, m = step.new_tokens, step.microbatches
+    request = ttft + (n - 1) * tpot if m == 1 or n == 1 else ttft + tpot + (n - 2) * steady
+    steps = (f"TTFT + {n - 1} x TPOT" if m == 1 or n == 1 else
+             f"TTFT + TPOT + {n - 2} x steady TPOT")
     tokens = b * step.prompt
     per_pass = step.chunks[0][1]  # at most the prompt: one pass of a shorter prompt
     return {"ttft_ps": (ttft, f"(the prompt of {step.prompt} tokens, {per_pass} a pass, "
                               f"and its first token: {how})"),
             "prefill_tokens_per_s": (tokens * 1e12 / ttft, f"(batch {b} x {step.prompt} / "
                                                            "TTFT)"),
-            "prefill_energy_per_token_uj": (pre_aj / 1e12 / tokens, ""),
-            "request_ps": (request, f"(TTFT + {n - 1} x TPOT: {n} new "
-                                    f"token{'s' if n > 1 else ''}" + (
+            "prefill_energy_per_token_uj": (pre_aj / 1e12 / tokens, "(the prefill's "
+                                            "energy, static power over TTFT, / batch x "
+                                            "prompt tokens)"),
+            "request_ps": (request, f"({steps}: {n} new token{'s' if n > 1 else ''}"
+                                    + (f"; the first decode step fills the {m} micro-"
+                                       "batches' pipeline, each later one follows it by "
+                                       "steady TPOT" if m > 1 and n > 1 else "") + (
                                         f"; each step at the first's TPOT, though the cache "
                                         f"grows from {step.positions:,} to "
                                         f"{step.request_end.positions:,} positions a sequence)"
@@ -1360,14 +1370,18 @@ def quality(host, p, outputs):
     computed in float64 with no rounding anywhere (`reference` instead rounds where the
     kernel stores a value in `dtype`, to verify the kernel). Relative L2 error of the
     logits over the batch (and steps), their largest absolute error, and the share of
-    sequences' steps whose next token (the one the kernel chose) is the exact model's."""
+    sequences' steps whose next token (the one the kernel chose) is the exact model's.
+    With `scale_to` they are of the layers run (the logits follow the last timed one):
+    the labels say so, as the error grows with depth."""
     run = run_of(host.topology, p)
     exact = step(run.cfg, host.inputs, range(run.timed), run.context, np.float64)
     want, got = exact["logits"], outputs["logits"].astype(np.float64)
     norm = float(np.linalg.norm(want))
     agree = float(np.mean(outputs["next_token"] == want.argmax(axis=-1)))
     of = f"{run.batch} sequences" + (f" x {run.steps} steps" if run.steps > 1 else "")
+    depth = (f"; of the {run.timed} layers run, not the {run.layers} the step is scaled "
+             "to: the error grows with depth" if run.scaled else "")
     return {"logits_rel_l2": (float(np.linalg.norm(got - want)) / norm if norm else 0.0,
-                              "(against the exact model in float64)"),
+                              f"(against the exact model in float64{depth})"),
             "logits_max_abs_err": (float(np.abs(got - want).max()), ""),
             "top1_agreement": (agree, f"(of {of}, the exact model's next token)")}

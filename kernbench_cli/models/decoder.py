@@ -710,7 +710,8 @@ class Layout:
             f"batch {self.run.batch}, {self.run.where}: PE "
             f"({system_pes[worst]}) "
             f"needs {format_size(needs[worst])} ({parts}) for its share of "
-            f"{self.run.layers} layers, its HBM slice has {format_size(slice_bytes)}; "
+            f"{self.run.layers} layers, its HBM slice has {format_size(slice_bytes)} "
+            f"({needs[worst] - slice_bytes:,} B short); "
             f"{sum(n > slice_bytes for n in needs)} of {len(needs)} PEs overflow, "
             f"{format_size(total)} in all of {format_size(have)}")
 

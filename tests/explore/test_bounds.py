@@ -472,7 +472,7 @@ def test_bounds_refuse_what_a_run_refuses(cli, kernel, rows, message):
      "error: llama_decode: tiny does not fit topology 'default' at batch 2, context 575, a "
      "prompt of 8: PE (rack=0 sip=0 cube=0 pe=0) needs 277KiB (weights 174KiB, kv cache "
      "40KiB, embedding 32KiB, buffers 31KiB) for its share of 2 layers, its HBM slice has "
-     "256KiB; 16 of 16 PEs overflow, 4.328MiB in all of 4MiB\n")])
+     "256KiB (21,504 B short); 16 of 16 PEs overflow, 4.328MiB in all of 4MiB\n")])
 def test_bounds_refuse_what_the_setup_refuses(cli, kernel, params, message):
     """A configuration whose inputs do not fit HBM was given bounds (exit 0) that no run
     has: the setup, made shapes only, refuses it as the run does."""

@@ -306,7 +306,7 @@ def test_a_pe_that_overflows_is_named_with_what_it_holds(cli, flag):
         "error: llama_decode: tiny does not fit topology 'default' at batch 1, context 64: "
         "PE (rack=0 sip=0 cube=0 pe=0) needs 221KiB (weights 174KiB, kv cache 4KiB, "
         "embedding 32KiB, buffers 11KiB) for its share of 2 layers, its HBM slice has "
-        "216KiB; 16 of 16 PEs overflow, 3.453MiB in all of 3.375MiB\n"))
+        "216KiB (5,120 B short); 16 of 16 PEs overflow, 3.453MiB in all of 3.375MiB\n"))
 
 
 def test_the_whole_model_is_checked_not_the_layers_timed(run):
@@ -507,6 +507,20 @@ def test_quality_beside_time_and_energy(run):
     assert "logits_rel_l2" not in timing.metrics  # nothing to measure without values
 
 
+def test_a_scaled_runs_quality_says_it_is_of_the_layers_run(run):
+    """With `scale_to`, TPOT and energy are of the scaled step but the logits follow the
+    last layer run: the quality figures are of that truncated model (the exact model over
+    the same layers: equal to a run of those layers alone), and their label says so."""
+    scaled = run("llama_decode", "default", (f"config={TEN}", "context=20", "layers=4",
+                                             "scale_to=10"))
+    alone = run("llama_decode", "default", (f"config={TEN}", "context=20", "layers=4"))
+    assert scaled.metrics["logits_rel_l2"][0] == alone.metrics["logits_rel_l2"][0]
+    assert scaled.metrics["logits_rel_l2"][1] == (
+        "(against the exact model in float64; of the 4 layers run, not the 10 the step is "
+        "scaled to: the error grows with depth)")
+    assert alone.metrics["logits_rel_l2"][1] == "(against the exact model in float64)"
+
+
 def test_a_deeper_model_verifies_at_a_tolerance_grown_with_depth(run):
     """10 layers at batch 8 failed (exit 1) at layer 6 on: elements near zero 0.047-0.0625
     from the reference, past bf16's 0.03 + 0.03 x |ref|, in a run whose tokens all agree
@@ -585,6 +599,22 @@ def test_a_request_is_its_prefill_and_its_decode_steps(run):
     assert m["request_tokens_per_s"] == pytest.approx(2 * 10 * 1e12 / m["request_ps"])
     by = {r.name: r for r in result.regions}
     assert "prefill" in by and by["prefill"].energy_aj > 0
+
+
+def test_a_micro_batched_request_follows_its_first_step_by_steady_tpot(run):
+    """With micro-batches through stages, the request's first decode step fills the
+    pipeline (TPOT) and each later one follows by the same run's steady TPOT: a request
+    of n tokens takes TTFT + TPOT + (n - 2) steady TPOT, as its label says."""
+    result = run("llama_decode", "default", ("prompt=16", "chunk=8", "batch=4", "pp=2",
+                                             "microbatches=2", "new_tokens=8"),
+                 timing_only=True)
+    m = {k: v for k, (v, _) in result.metrics.items()}
+    assert m["steady_tpot_ps"] < m["tpot_ps"]  # the stages overlap: steady is shorter
+    assert m["request_ps"] == m["ttft_ps"] + m["tpot_ps"] + 6 * m["steady_tpot_ps"]
+    assert result.metrics["request_ps"][1].startswith(
+        "(TTFT + TPOT + 6 x steady TPOT: 8 new tokens; the first decode step fills the 2 "
+        "micro-batches' pipeline, each later one follows it by steady TPOT")
+    assert m["request_tokens_per_s"] == pytest.approx(4 * 8 * 1e12 / m["request_ps"])
 
 
 def test_with_stages_the_step_after_the_prompt_waits_for_the_prompts_token(run):
