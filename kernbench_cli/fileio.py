@@ -161,6 +161,8 @@ def output_target(path: Path, what: str, rewrites_input: bool = False,
         target = path.resolve() if path.is_symlink() else path
     except OSError as exc:
         raise KernbenchError(f"{what} {path}: {exc.strerror or exc}") from None
+    except RuntimeError:  # Python 3.11's resolve() of a loop of symlinks
+        raise KernbenchError(f"{what} {path}: cannot write: a loop of symbolic links") from None
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
         raise KernbenchError(f"{what} {path}: folder {str(folder)!r} does not exist")

@@ -53,6 +53,19 @@ def test_an_output_through_a_symlink_writes_its_target(cli, tmp_path):
     assert cli("replay", str(link))[0] == 0
 
 
+@pytest.mark.parametrize("option", [*OUTPUTS, "--save"])
+def test_an_output_to_a_loop_of_symlinks_is_one_line(cli, tmp_path, option):
+    """Python 3.11's `Path.resolve` raises RuntimeError (not OSError) on a loop: it was an
+    internal error on every output option."""
+    one, two = tmp_path / "one.out", tmp_path / "two.out"
+    one.symlink_to(two.name)
+    two.symlink_to(one.name)
+    code, _, err = cli("run", str(KERNEL), option, str(one))
+    assert (code, err) == (2, f"error: {option} {one}: cannot write: a loop of symbolic "
+                              "links\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.out", "two.out"]
+
+
 def test_an_output_over_an_input_is_refused_before_the_run(cli, tmp_path):
     kernel = tmp_path / "k.py"
     shutil.copy(KERNEL, kernel)
