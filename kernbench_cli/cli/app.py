@@ -176,6 +176,22 @@ def _open_closed_streams() -> None:
                                     errors="backslashreplace"))
 
 
+#: the widths tables and help are laid out at, whatever the environment says (`_sane_width`)
+WIDTHS = (40, 1000)
+
+
+def _sane_width() -> None:
+    """COLUMNS (Rich's width) and TERMINAL_WIDTH (Typer's help) within `WIDTHS`: at 0 Rich
+    printed nothing, and at 1 a character a line, with exit 0 and no result; at 10^10 the
+    help's padding took all the machine's memory. A value that is no number Rich already
+    ignores."""
+    low, high = WIDTHS
+    for name in ("COLUMNS", "TERMINAL_WIDTH"):
+        value = os.environ.get(name, "")
+        if value.isdigit() and not low <= int(value) <= high:
+            os.environ[name] = str(min(max(int(value), low), high))
+
+
 def _on_devnull() -> bool:
     """Whether stdout's descriptor is /dev/null."""
     try:
@@ -258,6 +274,7 @@ def main() -> None:
     if sys.stdout is None:  # started with stdout closed (`kernbench … >&-`)
         sys.exit(EXIT_BROKEN_PIPE)
     _open_closed_streams()
+    _sane_width()
     _buffered_streams()
     was_devnull = _on_devnull()
     try:

@@ -3,8 +3,10 @@ is a style tag that vanishes (`sweep --help` said "needs kernbench")."""
 
 from __future__ import annotations
 
+import os
 import re
 
+import pytest
 import typer
 
 from kernbench_cli.cli.app import app
@@ -34,3 +36,19 @@ def test_every_help_text_is_shown_as_written(cli, monkeypatch):
                 bracketed += 1
                 assert _flat(piece) in shown, (path, piece)
     assert bracketed >= 2  # kernbench[plot], kernbench[dask] at least
+
+
+@pytest.mark.parametrize(("name", "value", "width"), [
+    ("COLUMNS", "0", 40), ("COLUMNS", "1", 40), ("COLUMNS", "10000000000", 1000),
+    ("TERMINAL_WIDTH", "10000000000", 1000)])
+def test_a_width_out_of_reason_is_taken_within_it(kernbench, name, value, width):
+    """COLUMNS=0 printed an empty report with exit 0, COLUMNS=1 one character a line (no
+    latency to read), and a width of 10^10 filled the machine's memory with the help's
+    padding: widths are taken between 40 and 1,000 columns."""
+    env = {**os.environ, name: value}
+    done = kernbench.run("run", "rmsnorm", "--timing-only", env=env)
+    assert done.returncode == 0 and re.search(r"^latency +\d", done.stdout, re.M)
+    assert max(map(len, done.stdout.splitlines())) <= width
+    done = kernbench.run("--help", env=env)
+    assert done.returncode == 0 and "Usage" in done.stdout
+    assert max(map(len, done.stdout.splitlines())) <= width
