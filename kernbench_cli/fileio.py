@@ -285,6 +285,62 @@ def temporary_prefix(target: Path) -> str:
     return f".{target.name}." if len(os.fsencode(target.name)) <= 200 else ".kernbench."
 
 
+@contextmanager
+def claimed(target: Path, what: str) -> Iterator[None]:
+    """Hold `target` (an output a command appends to for its whole life: a sweep's
+    results) against another process doing the same: a lock file beside it,
+    ``.NAME.lock`` (`flock`ed; removed as the block ends), whose holder is refused with
+    one line naming its process. A lock file left by a process killed is free (the system
+    drops its lock), and taken over. Where the file system has no locks, nothing is
+    claimed. A symlink to the file shares its lock."""
+    real = Path(os.path.realpath(target))
+    path = real.parent / f"{temporary_prefix(real)}lock"
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        except OSError as exc:
+            raise KernbenchError(f"{what} {target}: cannot make its lock file {path.name}: "
+                                 f"{exc.strerror or exc}") from None
+        if _held_elsewhere(fd):
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            os.close(fd)
+            raise KernbenchError(f"{what} {target}: another process is writing it"
+                                 + (f" (pid {holder})" if holder.isdigit() else "")
+                                 + "; wait for it to end, or give another file")
+        try:
+            here = os.lstat(path)
+        except FileNotFoundError:
+            here = None
+        mine = os.fstat(fd)
+        if here is not None and (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino):
+            break
+        os.close(fd)  # its holder removed it as we opened it: take a fresh one
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()  # while still locked: a process waiting on it sees it gone
+        os.close(fd)
+
+
+def _held_elsewhere(fd: int) -> bool:
+    """Take `fd`'s exclusive `flock` if it is free: whether another process holds it (no
+    locks on this system or file system: False, nothing held)."""
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
 #: The random part `tempfile.mkstemp` puts in a name: 8 of these characters.
 _RANDOM = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
 

@@ -15,6 +15,7 @@ B/s, so a sort or a pivot on ``KEY:number`` orders by the quantity, not by its t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -27,7 +28,7 @@ from kernbench_cli.api.bounds import Bounds
 from kernbench_cli.api.result import MADE, ReadOnly, Result, sealed
 from kernbench_cli.api.runs import check_seed
 from kernbench_cli.errors import ArgumentError, KernbenchError, ParamError, SweepError, clip
-from kernbench_cli.fileio import json_number
+from kernbench_cli.fileio import claimed, json_number
 from kernbench_cli.lang.watchdog import holds_caller_timer
 
 MAX_JOBS = 1024  # worker processes a sweep may start
@@ -493,17 +494,18 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
         return _bounds_only(spec, module, todo, axis_keys, on_start, on_row)
     _begin(spec, loaded, todo)
     results = Results(out, axis_keys, spec.begun if out is not None else "")
-    if resume:
-        results.load({p.key: p.index for p in todo})
-    rows = {p.index: numbered({**results.done[p.key], "point": p.index})
-            for p in todo if p.key in results.done}
-    skip = _pruned(spec, module, todo, limit, rows)
-    left = [p for p in todo if p.index not in rows and p.index not in skip]
-    try:
-        _run_in_order(spec, todo, left, skip, rows, results, (record_once, jobs, dask),
-                      on_start, on_row)
-    finally:
-        results.close()
+    with claimed(out, "--out") if out is not None else contextlib.nullcontext():
+        if resume:
+            results.load({p.key: p.index for p in todo})
+        rows = {p.index: numbered({**results.done[p.key], "point": p.index})
+                for p in todo if p.key in results.done}
+        skip = _pruned(spec, module, todo, limit, rows)
+        left = [p for p in todo if p.index not in rows and p.index not in skip]
+        try:
+            _run_in_order(spec, todo, left, skip, rows, results, (record_once, jobs, dask),
+                          on_start, on_row)
+        finally:
+            results.close()
     return SweepResult.from_rows(Path(str(kernel)).stem, axis_keys,
                                  [rows[p.index] for p in todo])
 

@@ -104,6 +104,41 @@ def test_an_interrupted_sweep_resumes_without_rerunning_its_points(cli, tmp_path
     assert err.count("point ") == 2  # only the two points that were missing ran
 
 
+def test_a_results_file_another_sweep_is_writing_is_refused_untouched(cli, tmp_path):
+    """Two sweeps appending to one --out (a job restarted while the first still runs)
+    wrote each point twice, and the file was then refused by `plot`: the second is
+    refused at once, naming the first's process, through a symlink to the file too. The
+    lock file beside it goes with the sweep; one a killed sweep left is taken over."""
+    import subprocess
+    import sys
+
+    out, link = tmp_path / "r.jsonl", tmp_path / "link.jsonl"
+    link.symlink_to(out.name)
+    holder = subprocess.Popen(  # holds the file's lock as a running sweep does
+        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
+         "from kernbench_cli.fileio import claimed\n"
+         f"with claimed(Path({str(out)!r}), '--out'):\n"
+         "    print('held', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        for given in (out, link):
+            code, _, err = cli("sweep", LOAD_DOT, *AXES, "--jobs", "1", "--out", str(given),
+                               "--resume")
+            assert (code, err) == (2, f"error: --out {given}: another process is writing it "
+                                      f"(pid {holder.pid}); wait for it to end, or give "
+                                      "another file\n")
+        assert not out.exists()
+    finally:
+        holder.communicate("", timeout=HANG_GUARD_S)
+    assert not (tmp_path / ".r.jsonl.lock").exists()
+    (tmp_path / ".r.jsonl.lock").write_text("12345\n")  # a killed sweep's
+    code, _, err = cli("sweep", LOAD_DOT, *AXES, "--jobs", "1", "--out", str(out))
+    assert code == 0, err
+    assert len(out.read_text().splitlines()) == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.jsonl", "r.jsonl"]
+
+
 def test_a_csv_results_file(cli, tmp_path):
     out = tmp_path / "r.csv"
     code, _, _ = cli("sweep", LOAD_DOT, *AXES, "--jobs", "2", "--out", str(out))
