@@ -641,8 +641,9 @@ class Results:
             self._rows = kept
         if torn or moved or len(kept) < len(rows):  # only once the rows are known to be ours
             lines = b"".join(self._line(row).encode() for row in kept)
-            atomic_write(self.path, lambda out: out.write(self._header().encode() + lines),
-                         "--out", rewrites_input=True)
+            with owner_access():
+                atomic_write(self.path, lambda out: out.write(self._header().encode() + lines),
+                             "--out", rewrites_input=True)
         self._fresh = False
 
     def _renumbered(self, kept: list[dict[str, Any]], points: dict[str, int]) -> tuple:
@@ -682,8 +683,9 @@ class Results:
             self.close()
             data = self._header().encode() + b"".join(
                 self._line(r).encode() for r in (self._rows if self.csv else [row]))
-            atomic_write(self.path, lambda out: out.write(data), "--out",
-                         rewrites_input=not self._fresh, rewrites_output=not self._fresh)
+            with owner_access():  # the sweep appends to it after
+                atomic_write(self.path, lambda out: out.write(data), "--out",
+                             rewrites_input=not self._fresh, rewrites_output=not self._fresh)
             self._fresh = False
             return
         line = self._line(row).encode()
@@ -1010,13 +1012,30 @@ def _worker_context():
     try:
         os.environ.update(limits)
         context.set_forkserver_preload(["kernbench_cli._preload"])
-        forkserver.ensure_running()
+        with owner_access():
+            forkserver.ensure_running()
     finally:
         context.set_forkserver_preload(preload)
         for var in limits:
             os.environ.pop(var, None)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     return context
+
+
+@contextmanager
+def owner_access() -> Iterator[None]:
+    """The block with a umask that leaves the owner's own bits alone (the rest of it as it
+    was): multiprocessing makes its folder for the fork server's socket and its
+    semaphores under the umask, and with a umask of 0777 (no access even for the owner)
+    could then use neither (an internal error, and a folder of mode 000 left in the temp
+    folder); and a sweep appends to its `--out` after writing it, so that file keeps its
+    owner's read and write too (group and others as the umask has them)."""
+    old = os.umask(0o077)
+    os.umask(old & 0o077)
+    try:
+        yield
+    finally:
+        os.umask(old)
 
 
 def _alone(spec: Spec, point: Point,
@@ -1049,8 +1068,10 @@ def _pool(jobs: int, context) -> Iterator[ProcessPoolExecutor]:
     import multiprocessing
 
     before = set(multiprocessing.active_children())
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, max_tasks_per_child=1,
-                             initializer=_leave_interrupts, initargs=(os.getpid(),)) as pool:
+    with owner_access():  # its queues' semaphores, which the workers open again by name
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, max_tasks_per_child=1,
+                                   initializer=_leave_interrupts, initargs=(os.getpid(),))
+    with pool:
         try:
             yield pool
         except BaseException:  # Ctrl-C, or the sweep's own failure (its output cut off)

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -137,6 +138,34 @@ def test_a_results_file_another_sweep_is_writing_is_refused_untouched(cli, tmp_p
     assert code == 0, err
     assert len(out.read_text().splitlines()) == 4
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.jsonl", "r.jsonl"]
+
+
+def test_a_sweep_runs_its_workers_under_a_umask_that_bars_the_owner(kernbench, tmp_path):
+    """With umask 0777 multiprocessing made its fork server's folder (and semaphores) of
+    mode 000, then could not use them: an internal error, and the folder left behind. As
+    an ordinary user (no capability to override file modes; root has one, so the test
+    drops it with setpriv) the sweep runs, and its --out keeps the umask."""
+    import shutil
+
+    drop = []
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("needs setpriv (util-linux) to drop root's file-mode override")
+        drop = ["setpriv", "--inh-caps=-all",
+                "--bounding-set=-dac_override,-dac_read_search,-fowner"]
+    out = tmp_path / "r.jsonl"
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    done = subprocess.run([*drop, *kernbench.argv, "sweep", LOAD_DOT, *AXES, "--jobs", "2",
+                           "--out", str(out)], capture_output=True, text=True,
+                          timeout=HANG_GUARD_S, preexec_fn=lambda: os.umask(0o777),
+                          env={**os.environ, "TMPDIR": str(temp)})
+    if "setpriv:" in done.stderr:
+        pytest.skip(f"setpriv cannot drop capabilities here: {done.stderr.strip()}")
+    assert (done.returncode, done.stderr.count("error")) == (0, 0), done.stderr
+    assert out.stat().st_mode & 0o777 == 0o600  # the owner's, to append to: no more
+    assert len(out.read_text().splitlines()) == 4
+    assert list(temp.iterdir()) == []  # the fork server's folder went with it
 
 
 def test_a_csv_results_file(cli, tmp_path):
