@@ -1,8 +1,8 @@
 """What a sweep's fork server imports before it forks workers (`explore.sweep._worker_context`).
 
-It ignores Ctrl-C first: the server shares the sweep's process group, and a Ctrl-C while it
-imports must not print a traceback (the sweep stops its workers itself). The fork server
-ignores Ctrl-C from then on anyway; each worker sets its own handling.
+It ignores Ctrl-C (and SIGHUP) first: the server shares the sweep's process group, and a
+Ctrl-C while it imports must not print a traceback (the sweep stops its workers itself). The
+fork server ignores Ctrl-C from then on anyway; each worker sets its own handling.
 
 A worker the server forks as an interrupted sweep ends may find the sweep's semaphores
 already gone: its start-up (unpickling the pool's queues, before any kernbench code runs)
@@ -15,6 +15,7 @@ import signal
 import sys
 
 signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a closed terminal's, to the process group
 
 
 def _quiet(kind, value, tb) -> None:

@@ -109,8 +109,25 @@ class InstalledCli:
 
 
 def _ctrl_c_live() -> None:
-    """In a child before it runs kernbench: SIGINT's default action, as at a terminal."""
+    """In a child before it runs kernbench: SIGINT's and SIGHUP's default actions, as at a
+    terminal (a test run in the background, or under nohup, has them ignored)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+@pytest.fixture
+def short_tmp():
+    """A fresh folder of a short path (a TMPDIR for a sweep's workers: the fork server's
+    socket goes in it, and a socket's path is at most 107 bytes, which `tmp_path` under
+    pytest-xdist can pass), removed after."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="kb-", dir="/tmp"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

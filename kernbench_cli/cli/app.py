@@ -27,7 +27,7 @@ from kernbench_cli.lang.confine import (
     deferred_from_finalizer,
     stopping,
 )
-from kernbench_cli.lang.watchdog import end_process_when_stuck
+from kernbench_cli.lang.watchdog import STOP_SIGNALS, end_process_when_stuck
 
 #: Exit codes besides a `KernbenchError`'s own (2 bad input, 1 a run that went wrong).
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in kernbench
@@ -221,8 +221,9 @@ def _said_interrupted() -> None:
 
 
 def _terminate(signum, frame) -> None:
-    """SIGTERM ends a run as Ctrl-C does: temporary files removed, exit 130 (a second one
-    that kernel code took the first of, at once: `confine.stopping`)."""
+    """SIGTERM, and SIGHUP (the terminal closed), end a run as Ctrl-C does: temporary files
+    removed, a sweep's workers stopped, the cursor shown again, exit 130 (a second one that
+    kernel code took the first of, at once: `confine.stopping`)."""
     if deferred_from_finalizer(signum, frame):
         return
     stopping()
@@ -270,6 +271,8 @@ app.add_typer(golden.app, name="golden")
 def main() -> None:
     """Console entry point."""
     signal.signal(signal.SIGTERM, _terminate)
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # not under nohup
+        signal.signal(signal.SIGHUP, _terminate)
     end_process_when_stuck()  # kernel code that takes every stop: see `lang.watchdog`
     if sys.stdout is None:  # started with stdout closed (`kernbench … >&-`)
         sys.exit(EXIT_BROKEN_PIPE)
@@ -291,8 +294,8 @@ def main() -> None:
                 sys.exit(EXIT_BROKEN_PIPE)
             raise
         finally:  # the command has ended: a late Ctrl-C no longer interrupts anything
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            for signum in STOP_SIGNALS:
+                signal.signal(signum, signal.SIG_IGN)
             sys.stdout.flush()
     except KeyboardInterrupt:  # between start-up and the command, or while it ends
         _said_interrupted()

@@ -39,6 +39,7 @@ from typing import Any
 
 from kernbench_cli.errors import KernbenchError, OutputError, ParamError, clip
 from kernbench_cli.fileio import atomic_write, parse_json, read_input
+from kernbench_cli.lang.watchdog import STOP_SIGNALS
 
 
 @dataclass(frozen=True)
@@ -994,26 +995,35 @@ def _worker_context():
     forkserver pools share (the API: a notebook, a service). So it is started here, with
     kernbench preloaded (a worker per point starts in milliseconds; a kernel and the
     modules it imports are loaded in the worker, and die with it), the thread limits in
-    its environment and Ctrl-C and SIGTERM not blocked (`_submit` blocks them: a server
-    started there kept them blocked for life, and a caller's pool forked from it could
-    not be terminated); then the caller's environment and preload list are put back. A
-    server already running is used as it is. What stays: the server has kernbench
-    imported, the thread limits and Ctrl-C ignored (`kernbench_cli._preload`), and so do
-    the processes it forks until they set their own."""
+    its environment and Ctrl-C, SIGTERM and SIGHUP not blocked (`_submit` blocks them: a
+    server started there kept them blocked for life, and a caller's pool forked from it
+    could not be terminated); then the caller's environment and preload list are put
+    back. A server already running is used as it is. What stays: the server has
+    kernbench imported, the thread limits and Ctrl-C and SIGHUP ignored
+    (`kernbench_cli._preload`), and so do the processes it forks until they set their
+    own; the resource tracker, if started here, SIGHUP blocked (`_hangup_blocked`)."""
     import multiprocessing
-    from multiprocessing import forkserver
+    from multiprocessing import forkserver, resource_tracker
 
     context = multiprocessing.get_context("forkserver")
     server = forkserver._forkserver  # the process's one (multiprocessing's own)
     preload = list(getattr(server, "_preload_modules", ()))
     limits = {var: "1" for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                    "MKL_NUM_THREADS") if var not in os.environ}
-    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     try:
         os.environ.update(limits)
         context.set_forkserver_preload(["kernbench_cli._preload"])
+        with _hangup_blocked():
+            resource_tracker.ensure_running()
         with owner_access():
             forkserver.ensure_running()
+    except OSError as exc:  # its socket's folder: in TMPDIR, which may be too long a path
+        import tempfile
+
+        raise KernbenchError(f"the sweep's workers cannot start: their fork server's socket "
+                             f"in {tempfile.gettempdir()}: {exc.strerror or exc} (a "
+                             "socket's path is at most 107 bytes: a shorter TMPDIR)") from None
     finally:
         context.set_forkserver_preload(preload)
         for var in limits:
@@ -1036,6 +1046,20 @@ def owner_access() -> Iterator[None]:
         yield
     finally:
         os.umask(old)
+
+
+@contextmanager
+def _hangup_blocked() -> Iterator[None]:
+    """The block with SIGHUP blocked (one that arrives meanwhile is taken after), for
+    multiprocessing's resource tracker to start in, as it keeps the mask: a closed
+    terminal's SIGHUP, sent to the whole process group, killed the tracker (which blocks
+    only Ctrl-C and SIGTERM), and its successor printed warnings and tracebacks as the
+    sweep stopped. (The fork server ignores SIGHUP itself: `kernbench_cli._preload`.)"""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _alone(spec: Spec, point: Point,
@@ -1068,7 +1092,7 @@ def _pool(jobs: int, context) -> Iterator[ProcessPoolExecutor]:
     import multiprocessing
 
     before = set(multiprocessing.active_children())
-    with owner_access():  # its queues' semaphores, which the workers open again by name
+    with owner_access():  # its queues' semaphores: the workers open them by name
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, max_tasks_per_child=1,
                                    initializer=_leave_interrupts, initargs=(os.getpid(),))
     with pool:
@@ -1090,7 +1114,7 @@ def _pool(jobs: int, context) -> Iterator[ProcessPoolExecutor]:
 def _submit(pool: ProcessPoolExecutor, worker, spec: Spec, point: Point) -> Future:
     """`pool.submit`, with Ctrl-C held back while it may start a worker process: a worker
     whose start-up is cut off mid-way prints a traceback; the Ctrl-C comes right after."""
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         return pool.submit(worker, spec, point)
     finally:
@@ -1105,10 +1129,11 @@ def _leave_interrupts(sweep: int) -> None:
     import time
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # `_submit` blocks both while the pool may start a process, and the fork server
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a closed terminal: the sweep's to handle
+    # `_submit` blocks them while the pool may start a process, and the fork server
     # started then hands its mask to every worker: SIGTERM (`_pool`'s terminate) stayed
     # pending, and the sweep waited for the point to end (minutes) after a Ctrl-C
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
     def gone() -> bool:
         try:

@@ -398,17 +398,21 @@ def watchdog(progress, limit: float):
 
 
 _UNSET = object()
+#: What stops a command: Ctrl-C, SIGTERM, and SIGHUP (its terminal closed), each ending it
+#: as Ctrl-C does (its own clean-up: a sweep's workers, temporary files, the cursor)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @contextmanager
 def stops_deferred():
-    """Ctrl-C and SIGTERM set aside while the block (on the main thread) puts process-wide
-    state in place or takes it away in several steps, and taken after it, as they would
-    have been, by the handler in place then: called, or the signal sent again to a
-    default one. A stop raised between two steps left the rest undone for good
-    (kernbench's watch on SIGALRM ticking into the caller's code, raising `KernelTimeout`;
-    its Ctrl-C handler). The block may set a handler of its own for either (the one then
-    in place); a handler not set from Python is left alone (and takes a stop at once).
+    """Ctrl-C, SIGTERM and SIGHUP (`STOP_SIGNALS`) set aside while the block (on the main
+    thread) puts process-wide state in place or takes it away in several steps, and
+    taken after it, as they would have been, by the handler in place then: called, or
+    the signal sent again to a default one. A stop raised between two steps left the
+    rest undone for good (kernbench's watch on SIGALRM ticking into the caller's code,
+    raising `KernelTimeout`; its Ctrl-C handler). The block may set a handler of its
+    own for any of them (the one then in place); a handler not set from Python is left alone
+    (and takes a stop at once).
     Yields the handlers set aside, by signal."""
     if threading.current_thread() is not threading.main_thread():
         yield {}
@@ -419,7 +423,7 @@ def stops_deferred():
         taken.append(signum)
 
     handlers = {signum: signal.signal(signum, aside)
-                for signum in (signal.SIGINT, signal.SIGTERM)
+                for signum in STOP_SIGNALS
                 if signal.getsignal(signum) is not None}
     try:
         yield handlers

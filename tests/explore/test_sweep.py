@@ -140,7 +140,8 @@ def test_a_results_file_another_sweep_is_writing_is_refused_untouched(cli, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.jsonl", "r.jsonl"]
 
 
-def test_a_sweep_runs_its_workers_under_a_umask_that_bars_the_owner(kernbench, tmp_path):
+def test_a_sweep_runs_its_workers_under_a_umask_that_bars_the_owner(kernbench, tmp_path,
+                                                                    short_tmp):
     """With umask 0777 multiprocessing made its fork server's folder (and semaphores) of
     mode 000, then could not use them: an internal error, and the folder left behind. As
     an ordinary user (no capability to override file modes; root has one, so the test
@@ -153,9 +154,7 @@ def test_a_sweep_runs_its_workers_under_a_umask_that_bars_the_owner(kernbench, t
             pytest.skip("needs setpriv (util-linux) to drop root's file-mode override")
         drop = ["setpriv", "--inh-caps=-all",
                 "--bounding-set=-dac_override,-dac_read_search,-fowner"]
-    out = tmp_path / "r.jsonl"
-    temp = tmp_path / "tmp"
-    temp.mkdir()
+    out, temp = tmp_path / "r.jsonl", short_tmp
     done = subprocess.run([*drop, *kernbench.argv, "sweep", LOAD_DOT, *AXES, "--jobs", "2",
                            "--out", str(out)], capture_output=True, text=True,
                           timeout=HANG_GUARD_S, preexec_fn=lambda: os.umask(0o777),
@@ -166,6 +165,20 @@ def test_a_sweep_runs_its_workers_under_a_umask_that_bars_the_owner(kernbench, t
     assert out.stat().st_mode & 0o777 == 0o600  # the owner's, to append to: no more
     assert len(out.read_text().splitlines()) == 4
     assert list(temp.iterdir()) == []  # the fork server's folder went with it
+
+
+def test_a_tmpdir_too_long_for_the_workers_socket_is_one_line(kernbench, tmp_path):
+    """The fork server's socket goes in TMPDIR, and a socket's path is at most 107 bytes:
+    a longer TMPDIR was an internal error."""
+    temp = tmp_path / ("t" * 120)
+    temp.mkdir()
+    done = kernbench.run("sweep", LOAD_DOT, *AXES, "--jobs", "2", cwd=tmp_path,
+                         env={**os.environ, "TMPDIR": str(temp)})
+    assert (done.returncode, done.stderr) == (
+        2, f"error: the sweep's workers cannot start: their fork server's socket in {temp}: "
+           "AF_UNIX path too long (a socket's path is at most 107 bytes: a shorter "
+           "TMPDIR)\n")
+    assert list(temp.iterdir()) == []
 
 
 def test_a_csv_results_file(cli, tmp_path):

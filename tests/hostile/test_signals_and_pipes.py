@@ -32,7 +32,8 @@ SLOW = ["run", "gqa_attention", "-t", "sip", "-p", "model=llama3-8b", "-p", "seq
 @pytest.mark.slow  # seconds each, signals against wall-clock delays: CI's slow part
 @pytest.mark.parametrize(("sig", "delay"), [
     (signal.SIGINT, 0.6), (signal.SIGINT, 1.5), (signal.SIGINT, 3.0), (signal.SIGINT, 3.8),
-    (signal.SIGINT, 4.4), (signal.SIGINT, 5.0), (signal.SIGTERM, 2.0), (signal.SIGTERM, 4.2)])
+    (signal.SIGINT, 4.4), (signal.SIGINT, 5.0), (signal.SIGTERM, 2.0), (signal.SIGTERM, 4.2),
+    (signal.SIGHUP, 2.0), (signal.SIGHUP, 4.2)])
 def test_an_interrupt_exits_130_and_leaves_no_temporary_file(tmp_path, kernbench, sig, delay):
     """Whenever it lands (start-up, functional pass, timing pass, writing the outputs), an
     interrupt ends the run with `interrupted`, exit 130, no traceback, no .tmp file; each
@@ -239,16 +240,23 @@ def test_no_numpy_warning_reaches_the_terminal(tmp_path, kernbench):
 
 
 @pytest.mark.slow  # seconds each, signals against wall-clock delays: CI's slow part
-@pytest.mark.parametrize(("sig", "group"), [(signal.SIGINT, True), (signal.SIGTERM, False)])
-def test_a_stop_ends_a_sweep_whose_points_run_at_once(tmp_path, kernbench, sig, group):
+@pytest.mark.parametrize(("sig", "group"), [
+    (signal.SIGINT, True), (signal.SIGTERM, False), (signal.SIGHUP, True),
+    (signal.SIGHUP, False)])
+def test_a_stop_ends_a_sweep_whose_points_run_at_once(tmp_path, kernbench, short_tmp, sig,
+                                                      group):
     """A stop while the workers are deep in their points (each runs about a minute): the
     sweep ends within seconds. The workers had SIGTERM blocked (the pool's start-up mask,
     handed on by the fork server), so the sweep's terminate waited for the points to end:
-    a minute or more after the Ctrl-C."""
+    a minute or more after the Ctrl-C. SIGHUP (its terminal closed) ended the sweep
+    without its clean-up: multiprocessing's warning of leaked semaphores on stderr, and its
+    folder left in the temp folder."""
+    temp = short_tmp
     proc = kernbench.start(
         "sweep", "llama_decode", "-t", str(TESTS / "topologies" / "pair.toml"),
         "-p", "prompt=1900", "-p", "chunk=2", "-p", "new_tokens=1", "-p", "batch=1,2",
-        "--timing-only", "-j", "2", cwd=tmp_path, start_new_session=True)
+        "--timing-only", "-j", "2", cwd=tmp_path, start_new_session=True,
+        env={**os.environ, "TMPDIR": str(temp)})
     time.sleep(8)
     assert proc.poll() is None
     os.killpg(proc.pid, sig) if group else proc.send_signal(sig)
@@ -256,6 +264,8 @@ def test_a_stop_ends_a_sweep_whose_points_run_at_once(tmp_path, kernbench, sig, 
     _, err = proc.communicate(timeout=120)
     assert (proc.returncode, err) == (130, "interrupted\n")
     assert time.monotonic() - start < 15
+    time.sleep(1)  # the fork server, its pipe from the sweep closed, cleans up as it ends
+    assert list(temp.iterdir()) == []
 
 
 def test_ctrl_c_stops_a_sweep_and_its_workers(tmp_path, kernbench):
