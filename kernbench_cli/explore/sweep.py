@@ -952,18 +952,63 @@ def _check_tls(shown: str) -> None:
                              "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT)")
 
 
+#: Seconds a Dask scheduler has to answer, connection and handshake: Dask's own connect
+#: timeout (10 s) does not cover the handshake, and a peer that accepts the connection
+#: but never answers held the sweep for good
+DASK_ANSWER_S = 30.0
+
+
+def _dask_client(address: str):
+    """A Dask client of the scheduler at `address`, or a one-line error: it cannot be
+    reached, does not answer within `DASK_ANSWER_S` (the client is made on a thread of
+    its own, left to end by itself, which closes a client made too late), or answers as
+    no Dask scheduler does (an HTTP server's first bytes read as a frame's length were
+    an allocation of exbibytes, reported as this machine running out of memory)."""
+    import threading
+
+    from distributed import Client
+
+    made: dict[str, Any] = {}
+    given_up = threading.Event()
+
+    def connect() -> None:
+        try:
+            client = Client(address, timeout="10s")
+        except BaseException as exc:  # reported by the thread waiting
+            made["error"] = exc
+            return
+        if given_up.is_set():
+            client.close()
+        made["client"] = client
+
+    thread = threading.Thread(target=connect, name="kernbench-dask-connect", daemon=True)
+    thread.start()
+    thread.join(DASK_ANSWER_S)
+    if thread.is_alive():
+        given_up.set()
+        raise KernbenchError(f"--dask {address}: the scheduler did not answer within "
+                             f"{DASK_ANSWER_S:g} s (something there accepts connections: "
+                             "not a Dask scheduler?)")
+    exc = made.get("error")
+    if isinstance(exc, MemoryError):
+        raise KernbenchError(f"--dask {address}: what answers there is not a Dask scheduler "
+                             "(its first bytes are no message of Dask's)")
+    if isinstance(exc, OSError | TimeoutError):
+        raise KernbenchError(f"--dask {address}: cannot reach the scheduler: {exc}")
+    if exc is not None:
+        raise exc
+    return made["client"]
+
+
 def run_dask(address: str, spec: Spec, todo: list[Point],
              on_row: Callable[[dict[str, Any]], None]) -> None:
     """Run `todo` on the Dask cluster at `address`; `on_row` gets each row in point order.
     A task whose worker dies is retried by Dask once, then is a failed row."""
     check_dask_address(address)
-    from distributed import Client, as_completed
+    from distributed import as_completed
 
     files = bundle(spec)
-    try:
-        client = Client(address, timeout="10s")
-    except (OSError, TimeoutError) as exc:
-        raise KernbenchError(f"--dask {address}: cannot reach the scheduler: {exc}") from None
+    client = _dask_client(address)
     ready: dict[int, dict[str, Any]] = {}
     order = [p.index for p in todo]
     emitted = 0

@@ -736,6 +736,49 @@ def test_a_record_once_point_replays_on_the_files_sent_with_it(tmp_path):
     assert row["result"]["costs"] == "mine"
 
 
+@pytest.mark.parametrize(("answer", "message"), [
+    (None, "the scheduler did not answer within 2 s (something there accepts connections: "
+           "not a Dask scheduler?)"),
+    (b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
+     "what answers there is not a Dask scheduler (its first bytes are no message of "
+     "Dask's)")])
+def test_a_dask_address_that_is_no_scheduler_is_one_line(cli, monkeypatch, answer, message):
+    """A peer that accepts the connection and says nothing held the sweep for good (Dask's
+    connect timeout ends at the connection, before the handshake); an HTTP server's
+    answer, read as a Dask frame's length, came out as "this machine ran out of
+    memory"."""
+    pytest.importorskip("distributed")
+    import socket
+    import threading
+
+    from kernbench_cli.explore import sweep
+
+    monkeypatch.setattr(sweep, "DASK_ANSWER_S", 2.0)
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    port, held, done = server.getsockname()[1], [], threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            with contextlib.suppress(TimeoutError):
+                peer, _ = server.accept()
+                held.append(peer)
+                if answer:
+                    peer.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        code, _, err = cli("sweep", LOAD_DOT, *AXES, "--dask", f"tcp://127.0.0.1:{port}")
+    finally:
+        done.set()
+        thread.join()
+        for peer in held:
+            peer.close()
+        server.close()
+    assert (code, err) == (2, f"error: --dask tcp://127.0.0.1:{port}: {message}\n")
+
+
 def test_dask_without_the_extra_says_how_to_install_it(cli, monkeypatch):
     import sys
 
