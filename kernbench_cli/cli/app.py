@@ -148,14 +148,50 @@ def _buffered_streams() -> None:
     descriptor, which drops what a short write leaves (a pipe whose reader went, a file at
     its size limit) without an error: each goes through a buffer, which writes the rest or
     raises, flushed at each line (so stdout and stderr to one pipe or log keep their
-    order, as unbuffered output does)."""
+    order, as unbuffered output does). stderr is `_Diagnostics` either way."""
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         raw = getattr(stream, "buffer", None)
-        if isinstance(stream, io.TextIOWrapper) and isinstance(raw, io.FileIO):
-            setattr(sys, name, io.TextIOWrapper(
-                io.BufferedWriter(raw), encoding=stream.encoding, errors=stream.errors,
-                line_buffering=True))
+        if not isinstance(stream, io.TextIOWrapper) or raw is None:
+            continue
+        if isinstance(raw, io.FileIO):
+            raw = io.BufferedWriter(raw)
+        elif name == "stdout":
+            continue
+        kind = _Diagnostics if name == "stderr" else io.TextIOWrapper
+        _REPLACED.append(stream)  # kept: collected, it would close the buffer they share
+        setattr(sys, name, kind(raw, encoding=stream.encoding, errors=stream.errors,
+                                line_buffering=True))
+
+
+_REPLACED: list = []  # the streams `_buffered_streams` stands in for
+
+
+class _Diagnostics(io.TextIOWrapper):
+    """stderr: progress lines and messages, which say how the command goes but are not its
+    result (stdout, its output files and its exit code are). A write that fails for want
+    of room (a full disk, a file size limit) or of a reader (a closed pipe) ended a run
+    whose report and outputs were fine, at its first progress line: the stream is then
+    pointed at /dev/null, and the command goes on as with `2>/dev/null`."""
+
+    def write(self, text: str) -> int:
+        try:
+            return super().write(text)
+        except OSError as exc:
+            self._lost(exc)
+            return super().write(text)
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except OSError as exc:
+            self._lost(exc)
+            super().flush()
+
+    def _lost(self, exc: OSError) -> None:
+        if exc.errno not in (*_STDOUT_ERRORS, errno.EPIPE):
+            raise exc
+        _quiet_stdout(self)  # what the buffer holds goes to /dev/null with the rest
 
 
 def _open_closed_streams() -> None:

@@ -208,22 +208,47 @@ def test_stdout_past_its_file_size_limit_is_one_line(tmp_path, kernbench, unbuff
                                                  "large\n")
 
 
-@pytest.mark.slow  # a sweep of 18 points
-def test_a_sweep_whose_stderr_passes_its_size_limit_ends(tmp_path, kernbench):
-    """The last point's progress line crosses stderr's 1 KiB limit: the sweep ends, exit
-    1, where it waited at exit for a replacement worker it had never stopped."""
-    rows = "256,512,1024,2048,4096,8192,16384,32768,64,128,96,80,72,88,104,112,120,136"
+@pytest.mark.slow  # a sweep of 30 points
+@pytest.mark.parametrize("full", ["size limit", "/dev/full"])
+def test_a_sweep_whose_stderr_fails_runs_to_its_end(tmp_path, kernbench, full):
+    """Its progress lines cross stderr's 1 KiB limit, or meet a full disk from the first:
+    the sweep goes on as with `2>/dev/null`, every row on stdout (it ended with exit 1,
+    and before that waited at exit for a replacement worker it had never stopped)."""
+    if full == "/dev/full" and not os.path.exists(full):
+        pytest.skip("needs /dev/full")
+    rows = ",".join(str(128 * k) for k in range(1, 31))  # each a multiple of 16 PEs x 8
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    proc = subprocess.Popen(
-        f"ulimit -f 1; exec {kernbench.shell} sweep softmax --timing-only -p rows={rows} "
-        "-j 2 >/dev/null 2>err", shell=True, executable="/bin/bash", cwd=tmp_path, env=env,
-        start_new_session=True)
+    limit = "ulimit -f 1; " if full == "size limit" else ""
+    proc = subprocess.Popen(  # the limit on the sweep's files only, not on `rows`
+        f"set -o pipefail; ({limit}exec {kernbench.shell} sweep softmax --timing-only -p "
+        f"rows={rows} -j 2 --format csv 2>{'err' if limit else full}) | cat > rows",
+        shell=True,
+        executable="/bin/bash", cwd=tmp_path, env=env, start_new_session=True)
     try:
-        assert proc.wait(timeout=HANG_GUARD_S) == 1
+        assert proc.wait(timeout=HANG_GUARD_S) == 0
     finally:  # a hang: the sweep and its workers go, not left behind the test
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-    assert (tmp_path / "err").stat().st_size == 1024
+    assert len((tmp_path / "rows").read_text().splitlines()) == 1 + 30
+    if limit:
+        assert (tmp_path / "err").stat().st_size == 1024
+
+
+@pytest.mark.parametrize("unbuffered", [False, True])
+def test_a_full_stderr_leaves_the_run_and_its_result(tmp_path, kernbench, unbuffered):
+    """Progress lines to a full disk (`2>/dev/full`) ended a run whose report was fine, at
+    its first one, with exit 1 and nothing on stdout: stderr is diagnostics, and the run
+    goes on as with `2>/dev/null`; bad input still exits 2."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env.update({"PYTHONUNBUFFERED": "1"} if unbuffered else {})
+    with open("/dev/full", "w") as full:
+        done = kernbench.run("run", "softmax", "--timing-only", "--progress", "--json",
+                             stderr=full, stdout=subprocess.PIPE, env=env, cwd=tmp_path)
+        assert done.returncode == 0 and json.loads(done.stdout)["latency_ps"] > 0
+        assert kernbench.run("run", "softmax", "-t", "nope", stderr=full, env=env,
+                             cwd=tmp_path).returncode == 2
 
 
 def test_no_numpy_warning_reaches_the_terminal(tmp_path, kernbench):
