@@ -237,11 +237,12 @@ def dequantised(tiling: GemmTiling, a: Operand, b: Operand, n: int) -> int:
 
 def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n: int,
              trans_b: bool, out_addr: int | None, out_code: int, out_row_stride: int,
-             loads_from: int | None = None,
+             loads_from: tuple[int, int] | None = None,
              ) -> Generator[tuple[int, list[TileOp]], list[tuple[int, int, int]], tuple[int, int]]:
     """A composite ready at `t0` (`origin` refers to it), a few tile operations at a time;
-    its first streamed tiles may load from `loads_from` (default `t0`), before the operand
-    already in TCM is ready.
+    its first streamed tiles may load from `loads_from` (time, why: the composite's
+    dispatch and what set it; default `t0` and the composite), before the operand already
+    in TCM is ready.
 
     The operations are a tile's operand loads (issued together), the
     dequantisation of those that need it (issued with them, each starting when
@@ -261,7 +262,10 @@ def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n
     streams = not (a.resident and b.resident)
     loaded = [(t0, origin)] * count  # when tile i's operands are in TCM, and what ended last
     depth = tiling.depth  # tile i + depth loads as tile i's GEMM ends (its buffers free)
-    start = t0 if loads_from is None else loads_from
+    # a tile operation's `after` is the operation that set its start (a producer) or, for
+    # the first streamed loads, the why of the composite's dispatch, cause and all: their
+    # start is the dispatch's, not the composite's (which waits for the operand in TCM)
+    start, early = (t0, origin) if loads_from is None else loads_from
 
     def loads(i: int, ready: int, after: int) -> list[TileOp]:
         mi, rest = divmod(i, tn * tk)
@@ -288,9 +292,10 @@ def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n
                 last = (end, ref)
         loaded[i] = last
 
-    def fetch(i: int, ready: int, after: int, at: int):
-        """Tile i's loads issued at `at`, then the dequantisation of those that need it."""
-        ops = loads(i, ready, after)
+    def fetch(i: int, ready: int, after: int, at: int, cause: int | None = None):
+        """Tile i's loads issued at `at` (set by `cause`, default `after`), then the
+        dequantisation of those that need it."""
+        ops = loads(i, ready, after if cause is None else cause)
         done = yield at, ops
         fixes = [(DEQUANT_TILE, end, ref, op[6] * op[7])
                  for op, (_, end, ref) in zip(ops, done, strict=True) if op[3].dequant]
@@ -304,9 +309,9 @@ def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n
     end = (t0, origin)
     for i in range(min(depth, count)):
         if streams and fixed:
-            yield from fetch(i, start, origin, issued)
+            yield from fetch(i, start, origin, issued, early)
         elif streams:
-            landed(i, start, origin, (yield issued, loads(i, start, origin)))
+            landed(i, start, origin, (yield issued, loads(i, start, early)))
     for i in range(count):
         mi, rest = divmod(i, tn * tk)
         m0, n0, k0 = mi * mt, rest // tk * nt, rest % tk * kt

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from kernbench_cli.formats import SIZES, gemm_datapath
 from kernbench_cli.formats import nbytes as bytes_of
 from kernbench_cli.hw.causes import (
+    CAUSE_SHIFT,
     ENGINE,
     ISSUED,
     PE_SHIFT,
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     from kernbench_cli.hw.timing import Timing
 
 #: `because(PRODUCER, ref)` as ``BY_PRODUCER | ref``: a tile operation's `after` is a
-#: reference (>= 0)
+#: reference (>= 0), or a why of its own (a cause set: `composite.tile_ops`)
 BY_PRODUCER = by(PRODUCER)
 
 
@@ -103,7 +104,7 @@ class CompositeRuns:
             log.scheduler.append(Slice(pid, planned, dispatched, "wait for TCM", i))
         sched.last = me
         heappush(sched.held, (dispatched, me))
-        ready = dispatched
+        ready, sent = dispatched, why  # what set the dispatch: the first streamed tiles'
         for dep in (stream.a[i], stream.b[i]):
             if dep >= 0:
                 if end[dep] == PENDING:
@@ -120,7 +121,7 @@ class CompositeRuns:
         if a.dequant or b.dequant:
             proc.dequant[i] = dequantised(tiling, a, b, desc.n)
         ops = tile_ops(ready, me, tiling, a, b, desc.n, desc.trans_b, out, desc.out_format,
-                       desc.out_row_stride, loads_from=dispatched)
+                       desc.out_row_stride, loads_from=(dispatched, sent))
         routes = self.routes
         private = all(routes.path(pid, addr, into)[1] for addr, into in routes.operand_ends(desc))
         sizes = proc.tile_buffers[i] = [{}, 0]
@@ -268,7 +269,8 @@ class Tiles:
     def _record(self, engine: InOrderEngine, code: int, ready: int, after: int, start: int,
                 end: int) -> int:
         proc = self.proc
-        why = because(ENGINE, engine.last) if start > ready else BY_PRODUCER | after
+        why = because(ENGINE, engine.last) if start > ready else \
+            after if after >> CAUSE_SHIFT else BY_PRODUCER | after  # a why: see `tile_ops`
         me = self.base | (proc.n + proc.tiles.append((start, end, why, code,
                                                       self.running.index)))
         engine.last = me

@@ -111,16 +111,19 @@ def critical_path_lines(result: RunResult) -> list[str]:
 
 
 def what_if(result: RunResult) -> list[tuple[str, int]]:
-    """(engine, at most how many ps sooner) if each of the path's top two engines were 2x
-    faster: half its time on the path (an upper bound: another path may take over)."""
+    """(engine, about how many ps sooner) if each of the path's top two engines were 2x
+    faster: half its time on the path. An estimate, not a bound: another path may take
+    over (less saved), and the in-order engines may serve their work in another order
+    (more saved: a tile load no longer queued behind a receive)."""
     path = result.critical_path
     return [(engine, ps // 2) for engine, ps in list(path.by_engine.items())[:2]]
 
 
 def what_if_text(result: RunResult) -> str:
-    bounds = "; ".join(f"{engine} 2x faster: at most {format_time_ps(ps)} sooner"
-                       for engine, ps in what_if(result))
-    return f"{bounds} (upper bounds: halving their time on the path; another path may take over)"
+    saved = "; ".join(f"{engine} 2x faster: about {format_time_ps(ps)} sooner"
+                      for engine, ps in what_if(result))
+    return (f"{saved} (half their time on the path: estimates, as another path or another "
+            "order of work may follow; --sensitivity measures)")
 
 
 def gemm_efficiency(result: RunResult) -> float:
@@ -541,7 +544,7 @@ def _optional_json(result: RunResult, out: dict[str, Any], per_pe: bool) -> None
         out["critical_path"] = {
             "by_engine": path.by_engine, "by_cause": path.by_cause,
             "resource_waits": path.resource_waits(), "steps": len(path.steps),
-            "what_if_2x_faster_saves_at_most_ps": dict(what_if(result))}
+            "what_if_2x_faster_saves_ps": dict(what_if(result))}
     if per_pe:
         out["per_pe"] = [
             {"pe": label, "cpu_stall_ps": result.cpu_stall_ps[i],

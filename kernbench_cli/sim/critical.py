@@ -16,10 +16,13 @@ tile the run from time 0 to its latency with no gap and no overlap:
 - PE_SCHEDULER holding a command before dispatch (planning a composite).
 
 `by_engine` sums the steps by where the time went and `by_cause` by what
-kind of step it was; each sums to the latency exactly. Shortening anything
-off the path cannot shorten the run; shortening something on it shortens
-the run by at most as much (another path may then set the latency), which is
-what the what-if bounds say.
+kind of step it was; each sums to the latency exactly. Were the run's order of
+work fixed, shortening anything off the path could not shorten the run, and
+shortening something on it would shorten the run by at most as much (another
+path may then set the latency). It is not fixed: the in-order engines take
+work in the order it reaches them, which the times decide, so a faster engine
+can also take a wait off the path (a tile load no longer queued behind a
+receive). The what-if figures, half an engine's path time, are estimates.
 """
 
 from __future__ import annotations

@@ -188,6 +188,17 @@ def test_result_from_dict_refuses_what_no_run_json_says(changes, problem):
     assert (changed.latency_ns, changed.to_dict()["latency_ns"]) == (1.0, 1.0)
 
 
+def test_a_result_of_0_2_0_reads_its_what_if_under_the_figures_new_name():
+    """`what_if_2x_faster_saves_at_most_ps` (0.2.0) is `what_if_2x_faster_saves_ps` now
+    (an estimate, not a bound): a result written by 0.2.0 reads as one of now."""
+    result = kb.run("softmax", ONE, params={"rows": 8, "cols": 64, "block": 8})
+    old = result.to_dict()
+    path = old["critical_path"]
+    path["what_if_2x_faster_saves_at_most_ps"] = path.pop("what_if_2x_faster_saves_ps")
+    read = kb.Result.from_dict(old)
+    assert read.critical_path == result.critical_path and read.to_dict() == result.to_dict()
+
+
 def test_bounds_from_dict_refuses_what_no_bounds_json_says():
     """`kb.Bounds.from_dict` took anything: a string raised AttributeError, a key missing a
     TypeError listing constructor arguments, a key of another type was kept as given. Each
