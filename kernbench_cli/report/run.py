@@ -264,12 +264,20 @@ def energy_table(result: RunResult) -> Table:
     return out
 
 
+#: the roofline line's resources, tightest first (`--json` has every one)
+ROOFLINE_SHOWN = 4
+
+
 def roofline_text(result: RunResult) -> str:
-    """The roofline bounds, tightest first, each with how far the latency is above it."""
+    """The roofline bounds, the `ROOFLINE_SHOWN` tightest, each with how far the latency is
+    above it, and how many looser ones are left to `--json`."""
     parts = []
-    for roof in result.roofline[:4]:
+    for roof in result.roofline[:ROOFLINE_SHOWN]:
         ratio = result.latency_ps / roof.ps if roof.ps else float("inf")
         parts.append(f"{roof.name} {format_time_ps(roof.ps)} ({ratio:.2f}x)")
+    more = len(result.roofline) - ROOFLINE_SHOWN
+    if more > 0:
+        parts.append(f"{more} looser in --json")
     tight = result.roofline[0]
     return (f"{', '.join(parts)}: each resource's work at its peak, and the latency over "
             f"it; the tightest is {tight.unit}: {tight.how}")

@@ -69,6 +69,19 @@ def test_every_shipped_kernel_gets_a_roofline_the_latency_respects(cli, kernel, 
     assert all(r["latency_over_bound"] == round(run["latency_ps"] / r["ps"], 6) for r in roofs)
 
 
+def test_the_summary_says_how_many_looser_resources_it_leaves_to_json(cli, monkeypatch):
+    """Five resources used, four shown: the line said nothing of the fifth."""
+    monkeypatch.setenv("COLUMNS", "200")
+    given = ("run", "gqa_attention", "-p", "seq_len=256", "-p", "heads_q=8", "-p", "heads_kv=1",
+             "-p", "head_dim=32", "-p", "chunk=128", "-p", "dtype=bf16", "--set",
+             "noc.bandwidth=x0.5", "--set", "pe.dma.setup=5ns", "--timing-only")
+    roofs = json.loads(cli(*given, "--json")[1])["roofline"]
+    line = next(x for x in cli(*given)[1].splitlines() if x.startswith("roofline"))
+    assert len(roofs) == 5 and [r["resource"] for r in roofs[:4]] == [
+        part.split()[0] for part in line.split(None, 1)[1].split(", ")[:4]]
+    assert ", 1 looser in --json: each resource's work" in line
+
+
 def test_topology_show_prints_the_peaks(cli, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     code, out, _ = cli("topology", "show")
