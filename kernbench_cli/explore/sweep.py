@@ -1055,7 +1055,10 @@ def _worker_context():
     preload = list(getattr(server, "_preload_modules", ()))
     limits = {var: "1" for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                    "MKL_NUM_THREADS") if var not in os.environ}
-    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    # SIGCHLD too: the server learns its workers ended by it, and one started with it
+    # blocked (a mask inherited from the caller's launcher) hung the sweep at its first
+    # point's end, Ctrl-C and all
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {*STOP_SIGNALS, signal.SIGCHLD})
     try:
         os.environ.update(limits)
         context.set_forkserver_preload(["kernbench_cli._preload"])

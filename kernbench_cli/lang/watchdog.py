@@ -262,12 +262,18 @@ def _raise_in(frame, exc: BaseException) -> None:
     sys.settrace(lambda *_: None)  # frames called from here on are not traced
 
 
+#: Seconds between two looks of a watch (due every quarter second at most) past which the
+#: process is taken to have been stopped, and the gap not counted as time without progress
+PAUSED_S = 2.0
+
+
 class _Watch:
     """One watched block: its progress, its limit and what memory it may leave."""
 
     def __init__(self, progress, limit: float):
         self.progress, self.limit = progress, limit
         self.count, self.since = progress(), time.monotonic()
+        self.seen = self.since  # when `stalled` last looked (`PAUSED_S`)
         memory = memory_left()
         self.floor = memory_floor(*memory) if memory is not None else None
         self.next_read = 0.0  # when `short_of_memory` next reads what is left
@@ -288,8 +294,15 @@ class _Watch:
         self.held = False
 
     def stalled(self) -> float:
-        """Seconds since the progress last moved."""
+        """Seconds since the progress last moved, less any time the process did not run:
+        the timer and its thread look at least every quarter second, so a gap of more than
+        `PAUSED_S` between two looks is the process stopped (Ctrl-Z then `fg`, a debugger,
+        a frozen cgroup, a suspended machine), which was counted as no progress and ended
+        a slow `reference` as an endless loop."""
         now, count = time.monotonic(), self.progress()
+        if now - self.seen > PAUSED_S:
+            self.since += now - self.seen
+        self.seen = now
         if count != self.count and not self.stopped:
             self.count, self.since = count, now
         return now - self.since

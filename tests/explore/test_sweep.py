@@ -167,6 +167,20 @@ def test_a_sweep_runs_its_workers_under_a_umask_that_bars_the_owner(kernbench, t
     assert list(temp.iterdir()) == []  # the fork server's folder went with it
 
 
+def test_a_sweep_started_with_sigchld_blocked_runs_to_its_end(kernbench, tmp_path):
+    """A launcher that blocks SIGCHLD hands its mask on through exec: the fork server,
+    which learns of its workers' ends by it, never did, and the sweep hung after its first
+    point (Ctrl-C and all)."""
+    def blocked() -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+
+    done = subprocess.run([*kernbench.argv, "sweep", LOAD_DOT, *AXES, "--jobs", "2",
+                           "--format", "csv"], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=HANG_GUARD_S, preexec_fn=blocked)
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == 1 + 4
+
+
 def test_a_tmpdir_too_long_for_the_workers_socket_is_one_line(kernbench, tmp_path):
     """The fork server's socket goes in TMPDIR, and a socket's path is at most 107 bytes:
     a longer TMPDIR was an internal error."""

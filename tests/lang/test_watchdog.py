@@ -270,3 +270,20 @@ def test_a_stop_mid_way_through_the_watchs_steps_leaves_nothing_behind(monkeypat
         signal.getitimer(signal.ITIMER_REAL)
     assert sent and (handler, interval) == (before[0], before[1][1])
     assert before[1][0] - 5 < left <= before[1][0]  # the caller's own (pytest-timeout's), or 0
+
+
+def test_a_process_stopped_and_continued_is_not_a_block_without_progress(monkeypatch):
+    """Ctrl-Z then `fg` (or a debugger, a frozen cgroup) in a slow `reference`: the time
+    the process did not run was counted as time without progress, and a run whose hook
+    had its limit of CPU to spare ended as an endless loop. A gap of more than `PAUSED_S`
+    between two looks (due every quarter second) is not counted."""
+    from kernbench_cli.lang import watchdog
+
+    now = [100.0]
+    monkeypatch.setattr(watchdog.time, "monotonic", lambda: now[0])
+    watch = watchdog._Watch(lambda: 0, 3.0)
+    looks = []
+    for t in (100.25, 100.5, 106.5, 106.75, 108.0, 109.75):  # stopped from 100.5 to 106.5
+        now[0] = t
+        looks.append(watch.stalled())
+    assert looks == [0.25, 0.5, 0.5, 0.75, 2.0, 3.75]  # 108.0: 1.25 s on, a look late
