@@ -216,6 +216,31 @@ def _open_closed_streams() -> None:
 WIDTHS = (40, 1000)
 
 
+def _blocking_streams() -> None:
+    """stdout and stderr blocking while the command runs, as they were at exit: a parent
+    that shares a non-blocking pipe (a slow reader) made the report's writes past the
+    pipe's 64 KiB fail, a truncated JSON and a chained traceback. The flag belongs to
+    the pipe the parent shares, so it is put back as it was."""
+    import atexit
+
+    for fd in (1, 2):
+        try:
+            blocking = os.get_blocking(fd)
+        except OSError:  # closed, or no such flag here
+            continue
+        if not blocking:
+            os.set_blocking(fd, True)
+            atexit.register(_nonblocking_again, fd)
+
+
+def _nonblocking_again(fd: int) -> None:
+    """Put `fd` back to non-blocking (`_blocking_streams`), once what is left is written."""
+    with contextlib.suppress(OSError, ValueError):
+        (sys.stdout if fd == 1 else sys.stderr).flush()
+    with contextlib.suppress(OSError):
+        os.set_blocking(fd, False)
+
+
 def _sane_width() -> None:
     """COLUMNS (Rich's width) and TERMINAL_WIDTH (Typer's help) within `WIDTHS`: at 0 Rich
     printed nothing, and at 1 a character a line, with exit 0 and no result; at 10^10 the
@@ -313,6 +338,7 @@ def main() -> None:
     if sys.stdout is None:  # started with stdout closed (`kernbench … >&-`)
         sys.exit(EXIT_BROKEN_PIPE)
     _open_closed_streams()
+    _blocking_streams()
     _sane_width()
     _buffered_streams()
     was_devnull = _on_devnull()

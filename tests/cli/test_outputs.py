@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import HANG_GUARD_S
+
 KERNEL = Path(__file__).parents[1] / "kernels" / "load_dot.py"
 OUTPUTS = ("--record", "--oplog", "--chrome-trace", "--critical-path")
 
@@ -183,6 +185,41 @@ def test_a_closed_stderr_changes_nothing_but_what_is_seen(tmp_path, kernbench, a
     assert got == code
     assert ("latency" in out or "point," in out) if code == 0 else out == ""
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_non_blocking_stdout_gets_the_whole_report_and_its_flag_back(kernbench, tmp_path):
+    """A parent sharing a non-blocking pipe with a slow reader: the report's writes past the
+    pipe's room failed (EAGAIN), leaving a truncated JSON, an internal error and a chained
+    traceback. The run writes it whole, and the pipe is non-blocking again after."""
+    import fcntl
+    import json
+    import time
+
+    read, write = os.pipe()
+    if hasattr(fcntl, "F_SETPIPE_SZ"):
+        fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, 4096)  # the 50 KB report overflows it
+    os.set_blocking(write, False)
+    try:
+        proc = kernbench.start("run", "gqa_attention", "-t", "sip", "--timing-only",
+                               "--per-pe", "--json", stdout=write, cwd=tmp_path)
+        time.sleep(0.5)  # a slow reader
+        os.set_blocking(read, False)  # the write end stays open here: no end of file
+        chunks, guard = [], time.monotonic() + HANG_GUARD_S
+        while time.monotonic() < guard:
+            done = proc.poll() is not None
+            try:
+                chunks.append(os.read(read, 1 << 16))
+            except BlockingIOError:
+                if done:
+                    break
+                time.sleep(0.01)
+        _, err = proc.communicate(timeout=HANG_GUARD_S)
+        assert proc.returncode == 0, err
+        assert len(json.loads(b"".join(chunks))["per_pe"]) == 128
+        assert not os.get_blocking(write)
+    finally:
+        os.close(read)
+        os.close(write)
 
 
 def test_an_output_name_that_is_not_utf8_is_written(cli, tmp_path):
