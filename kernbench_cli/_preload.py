@@ -8,7 +8,8 @@ A worker the server forks as an interrupted sweep ends may find the sweep's sema
 already gone: its start-up (unpickling the pool's queues, before any kernbench code runs)
 fails with FileNotFoundError, which the server's child prints through `sys.excepthook`.
 That worker had no point to run and the sweep has said "interrupted", so that one failure
-is quiet (`_quiet`); any other is printed as ever.
+is quiet (`_quiet`), as is the server's own EOFError where a sweep gave up starting a worker
+half-way (past its open-files limit, which it says); any other is printed as ever.
 """
 
 import signal
@@ -26,6 +27,8 @@ def _quiet(kind, value, tb) -> None:
     if issubclass(kind, FileNotFoundError) and last and last[0].name == "__setstate__" \
             and last[0].filename.endswith("synchronize.py"):
         return  # a semaphore of a sweep that has ended
+    if issubclass(kind, EOFError) and last and last[0].name == "recvfds":
+        return  # the server's: a sweep gave up starting a worker (its files' limit), and says so
     sys.__excepthook__(kind, value, tb)
 
 

@@ -181,6 +181,35 @@ def test_a_sweep_started_with_sigchld_blocked_runs_to_its_end(kernbench, tmp_pat
     assert len(done.stdout.splitlines()) == 1 + 4
 
 
+@pytest.mark.parametrize(("soft", "hard", "jobs"), [(16, 16, 2), (64, 64, 40), (16, None, 8)])
+def test_a_sweep_under_a_low_open_files_limit(kernbench, tmp_path, soft, hard, jobs):
+    """Each worker takes pipes: under a low `ulimit -n`, starting one failed as an internal
+    error, or in the pool's own thread, which then died and left the sweep waiting for
+    good. A soft limit below what the workers need is raised towards the hard one (as a
+    process may); a hard one too low is one line, before any worker starts."""
+    import resource
+
+    if hard is None:  # the hard limit as it is
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        if hard != resource.RLIM_INFINITY and hard < 256:
+            pytest.skip(f"a hard open-files limit of {hard}")
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    axis = "hbm.bandwidth=" + ",".join(f"{g}GB/s" for g in range(100, 100 + jobs))
+    done = subprocess.run([*kernbench.argv, "sweep", LOAD_DOT, "--set", axis, "--jobs",
+                           str(jobs), "--format", "csv"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=HANG_GUARD_S, preexec_fn=limited)
+    if hard == resource.RLIM_INFINITY or hard >= 256:
+        assert done.returncode == 0, done.stderr
+        assert len(done.stdout.splitlines()) == 1 + jobs
+        return
+    assert done.returncode == 2 and re.fullmatch(
+        rf"error: {jobs} workers need some \d+ open files, and the limit is {hard} "
+        r"\(ulimit -Hn\): fewer --jobs, or a higher limit\n", done.stderr), done.stderr
+
+
 def test_a_tmpdir_too_long_for_the_workers_socket_is_one_line(kernbench, tmp_path):
     """The fork server's socket goes in TMPDIR, and a socket's path is at most 107 bytes:
     a longer TMPDIR was an internal error."""
