@@ -22,7 +22,9 @@ SVG and PDF files.
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -65,11 +67,47 @@ def check_figure(path: Path, option: str) -> None:
     if path.suffix not in FORMATS:
         raise KernbenchError(f"{option} {str(path)!r}: the figure must end in "
                              f"{', '.join(FORMATS)}")
+    _matplotlib(option)
+
+
+def _matplotlib(option: str):
+    """matplotlib, imported as kernbench draws with it: its settings files checked first
+    (one that is a FIFO held the import for good: matplotlib reads ``./matplotlibrc`` and
+    the user's before anything else), and the Agg backend it draws with chosen as it loads
+    (a `MPLBACKEND` it does not know was an internal error, though never used); the
+    figures are then drawn in matplotlib's default style, not the user's (`_drawn`)."""
+    for path in _settings_files():
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(info.st_mode) and not stat.S_ISDIR(info.st_mode):
+            raise KernbenchError(f"{option}: matplotlib would read its settings from {path}, "
+                                 "which is not a regular file (a FIFO, a device, a socket)")
+    given = os.environ.get("MPLBACKEND")
+    os.environ["MPLBACKEND"] = "agg"
     try:
-        import matplotlib  # noqa: F401
+        import matplotlib
     except ImportError:
         raise KernbenchError(f"{option} needs matplotlib: pip install 'kernbench[plot]'") \
             from None
+    finally:
+        if given is None:
+            os.environ.pop("MPLBACKEND", None)
+        else:
+            os.environ["MPLBACKEND"] = given
+    return matplotlib
+
+
+def _settings_files() -> list[str]:
+    """Where matplotlib looks for a ``matplotlibrc`` (its `matplotlib_fname`), in order."""
+    found = ["matplotlibrc"]
+    given = os.environ.get("MATPLOTLIBRC")
+    if given:
+        found += [given, os.path.join(given, "matplotlibrc")]
+    config = os.environ.get("MPLCONFIGDIR") or os.path.join(
+        os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "matplotlib")
+    return [*found, os.path.join(config, "matplotlibrc")]
 
 
 def check_x(x: str | None, axes: list[str], option: str = "--x") -> None:
@@ -132,6 +170,7 @@ def plot(path: Path, rows: list[dict[str, Any]], x: str | None, y: str, title: s
          option: str = "--plot") -> None:
     """Draw `figure(rows, x, y, title)` to `path` (`option` names it in errors)."""
     metric(y, rows)  # an unknown metric: an error before any drawing
+    matplotlib = _matplotlib(option)
     import matplotlib.pyplot as plt
 
     from kernbench_cli.fileio import atomic_write
@@ -139,9 +178,10 @@ def plot(path: Path, rows: list[dict[str, Any]], x: str | None, y: str, title: s
     fig = figure(rows, x, y, title)
     metadata = {".pdf": {"CreationDate": None}, ".svg": {"Date": None}}.get(path.suffix, {})
     try:
-        atomic_write(path, lambda out: fig.savefig(out, format=path.suffix[1:], dpi=100,
-                                                   metadata=metadata, bbox_inches="tight"),
-                     option)
+        with plt.style.context("default"), matplotlib.rc_context({"svg.hashsalt": "kernbench"}):
+            atomic_write(path, lambda out: fig.savefig(out, format=path.suffix[1:], dpi=100,
+                                                       metadata=metadata, bbox_inches="tight"),
+                         option)
     finally:
         plt.close(fig)
 
@@ -149,12 +189,17 @@ def plot(path: Path, rows: list[dict[str, Any]], x: str | None, y: str, title: s
 def figure(rows: list[dict[str, Any]], x: str | None, y: str, title: str):
     """The sweep's figure (matplotlib, not yet saved): the two panels of the module's
     docstring. `title` names the kernel and topology; the keys held fixed follow it."""
-    import matplotlib
-
+    matplotlib = _matplotlib("--plot")
     matplotlib.use("Agg")
-    matplotlib.rcParams["svg.hashsalt"] = "kernbench"  # the same ids in every run
     import matplotlib.pyplot as plt
 
+    with plt.style.context("default"), matplotlib.rc_context(
+            {"svg.hashsalt": "kernbench"}):  # the same ids in every run
+        return _figure(plt, rows, x, y, title)
+
+
+def _figure(plt, rows: list[dict[str, Any]], x: str | None, y: str, title: str):
+    """`figure`, in matplotlib's default style."""
     keys = list(rows[0]["axes"]) if rows else []
     varying = _varying(rows)
     x = chosen_x(rows, x)

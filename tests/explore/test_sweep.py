@@ -590,6 +590,33 @@ def test_plot_draws_the_sweep(cli, tmp_path):
     assert again.read_bytes() == svg.read_bytes()  # deterministic
 
 
+def test_plot_reads_no_settings_of_the_users_matplotlib(kernbench, tmp_path):
+    """A FIFO named matplotlibrc in the working folder held matplotlib's import for good;
+    a MPLBACKEND it does not know was an internal error (Agg draws anyway); a user's
+    matplotlibrc changed the figure (a font it cannot find: hundreds of warnings). The
+    figure is drawn in matplotlib's default style, the same bytes with or without one."""
+    pytest.importorskip("matplotlib")
+    results = tmp_path / "r.jsonl"
+    assert kernbench.run("sweep", LOAD_DOT, *AXES, "--timing-only", "--out", str(results),
+                         cwd=tmp_path).returncode == 0
+    plain = {**os.environ, "MPLCONFIGDIR": str(tmp_path / "config")}
+    (tmp_path / "config").mkdir()
+    done = kernbench.run("plot", str(results), "-o", "plain.svg", cwd=tmp_path, env=plain)
+    assert done.returncode == 0, done.stderr
+    (tmp_path / "config" / "matplotlibrc").write_text("font.family: NoSuchFontXYZ\n"
+                                                      "figure.figsize: 2, 2\n")
+    done = kernbench.run("plot", str(results), "-o", "users.svg", cwd=tmp_path,
+                         env={**plain, "MPLBACKEND": "nonexistent"})
+    assert (done.returncode, done.stderr) == (0, "")
+    assert (tmp_path / "users.svg").read_bytes() == (tmp_path / "plain.svg").read_bytes()
+    os.mkfifo(tmp_path / "matplotlibrc")
+    done = kernbench.run("plot", str(results), "-o", "fifo.svg", cwd=tmp_path, env=plain)
+    assert (done.returncode, done.stderr) == (2, "error: --out: matplotlib would read its "
+                                                 "settings from matplotlibrc, which is not a "
+                                                 "regular file (a FIFO, a device, a socket)\n")
+    assert not (tmp_path / "fifo.svg").exists()
+
+
 def _row(point: int, cols: int, bandwidth: str, latency_ps: int) -> dict:
     """A sweep row whose run has the GEMM busy 80% and DMA 60% of the latency (overlapping)
     and a roofline bound half the latency."""
