@@ -68,7 +68,9 @@ def regen(directory: Path, pattern: str | None, write: bool,
           dedup: bool = True) -> list[Difference]:
     """Run the cases matching `pattern`, each inside ``progress(case name)`` (a context
     manager, which gives the `Watch` that follows the case, or None); write the goldens
-    that changed to `directory` if `write`; every difference (`dedup`: as `run_kernel`'s)."""
+    that changed to `directory` if `write`, once every case has run (one interrupted or
+    failed writes none: the folder is never part one configuration's, part another's);
+    every difference (`dedup`: as `run_kernel`'s)."""
     cases = select(pattern)
     olds = {}
     for case in cases:  # read (and so check) every golden before running anything:
@@ -79,6 +81,7 @@ def regen(directory: Path, pattern: str | None, write: bool,
                    for c in cases}
         check_outputs(goldens, rewrites=tuple(goldens))
     differences: list[Difference] = []
+    changed: dict[str, str] = {}  # case -> its new golden's text
     for case in cases:
         with progress(case.name) as watch:
             new = run_case(case, costs, sets, watch, dedup)
@@ -88,9 +91,10 @@ def regen(directory: Path, pattern: str | None, write: bool,
         else:
             differences += [Difference(case.name, f, a, b) for f, a, b in rec.diff(old, new)]
         if write and (old is None or rec.diff(old, new)):
-            text = rec.dumps(new)
-            atomic_write(directory / f"{case.name}.json", lambda out, t=text: out.write(
-                t.encode()), "golden regen", rewrites_input=True)  # the golden it replaces
+            changed[case.name] = rec.dumps(new)
+    for name, text in changed.items():
+        atomic_write(directory / f"{name}.json", lambda out, t=text: out.write(t.encode()),
+                     "golden regen", rewrites_input=True)  # the golden it replaces
     known = {c.name for c in CASES}
     for path in sorted(directory.glob("*.json")):
         name = path.stem

@@ -81,6 +81,30 @@ def test_regen_rewrites_only_what_changed_and_then_check_passes(cli, goldens, tm
                str(costs))[0] == 0
 
 
+def test_an_interrupted_regen_writes_no_golden(cli, goldens, tmp_path, monkeypatch):
+    """Ctrl-C at the second case: the first's new golden was written, the folder then part
+    one cost table's and part another's, and nothing said which. Goldens are written once
+    every case has run."""
+    from kernbench_cli.golden import run as golden_run
+
+    costs = tmp_path / "costs.toml"
+    costs.write_text('name = "default"\n[issue]\nload = "5ns"\n')
+    before, ran = _snapshot(goldens), []
+    run_case = golden_run.run_case
+
+    def second_interrupted(case, *args):
+        ran.append(case.name)
+        if len(ran) == 2:
+            raise KeyboardInterrupt
+        return run_case(case, *args)
+
+    monkeypatch.setattr(golden_run, "run_case", second_interrupted)
+    code, _, err = cli("golden", "regen", "--only", QUICK, "--dir", str(goldens), "--costs",
+                       str(costs))
+    assert (code, err.splitlines()[-1:], len(ran)) == (130, ["interrupted"], 2)
+    assert _snapshot(goldens) == before
+
+
 def test_missing_and_extra_goldens_are_differences(cli, goldens):
     (goldens / "sharded_gemm.primitive.default.json").unlink()
     shutil.copy(goldens / "sharded_gemm.composite.default.json",
