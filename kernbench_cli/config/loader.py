@@ -17,6 +17,7 @@ import difflib
 import hashlib
 import json
 import numbers
+import os
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -28,7 +29,7 @@ from typing import Any
 from kernbench_cli import gc_control
 from kernbench_cli.config.schema import KINDS, REQUIRED, CostTable, Topology
 from kernbench_cli.errors import ConfigError, KernbenchError, clip
-from kernbench_cli.fileio import read_input
+from kernbench_cli.fileio import is_a, read_input
 from kernbench_cli.shipped import costs_dir
 
 #: Bytes of a TOML file worth reading: the shipped rack topology is 2 KiB.
@@ -445,8 +446,8 @@ def _cost_path(topology_file: Path, costs: str) -> Path | None:
     if not costs:
         return costs_dir() / "default.toml"
     beside = topology_file.parent / costs
-    if beside.is_file():
-        return beside
+    if beside.is_file() or (os.path.lexists(beside) and not is_a(beside, "dir")):
+        return beside  # a FIFO, a device, a loop of symlinks: reading it says what it is
     shipped = costs_dir() / f"{Path(costs).stem}.toml"
     return shipped if shipped.is_file() and Path(costs).suffix in ("", ".toml") else None
 

@@ -61,6 +61,7 @@ import hashlib
 import importlib.util
 import math
 import os
+import stat
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -173,10 +174,7 @@ def kernel_file(spec: str) -> tuple[Path, str]:
         if path.suffix != ".py":
             raise ParamError(f"kernel file {clip(spec, 200)}: a kernel is a Python file "
                              "ending in .py")
-        if is_a(path, "dir"):
-            raise ParamError(f"kernel file {clip(spec, 200)} is a folder")
-        if not is_a(path, "file"):
-            raise ParamError(f"no kernel file {clip(spec, 200)}")
+        _check_kernel_file(path, clip(spec, 200))
         shown = spec
     else:
         path = data_dir("kernels") / f"{spec}.py"
@@ -186,6 +184,31 @@ def kernel_file(spec: str) -> tuple[Path, str]:
         shown = f"kernels/{spec}.py"
     note_input(path)
     return path, shown
+
+
+#: The largest kernel file read (a file of gigabytes, sparse, was read whole before Python
+#: refused it, taking as much memory)
+MOST_KERNEL_BYTES = 16 << 20
+
+
+def _check_kernel_file(path: Path, shown: str) -> None:
+    """Kernel file `path` (`shown` as given) a regular file, and not too large to read: a
+    one-line ParamError saying what it is otherwise (a FIFO was "no kernel file")."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise ParamError(f"no kernel file {shown}") from None
+    except (OSError, ValueError) as exc:  # a loop of symlinks, a name too long, a NUL
+        raise ParamError(f"kernel file {shown}: cannot read: "
+                         f"{getattr(exc, 'strerror', None) or exc}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ParamError(f"kernel file {shown} is a folder")
+    if not stat.S_ISREG(info.st_mode):
+        raise ParamError(f"kernel file {shown}: is not a regular file (a FIFO, a device or a "
+                         "socket), expected a Python file")
+    if info.st_size > MOST_KERNEL_BYTES:
+        raise ParamError(f"kernel file {shown}: {info.st_size:,} bytes is too large for a "
+                         f"kernel (at most {MOST_KERNEL_BYTES:,})")
 
 
 def _loaded(spec: str, path: Path, shown: str, module_name: str) -> KernelModule:

@@ -178,6 +178,19 @@ case("sweep-table-to-a-reader-gone", SWEEP + " 2>/dev/null | true; exit ${PIPEST
 
 # ------------------------------------------------------------------- kernels, options
 
+# a kernel file or a cost table that is there but no regular file was "no such file"; a
+# kernel file of gigabytes (sparse) was read whole before Python refused it
+case("a-kernel-file-that-is-a-fifo", "mkfifo k.py && K run ./k.py -t ONE", 2,
+     r"^error: kernel file '\./k\.py': is not a regular file \(a FIFO, a device or a "
+     r"socket\), expected a Python file$", timeout=30)
+case("a-kernel-file-of-gigabytes", "truncate -s 3G k.py && K run ./k.py -t ONE", 2,
+     r"^error: kernel file '\./k\.py': 3,221,225,472 bytes is too large for a kernel \(at "
+     r"most 16,777,216\)$", timeout=30, writes=("k.py",))
+case("a-cost-table-that-is-a-fifo", f"mkfifo fifo && sed 's/^costs = .*/costs = \"fifo\"/' "
+     f"{ROOT / 'topologies' / 'default.toml'} > t.toml && K run softmax -t t.toml", 2,
+     r"^error: fifo: is not a regular file, expected a TOML file$", timeout=30,
+     writes=("t.toml",))
+
 for name, body, says in [
     ("a-thread", "    threading.Thread(target=time.sleep, args=(600,)).start()",
      r"k\.py:8: PE \(.*\) at t=0ns: a kernel may not start a thread"),
