@@ -260,16 +260,20 @@ def test_what_on_row_does_to_its_row_stays_with_it(bounds_only):
 
 def test_a_name_too_long_for_the_file_system_is_an_unknown_one():
     """A kernel or topology name past 255 characters raised the file system's OSError
-    (ENAMETOOLONG; the CLI printed "internal error"); the name shows clipped."""
+    (ENAMETOOLONG; the CLI printed "internal error"); the name shows clipped, and a kernel
+    file's says why it cannot be read."""
     name = "a" * 300
     for call, error, start in (
             (lambda: kb.load_kernel(name), errors.ParamError, "unknown kernel 'aaa"),
-            (lambda: kb.load_kernel(name + ".py"), errors.ParamError, "no kernel file 'aaa"),
+            (lambda: kb.load_kernel(name + ".py"), errors.ParamError, "kernel file 'aaa"),
             (lambda: kb.load_topology(name), errors.ConfigError, "no topology named 'aaa"),
             (lambda: kb.run("softmax", name), errors.ConfigError, "no topology named 'aaa")):
         with pytest.raises(error) as info:
             call()
         assert str(info.value).startswith(start) and " characters)" in str(info.value)
+    with pytest.raises(errors.ParamError) as info:
+        kb.load_kernel(name + ".py")
+    assert str(info.value).endswith(" characters): cannot read: File name too long")
 
 
 def test_an_output_path_with_a_nul_is_refused(tmp_path):
