@@ -260,13 +260,18 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None], what: str,
     except OSError as exc:
         raise KernbenchError(f"{what} {path}: cannot write in {str(folder)!r}: "
                              f"{exc.strerror or exc}") from None
+    deferred = False
     try:
         with os.fdopen(handle, "wb") as out:
             write(out)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
+        if _TOGETHER:  # placed with the others as the block ends (`written_together`)
+            _TOGETHER[-1].append((tmp, target, lock))
+            deferred = True
+        else:
+            os.replace(tmp, target)
     except OSError as exc:  # a full disk or quota: not the input's fault
         Path(tmp).unlink(missing_ok=True)
         raise OutputError(f"{what} {path}: cannot write: {exc.strerror or exc}") from None
@@ -274,9 +279,39 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None], what: str,
         Path(tmp).unlink(missing_ok=True)
         raise
     finally:
-        os.close(lock)
+        if not deferred:
+            os.close(lock)
     if _COMMAND[0]:
         _OUTPUTS.add(target.resolve())
+
+
+#: the outputs of each `written_together` block, as (temporary, target, its lock)
+_TOGETHER: list[list[tuple[str, Path, int]]] = []
+
+
+@contextmanager
+def written_together() -> Iterator[None]:
+    """The block's `atomic_write`s all take their place, or none does: each is written to
+    its temporary file, and the files are moved into place as the block ends, one after
+    another (microseconds). A failure or an interrupt in the block (a full disk at the
+    third of four outputs, Ctrl-C while the op log is written) leaves every output as it
+    was before the command, not some of them new and the rest old."""
+    batch: list[tuple[str, Path, int]] = []
+    _TOGETHER.append(batch)
+    placed = 0
+    try:
+        yield
+        for tmp, target, _ in batch:
+            os.replace(tmp, target)
+            placed += 1
+    except OSError as exc:
+        raise OutputError(f"{batch[placed][1]}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        _TOGETHER.remove(batch)
+        for tmp, _, _ in batch[placed:]:
+            Path(tmp).unlink(missing_ok=True)
+        for _, _, lock in batch:
+            os.close(lock)
 
 
 def temporary_prefix(target: Path) -> str:

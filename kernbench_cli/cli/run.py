@@ -207,15 +207,26 @@ def _write_outputs(chrome_trace: Path | None, keep, oplog: Path | None,
                    record: Path | None = None) -> None:
     """The optional files of a run (an API `Result`): a Chrome trace of what `keep` (a
     `TraceFilter` or None) keeps, the op log, the critical path, its values (`save`) and
-    its trace (`record`); each written whole or not at all, gzip-compressed where its
-    name ends in .gz (not `save` and `record`: formats of their own); none if the trace
-    window misses the run."""
-    from kernbench_cli.fileio import atomic_write, gzipped_if_named
+    its trace (`record`); each written whole or not at all, and all of them or none (an
+    interrupt while one is written leaves the others as they were too), gzip-compressed
+    where its name ends in .gz (not `save` and `record`: formats of their own); none if
+    the trace window misses the run."""
+    from kernbench_cli.fileio import written_together
     from kernbench_cli.report.trace_filter import check_window
 
-    raw, amap = result.raw, result.address_map
     if chrome_trace is not None:
-        check_window(keep, raw.latency_ps)
+        check_window(keep, result.raw.latency_ps)
+    with written_together():
+        _write_each(chrome_trace, keep, oplog, critical_path, result, save, record)
+
+
+def _write_each(chrome_trace: Path | None, keep, oplog: Path | None,
+                critical_path: Path | None, result, save: Path | None,
+                record: Path | None) -> None:
+    """`_write_outputs`' files, one after another."""
+    from kernbench_cli.fileio import atomic_write, gzipped_if_named
+
+    raw, amap = result.raw, result.address_map
     if save is not None:
         _save_npz(save, {**result.inputs, **result.outputs})
     if record is not None:

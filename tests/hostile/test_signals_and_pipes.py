@@ -36,8 +36,8 @@ SLOW = ["run", "gqa_attention", "-t", "sip", "-p", "model=llama3-8b", "-p", "seq
     (signal.SIGHUP, 2.0), (signal.SIGHUP, 4.2)])
 def test_an_interrupt_exits_130_and_leaves_no_temporary_file(tmp_path, kernbench, sig, delay):
     """Whenever it lands (start-up, functional pass, timing pass, writing the outputs), an
-    interrupt ends the run with `interrupted`, exit 130, no traceback, no .tmp file; each
-    output is either absent or whole."""
+    interrupt ends the run with `interrupted`, exit 130, no traceback, no .tmp file; the
+    outputs are all there, each whole, or none is (some were: those written before it)."""
     proc = kernbench.start(*SLOW, cwd=tmp_path)
     time.sleep(delay)
     proc.send_signal(sig)
@@ -48,6 +48,8 @@ def test_an_interrupt_exits_130_and_leaves_no_temporary_file(tmp_path, kernbench
         assert (proc.returncode, err.strip().splitlines()[-1:]) == (130, ["interrupted"]), err
     assert "Traceback" not in err
     assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
+    written = {p.name for p in tmp_path.iterdir()}
+    assert written in (set(), {"r.trace", "o.jsonl", "c.json", "p.jsonl"}), written
     for name in ("o.jsonl", "p.jsonl"):
         if (tmp_path / name).exists():
             for line in (tmp_path / name).read_text().splitlines():
