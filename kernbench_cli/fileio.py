@@ -473,8 +473,12 @@ def gzipped_if_named(path: Path, write: Callable[[BinaryIO], None]) -> Callable[
     return packed
 
 
-def read_input(path: Path, limit: int, what: str) -> bytes:
-    """The bytes of input file `path`: a regular file of at most `limit` bytes.
+def read_input(path: Path, limit: int, what: str,
+               check: Callable[[bytes], None] | None = None) -> bytes:
+    """The bytes of input file `path`: a regular file of at most `limit` bytes; `check`,
+    if given, is called on its first bytes (up to 64) before the rest is read, and raises
+    for a file that cannot be what is expected (gigabytes of another file are not read
+    to find out).
 
     A folder, a FIFO or device (which could block or never end), a symlink
     loop, a file too large or one that cannot be read is a one-line
@@ -498,7 +502,12 @@ def read_input(path: Path, limit: int, what: str) -> bytes:
     note_input(path)
     try:
         with _opened(path) as handle:
-            data = handle.read(limit + 1)
+            if check is not None:
+                first = handle.read(64) or b""
+                check(first)
+                data = first + (handle.read(limit + 1 - len(first)) or b"")
+            else:
+                data = handle.read(limit + 1)
     except OSError as exc:
         raise KernbenchError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if data is None:  # nothing yet: it waits for bytes (/proc/kmsg)

@@ -157,12 +157,17 @@ def write_trace(path: Path, trace: Trace, version: int = VERSION) -> None:
 
 def read_trace(path: Path) -> Trace:
     """Read and check a trace file; TraceError names what is wrong."""
+    def gzipped(first: bytes) -> None:  # before a file of gigabytes is read whole
+        if not first.startswith(b"\x1f\x8b"):
+            raise TraceError(f"{path}: not a kernbench trace (Not a gzipped file "
+                             f"({first[:2]!r}))")
+
     try:
-        raw = read_input(path, MAX_TRACE_BYTES, "a trace file")
+        raw = read_input(path, MAX_TRACE_BYTES, "a trace file", gzipped)
+    except TraceError:
+        raise
     except KernbenchError as exc:
         raise TraceError(str(exc)) from None
-    if not raw.startswith(b"\x1f\x8b"):
-        raise TraceError(f"{path}: not a kernbench trace (Not a gzipped file ({raw[:2]!r}))")
     data = _Inflate(raw, path)
     start = data.take(len(MAGIC) + 8)
     if start.startswith(MAGIC):

@@ -187,3 +187,37 @@ def test_a_program_not_made_as_a_run_makes_it_is_written_in_full(run, tmp_path):
     back = read_trace(path).program
     assert [s.columns() for s in back.streams] == [s.columns() for s in streams]
     assert back.composites == trace.program.composites
+
+
+def test_a_file_of_gigabytes_is_no_trace_at_its_first_bytes(tmp_path, monkeypatch):
+    """A junk file (sparse: gigabytes of zeros) was read whole, up to the 16 GiB limit, before
+    its first two bytes said it was no gzip stream: the check reads 64 bytes."""
+    from contextlib import contextmanager
+
+    from kernbench_cli import fileio
+    from kernbench_cli.sim.trace_file import TraceError
+
+    junk = tmp_path / "junk.trace"
+    with open(junk, "wb") as out:
+        out.truncate(1 << 30)
+    read, opened = [], fileio._opened
+
+    class Counted:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def read(self, size: int = -1) -> bytes:
+            data = self.handle.read(size) or b""
+            read.append(len(data))
+            return data
+
+    @contextmanager
+    def counted(path):
+        with opened(path) as handle:
+            yield Counted(handle)
+
+    monkeypatch.setattr(fileio, "_opened", counted)
+    with pytest.raises(TraceError) as info:
+        read_trace(junk)
+    assert str(info.value) == f"{junk}: not a kernbench trace (Not a gzipped file (b'\\x00\\x00'))"
+    assert sum(read) == 64
