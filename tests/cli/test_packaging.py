@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -72,3 +73,22 @@ def test_version(cli):
     assert cli("--version") == (0, f"kernbench {__version__}\n", "")
     project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert project["project"]["version"] == __version__  # one version, said twice
+
+
+@pytest.mark.parametrize(("name", "made"), [("simpy", "simpy.py"), ("numpy", "numpy/__init__.py"),
+                                            ("typer", "typer.py")])
+def test_a_dependency_shadowed_by_the_working_folder_is_one_line(tmp_path, name, made):
+    """`python -m kernbench_cli` puts the working folder first on the path: a `simpy.py`
+    there was "internal error, please report", a `numpy` folder blamed the shipped kernel
+    that imports it, a `typer.py` a raw traceback. Named in one line, exit 2; the console
+    script, which does not put the working folder on the path, runs as ever."""
+    path = tmp_path / made
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("raise ImportError('not the real one')\n")
+    done = subprocess.run([sys.executable, "-m", "kernbench_cli", "run", "rmsnorm",
+                           "--timing-only"], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert (done.returncode, done.stderr) == (
+        2, f"error: {path}: a file in the working folder shadows the installed {name} "
+           "(python -m puts this folder first on the path): rename it, or run kernbench "
+           "from another folder\n")
