@@ -342,12 +342,7 @@ def claimed(target: Path, what: str) -> Iterator[None]:
             raise KernbenchError(f"{what} {target}: another process is writing it"
                                  + (f" (pid {holder})" if holder.isdigit() else "")
                                  + "; wait for it to end, or give another file")
-        try:
-            here = os.lstat(path)
-        except FileNotFoundError:
-            here = None
-        mine = os.fstat(fd)
-        if here is not None and (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino):
+        if _still_there(path, fd):
             break
         os.close(fd)  # its holder removed it as we opened it: take a fresh one
     try:
@@ -391,15 +386,21 @@ def _temporary(folder: Path, prefix: str) -> tuple[int, str, int]:
         handle, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".tmp")
         lock = os.dup(handle)
         _lock(lock, block=True)
-        try:
-            here = os.stat(tmp)
-        except FileNotFoundError:
-            here = None
-        mine = os.fstat(handle)
-        if here is not None and (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino):
+        if _still_there(tmp, handle):
             return handle, tmp, lock
         os.close(lock)
         os.close(handle)
+
+
+def _still_there(path: str | Path, fd: int) -> bool:
+    """Whether `path` is still the file open as `fd` (not removed, nor replaced, by another
+    process between the open and a lock taken on it)."""
+    try:
+        here = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)
 
 
 def _lock(fd: int, block: bool) -> bool:
@@ -447,10 +448,8 @@ def _remove_if_stale(path: Path) -> None:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
             return
-        if _lock(fd, block=False):
-            here = os.lstat(path)
-            if (here.st_dev, here.st_ino) == (info.st_dev, info.st_ino):
-                path.unlink()
+        if _lock(fd, block=False) and _still_there(path, fd):
+            path.unlink()
     finally:
         os.close(fd)
 
