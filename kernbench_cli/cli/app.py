@@ -56,6 +56,7 @@ class KernbenchGroup(TyperGroup):
         from kernbench_cli.fileio import begin_command, end_command
 
         begin_command()
+        _INTERRUPT_SAID[0] = False  # once a command (tests run many in one process)
         try:
             return self._invoke(ctx)
         finally:
