@@ -273,7 +273,8 @@ class _Watch:
     def __init__(self, progress, limit: float):
         self.progress, self.limit = progress, limit
         self.count, self.since = progress(), time.monotonic()
-        self.seen = self.since  # when `stalled` last looked (`PAUSED_S`)
+        self.seen = self.since  # when `stalled` last looked (`PAUSED_S`), and the
+        self.cpu = time.process_time()  # process's CPU time then
         memory = memory_left()
         self.floor = memory_floor(*memory) if memory is not None else None
         self.next_read = 0.0  # when `short_of_memory` next reads what is left
@@ -298,11 +299,13 @@ class _Watch:
         the timer and its thread look at least every quarter second, so a gap of more than
         `PAUSED_S` between two looks is the process stopped (Ctrl-Z then `fg`, a debugger,
         a frozen cgroup, a suspended machine), which was counted as no progress and ended
-        a slow `reference` as an endless loop."""
-        now, count = time.monotonic(), self.progress()
+        a slow `reference` as an endless loop; or one long call that holds the GIL, which
+        is no pause: only the part of the gap the process's CPU time did not advance is
+        taken off."""
+        now, count, cpu = time.monotonic(), self.progress(), time.process_time()
         if now - self.seen > PAUSED_S:
-            self.since += now - self.seen
-        self.seen = now
+            self.since += max(0.0, (now - self.seen) - (cpu - self.cpu))
+        self.seen, self.cpu = now, cpu
         if count != self.count and not self.stopped:
             self.count, self.since = count, now
         return now - self.since

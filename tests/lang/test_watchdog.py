@@ -18,7 +18,8 @@ def test_a_timeout_landing_in_a_finaliser_is_raised_after_it(monkeypatch):
     from tests.conftest import HANG_GUARD_S
 
     clock, ticks = [0.0], []
-    monkeypatch.setattr(watching, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(watching, "time", SimpleNamespace(monotonic=lambda: clock[0],
+                                                         process_time=lambda: clock[0]))
 
     def progress() -> int:  # the watchdog reads it at each tick
         ticks.append(clock[0])
@@ -279,11 +280,29 @@ def test_a_process_stopped_and_continued_is_not_a_block_without_progress(monkeyp
     between two looks (due every quarter second) is not counted."""
     from kernbench_cli.lang import watchdog
 
-    now = [100.0]
+    now, cpu = [100.0], [0.0]
     monkeypatch.setattr(watchdog.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(watchdog.time, "process_time", lambda: cpu[0])
     watch = watchdog._Watch(lambda: 0, 3.0)
     looks = []
-    for t in (100.25, 100.5, 106.5, 106.75, 108.0, 109.75):  # stopped from 100.5 to 106.5
-        now[0] = t
+    for t, ran in ((100.25, 0.25), (100.5, 0.25), (106.5, 0.0), (106.75, 0.25), (108.0, 1.25),
+                   (109.75, 1.75)):  # stopped from 100.5 to 106.5: no CPU time then
+        now[0], cpu[0] = t, cpu[0] + ran
         looks.append(watch.stalled())
     assert looks == [0.25, 0.5, 0.5, 0.75, 2.0, 3.75]  # 108.0: 1.25 s on, a look late
+
+
+def test_one_long_call_holding_the_gil_is_no_pause(monkeypatch):
+    """A gap between two looks in which the process ran (one C call of seconds that holds
+    the GIL, looped: `sum(range(10**8))`) is time without progress: taking it off as a
+    pause made such a loop unstoppable."""
+    from kernbench_cli.lang import watchdog
+
+    now, cpu = [100.0], [0.0]
+    monkeypatch.setattr(watchdog.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(watchdog.time, "process_time", lambda: cpu[0])
+    watch = watchdog._Watch(lambda: 0, 3.0)
+    for _ in range(3):  # three calls of 2.5 s each, CPU bound
+        now[0], cpu[0] = now[0] + 2.5, cpu[0] + 2.5
+        last = watch.stalled()
+    assert last == 7.5
