@@ -245,12 +245,14 @@ def _nonblocking_again(fd: int) -> None:
 def _sane_width() -> None:
     """COLUMNS (Rich's width) and TERMINAL_WIDTH (Typer's help) within `WIDTHS`: at 0 Rich
     printed nothing, and at 1 a character a line, with exit 0 and no result; at 10^10 the
-    help's padding took all the machine's memory. A value that is no number Rich already
-    ignores."""
+    help's padding took all the machine's memory. A digit that is no ASCII one ("²",
+    which Rich took for a number and int() did not) is dropped; other text Rich ignores."""
     low, high = WIDTHS
     for name in ("COLUMNS", "TERMINAL_WIDTH"):
         value = os.environ.get(name, "")
-        if value.isdigit() and not low <= int(value) <= high:
+        if value.isdigit() and not value.isascii():  # "²": a digit to Rich, not to int()
+            del os.environ[name]
+        elif value.isdigit() and not low <= int(value) <= high:
             os.environ[name] = str(min(max(int(value), low), high))
 
 

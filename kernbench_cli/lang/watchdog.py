@@ -100,9 +100,12 @@ def ends_process() -> bool:
 
 def end_now(line: str, code: int) -> None:
     """End the process at once with `line` on stderr (written whole, no lock taken: the
-    thread it stops may hold sys.stderr's) and exit status `code`."""
-    os.write(2, line.encode("utf-8", "replace") + b"\n")
-    _EXIT(code)
+    thread it stops may hold sys.stderr's) and exit status `code`, whether or not stderr
+    takes the line (a full disk: the process ran on, its stop taken by the kernel)."""
+    try:
+        os.write(2, line.encode("utf-8", "replace") + b"\n")
+    finally:
+        _EXIT(code)
 
 
 #: where the standard library and installed packages live (`in_a_library`): not the

@@ -40,7 +40,7 @@ def test_every_help_text_is_shown_as_written(cli, monkeypatch):
 
 @pytest.mark.parametrize(("name", "value", "width"), [
     ("COLUMNS", "0", 40), ("COLUMNS", "1", 40), ("COLUMNS", "10000000000", 1000),
-    ("TERMINAL_WIDTH", "10000000000", 1000)])
+    ("TERMINAL_WIDTH", "10000000000", 1000), ("COLUMNS", "\u00b2", 80)])
 def test_a_width_out_of_reason_is_taken_within_it(kernbench, name, value, width):
     """COLUMNS=0 printed an empty report with exit 0, COLUMNS=1 one character a line (no
     latency to read), and a width of 10^10 filled the machine's memory with the help's
