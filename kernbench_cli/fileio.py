@@ -8,6 +8,7 @@ import math
 import numbers
 import os
 import stat
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -267,8 +268,9 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None], what: str,
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
-        if _TOGETHER:  # placed with the others as the block ends (`written_together`)
-            _TOGETHER[-1].append((tmp, target, lock))
+        batches = getattr(_TOGETHER, "stack", None)
+        if batches:  # placed with the others as the block ends (`written_together`)
+            batches[-1].append((tmp, target, lock))
             deferred = True
         else:
             os.replace(tmp, target)
@@ -285,33 +287,48 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None], what: str,
         _OUTPUTS.add(target.resolve())
 
 
-#: the outputs of each `written_together` block, as (temporary, target, its lock)
-_TOGETHER: list[list[tuple[str, Path, int]]] = []
+#: this thread's open `written_together` blocks (`stack`), each a list of its outputs as
+#: (temporary, target, its lock)
+_TOGETHER = threading.local()
 
 
 @contextmanager
 def written_together() -> Iterator[None]:
-    """The block's `atomic_write`s all take their place, or none does: each is written to
-    its temporary file, and the files are moved into place as the block ends, one after
-    another (microseconds). A failure or an interrupt in the block (a full disk at the
-    third of four outputs, Ctrl-C while the op log is written) leaves every output as it
-    was before the command, not some of them new and the rest old."""
+    """The block's `atomic_write`s (this thread's) take their place together: each is
+    written to its temporary file, and they are moved into place as the block ends, one
+    after another (microseconds). A failure or an interrupt in the block (a full disk at
+    the third of four outputs, Ctrl-C while the op log is written) leaves every output as
+    it was before the command, not some of them new and the rest old (one landing while
+    they are moved, in those microseconds, leaves the first moved). A block inside another
+    places its outputs as it ends."""
     batch: list[tuple[str, Path, int]] = []
-    _TOGETHER.append(batch)
+    stack = _TOGETHER.__dict__.setdefault("stack", [])
+    stack.append(batch)
     placed = 0
     try:
         yield
+    except BaseException:
+        _dropped(batch, 0)
+        raise
+    finally:
+        del stack[next(i for i in range(len(stack) - 1, -1, -1) if stack[i] is batch)]
+    try:
         for tmp, target, _ in batch:
             os.replace(tmp, target)
             placed += 1
     except OSError as exc:
         raise OutputError(f"{batch[placed][1]}: cannot write: {exc.strerror or exc}") from None
     finally:
-        _TOGETHER.remove(batch)
-        for tmp, _, _ in batch[placed:]:
-            Path(tmp).unlink(missing_ok=True)
-        for _, _, lock in batch:
-            os.close(lock)
+        _dropped(batch, placed)
+
+
+def _dropped(batch: list[tuple[str, Path, int]], placed: int) -> None:
+    """A `written_together` block's outputs done with: the temporary files of those past
+    the first `placed` removed, every lock given up."""
+    for tmp, _, _ in batch[placed:]:
+        Path(tmp).unlink(missing_ok=True)
+    for _, _, lock in batch:
+        os.close(lock)
 
 
 def temporary_prefix(target: Path) -> str:
@@ -329,7 +346,7 @@ def claimed(target: Path, what: str) -> Iterator[None]:
     drops its lock), and taken over. Where the file system has no locks, nothing is
     claimed. A symlink to the file shares its lock."""
     real = Path(os.path.realpath(target))
-    path = real.parent / f"{temporary_prefix(real)}lock"
+    path = real.parent / _lock_name(real)
     while True:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
@@ -353,6 +370,17 @@ def claimed(target: Path, what: str) -> Iterator[None]:
         with contextlib.suppress(OSError):
             path.unlink()  # while still locked: a process waiting on it sees it gone
         os.close(fd)
+
+
+def _lock_name(target: Path) -> str:
+    """The name of `target`'s lock file (`claimed`): ``.NAME.lock``, or past 200 bytes
+    ``.kernbench.HASH.lock`` (16 hex digits of the name's SHA-256), a file of its own."""
+    import hashlib
+
+    name = os.fsencode(target.name)
+    if len(name) <= 200:
+        return f".{target.name}.lock"
+    return f".kernbench.{hashlib.sha256(name).hexdigest()[:16]}.lock"
 
 
 def _held_elsewhere(fd: int) -> bool:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernbench_cli.fileio import atomic_write, check_outputs
+from kernbench_cli.fileio import atomic_write, check_outputs, written_together
 from kernbench_cli.golden import record as rec
 from kernbench_cli.golden.cases import CASES, Case
 
@@ -92,9 +92,10 @@ def regen(directory: Path, pattern: str | None, write: bool,
             differences += [Difference(case.name, f, a, b) for f, a, b in rec.diff(old, new)]
         if write and (old is None or rec.diff(old, new)):
             changed[case.name] = rec.dumps(new)
-    for name, text in changed.items():
-        atomic_write(directory / f"{name}.json", lambda out, t=text: out.write(t.encode()),
-                     "golden regen", rewrites_input=True)  # the golden it replaces
+    with written_together():  # a full disk at the third: none moves
+        for name, text in changed.items():
+            atomic_write(directory / f"{name}.json", lambda out, t=text: out.write(
+                t.encode()), "golden regen", rewrites_input=True)  # the golden it replaces
     known = {c.name for c in CASES}
     for path in sorted(directory.glob("*.json")):
         name = path.stem

@@ -308,3 +308,34 @@ def test_an_output_folder_that_takes_no_file_is_refused_before_the_work(cli, tmp
     assert (code, err) == (2, f"error: --dir {tmp_path / 'gd'}: cannot write in "
                               f"'{tmp_path / 'gd'}': Read-only file system\n")
     assert list((tmp_path / "gd").iterdir()) == []
+
+
+def test_outputs_written_together_take_their_place_as_the_block_ends(tmp_path):
+    """`fileio.written_together`: an OSError of the block's own is its own (it was blamed on
+    an output, or an IndexError); a block inside another places its outputs as it ends,
+    and the outer one its own after (blocks were told apart by equality: the wrong one
+    left, and every later write in the process was deferred for good); another thread's
+    write takes its place at once; a failed block leaves no temporary file."""
+    import threading
+
+    from kernbench_cli.fileio import atomic_write, written_together
+
+    def write(name: str) -> None:
+        atomic_write(tmp_path / name, lambda out: out.write(name.encode()), "--x")
+
+    with pytest.raises(OSError, match="its own"), written_together():
+        write("a.json")
+        raise OSError(5, "its own")
+    assert list(tmp_path.iterdir()) == []
+    with written_together():
+        with written_together():
+            write("b.json")
+        assert (tmp_path / "b.json").read_text() == "b.json"
+        write("c.json")
+        thread = threading.Thread(target=write, args=("d.json",))
+        thread.start()
+        thread.join()
+        assert not (tmp_path / "c.json").exists() and (tmp_path / "d.json").exists()
+    write("e.json")  # no block open: at once
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json", "c.json", "d.json",
+                                                          "e.json"]

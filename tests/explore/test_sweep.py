@@ -224,6 +224,19 @@ def test_a_tmpdir_too_long_for_the_workers_socket_is_one_line(kernbench, tmp_pat
     assert list(temp.iterdir()) == []
 
 
+def test_two_long_results_names_have_locks_of_their_own(tmp_path):
+    """Names past 200 bytes shared one lock file (`.kernbench.lock`): two sweeps writing two
+    files refused each other."""
+    from kernbench_cli.fileio import claimed
+
+    with claimed(tmp_path / ("a" * 210 + ".jsonl"), "--out"), \
+            claimed(tmp_path / ("b" * 210 + ".jsonl"), "--out"):
+        locks = sorted(p.name for p in tmp_path.iterdir())
+    assert len(locks) == 2 and all(re.fullmatch(r"\.kernbench\.[0-9a-f]{16}\.lock", n)
+                                   for n in locks)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_csv_results_file(cli, tmp_path):
     out = tmp_path / "r.csv"
     code, _, _ = cli("sweep", LOAD_DOT, *AXES, "--jobs", "2", "--out", str(out))
