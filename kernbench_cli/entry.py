@@ -22,6 +22,8 @@ def shadowed() -> str | None:
         here = os.path.realpath(os.getcwd())
     except OSError:  # the working folder was deleted: nothing in it shadows anything
         return None
+    if here not in {os.path.realpath(p or ".") for p in sys.path}:
+        return None  # not on the path (the console script): nothing there is imported
     if here in {os.path.realpath(p) for p in sysconfig.get_paths().values()}:
         return None  # run from where the packages are installed: they are the installed ones
     for name in DEPENDENCIES:

@@ -176,6 +176,12 @@ class CriticalPath:
     steps: int
     what_if_2x_faster_saves_ps: Mapping[str, int]
 
+    @property
+    def what_if_2x_faster_saves_at_most_ps(self) -> Mapping[str, int]:
+        """`what_if_2x_faster_saves_ps` under its name of 0.2.0 (deprecated: the figure is
+        an estimate, not a bound)."""
+        return self.what_if_2x_faster_saves_ps
+
 
 @dataclass(frozen=True)
 class TcmHighWater:

@@ -1067,9 +1067,12 @@ def _worker_context():
             resource_tracker.ensure_running()
         with owner_access():
             forkserver.ensure_running()
-    except OSError as exc:  # its socket's folder: in TMPDIR, which may be too long a path
+    except OSError as exc:  # its socket's folder in TMPDIR; its fork; its pipes
         import tempfile
 
+        if "path too long" not in str(exc):
+            raise KernbenchError(f"the sweep's workers cannot start: their fork server: "
+                                 f"{exc.strerror or exc}") from None
         raise KernbenchError(f"the sweep's workers cannot start: their fork server's socket "
                              f"in {tempfile.gettempdir()}: {exc.strerror or exc} (a "
                              "socket's path is at most 107 bytes: a shorter TMPDIR)") from None
@@ -1193,7 +1196,8 @@ def _enough_files(jobs: int) -> None:
     if soft == resource.RLIM_INFINITY or soft >= need:
         return
     if hard == resource.RLIM_INFINITY or hard >= need:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+        with contextlib.suppress(OSError, ValueError):  # a sandbox that refuses: try anyway
+            resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
         return
     raise KernbenchError(f"{jobs} worker{'s' if jobs > 1 else ''} need some {need} open "
                          f"files, and the limit is {hard} (ulimit -Hn): fewer --jobs, or a "

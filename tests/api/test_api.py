@@ -197,6 +197,8 @@ def test_a_result_of_0_2_0_reads_its_what_if_under_the_figures_new_name():
     path["what_if_2x_faster_saves_at_most_ps"] = path.pop("what_if_2x_faster_saves_ps")
     read = kb.Result.from_dict(old)
     assert read.critical_path == result.critical_path and read.to_dict() == result.to_dict()
+    path = read.critical_path  # the attribute's old name reads too (deprecated)
+    assert path.what_if_2x_faster_saves_at_most_ps == path.what_if_2x_faster_saves_ps
 
 
 def test_bounds_from_dict_refuses_what_no_bounds_json_says():
