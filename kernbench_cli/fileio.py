@@ -265,9 +265,7 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None], what: str,
     try:
         with os.fdopen(handle, "wb") as out:
             write(out)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        os.chmod(tmp, 0o666 & ~_umask())
         batches = getattr(_TOGETHER, "stack", None)
         if batches:  # placed with the others as the block ends (`written_together`)
             batches[-1].append((tmp, target, lock))
@@ -285,6 +283,52 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None], what: str,
             os.close(lock)
     if _COMMAND[0]:
         _OUTPUTS.add(target.resolve())
+
+
+#: the umask's changes (`owner_access`), and its readings where they change it (`_umask`)
+_UMASK_LOCK = threading.Lock()
+_OWNER = {"blocks": 0, "umask": 0}  # `owner_access` blocks open, and the umask before them
+
+
+@contextmanager
+def owner_access() -> Iterator[None]:
+    """The block with a umask that leaves the owner's own bits alone (the rest of it as it
+    was): multiprocessing makes its folder for the fork server's socket and its
+    semaphores under the umask, and with a umask of 0777 (no access even for the owner)
+    could then use neither (an internal error, and a folder of mode 000 left in the temp
+    folder); and a sweep appends to its `--out` after writing it, so that file keeps its
+    owner's read and write too (group and others as the umask has them). The umask is
+    the process's: blocks in several threads share one change, undone as the last ends
+    (ended in another order, two blocks left it changed for good)."""
+    with _UMASK_LOCK:
+        if not _OWNER["blocks"]:
+            _OWNER["umask"] = os.umask(0o077)
+            os.umask(_OWNER["umask"] & 0o077)
+        _OWNER["blocks"] += 1
+    try:
+        yield
+    finally:
+        with _UMASK_LOCK:
+            _OWNER["blocks"] -= 1
+            if not _OWNER["blocks"]:
+                os.umask(_OWNER["umask"])
+
+
+def _umask() -> int:
+    """The process's umask: read from /proc where it can be (setting it to read it, as
+    `os.umask` must, leaves it 0 for an instant, in which another thread's files would
+    take any mode), else set and put back under `_UMASK_LOCK`."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:
+        mask = os.umask(0)
+        os.umask(mask)
+    return mask
 
 
 #: this thread's open `written_together` blocks (`stack`), each a list of its outputs as

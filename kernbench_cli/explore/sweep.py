@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from kernbench_cli.errors import KernbenchError, OutputError, ParamError, clip
-from kernbench_cli.fileio import atomic_write, parse_json, read_input
+from kernbench_cli.fileio import atomic_write, owner_access, parse_json, read_input
 from kernbench_cli.lang.watchdog import STOP_SIGNALS
 
 
@@ -1082,22 +1082,6 @@ def _worker_context():
             os.environ.pop(var, None)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     return context
-
-
-@contextmanager
-def owner_access() -> Iterator[None]:
-    """The block with a umask that leaves the owner's own bits alone (the rest of it as it
-    was): multiprocessing makes its folder for the fork server's socket and its
-    semaphores under the umask, and with a umask of 0777 (no access even for the owner)
-    could then use neither (an internal error, and a folder of mode 000 left in the temp
-    folder); and a sweep appends to its `--out` after writing it, so that file keeps its
-    owner's read and write too (group and others as the umask has them)."""
-    old = os.umask(0o077)
-    os.umask(old & 0o077)
-    try:
-        yield
-    finally:
-        os.umask(old)
 
 
 @contextmanager

@@ -339,3 +339,22 @@ def test_outputs_written_together_take_their_place_as_the_block_ends(tmp_path):
     write("e.json")  # no block open: at once
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json", "c.json", "d.json",
                                                           "e.json"]
+
+
+def test_owner_access_blocks_in_any_order_put_the_umask_back():
+    """The umask is the process's: two sweeps' blocks (threads) ending in another order
+    than they began left it changed for good (0o277 became 0o077)."""
+    from kernbench_cli.fileio import _umask, owner_access
+
+    was = os.umask(0o277)
+    try:
+        first, second = owner_access(), owner_access()
+        first.__enter__()
+        second.__enter__()
+        assert _umask() == 0o077  # the owner's bits alone unmasked
+        first.__exit__(None, None, None)
+        assert _umask() == 0o077  # the second block still runs
+        second.__exit__(None, None, None)
+        assert _umask() == 0o277
+    finally:
+        os.umask(was)
