@@ -404,9 +404,15 @@ def _checked(module, todo: list, replay: str | Path | None) -> list:
     if replay is not None and any(p.params != todo[0].params for p in todo):
         raise KernbenchError("--replay: -p cannot vary (the recording fixed the kernel's "
                              "parameters)")
+    values: dict[str, set[str]] = {}
+    for point in todo:
+        for item in point.params:
+            name, _, value = item.partition("=")
+            values.setdefault(name.strip(), set()).add(value.strip())
+    varying = {name for name, seen in values.items() if len(seen) > 1}
     for params in dict.fromkeys(point.params for point in todo):
         try:
-            parse_params(module, list(params))
+            parse_params(module, list(params), varying=varying)
         except ParamError as exc:
             raise ParamError(f"-p {' '.join(params)}: {exc}") from None
     return todo

@@ -308,7 +308,8 @@ def _run(spec: Spec, point: Point, row: dict[str, Any]) -> dict[str, Any]:
         amap = load_address_map(spec.topology, Path(spec.costs) if spec.costs else None,
                                 point.sets)
         result = run_kernel(module, amap,
-                            parse_params(module, list(point.params), amap.topology.num_pes),
+                            parse_params(module, list(point.params), amap.topology.num_pes,
+                                         varying=module.needs.values()),  # (see `_checked`)
                             seed=spec.seed, timing_only=spec.timing_only)
     except KernbenchError as exc:
         return {**row, "error": " / ".join(exc.lines()), "result": None}
@@ -426,7 +427,8 @@ def record(spec: Spec, point: Point, path: Path) -> None:
     module = load_kernel(spec.kernel)
     sets = [s for s in point.sets if not s.startswith(REPLAYABLE)]
     amap = load_address_map(spec.topology, Path(spec.costs) if spec.costs else None, sets)
-    params = parse_params(module, list(point.params), amap.topology.num_pes)
+    params = parse_params(module, list(point.params), amap.topology.num_pes,
+                          varying=module.needs.values())  # checked as the sweep began
     result = run_kernel(module, amap, params, seed=spec.seed, timing_only=True)
     write_trace(path, result.trace)
 

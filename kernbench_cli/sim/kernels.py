@@ -64,7 +64,7 @@ import os
 import stat
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -429,9 +429,11 @@ def _line_in(exc: BaseException, filename: str) -> int | str:
 
 
 def parse_params(kernel: KernelModule, overrides: list[str],
-                 num_pes: int | None = None) -> dict[str, Any]:
+                 num_pes: int | None = None, varying: Collection[str] = ()) -> dict[str, Any]:
     """Defaults (scaled to `num_pes` PEs when the kernel says how), then presets, then
-    ``name=value`` overrides, each checked against its type."""
+    ``name=value`` overrides, each checked against its type, and against `NEEDS` but where
+    the parameter needed is among `varying` (a sweep's axis: `prompt` 0 and 16, with
+    `new_tokens` for the points that have one)."""
     given: dict[str, Any] = {}
     for item in overrides:
         name, sep, text = item.partition("=")
@@ -472,7 +474,7 @@ def parse_params(kernel: KernelModule, overrides: list[str],
         if named:  # the others do not describe this run
             params.update({name: type(params[name])() for name in group if name != named[0]})
     for name, other in kernel.needs.items():
-        if name in given and not params[other]:
+        if name in given and not params[other] and other not in varying:
             raise ParamError(f"parameter {name}: used only with {other} (here "
                              f"{params[other]!r}); given without it, it would change nothing")
     return params

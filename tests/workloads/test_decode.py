@@ -119,6 +119,22 @@ def test_a_request_parameter_without_a_prompt_is_refused(cli, name):
     assert code == 0, err
 
 
+def test_a_sweep_over_the_prompt_may_give_a_request_parameter_to_every_point(cli):
+    """`NEEDS` in a sweep: with `prompt` an axis (a decode-only point beside a request),
+    `new_tokens` for the points that have one is no error; with no prompt at any point,
+    a `new_tokens` axis still is."""
+    code, out, err = cli("sweep", "llama_decode", "--timing-only", "-p", "layers=1", "-p",
+                         "prompt=0,8", "-p", "new_tokens=3", "--format", "csv")
+    assert code == 0, err
+    rows = out.splitlines()[1:]
+    assert [row.split(",")[:3] for row in rows] == [["0", "0", "3"], ["1", "8", "3"]]
+    code, _, err = cli("sweep", "llama_decode", "--timing-only", "-p", "layers=1", "-p",
+                       "new_tokens=2,3")
+    assert (code, err) == (2, "error: -p new_tokens=2 layers=1: parameter new_tokens: used "
+                              "only with prompt (here 0); given without it, it would change "
+                              "nothing\n")
+
+
 @pytest.mark.parametrize("flag", ["--timing-only", "--bounds-only"])
 def test_an_empty_config_is_bad_input(cli, flag):
     """`-p config=` blanks the model (it is the alternative) and names no file: it was a
