@@ -130,7 +130,7 @@ def test_a_sweep_over_the_prompt_may_give_a_request_parameter_to_every_point(cli
     assert [row.split(",")[:4] for row in rows] == [["0", "1", "0", "3"], ["1", "1", "8", "3"]]
     code, _, err = cli("sweep", "llama_decode", "--timing-only", "-p", "layers=1", "-p",
                        "new_tokens=2,3")
-    assert (code, err) == (2, "error: -p new_tokens=2 layers=1: parameter new_tokens: used "
+    assert (code, err) == (2, "error: -p layers=1 new_tokens=2: parameter new_tokens: used "
                               "only with prompt (here 0); given without it, it would change "
                               "nothing\n")
 
