@@ -964,15 +964,17 @@ DASK_ANSWER_S = 30.0
 def _dask_client(address: str):
     """A Dask client of the scheduler at `address`, or a one-line error: it cannot be
     reached, does not answer within `DASK_ANSWER_S` (the client is made on a thread of
-    its own, left to end by itself, which closes a client made too late), or answers as
-    no Dask scheduler does (an HTTP server's first bytes read as a frame's length were
-    an allocation of exbibytes, reported as this machine running out of memory)."""
+    its own, which closes a client made too late; against a peer that never answers it
+    waits as long as the peer holds the connection: a thread each such call, in a
+    long-lived process), or answers as no Dask scheduler does (an HTTP server's first
+    bytes read as a frame's length were an allocation of exbibytes, reported as this
+    machine running out of memory)."""
     import threading
 
     from distributed import Client
 
     made: dict[str, Any] = {}
-    given_up = threading.Event()
+    lock = threading.Lock()  # the client is kept, or closed, once
 
     def connect() -> None:
         try:
@@ -980,15 +982,19 @@ def _dask_client(address: str):
         except BaseException as exc:  # reported by the thread waiting
             made["error"] = exc
             return
-        if given_up.is_set():
-            client.close()
-        made["client"] = client
+        with lock:
+            if made.get("given up"):
+                client.close()
+            else:
+                made["client"] = client
 
     thread = threading.Thread(target=connect, name="kernbench-dask-connect", daemon=True)
     thread.start()
     thread.join(DASK_ANSWER_S)
-    if thread.is_alive():
-        given_up.set()
+    with lock:
+        late = "client" not in made and "error" not in made
+        made["given up"] = late
+    if late:
         raise KernbenchError(f"--dask {address}: the scheduler did not answer within "
                              f"{DASK_ANSWER_S:g} s (something there accepts connections: "
                              "not a Dask scheduler?)")
