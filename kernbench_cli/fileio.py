@@ -573,12 +573,10 @@ def read_input(path: Path, limit: int, what: str,
     note_input(path)
     try:
         with _opened(path) as handle:
-            if check is not None:
-                first = handle.read(64) or b""
-                check(first)
-                data = first + (handle.read(limit + 1 - len(first)) or b"")
-            else:
-                data = handle.read(limit + 1)
+            data = handle.read(64 if check is not None else limit + 1)
+            if check is not None and data is not None:  # None: it waits (see below)
+                check(data)
+                data += handle.read(limit + 1 - len(data)) or b""
     except OSError as exc:
         raise KernbenchError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if data is None:  # nothing yet: it waits for bytes (/proc/kmsg)
