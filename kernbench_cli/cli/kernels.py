@@ -23,12 +23,12 @@ def kernels(
         table.add_column("kernel")
         table.add_column("what it is")
         for kernel_name in shipped_kernels():
-            doc = (load_kernel(kernel_name).module.__doc__ or "").strip().splitlines()
+            doc = load_kernel(kernel_name).doc.splitlines()
             table.add_row(kernel_name, doc[0] if doc else "")
         echo_rich(table)
         return
     kernel = load_kernel(name)
-    doc = (kernel.module.__doc__ or "").strip()
+    doc = kernel.doc
     table = Table(title=f"{kernel.name} parameters (-p name=value)")
     for col in ("parameter", "default", "unit", "description"):
         table.add_column(col, overflow="fold")

@@ -122,6 +122,20 @@ class KernelModule:
         return getattr(self.module, "ONE_OF", ())
 
     @property
+    def doc(self) -> str:
+        """The kernel file's docstring, stripped: read from its source where `python -OO`
+        dropped it from the module (every description was empty)."""
+        doc = self.module.__doc__
+        if doc is None and sys.flags.optimize >= 2:
+            import ast
+
+            try:
+                doc = ast.get_docstring(ast.parse(self.path.read_bytes()))
+            except (OSError, SyntaxError, ValueError):
+                doc = None
+        return (doc or "").strip()
+
+    @property
     def needs(self) -> dict[str, str]:
         """The parameters used only when another reads non-empty, by parameter (`NEEDS`)."""
         return getattr(self.module, "NEEDS", {})

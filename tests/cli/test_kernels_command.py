@@ -18,3 +18,15 @@ def test_kernels_name_shows_parameters_choices_and_presets(cli):
     assert "│ dtype     │ f16     │ str       │ element type" in out
     assert "-p model=llama3-8b sets heads_q=32, heads_kv=8, head_dim=128" in out
     assert cli("kernels", "nope")[0] == 2
+
+
+def test_kernels_are_described_under_python_oo(kernbench):
+    """`python -OO` drops docstrings, and with them every kernel's description: the list's
+    "what it is" column and a kernel's text were empty. They are read from the source."""
+    import os
+
+    env = {**os.environ, "PYTHONOPTIMIZE": "2", "COLUMNS": "200"}
+    listed = kernbench.run("kernels", env=env)
+    assert listed.returncode == 0 and "GQA fused attention for LLM decoding" in listed.stdout
+    shown = kernbench.run("kernels", "all_reduce", env=env)
+    assert shown.returncode == 0 and shown.stdout.startswith("Collectives benchmark")
