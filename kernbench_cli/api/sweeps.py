@@ -487,7 +487,7 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
                                 resume=resume, bounds_only=bounds_only),
                            dict(on_start=on_start, on_row=on_row))
     loaded = check_options(kernel, topology, costs, replay, out, resume, jobs, dask, params=params)
-    from kernbench_cli.explore.sweep import Results, Spec, numbered, prune_limit
+    from kernbench_cli.explore.sweep import Results, Spec, prune_limit
 
     todo = _checked(loaded, sweep_points(set, params, zip, pair), replay)
     spec = Spec(str(kernel), str(topology) if topology is not None else None,
@@ -500,6 +500,19 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
         return _bounds_only(spec, module, todo, axis_keys, on_start, on_row)
     _begin(spec, loaded, todo)
     results = Results(out, axis_keys, spec.begun if out is not None else "")
+    rows = _ran(spec, module, todo, limit, results, resume, (record_once, jobs, dask),
+                on_start, on_row)
+    return SweepResult.from_rows(Path(str(kernel)).stem, axis_keys,
+                                 [rows[p.index] for p in todo])
+
+
+def _ran(spec, module, todo: list, limit, results, resume: bool, how: tuple,
+         on_start, on_row) -> dict[int, dict[str, Any]]:
+    """`sweep`'s points run (those `results` holds already, with `resume`, kept; those above
+    `limit` pruned), by index, the results file held against another sweep meanwhile."""
+    from kernbench_cli.explore.sweep import numbered
+
+    out = results.path
     with claimed(out, "--out") if out is not None else contextlib.nullcontext():
         if resume:
             results.load({p.key: p.index for p in todo})
@@ -508,12 +521,10 @@ def sweep(kernel: str | Path, topology: str | Path | None = None, *, params: Axe
         skip = _pruned(spec, module, todo, limit, rows)
         left = [p for p in todo if p.index not in rows and p.index not in skip]
         try:
-            _run_in_order(spec, todo, left, skip, rows, results, (record_once, jobs, dask),
-                          on_start, on_row)
+            _run_in_order(spec, todo, left, skip, rows, results, how, on_start, on_row)
         finally:
             results.close()
-    return SweepResult.from_rows(Path(str(kernel)).stem, axis_keys,
-                                 [rows[p.index] for p in todo])
+    return rows
 
 
 def _begin(spec, module, todo: list) -> None:

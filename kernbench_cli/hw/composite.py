@@ -235,25 +235,40 @@ def dequantised(tiling: GemmTiling, a: Operand, b: Operand, n: int) -> int:
     return bool(a.dequant) * a_loaded + bool(b.dequant) * b_loaded
 
 
+def _tile(i: int, tiling: GemmTiling, m: int, k: int, n: int, tn: int, tk: int) -> tuple:
+    """Tile i of an m x k @ k x n GEMM (tiles in m, n, k order, k fastest; `tn`, `tk`
+    tiles along n and k): its row of tiles, its first row, column and k, and its rows,
+    k and columns (the last tile of a dimension may be short)."""
+    mt, kt, nt = tiling.mt, tiling.kt, tiling.nt
+    mi, rest = divmod(i, tn * tk)
+    m0, n0, k0 = mi * mt, rest // tk * nt, rest % tk * kt
+    return mi, m0, n0, k0, min(mt, m - m0), min(kt, k - k0), min(nt, n - n0)
+
+
+def _landed(ready: int, after: int, done: list[tuple[int, int, int]]) -> tuple[int, int]:
+    """When a tile's operands are in TCM, and what ended last: the latest of (`ready`,
+    `after`) and its loads' (end, reference) in `done`."""
+    last = (ready, after)
+    for _, end, ref in done:
+        if (end, ref) > last:
+            last = (end, ref)
+    return last
+
+
 def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n: int,
              trans_b: bool, out_addr: int | None, out_code: int, out_row_stride: int,
              loads_from: tuple[int, int] | None = None,
              ) -> Generator[tuple[int, list[TileOp]], list[tuple[int, int, int]], tuple[int, int]]:
-    """A composite ready at `t0` (`origin` refers to it), a few tile operations at a time;
-    its first streamed tiles may load from `loads_from` (time, why: the composite's
-    dispatch and what set it; default `t0` and the composite), before the operand already
-    in TCM is ready.
-
-    The operations are a tile's operand loads (issued together), the
-    dequantisation of those that need it (issued with them, each starting when
-    its load lands), its GEMM, and the store of an output tile. It yields (the
-    time the scheduler issues them to their engine, never earlier than the ones
-    before; the operations) and
-    is sent back each one's (start, end, reference), so that the PE can
-    interleave the tiles with its other commands in issue order and take the
-    time it must to know when a transfer ends. Returns when the last tile is
-    done, and the reference of the operation that ended then.
-    """
+    """A composite ready at `t0` (`origin` refers to it), a few tile operations at a time:
+    a tile's operand loads (issued together), the dequantisation of those that need it
+    (each starting when its load lands), its GEMM, the store of an output tile. Yields
+    (when the scheduler issues them, never before the ones before; the operations) and is
+    sent back each one's (start, end, reference), so that the PE interleaves the tiles
+    with its other commands in issue order. Returns when the last tile is done, and the
+    reference of the operation that ended then. A tile operation's `after` is the one
+    that set its start, or for the first streamed loads, which load from `loads_from`
+    (the composite's dispatch and its why, cause and all; default `t0` and the
+    composite) before the operand in TCM is ready, that why."""
     m, k = a.rows, a.cols
     mt, kt, nt = tiling.mt, tiling.kt, tiling.nt
     tn, tk = -(-n // nt), -(-k // kt)
@@ -262,21 +277,10 @@ def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n
     streams = not (a.resident and b.resident)
     loaded = [(t0, origin)] * count  # when tile i's operands are in TCM, and what ended last
     depth = tiling.depth  # tile i + depth loads as tile i's GEMM ends (its buffers free)
-    # a tile operation's `after` is the operation that set its start (a producer) or, for
-    # the first streamed loads, the why of the composite's dispatch, cause and all: their
-    # start is the dispatch's, not the composite's (which waits for the operand in TCM)
     start, early = (t0, origin) if loads_from is None else loads_from
 
     def loads(i: int, ready: int, after: int) -> list[TileOp]:
-        mi, rest = divmod(i, tn * tk)
-        m0, n0, k0 = mi * mt, rest // tk * nt, rest % tk * kt
-        mr, kr, nr = m - m0, k - k0, n - n0  # the last tile of a dimension may be short
-        if mr > mt:
-            mr = mt
-        if kr > kt:
-            kr = kt
-        if nr > nt:
-            nr = nt
+        mi, m0, n0, k0, mr, kr, nr = _tile(i, tiling, m, k, n, tn, tk)
         ops = []
         if not a.resident and not (a_reused and i > 0 and (i - 1) // (tn * tk) == mi):
             ops.append((LOAD_TILE, ready, after, a, m0, k0, mr, kr))
@@ -284,13 +288,6 @@ def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n
             coords = (n0, k0, nr, kr) if trans_b else (k0, n0, kr, nr)
             ops.append((LOAD_TILE, ready, after, b, *coords))
         return ops
-
-    def landed(i: int, ready: int, after: int, done: list[tuple[int, int, int]]) -> None:
-        last = (ready, after)  # the latest of them
-        for _, end, ref in done:
-            if (end, ref) > last:
-                last = (end, ref)
-        loaded[i] = last
 
     def fetch(i: int, ready: int, after: int, at: int, cause: int | None = None):
         """Tile i's loads issued at `at` (set by `cause`, default `after`), then the
@@ -302,7 +299,7 @@ def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n
         if fixes:
             done = [d for op, d in zip(ops, done, strict=True) if not op[3].dequant] + (
                 yield at, fixes)
-        landed(i, ready, after, done)
+        loaded[i] = _landed(ready, after, done)
 
     fixed = a.dequant or b.dequant  # else the loads alone, inline (most composites)
     issued = start
@@ -311,16 +308,13 @@ def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n
         if streams and fixed:
             yield from fetch(i, start, origin, issued, early)
         elif streams:
-            landed(i, start, origin, (yield issued, loads(i, start, early)))
+            loaded[i] = _landed(start, origin, (yield issued, loads(i, start, early)))
     for i in range(count):
-        mi, rest = divmod(i, tn * tk)
-        m0, n0, k0 = mi * mt, rest // tk * nt, rest % tk * kt
+        _, m0, n0, k0, mr, kr, nr = _tile(i, tiling, m, k, n, tn, tk)
         ready, after = loaded[i] if loaded[i][0] > t0 else (t0, origin)
         if ready > issued:
             issued = ready
-        mr, kr, nr = m - m0, k - k0, n - n0  # the last tile of a dimension may be short
-        (_, done, ref), = yield issued, [(GEMM_TILE, ready, after, mr if mr < mt else mt,
-                                         kr if kr < kt else kt, nr if nr < nt else nt)]
+        (_, done, ref), = yield issued, [(GEMM_TILE, ready, after, mr, kr, nr)]
         if (done, ref) > end:
             end = (done, ref)
         if i + depth < count:
@@ -329,14 +323,14 @@ def tile_ops(t0: int, origin: int, tiling: GemmTiling, a: Operand, b: Operand, n
             if streams and fixed:
                 yield from fetch(i + depth, done, ref, issued)
             elif streams:
-                landed(i + depth, done, ref, (yield issued, loads(i + depth, done, ref)))
+                loaded[i + depth] = _landed(done, ref, (yield issued, loads(i + depth, done, ref)))
             else:
                 loaded[i + depth] = (done, ref)
         if k0 + kt >= k and out_addr is not None:
             addr = out_addr + nbytes(out_code, m0 * out_row_stride + n0)
             issued = max(issued, done)
-            (_, stored, sref), = yield issued, [(STORE_TILE, done, ref, addr, min(mt, m - m0),
-                                                nbytes(out_code, min(nt, n - n0)),
+            (_, stored, sref), = yield issued, [(STORE_TILE, done, ref, addr, mr,
+                                                nbytes(out_code, nr),
                                                 nbytes(out_code, out_row_stride))]
             end = max(end, (stored, sref))
     return end

@@ -481,13 +481,7 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
         "latency_ns": result.latency_ps / 1000,
         "verified": result.verified,
         "max_abs_err": _json_number(result.max_abs_err),
-        "checks": [{"kind": "verification", "name": c.name, "dtype": c.dtype,
-                    "max_abs_err": _json_number(c.max_abs_err), "atol": c.atol, "rtol": c.rtol,
-                    "passed": c.passed, **({"detail": argmax_detail(c)} if c.scores else
-                                           {"detail": c.note} if c.note else {})}
-                   for c in result.checks]
-        + [{"kind": "invariant", "name": i.name, "passed": i.passed, "detail": i.detail}
-           for i in result.invariants],
+        "checks": _checks_json(result),
         "commands": result.commands,
         "engines": engines,
         "bound": {"by": name or "latency", "engine": name, "path_share": round(share, 6),
@@ -505,6 +499,18 @@ def to_json(result: RunResult, per_pe: bool = False) -> dict[str, Any]:
     }
     _optional_json(result, out, per_pe)
     return out
+
+
+def _checks_json(result: RunResult) -> list[dict[str, Any]]:
+    """`to_json`'s checks: each output's verification (a `detail` where it checks an argmax
+    or could not measure every value), then each physical invariant."""
+    return [{"kind": "verification", "name": c.name, "dtype": c.dtype,
+             "max_abs_err": _json_number(c.max_abs_err), "atol": c.atol, "rtol": c.rtol,
+             "passed": c.passed, **({"detail": argmax_detail(c)} if c.scores else
+                                    {"detail": c.note} if c.note else {})}
+            for c in result.checks] + [
+        {"kind": "invariant", "name": i.name, "passed": i.passed, "detail": i.detail}
+        for i in result.invariants]
 
 
 def _gap_json(result: RunResult) -> dict[str, Any]:
