@@ -48,15 +48,15 @@ from itertools import chain
 
 from kernbench_cli.hw.network import PS_PER_S, Calendar
 from kernbench_cli.hw.process import Clock
-from kernbench_cli.hw.ratio import Ratio, approx, ceil_div, ratio
+from kernbench_cli.hw.ratio import Ratio, approx, ceil_div, ratio, summed
 
 
 class Flow:
     """One transfer's bytes streaming; `end` is when it ends at the rates known so far."""
 
-    __slots__ = ("approx", "armed", "cap", "carried", "ceiling", "end", "id", "left", "limit",
-                 "links", "metered", "metered_at", "metered_f", "nbytes", "owner", "rate",
-                 "since", "slowest", "solo_ps", "speed", "start", "version")
+    __slots__ = ("approx", "armed", "cap", "carried", "ceiling", "end", "fills", "id", "left",
+                 "limit", "links", "metered", "metered_at", "metered_f", "nbytes", "owner",
+                 "rate", "since", "slowest", "solo_ps", "speed", "start", "version")
 
     def __init__(self, fid: int, start: int, nbytes: int, links: tuple[Calendar, ...],
                  solo_ps: int, owner: int):
@@ -78,6 +78,8 @@ class Flow:
         self.end = start + solo_ps
         self.limit: Calendar | None = None  # the resource that held it slowest, if any
         self.slowest: Ratio | None = None  # ... and that rate
+        #: in a solve, its resources that can fill (`FairShare._component`), in path order
+        self.fills: list[Calendar] = []
         self.armed: Callable[[Flow], None] | None = None  # called when it ends
         self.version = 0
         # The meter's (`FairShare._meter`): its rate since `metered_at` (None: not yet) and
@@ -206,9 +208,9 @@ class FairShare:
     def _resolve(self, links: tuple[Calendar, ...], t: int) -> None:
         """Solve again the flows a change on `links` can move (those at or above `floor`
         that share a resource with `links`, directly or through others), then meter them."""
-        flows = self._component(links, self.floor)
+        flows, rooms = self._component(links, self.floor)
         self.floor = math.inf
-        self._solve(flows, t)
+        self._solve(flows, rooms, t)
         self._meter(flows, t)
 
     def _least(self, flow: Flow) -> float:
@@ -249,10 +251,7 @@ class FairShare:
             for flow in there:
                 total += flow.metered_f
             if total > cal.bandwidth * (1 - 1e-9):  # near or above its bandwidth: exactly
-                exact: Ratio | int = 0
-                for flow in there:
-                    if flow.metered is not None:
-                        exact = flow.metered + exact
+                exact = summed([flow.metered for flow in there if flow.metered is not None])
                 if exact > cal.flow_peak:
                     cal.flow_peak, cal.flow_peak_at = exact, t
 
@@ -297,33 +296,60 @@ class FairShare:
         return all(f.rate is None or f.rate == f.cap
                    for cal in links for f in on.get(cal, ()))
 
-    def _component(self, links: tuple[Calendar, ...], floor: float) -> list[Flow]:
-        """The active flows that share a resource with `links`, directly or through others
-        (other than flows whose rate's float is below `floor`, which are left out and not
-        gone through), in the order they started."""
-        on, flows, seen = self.on, {}, set(links)
+    def _component(self, links: tuple[Calendar, ...], floor: float,
+                   ) -> tuple[list[Flow], dict[Calendar, tuple[Ratio | int, int]]]:
+        """The active flows on `links` and those that share a resource that can fill with
+        them, directly or through others (other than flows whose rate's float is below
+        `floor`, which are left out and not gone through), in the order they started; and
+        the resources they cross that can fill, each with its room (its bandwidth less the
+        rates of the flows left out) and how many of the flows cross it. Each flow's
+        `fills` are its resources that can fill, in its path's order.
+
+        A resource can fill where its flows' caps sum to more than its bandwidth (`demand`,
+        an upper bound on the sum: `_fill`); one that cannot holds no flow below its cap, so
+        flows that share only such resources do not move one another's rates."""
+        on, demand = self.on, self.demand
+        flows: dict[int, Flow] = {}
+        rooms: dict[Calendar, tuple[Ratio | int, int]] = {}
+        seen = set(links)
         todo = list(seen)
         while todo:
-            for flow in on.get(todo.pop(), ()):
-                if flow.id not in flows and (flow.speed >= floor or flow.end == UNSOLVED):
-                    flows[flow.id] = flow
-                    for cal in flow.links:
-                        if cal not in seen:
-                            seen.add(cal)
-                            todo.append(cal)
-        return [flows[k] for k in sorted(flows)]
+            cal = todo.pop()
+            there = on.get(cal)
+            if not there:
+                continue
+            room = bandwidth = cal.bandwidth
+            fills, n = demand[cal] > bandwidth, 0
+            for flow in there:
+                if flow.speed >= floor or flow.end == UNSOLVED:
+                    n += 1
+                    if flow.id not in flows:
+                        flows[flow.id] = flow
+                        flow.fills = mine = []
+                        for link in flow.links:
+                            if demand[link] > link.bandwidth:
+                                mine.append(link)
+                                if link not in seen:
+                                    seen.add(link)
+                                    todo.append(link)
+                elif fills:  # kept at its rate, not filled: its rate is taken
+                    room = room - _rate(flow)
+            if fills and n:
+                rooms[cal] = (room, n)
+        return [flows[k] for k in sorted(flows)], rooms
 
-    def _solve(self, flows: list[Flow], t: int) -> None:
-        """Progressive filling over `flows` at time `t`; moves the end events of those whose
-        rate it changed. A flow's bytes left are counted at its last change of rate
-        (`since`): at an unchanged rate its end stays where it was."""
+    def _solve(self, flows: list[Flow], rooms: dict[Calendar, tuple[Ratio | int, int]],
+               t: int) -> None:
+        """Progressive filling over `flows` (`rooms`: `_component`'s) at time `t`; moves the
+        end events of those whose rate it changed. A flow's bytes left are counted at its
+        last change of rate (`since`): at an unchanged rate its end stays where it was."""
         rates = []
         for flow in flows:
             if flow.cap is None:
                 flow.cap = flow.rate = flow.slowest = Ratio(flow.nbytes * PS_PER_S,
                                                             flow.solo_ps)
             rates.append(flow.rate)
-        _fill(flows, self.on, self.demand)
+        _fill(flows, rooms, self.on)
         for flow, was in zip(flows, rates, strict=True):
             rate = flow.rate
             if (rate is was or rate == was) and flow.end != UNSOLVED:
@@ -352,13 +378,15 @@ class FairShare:
             flow.armed(flow)
 
 
-def _fill(flows: list[Flow], on: dict[Calendar, list[Flow]], demand: dict[Calendar, int],
-          ) -> None:
+def _fill(flows: list[Flow], rooms: dict[Calendar, tuple[Ratio | int, int]],
+          on: dict[Calendar, list[Flow]]) -> None:
     """Progressive filling: each round finds the level at which the next flows stop
     rising (the lowest cap, or the lowest fair share of what a resource has left) and
-    fixes those flows at it. `on` holds each resource's flows, and `demand` their caps'
-    sum, each cap rounded up to an int; a flow on a resource of `flows` but not among
-    them keeps its rate, which leaves the resource's room (`FairShare.floor`).
+    fixes those flows at it. `on` holds each resource's flows; `rooms` the resources
+    `flows` cross that can fill, each with its room and how many of `flows` cross it (a
+    flow on it but not among them keeps its rate, which leaves the room:
+    `FairShare.floor`), and each flow's `fills` those of its resources
+    (`FairShare._component`).
 
     Exact, and in the order of the flows it fixes, not of rounds times flows: the caps
     are grouped by value and sorted once; the resources' shares (room over rising
@@ -369,16 +397,17 @@ def _fill(flows: list[Flow], on: dict[Calendar, list[Flow]], demand: dict[Calend
     times the flows fixed on it, each round's; a full resource's flows are all fixed,
     so it leaves the heap.
 
-    A resource whose flows' caps sum to at most its bandwidth (`demand`, an upper bound
-    on the sum, exact where the caps are whole B/s, as a cap at a link's bandwidth is)
-    is left out: it is never full below their caps (room over rising flows is then at
-    least the level, as fixed flows take at most their caps and rising ones have caps at
-    or above the level), so its flows stop at their caps or elsewhere, as with it.
+    A resource whose flows' caps sum to at most its bandwidth (`FairShare.demand`, an
+    upper bound on the sum, exact where the caps are whole B/s, as a cap at a link's
+    bandwidth is) is left out: it is never full below their caps (room over rising flows
+    is then at least the level, as fixed flows take at most their caps and rising ones
+    have caps at or above the level), so its flows stop at their caps or elsewhere, as
+    with it.
     """
     groups = _by_cap(flows)
     rising = {flow: k for k, same in enumerate(groups) for flow in same}  # -> its group
     unfixed = [len(same) for same in groups]
-    shares = _Shares(flows, rising, on, demand)
+    shares = _Shares(rooms)
     g = 0
     while rising:
         while not unfixed[g]:
@@ -388,19 +417,22 @@ def _fill(flows: list[Flow], on: dict[Calendar, list[Flow]], demand: dict[Calend
         fixing = [flow for cal in full for flow in on[cal]]
         if level == groups[g][0].cap:
             fixing += groups[g]
-        crossed = []  # the links of the flows fixed
+        crossed = []  # the resources that can fill of the flows fixed
         for flow in fixing:
             k = rising.pop(flow, None)
             if k is None:  # fixed already (this round, through another resource)
                 continue
             unfixed[k] -= 1
             flow.rate, flow.speed = level, low
-            if full and level < flow.slowest:
-                for cal in flow.links:
-                    if cal in full:
-                        flow.slowest, flow.limit = level, cal
-                        break
-            crossed.append(flow.links)
+            if full:  # held by a full resource: the slowest yet? (floats first: `hw.ratio`)
+                slowest = flow.slowest
+                was = slowest.n / slowest.d
+                if low < was or (low == was and level < slowest):
+                    for cal in flow.fills:
+                        if cal in full:
+                            flow.slowest, flow.limit = level, cal
+                            break
+            crossed.append(flow.fills)
         shares.fixed(level, Counter(chain.from_iterable(crossed)))
 
 
@@ -438,21 +470,12 @@ class _Shares:
 
     __slots__ = ("count", "debits", "heap", "room")
 
-    def __init__(self, flows: list[Flow], filling: dict[Flow, int],
-                 on: dict[Calendar, list[Flow]], demand: dict[Calendar, int]):
+    def __init__(self, rooms: dict[Calendar, tuple[Ratio | int, int]]):
         self.room: dict[Calendar, Ratio | int] = {}
         self.count: dict[Calendar, int] = {}
         self.debits: dict[Calendar, list[tuple[Ratio, int]]] = {}
         self.heap: list[tuple[float, int, Calendar]] = []
-        for cal, n in Counter(chain.from_iterable([flow.links for flow in flows])).items():
-            room = bandwidth = cal.bandwidth
-            if demand[cal] <= bandwidth:
-                continue  # it cannot fill
-            there = on[cal]
-            if n < len(there):  # flows kept at their rates, not filled: theirs is taken
-                for flow in there:
-                    if flow not in filling:
-                        room = room - _rate(flow)
+        for cal, (room, n) in rooms.items():
             self.room[cal], self.count[cal] = room, n
             self.heap.append((approx(room, n), len(self.heap), cal))
         heapify(self.heap)
@@ -476,14 +499,16 @@ class _Shares:
                 room[cal] = left
                 heapreplace(heap, (approx(left, count[cal]), entry[1], cal))
                 continue
-            tight = key
             heappop(heap)
             share = ratio(room[cal], count[cal])
             tied.append((entry, share))
-            if share < level:
+            if level is first.cap and tight is None and key < first.approx:
+                level = share  # its float below the cap's: below it (`hw.ratio`)
+            elif share < level:
                 level = share
+            tight = key
         for entry, share in tied:
-            if share == level:
+            if share is level or share == level:
                 full.append(entry[2])
             else:
                 heappush(heap, entry)
@@ -495,7 +520,7 @@ class _Shares:
         count, debits = self.count, self.debits
         for cal, k in crossed.items():
             left = count.get(cal)
-            if left is None:  # left out (it cannot fill), or none rising on it
+            if left is None:  # none rising on it
                 continue
             if left > k:
                 count[cal] = left - k

@@ -14,6 +14,7 @@ floats. The solver compares floats first and Ratios only on ties.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from fractions import Fraction
 from math import gcd
 
@@ -116,6 +117,20 @@ def ratio(n: Ratio | int, k: int) -> Ratio:
 def approx(n: Ratio | int, k: int) -> float:
     """``float(ratio(n, k))``, correctly rounded, without making the Ratio."""
     return n / k if type(n) is int else n.n / (n.d * k)
+
+
+def summed(rates: Iterable[Ratio]) -> Ratio | int:
+    """The exact sum of `rates` (0 if there are none): the terms over their least common
+    denominator, reduced once, at the end (`Ratio.__add__` reduces at every term)."""
+    n, d, any_term = 0, 1, False
+    for r in rates:
+        any_term = True
+        if r.d == d:
+            n += r.n
+        else:
+            g = gcd(d, r.d)
+            n, d = n * (r.d // g) + r.n * (d // g), d // g * r.d
+    return Ratio(n, d) if any_term else 0
 
 
 def ceil_div(x: Ratio | int, rate: Ratio) -> int:

@@ -201,7 +201,7 @@ def test_flows_above_a_resources_bandwidth_are_caught(run, monkeypatch):
     from a slice that streams 95.6 GB/s (102.4 GB/s less refresh)."""
     from kernbench_cli.hw.flows import FairShare
 
-    def unshared(self, flows, t):
+    def unshared(self, flows, rooms, t):
         for flow in flows:
             flow.end = flow.start + flow.solo_ps
 
@@ -216,8 +216,8 @@ def test_a_flow_ending_before_its_rates_carry_its_bytes_is_caught(run, monkeypat
 
     solve = FairShare._solve
 
-    def early(self, flows, t):
-        solve(self, flows, t)
+    def early(self, flows, rooms, t):
+        solve(self, flows, rooms, t)
         for flow in flows:
             flow.end = flow.start + flow.solo_ps
 
@@ -361,7 +361,8 @@ def test_flows_starting_at_one_instant_are_solved_once_as_if_one_by_one(cli, mon
     solves = []
     solve = flows_module.FairShare._solve
     monkeypatch.setattr(flows_module.FairShare, "_solve",
-                        lambda self, flows, t: (solves.append(t), solve(self, flows, t)))
+                        lambda self, flows, rooms, t: (solves.append(t),
+                                                       solve(self, flows, rooms, t)))
     args = ("run", "all_reduce", "-t", "sip", "-p", "algo=hier", "-p", "bytes=65536",
             "--timing-only", "--json")
     code, batched, _ = cli(*args)

@@ -56,13 +56,19 @@ def _flows(spec, resources):
 
 
 def _on(flows) -> tuple[dict, dict]:
-    """Each resource's flows and their caps' ceilings summed, as `FairShare.on` and
-    `FairShare.demand` hold them."""
+    """What `FairShare._component` gives `_fill` for `flows`, every one filled: the
+    resources that can fill (their flows' caps' ceilings summed above their bandwidth),
+    each with its bandwidth as room and its flows' count, and each flow's `fills`; and
+    each resource's flows."""
     on: dict = {}
     for flow in flows:
         for cal in flow.links:
             on.setdefault(cal, []).append(flow)
-    return on, {cal: sum(flow.ceiling for flow in there) for cal, there in on.items()}
+    rooms = {cal: (cal.bandwidth, len(there)) for cal, there in on.items()
+             if sum(flow.ceiling for flow in there) > cal.bandwidth}
+    for flow in flows:
+        flow.fills = [cal for cal in flow.links if cal in rooms]
+    return rooms, on
 
 
 @settings(max_examples=300, deadline=None)

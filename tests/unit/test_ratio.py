@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kernbench_cli.hw.ratio import Ratio, approx, ceil_div, ratio
+from kernbench_cli.hw.ratio import Ratio, approx, ceil_div, ratio, summed
 
 ints = st.integers(-10**30, 10**30)
 positive = st.integers(1, 10**30)
@@ -44,6 +44,15 @@ def test_scaling_division_and_ceiling_equal_fractions(a, k, m):
     rate = Ratio(m, abs(k) + 1)
     assert ceil_div(a, rate) == math.ceil(a.fraction() / rate.fraction())
     assert ceil_div(k, rate) == math.ceil(Fraction(k) / rate.fraction())
+
+
+@given(st.lists(st.one_of(ratios, st.builds(Ratio, ints, st.sampled_from([1, 3, 6, 10**9])))))
+def test_a_sum_equals_the_fractions_sum_in_lowest_terms(terms):
+    """`summed` (the fair-share meter's sum of rates): the sum `+` gives, term by term."""
+    got = summed(terms)
+    want = sum(terms, start=0)  # Ratio.__add__, reducing at every term
+    assert (type(got), value(got)) == (type(want), sum(map(value, terms), start=Fraction(0)))
+    assert got == want and (not terms or lowest(got))
 
 
 @given(ratios, ratios, st.one_of(ints, ratios), positive)
