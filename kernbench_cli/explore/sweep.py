@@ -522,8 +522,13 @@ def read_results(path: Path) -> list[dict[str, Any]]:
     if path.suffix == ".csv":
         raise KernbenchError(f"{path}: a .csv keeps only the summary columns; give the "
                              "sweep's .jsonl (sweep --out FILE.jsonl)")
+    def a_row_first(head: bytes) -> None:  # before gigabytes of another file are read
+        if head.lstrip()[:1] not in (b"{", b""):
+            _result_row("", f"{path}:1", checked)  # says why
+
     try:
-        text = read_input(path, MAX_RESULTS_BYTES, "a sweep's .jsonl results file").decode()
+        text = read_input(path, MAX_RESULTS_BYTES, "a sweep's .jsonl results file",
+                          a_row_first).decode()
     except UnicodeDecodeError:
         raise KernbenchError(f"{path}: not a sweep's .jsonl results file (not text)") from None
     lines = text.splitlines()

@@ -38,8 +38,13 @@ def enough(runs: list) -> list:
 def load_file(path: Path) -> list[tuple[str, dict[str, Any], dict[str, Any] | None]]:
     """(label, run --json object, the sweep point's axes or None) of every run in one file:
     one object, or a sweep's rows."""
+    def json_first(head: bytes) -> None:  # before gigabytes of another file are read
+        if head.lstrip()[:1] not in (b"{", b""):
+            raise KernbenchError(f"{path}:1: not JSON: expected `run --json` output or a "
+                                 "sweep's .jsonl rows")
+
     try:
-        text = read_input(path, MAX_RESULTS_BYTES, "a results file").decode()
+        text = read_input(path, MAX_RESULTS_BYTES, "a results file", json_first).decode()
     except UnicodeDecodeError:
         raise KernbenchError(f"{path}: not text: expected `run --json` output or a "
                              "sweep's .jsonl rows") from None

@@ -127,6 +127,11 @@ def test_compare_errors_are_one_line(cli, tmp_path):
     assert cli("compare", str(one), str(bad)) == (
         2, "", f"error: {bad}:1: no run result here (a failed sweep point, or not kernbench "
                "output)\n")
+    binary = tmp_path / "run.trace"  # another file's first bytes: refused before it is read
+    binary.write_bytes(b"\x1f\x8b\x08" + b"\xff" * 4096)  # (it was read whole, then "not text")
+    assert cli("compare", str(one), str(binary)) == (
+        2, "", f"error: {binary}:1: not JSON: expected `run --json` output or a sweep's "
+               ".jsonl rows\n")
 
 
 def test_an_edited_config_is_another_run(cli, tmp_path):

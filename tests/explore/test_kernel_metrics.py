@@ -248,11 +248,15 @@ def test_plot_errors_are_one_line_and_leave_no_figure(cli, swept, tmp_path):
     row["result"]["metrics"][name] = "x"
     bad = tmp_path / "b.jsonl"  # a result that is not one: which file and point
     bad.write_text(json.dumps(row) + "\n")
+    binary = tmp_path / "t.jsonl"  # another file's first bytes (was read whole: "not text")
+    binary.write_bytes(b"\x1f\x8b\x08" + b"\xff" * 4096)
     cases = [
         ((str(tmp_path / "none.jsonl"),), f"{tmp_path / 'none.jsonl'}: no such file"),
         ((str(foreign),), f"{foreign}:1: not a row of a sweep's .jsonl results file (a row "
                           "has point, axes, result and error)"),
         ((str(empty),), f"{empty}: no rows (an empty sweep): nothing to read"),
+        ((str(binary),), f"{binary}:1: not a row of a sweep's .jsonl results file (a row "
+                         "has point, axes, result and error)"),  # before it is read whole
         ((str(failed),), "no point has a result to plot: all 1 failed"),
         ((str(bad),), f"{bad}: point {row['point']}: Result.from_dict: metrics[{name!r}]: "
                       "expected float, got 'x'"),
@@ -274,7 +278,7 @@ def test_plot_errors_are_one_line_and_leave_no_figure(cli, swept, tmp_path):
         2, "", f"error: --out '{tmp_path / 'f.gif'}': the figure must end in .png, .svg, "
                ".pdf\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.jsonl", "e.jsonl", "f.jsonl",
-                                                          "l.jsonl", "x.jsonl"]
+                                                          "l.jsonl", "t.jsonl", "x.jsonl"]
 
 
 def test_an_interrupted_plot_leaves_no_file(cli, swept, tmp_path, monkeypatch):
