@@ -10,9 +10,10 @@ While flows are active, their rates are the max-min fair allocation, found
 by progressive filling: every flow's rate rises together; a flow stops
 rising at its cap, or when a resource it crosses is full (the flows on it
 share its bandwidth); the others go on rising. The allocation is re-solved
-whenever a flow starts or ends, over the flows that share a resource with it
-(directly or through others): a flow elsewhere keeps its rate. Arithmetic is
-exact (rational rates, no float drift), so results are deterministic and do
+whenever a flow starts or ends, over the flows that share with it a resource
+that can fill (directly or through others; one whose flows' caps sum to at most
+its bandwidth holds none of them): a flow elsewhere keeps its rate. Arithmetic
+is exact (rational rates, no float drift), so results are deterministic and do
 not depend on the order the flows were solved in.
 
 A solve re-fills only the flows a change can move. Progressive filling is the
