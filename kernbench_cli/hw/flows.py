@@ -208,7 +208,8 @@ class FairShare:
 
     def _resolve(self, links: tuple[Calendar, ...], t: int) -> None:
         """Solve again the flows a change on `links` can move (those at or above `floor`
-        that share a resource with `links`, directly or through others), then meter them."""
+        on `links` or sharing a resource that can fill with them, directly or through
+        others: `_component`), then meter them."""
         flows, rooms = self._component(links, self.floor)
         self.floor = math.inf
         self._solve(flows, rooms, t)
@@ -503,7 +504,7 @@ class _Shares:
             heappop(heap)
             share = ratio(room[cal], count[cal])
             tied.append((entry, share))
-            if level is first.cap and tight is None and key < first.approx:
+            if tight is None and key < first.approx:
                 level = share  # its float below the cap's: below it (`hw.ratio`)
             elif share < level:
                 level = share
