@@ -533,11 +533,12 @@ def _replay(trace: Trace, amap: AddressMap, source: str, oplog: bool, watch: Wat
     result.recorded_on = {"topology": trace.topology, **(
         {"topology_digest": trace.digests["topology"]} if "topology" in trace.digests else {}),
         "pes": pes}
+    module = _shipped(trace)
     if _same_grid(trace, topo):  # bounds of another grid say nothing of these streams
-        result.bounds = _shipped(trace, "bounds", topo, dict(trace.params))
+        result.bounds = _said(module, "bounds", topo, dict(trace.params))
         stated_bounds.check_latency(result.kernel, result.latency_ps, result.bounds)
     _analyse(result, system, timing, counts, model_checks, races, by_region)
-    result.metrics = _shipped(trace, "metrics", topo, dict(trace.params), _timed(result))
+    result.metrics = _said(module, "metrics", topo, dict(trace.params), _timed(result))
     result.wall_s = time.perf_counter() - wall
     return result
 
@@ -573,16 +574,18 @@ def _timed(result: RunResult) -> Timed:
                  en.static if en is not None else 0, passes)
 
 
-def _shipped(trace: Trace, hook: str, *args: Any) -> dict:
-    """What a shipped kernel's `bounds()` or `metrics()` states for a replayed trace of it
-    (the kernel's code is not needed to time the trace, only to state these); nothing for
-    other kernels."""
+def _shipped(trace: Trace) -> Any:
+    """The module of the shipped kernel a trace is a recording of, to state its bounds and
+    metrics (`_said`; its code is not needed to time the trace); None for other kernels."""
     from kernbench_cli.sim.kernels import load_kernel, shipped_kernels
 
-    if trace.kernel not in shipped_kernels():
-        return {}
-    module = load_kernel(trace.kernel).module
-    if not hasattr(module, hook):
+    return load_kernel(trace.kernel).module if trace.kernel in shipped_kernels() else None
+
+
+def _said(module: Any, hook: str, *args: Any) -> dict:
+    """What `module`'s (`_shipped`'s) `bounds()` or `metrics()` states for a replayed trace
+    of it; nothing without one."""
+    if module is None or not hasattr(module, hook):
         return {}
     try:
         return getattr(module, hook)(*args)
