@@ -104,11 +104,11 @@ class InstalledCli:
         kwargs.setdefault("stdout", subprocess.PIPE)
         kwargs.setdefault("stderr", subprocess.PIPE)
         kwargs.setdefault("text", True)
-        kwargs.setdefault("preexec_fn", _ctrl_c_live)
+        kwargs.setdefault("preexec_fn", ctrl_c_live)
         return subprocess.Popen([*self.argv, *args], **kwargs)
 
 
-def _ctrl_c_live() -> None:
+def ctrl_c_live() -> None:
     """In a child before it runs kernbench: SIGINT's and SIGHUP's default actions, as at a
     terminal (a test run in the background, or under nohup, has them ignored)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)

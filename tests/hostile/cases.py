@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TESTS, InstalledCli
+from tests.conftest import TESTS, InstalledCli, ctrl_c_live
 
 #: The one-PE topology of tests/topologies.
 ONE = str(TESTS / "topologies" / "one.toml")
@@ -68,7 +68,8 @@ def run_case(tmp_path: Path, c: Case, kernbench: InstalledCli,
         "PY ", shlex.quote(sys.executable) + " ")
     start = time.monotonic()
     proc = subprocess.Popen(["bash", "-c", command], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=ctrl_c_live)  # as at a terminal, run in the background too
     try:
         out, err = proc.communicate(timeout=c.timeout)
     except subprocess.TimeoutExpired:
