@@ -10,11 +10,11 @@ While flows are active, their rates are the max-min fair allocation, found
 by progressive filling: every flow's rate rises together; a flow stops
 rising at its cap, or when a resource it crosses is full (the flows on it
 share its bandwidth); the others go on rising. The allocation is re-solved
-whenever a flow starts or ends, over the flows that share with it a resource
-that can fill (directly or through others; one whose flows' caps sum to at most
-its bandwidth holds none of them): a flow elsewhere keeps its rate. Arithmetic
-is exact (rational rates, no float drift), so results are deterministic and do
-not depend on the order the flows were solved in.
+whenever a flow starts or ends, over the flows on its resources and those that
+share a resource that can fill with them (directly or through others; one whose
+flows' caps sum to at most its bandwidth holds none of them): a flow elsewhere
+keeps its rate. Arithmetic is exact (rational rates, no float drift), so results
+are deterministic and do not depend on the order the flows were solved in.
 
 A solve re-fills only the flows a change can move. Progressive filling is the
 same below the lowest rate a changed flow had or gets (`FairShare.floor`: a flow
@@ -80,7 +80,7 @@ class Flow:
         self.limit: Calendar | None = None  # the resource that held it slowest, if any
         self.slowest: Ratio | None = None  # ... and that rate
         #: in a solve, its resources that can fill (`FairShare._component`), in path order
-        self.fills: list[Calendar] = []
+        self.fills: list[Calendar] | tuple[()] = ()
         self.armed: Callable[[Flow], None] | None = None  # called when it ends
         self.version = 0
         # The meter's (`FairShare._meter`): its rate since `metered_at` (None: not yet) and

@@ -127,6 +127,45 @@ def test_fill_on_a_mesh_of_equal_links_gives_the_plain_rules_rates(rng, n, links
         assert (a.rate, a.slowest, a.limit, a.speed) == (b.rate, b.slowest, b.limit, b.speed)
 
 
+
+@st.composite
+def _near_ties(draw):
+    """Resources and flows whose caps lie within a float's rounding of a resource's
+    bandwidth over a count (floats tie where the Ratios differ), beside plain ones."""
+    bandwidths = [draw(st.sampled_from([12, 24, 48, 64, 96, 100])) * 10**9
+                  for _ in range(draw(st.integers(1, 8)))]
+    spec = []
+    for _ in range(draw(st.integers(1, 30))):
+        links = draw(st.lists(st.integers(0, len(bandwidths) - 1), min_size=1, max_size=4,
+                              unique=True))
+        kind = draw(st.integers(0, 2))
+        if kind == 0:  # bandwidth / k of one of its links, a few parts in 10^18 off
+            cap = bandwidths[draw(st.sampled_from(links))] // draw(st.integers(1, 12))
+            solo = 3 * 10**18
+            spec.append((cap * solo // PS_PER_S + draw(st.integers(-2, 2)), solo, links))
+        elif kind == 1:  # a whole share of some bandwidth, exactly
+            cap = draw(st.sampled_from(bandwidths)) // draw(st.integers(1, 12))
+            spec.append((12_288_000, 12_288_000 * PS_PER_S // cap, links))
+        else:
+            spec.append((draw(st.sampled_from([64, 4096, 65536])),
+                         draw(st.sampled_from([1, 7, 1000, 1_365_333, 2_048_000])), links))
+    return bandwidths, spec
+
+
+@settings(max_examples=300, deadline=None)
+@given(_near_ties())
+def test_fill_where_floats_tie_and_ratios_differ_gives_the_plain_rules_rates(case):
+    """The filling compares floats first and Ratios only where the floats tie (a share
+    against the lowest cap, a level against a flow's slowest rate yet): caps a few parts
+    in 10^18 from a share make the floats tie and the Ratios differ."""
+    bandwidths, spec = case
+    resources = [Resource(b) for b in bandwidths]
+    fast, plain = _flows(spec, resources), _flows(spec, resources)
+    _fill(fast, *_on(fast))
+    plain_fill(plain)
+    for a, b in zip(fast, plain, strict=True):
+        assert (a.rate, a.slowest, a.limit, a.speed) == (b.rate, b.slowest, b.limit, b.speed)
+
 class _EveryFlow(FairShare):
     """The solver solving again every flow a change reaches, none kept at its rate."""
 
