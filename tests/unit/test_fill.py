@@ -71,6 +71,17 @@ def _on(flows) -> tuple[dict, dict]:
     return rooms, on
 
 
+def _as_plain(spec, resources) -> list[Flow]:
+    """The flows of `spec` on `resources` filled (`_fill`), each checked to get the rate,
+    slowest rate, holding resource and rate's float the plain rule gives them."""
+    fast, plain = _flows(spec, resources), _flows(spec, resources)
+    _fill(fast, *_on(fast))
+    plain_fill(plain)
+    for a, b in zip(fast, plain, strict=True):
+        assert (a.rate, a.slowest, a.limit, a.speed) == (b.rate, b.slowest, b.limit, b.speed)
+    return fast
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from([10**9, 2 * 10**9, 3 * 10**9, 7 * 10**9, 64 * 10**9]),
                 min_size=1, max_size=6),
@@ -82,11 +93,7 @@ def test_fill_gives_the_rates_the_plain_rule_gives(bandwidths, spec):
     resources = [Resource(b) for b in bandwidths]
     spec = [(n, s, [i % len(resources) for i in links]) for n, s, links in spec]
     spec = [(n, s, sorted(set(links))) for n, s, links in spec]
-    fast, plain = _flows(spec, resources), _flows(spec, resources)
-    _fill(fast, *_on(fast))
-    plain_fill(plain)
-    for a, b in zip(fast, plain, strict=True):
-        assert (a.rate, a.slowest, a.limit, a.speed) == (b.rate, b.slowest, b.limit, b.speed)
+    for a in _as_plain(spec, resources):
         assert a.speed == approx(a.rate.n, a.rate.d)
 
 
@@ -120,12 +127,7 @@ def test_fill_on_a_mesh_of_equal_links_gives_the_plain_rules_rates(rng, n, links
              sorted(rng.sample(range(links), rng.randint(1, min(6, links)))))
             for _ in range(n)]
     resources = [Resource(b) for b in bandwidths]
-    fast, plain = _flows(spec, resources), _flows(spec, resources)
-    _fill(fast, *_on(fast))
-    plain_fill(plain)
-    for a, b in zip(fast, plain, strict=True):
-        assert (a.rate, a.slowest, a.limit, a.speed) == (b.rate, b.slowest, b.limit, b.speed)
-
+    _as_plain(spec, resources)
 
 
 @st.composite
@@ -160,11 +162,8 @@ def test_fill_where_floats_tie_and_ratios_differ_gives_the_plain_rules_rates(cas
     in 10^18 from a share make the floats tie and the Ratios differ."""
     bandwidths, spec = case
     resources = [Resource(b) for b in bandwidths]
-    fast, plain = _flows(spec, resources), _flows(spec, resources)
-    _fill(fast, *_on(fast))
-    plain_fill(plain)
-    for a, b in zip(fast, plain, strict=True):
-        assert (a.rate, a.slowest, a.limit, a.speed) == (b.rate, b.slowest, b.limit, b.speed)
+    _as_plain(spec, resources)
+
 
 class _EveryFlow(FairShare):
     """The solver solving again every flow a change reaches, none kept at its rate."""
