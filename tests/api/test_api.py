@@ -868,9 +868,9 @@ def test_a_run_that_fails_with_a_pe_waiting_frees_its_system(kernel):
         with pytest.raises(kb.KernbenchError):
             kb.run(TESTS / "kernels" / kernel, topology=PAIR)
     guard = time.monotonic() + 30  # the last run's watchdog thread ends within a tick
-    while systems() != before and time.monotonic() < guard:
+    while systems() > before and time.monotonic() < guard:
         time.sleep(0.05)
-    assert systems() == before
+    assert systems() <= before  # (one an earlier test left may be freed meanwhile)
 
 
 def test_state_a_kernel_leaves_on_its_tl_class_dies_with_the_run():
