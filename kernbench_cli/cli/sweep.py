@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -90,7 +92,7 @@ DaskOpt = Annotated[str | None, typer.Option(
 
 
 def sweep(
-    kernel: KernelArg, topology: TopologyOpt = None, costs: CostsOpt = None,
+    ctx: typer.Context, kernel: KernelArg, topology: TopologyOpt = None, costs: CostsOpt = None,
     sets: AxisSetOpt = None, param: AxisParamOpt = None, zipped: ZipOpt = False,
     pair: PairOpt = None,
     seed: SeedOpt = 0, timing_only: TimingOnlyOpt = False, jobs: JobsOpt = None,
@@ -100,36 +102,53 @@ def sweep(
     as_json: JsonOpt = False, bounds_only: BoundsOnlyOpt = False, prune_above: PruneOpt = None,
 ) -> None:
     """Run KERNEL at every point of the axes; a table of the points, as given."""
-    from kernbench_cli.api import sweeps as api
+    source = ctx.get_parameter_source("dask")  # (typer's own click's enum: by its name)
+    with _dask_named(dask, getattr(source, "name", None) == "ENVIRONMENT"):
+        from kernbench_cli.api import sweeps as api
 
-    fmt = chosen_format(fmt, as_json)
-    api.check_options(kernel, topology, costs, replay, out, resume, jobs, dask, plot=plot,
-                      params=param)
-    if bounds_only:
-        _bounds_only(kernel, topology, costs, sets, param, zipped, pair, plot, prune_above,
-                     out, resume, fmt, replay)
-        return
-    if plot is not None:
-        from kernbench_cli.report.plot import check
-        from kernbench_cli.sim.kernels import load_kernel
+        fmt = chosen_format(fmt, as_json)
+        api.check_options(kernel, topology, costs, replay, out, resume, jobs, dask, plot=plot,
+                          params=param)
+        if bounds_only:
+            _bounds_only(kernel, topology, costs, sets, param, zipped, pair, plot, prune_above,
+                         out, resume, fmt, replay)
+            return
+        if plot is not None:
+            from kernbench_cli.report.plot import check
+            from kernbench_cli.sim.kernels import load_kernel
 
-        todo = api.sweep_points(sets or [], param or [], zipped, pair or ())
-        check(plot, x, y, list(todo[0].axes) if todo else [],
-              states_metrics=hasattr(load_kernel(kernel).module, "metrics"))
-    progress = _progress(sys.stderr.isatty())
+            todo = api.sweep_points(sets or [], param or [], zipped, pair or ())
+            check(plot, x, y, list(todo[0].axes) if todo else [],
+                  states_metrics=hasattr(load_kernel(kernel).module, "metrics"))
+        progress = _progress(sys.stderr.isatty())
+        try:
+            result = api.sweep(kernel, topology, params=param or [], set=sets or [], costs=costs,
+                               zip=zipped, pair=pair or (), seed=seed, timing_only=timing_only,
+                               jobs=jobs, replay=replay, record_once=not no_replay, out=out,
+                               resume=resume, dask=dask, on_start=progress.start,
+                               on_row=progress.advance, prune_above=prune_above)
+        finally:
+            progress.stop()
+        ordered = result.to_dicts()
+        _print(ordered, list(result.axes), fmt)
+        if plot is not None and any(row["result"] is not None for row in ordered):
+            result.plot(plot, x, y, option="--plot")
+        result.check()
+
+
+@contextmanager
+def _dask_named(dask: str | None, from_environment: bool) -> Iterator[None]:
+    """An error about a `--dask` address taken from DASK_SCHEDULER_ADDRESS
+    (`from_environment`), not given on the command line, says where it came from."""
+    from kernbench_cli.errors import KernbenchError
+
     try:
-        result = api.sweep(kernel, topology, params=param or [], set=sets or [], costs=costs,
-                           zip=zipped, pair=pair or (), seed=seed, timing_only=timing_only,
-                           jobs=jobs, replay=replay, record_once=not no_replay, out=out,
-                           resume=resume, dask=dask, on_start=progress.start,
-                           on_row=progress.advance, prune_above=prune_above)
-    finally:
-        progress.stop()
-    ordered = result.to_dicts()
-    _print(ordered, list(result.axes), fmt)
-    if plot is not None and any(row["result"] is not None for row in ordered):
-        result.plot(plot, x, y, option="--plot")
-    result.check()
+        yield
+    except KernbenchError as exc:
+        text = exc.args[0] if len(exc.args) == 1 and isinstance(exc.args[0], str) else ""
+        if dask and from_environment and text.startswith("--dask "):
+            exc.args = ("--dask (from DASK_SCHEDULER_ADDRESS) " + text.removeprefix("--dask "),)
+        raise
 
 
 def _bounds_only(kernel: str, topology: str | None, costs: Path | None,

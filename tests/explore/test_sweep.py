@@ -431,6 +431,17 @@ def test_bad_sweep_options_are_one_line(cli, args, message):
     assert (code, out, err) == (2, "", f"error: {message}\n")
 
 
+def test_a_dask_address_from_the_environment_says_so(cli, monkeypatch):
+    """`--dask` takes DASK_SCHEDULER_ADDRESS when not given: an error about the address
+    says which it was (a user who never typed `--dask` was told of "--dask")."""
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://h:x")
+    assert cli("sweep", LOAD_DOT, "--set", "a=1,2") == (
+        2, "", "error: --dask (from DASK_SCHEDULER_ADDRESS) tcp://h:x: not a scheduler "
+               "address; give tcp://HOST:PORT\n")
+    assert cli("sweep", LOAD_DOT, "--set", "a=1,2", "--dask", "tcp://h:y") == (
+        2, "", "error: --dask tcp://h:y: not a scheduler address; give tcp://HOST:PORT\n")
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("-t", "nosuch"), "no topology named 'nosuch' (shipped: default, rack, sip; or give a "
                        "path to a .toml file)"),
