@@ -332,6 +332,28 @@ app.add_typer(topology.app, name="topology")
 app.add_typer(golden.app, name="golden")
 
 
+def _helps_from_source(group: typer.Typer) -> None:
+    """Under `python -OO`, which drops docstrings, each command's help (its docstring) read
+    from its source: every command's description was empty."""
+    import ast
+    import inspect
+    import textwrap
+
+    for info in group.registered_commands:
+        if info.help is None and info.callback is not None and info.callback.__doc__ is None:
+            try:
+                source = textwrap.dedent(inspect.getsource(info.callback))
+                info.help = ast.get_docstring(ast.parse(source).body[0])
+            except (OSError, TypeError, SyntaxError, IndexError):
+                pass  # no source to read: no description, as before
+    for sub in group.registered_groups:
+        _helps_from_source(sub.typer_instance)
+
+
+if sys.flags.optimize >= 2:
+    _helps_from_source(app)
+
+
 def main() -> None:
     """Console entry point."""
     signal.signal(signal.SIGTERM, _terminate)

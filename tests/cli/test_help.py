@@ -52,3 +52,15 @@ def test_a_width_out_of_reason_is_taken_within_it(kernbench, name, value, width)
     done = kernbench.run("--help", env=env)
     assert done.returncode == 0 and "Usage" in done.stdout
     assert max(map(len, done.stdout.splitlines())) <= width
+
+
+def test_every_help_is_the_same_under_python_oo(kernbench):
+    """`python -OO` drops docstrings, which are the commands' descriptions: `kernbench
+    --help` listed the commands bare, and each command's help had no first line. They are
+    read from the source then (as kernels' descriptions are)."""
+    env = {**os.environ, "COLUMNS": "120"}
+    for path in ((), ("run",), ("golden",), ("topology", "show")):  # lists, and a command's
+        plain = kernbench.run(*path, "--help", env=env)
+        optimised = kernbench.run(*path, "--help", env={**env, "PYTHONOPTIMIZE": "2"})
+        assert plain.returncode == optimised.returncode == 0, path
+        assert optimised.stdout == plain.stdout, path
