@@ -47,6 +47,8 @@ def exchange(g: Group, outs: list[Out], ins: list[In], window: int | None = None
     tl, kept = g.tl, g.kept
     window = g.window if window is None else window
     loads = Loads(g, [o.load for o in outs]), Loads(g, [i.load for i in ins])
+    for each in loads:  # the first window's pieces, before any wait
+        each.ahead_of(0)
     sent = taken = 0
     while sent < len(outs) or taken < len(ins):
         out = outs[sent] if sent < len(outs) else None
@@ -93,13 +95,17 @@ class Loads:
     def take(self, k: int) -> Any:
         """The loaded piece of message `k` (None if it loads none); loads up to
         `k + window`."""
+        self.ahead_of(k)
+        return self.ahead.pop(k, None)
+
+    def ahead_of(self, k: int) -> None:
+        """Load the pieces of messages up to `k + window` not loaded yet."""
         end = min(len(self.pieces), k + 1 + self.g.window)
         while self.issued < end:
             piece = self.pieces[self.issued]
             if piece is not None:
                 self.ahead[self.issued] = self.g.load(*piece)
             self.issued += 1
-        return self.ahead.pop(k, None)
 
 
 def segments(g: Group, parts: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
