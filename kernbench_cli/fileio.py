@@ -658,6 +658,13 @@ def _json_float(text: str) -> float | _Unheld:
     return value if json_number(value) else _Unheld(text)  # 1e400 is inf: not a number
 
 
+def may_be_json_object(head: bytes) -> bool:
+    """Whether a file whose first bytes are `head` may hold a JSON object (or JSON lines of
+    them): its first byte past white space is ``{``, or there is none yet. A `read_input`
+    check reads no further in a file that cannot be one (a trace, a binary, a log)."""
+    return head.lstrip()[:1] in (b"{", b"")
+
+
 def parse_json(text: str, where: str):
     """`json.loads(text)` taking only numbers kernbench can hold: NaN, Infinity, a float past
     its range (1e400) or an integer past 64 bits is a `KernbenchError` naming `where` and the

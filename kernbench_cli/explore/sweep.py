@@ -38,7 +38,13 @@ from pathlib import Path
 from typing import Any
 
 from kernbench_cli.errors import KernbenchError, OutputError, ParamError, clip
-from kernbench_cli.fileio import atomic_write, owner_access, parse_json, read_input
+from kernbench_cli.fileio import (
+    atomic_write,
+    may_be_json_object,
+    owner_access,
+    parse_json,
+    read_input,
+)
 from kernbench_cli.lang.watchdog import STOP_SIGNALS
 
 
@@ -523,7 +529,7 @@ def read_results(path: Path) -> list[dict[str, Any]]:
         raise KernbenchError(f"{path}: a .csv keeps only the summary columns; give the "
                              "sweep's .jsonl (sweep --out FILE.jsonl)")
     def a_row_first(head: bytes) -> None:  # before gigabytes of another file are read
-        if head.lstrip()[:1] not in (b"{", b""):
+        if not may_be_json_object(head):
             _result_row("", f"{path}:1", checked)  # says why
 
     try:

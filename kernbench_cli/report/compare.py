@@ -18,7 +18,7 @@ from rich.table import Table
 
 from kernbench_cli.config.units import format_energy_aj, format_time_ps
 from kernbench_cli.errors import KernbenchError
-from kernbench_cli.fileio import parse_json, read_input
+from kernbench_cli.fileio import may_be_json_object, parse_json, read_input
 from kernbench_cli.report import metrics as kernel_metrics
 from kernbench_cli.report.bounds import param_text
 from kernbench_cli.report.fit import one_line
@@ -39,7 +39,7 @@ def load_file(path: Path) -> list[tuple[str, dict[str, Any], dict[str, Any] | No
     """(label, run --json object, the sweep point's axes or None) of every run in one file:
     one object, or a sweep's rows."""
     def json_first(head: bytes) -> None:  # before gigabytes of another file are read
-        if head.lstrip()[:1] not in (b"{", b""):
+        if not may_be_json_object(head):
             raise KernbenchError(f"{path}:1: not JSON: expected `run --json` output or a "
                                  "sweep's .jsonl rows")
 
